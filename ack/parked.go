@@ -1,0 +1,144 @@
+package ack
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/pool"
+)
+
+var (
+	//go:embed requeue.lua
+	requeueSource string
+	requeueScript = redis.NewScript(requeueSource)
+	//go:embed take.lua
+	takeSource string
+	takeScript = redis.NewScript(takeSource)
+)
+
+// Parking names where a parked job waits: un_ack or dead.
+type Parking int
+
+// The parkings.
+const (
+	UnAck Parking = iota
+	Dead
+)
+
+func (p Parking) key(k keys.Bucket) string {
+	if p == Dead {
+		return k.Dead()
+	}
+	return k.UnAck()
+}
+
+func (p Parking) state() pool.State {
+	if p == Dead {
+		return pool.StateDead
+	}
+	return pool.StateUnAck
+}
+
+// MaxList bounds one listing of parked jobs.
+const MaxList = 10_000
+
+// List returns at most limit parked jobs of topic (buckets of them), oldest
+// first, each with RunAt set to when it was parked.
+func List(ctx context.Context, c redis.UniversalClient, prefix, topic string, buckets int, p Parking, limit int) ([]*pool.Job, error) {
+	if limit <= 0 || limit > MaxList {
+		return nil, fmt.Errorf("%w: limit %d is out of range 1..%d", pool.ErrInvalidJob, limit, MaxList)
+	}
+	var out []*pool.Job
+	for b := range buckets {
+		k := keys.ForBucket(prefix, topic, b)
+		zs, err := c.ZRangeWithScores(ctx, p.key(k), 0, int64(limit-1)).Result()
+		if err != nil {
+			return nil, fmt.Errorf("list %s of %s: %w", p.state(), topic, err)
+		}
+		if len(zs) == 0 {
+			continue
+		}
+		ids := make([]string, len(zs))
+		for i, z := range zs {
+			ids[i], _ = z.Member.(string)
+		}
+		envs, err := c.HMGet(ctx, k.Pool(), ids...).Result()
+		if err != nil {
+			return nil, fmt.Errorf("list %s of %s: %w", p.state(), topic, err)
+		}
+		for i, e := range envs {
+			s, ok := e.(string)
+			if !ok {
+				continue // deleted meanwhile
+			}
+			job, err := pool.JobOf(topic, ids[i], []byte(s))
+			if err != nil {
+				job = &pool.Job{Topic: topic, ID: ids[i]} // corrupt: still listed, so it can be removed
+			}
+			job.State = p.state()
+			job.RunAt = time.UnixMilli(int64(zs[i].Score))
+			out = append(out, job)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *pool.Job) int { return cmp.Compare(a.RunAt.UnixMilli(), b.RunAt.UnixMilli()) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// Take removes a parked job from where it is parked and from its pool, and
+// returns it.
+func Take(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, p Parking) (*pool.Job, error) {
+	k := keys.ForBucket(prefix, topic, bucket)
+	v, err := takeScript.Run(ctx, c, []string{k.Pool(), p.key(k)}, id).Result()
+	if err != nil {
+		return nil, fmt.Errorf("take %s job %q: %w", p.state(), id, err)
+	}
+	if err := parkedCode(v, topic, id, p); err != nil {
+		return nil, err
+	}
+	s, _ := v.(string)
+	job, err := pool.JobOf(topic, id, []byte(s))
+	if err != nil {
+		return &pool.Job{Topic: topic, ID: id}, nil
+	}
+	return job, nil
+}
+
+// Requeue moves a parked job back to its bucket, due after delay. reset
+// gives it a fresh count of attempts and recoveries.
+func Requeue(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, p Parking, delay time.Duration, reset bool) error {
+	k := keys.ForBucket(prefix, topic, bucket)
+	r := ""
+	if reset {
+		r = "1"
+	}
+	v, err := requeueScript.Run(ctx, c, []string{k.Pool(), p.key(k), k.Scheduled()},
+		id, pool.DurationMs(delay), r, keys.WakeChannel(prefix), keys.Address(topic, bucket)).Result()
+	if err != nil {
+		return fmt.Errorf("requeue %s job %q: %w", p.state(), id, err)
+	}
+	return parkedCode(v, topic, id, p)
+}
+
+func parkedCode(v any, topic, id string, p Parking) error {
+	switch v {
+	case int64(1):
+		return fmt.Errorf("job %q of topic %q: %w", id, topic, pool.ErrJobNotFound)
+	case int64(2):
+		return fmt.Errorf("job %q of topic %q is not %s: %w", id, topic, p.state(), pool.ErrJobNotWaiting)
+	}
+	if _, ok := v.(string); ok || v == int64(0) {
+		return nil
+	}
+	return errors.New("redeq: unexpected reply")
+}

@@ -1,0 +1,51 @@
+package bucket
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/rdb"
+)
+
+var (
+	//go:embed move.lua
+	moveSource string
+	moveScript = redis.NewScript(moveSource)
+)
+
+// MoveResult is what one run of the move script did.
+type MoveResult struct {
+	Moved int
+	// Next is the due time of the bucket's earliest job, zero when empty.
+	Next time.Time
+	// Now is the Redis server's time when the script ran.
+	Now time.Time
+}
+
+// Move runs one bounded move of bucket n of topic: at most batch due ids.
+func Move(ctx context.Context, c redis.UniversalClient, prefix, topic string, n, batch int) (MoveResult, error) {
+	k := keys.ForBucket(prefix, topic, n)
+	v, err := moveScript.Run(ctx, c, []string{k.Scheduled(), k.Ready(), k.Pool()},
+		batch, keys.BroadcastMark, keys.ReadyChannel(prefix), keys.BroadcastChannel(prefix),
+		keys.Address(topic, n)).Result()
+	if err != nil {
+		return MoveResult{}, fmt.Errorf("move %s: %w", keys.Address(topic, n), err)
+	}
+	r, err := rdb.Slice(v)
+	if err != nil || len(r) != 3 {
+		return MoveResult{}, fmt.Errorf("move %s: bad reply %v", keys.Address(topic, n), v)
+	}
+	moved, _ := rdb.Int(r[0])
+	next, _ := rdb.Int(r[1])
+	now, _ := rdb.Int(r[2])
+	res := MoveResult{Moved: int(moved), Now: time.UnixMilli(now)}
+	if next >= 0 {
+		res.Next = time.UnixMilli(next)
+	}
+	return res, nil
+}

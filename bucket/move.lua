@@ -1,0 +1,38 @@
+-- Moves at most ARGV[1] due jobs of one bucket: plain jobs to the ready list,
+-- broadcast jobs to the broadcast channel (and out of the pool).
+-- KEYS[1] -> bucket ZSET
+-- KEYS[2] -> ready LIST
+-- KEYS[3] -> pool HASH
+-- ARGV[1] -> most ids to move
+-- ARGV[2] -> broadcast mark
+-- ARGV[3] -> ready channel
+-- ARGV[4] -> broadcast channel
+-- ARGV[5] -> bucket address (topic#n)
+-- Returns {ids moved, next due time in unix ms or -1, now in unix ms}.
+local t = redis.call('TIME')
+local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+if #ids > 0 then
+  local ready = {}
+  for _, m in ipairs(ids) do
+    if string.sub(m, 1, 1) == ARGV[2] then
+      local id = string.sub(m, 2)
+      local env = redis.call('HGET', KEYS[3], id)
+      if env ~= false then
+        redis.call('PUBLISH', ARGV[4], ARGV[5] .. '\n' .. id .. '\n' .. env)
+        redis.call('HDEL', KEYS[3], id)
+      end
+    else
+      ready[#ready + 1] = m
+    end
+  end
+  redis.call('ZREM', KEYS[1], unpack(ids))
+  if #ready > 0 then
+    redis.call('RPUSH', KEYS[2], unpack(ready))
+    redis.call('PUBLISH', ARGV[3], ARGV[5])
+  end
+end
+local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local due = -1
+if nxt[1] ~= nil then due = tonumber(nxt[2]) end
+return {#ids, due, now}

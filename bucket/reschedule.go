@@ -1,0 +1,38 @@
+package bucket
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/pool"
+)
+
+var (
+	//go:embed reschedule.lua
+	rescheduleSource string
+	rescheduleScript = redis.NewScript(rescheduleSource)
+)
+
+// Reschedule gives the waiting job id a new due time at. A job that is in
+// flight, parked in un_ack or dead is not waiting: pool.ErrJobNotWaiting.
+func Reschedule(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, at time.Time) error {
+	k := keys.ForBucket(prefix, topic, bucket)
+	code, err := rescheduleScript.Run(ctx, c, []string{k.Pool(), k.Scheduled(), k.Ready()},
+		id, keys.BroadcastMark, max(pool.UnixMs(at), 0), keys.WakeChannel(prefix), keys.Address(topic, bucket)).Int()
+	if err != nil {
+		return fmt.Errorf("reschedule job %q: %w", id, err)
+	}
+	switch code {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("reschedule job %q of topic %q: %w", id, topic, pool.ErrJobNotFound)
+	default:
+		return fmt.Errorf("reschedule job %q of topic %q: %w", id, topic, pool.ErrJobNotWaiting)
+	}
+}

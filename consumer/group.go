@@ -1,0 +1,318 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redeq-go/redeq/ack"
+	"github.com/redeq-go/redeq/bucket"
+	"github.com/redeq-go/redeq/config"
+	"github.com/redeq-go/redeq/internal/env"
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/lock"
+	"github.com/redeq-go/redeq/pool"
+)
+
+// Errors of registration.
+var (
+	ErrStarted   = errors.New("redeq: client already started")
+	ErrDuplicate = errors.New("redeq: topic already has a listener")
+)
+
+// Group is the consuming side of one client: its listeners, broadcast
+// listeners, heartbeat and reaper, under one consumer id.
+type Group struct {
+	rdb     redis.UniversalClient
+	cfg     config.Config
+	env     env.Env
+	reg     *bucket.Registry
+	locker  *lock.Locker
+	cid     string
+	settler *ack.Settler
+
+	listeners []Listener
+	runners   map[string]*runner
+	bcast     map[string][]BroadcastListener
+	bq        chan *pool.Job
+
+	started  atomic.Bool
+	stopping atomic.Bool
+
+	fetchCancel, handlerCancel, settleCancel, bgCancel context.CancelFunc
+	handlerCtx, settleCtx                               context.Context
+
+	fetchWG, workerWG, bgWG sync.WaitGroup
+}
+
+// NewGroup returns a Group with a fresh consumer id.
+func NewGroup(c redis.UniversalClient, cfg config.Config, e env.Env, reg *bucket.Registry, locker *lock.Locker) *Group {
+	cid := uuid.NewString()
+	return &Group{
+		rdb: c, cfg: cfg, env: e, reg: reg, locker: locker, cid: cid,
+		settler: ack.NewSettler(c, cfg.Prefix, cid, cfg.DeadRetention),
+		runners: map[string]*runner{},
+		bcast:   map[string][]BroadcastListener{},
+	}
+}
+
+// ID is this consumer's id: its in-flight lists and heartbeat carry it.
+func (g *Group) ID() string { return g.cid }
+
+// Register adds l before Start. A second listener for one topic, a nil
+// listener or a bad topic is an error.
+func (g *Group) Register(l Listener) error {
+	if l == nil {
+		return fmt.Errorf("%w: nil listener", pool.ErrInvalidJob)
+	}
+	if g.started.Load() {
+		return ErrStarted
+	}
+	topic := l.Topic()
+	if err := pool.CheckTopic(topic); err != nil {
+		return fmt.Errorf("register listener: %w", err)
+	}
+	for _, have := range g.listeners {
+		if have.Topic() == topic {
+			return fmt.Errorf("register listener for %q: %w", topic, ErrDuplicate)
+		}
+	}
+	g.listeners = append(g.listeners, l)
+	return nil
+}
+
+// RegisterBroadcast adds bl before Start.
+func (g *Group) RegisterBroadcast(bl BroadcastListener) error {
+	if bl == nil {
+		return fmt.Errorf("%w: nil broadcast listener", pool.ErrInvalidJob)
+	}
+	if g.started.Load() {
+		return ErrStarted
+	}
+	topics := bl.Topics()
+	if len(topics) == 0 {
+		return fmt.Errorf("%w: broadcast listener has no topics", pool.ErrInvalidJob)
+	}
+	for _, t := range topics {
+		if err := pool.CheckTopic(t); err != nil {
+			return fmt.Errorf("register broadcast listener: %w", err)
+		}
+	}
+	for _, t := range topics {
+		g.bcast[t] = append(g.bcast[t], bl)
+	}
+	return nil
+}
+
+// HasBroadcast reports whether any broadcast listener is registered.
+func (g *Group) HasBroadcast() bool { return len(g.bcast) > 0 }
+
+// Topics returns the topics this group listens to.
+func (g *Group) Topics() []string {
+	out := make([]string, len(g.listeners))
+	for i, l := range g.listeners {
+		out[i] = l.Topic()
+	}
+	return out
+}
+
+// Start records the listened topics, announces this consumer with a first
+// heartbeat, and starts the heartbeat, the reaper, the broadcast
+// dispatcher and the listeners, in that order. Values of ctx reach the
+// handlers; its cancellation does not stop the group (Shutdown does).
+func (g *Group) Start(ctx context.Context) error {
+	if !g.started.CompareAndSwap(false, true) {
+		return ErrStarted
+	}
+	for _, l := range g.listeners {
+		if err := g.reg.Ensure(ctx, l.Topic(), g.cfg.Concurrency); err != nil {
+			return err
+		}
+	}
+	// In-flight lists must never exist for a consumer the reaper does not
+	// know, so the first heartbeat precedes the first fetch.
+	if err := g.heartbeat(ctx); err != nil {
+		return err
+	}
+	base := context.WithoutCancel(ctx)
+	var bgCtx, fetchCtx context.Context
+	bgCtx, g.bgCancel = context.WithCancel(base)
+	fetchCtx, g.fetchCancel = context.WithCancel(base)
+	g.handlerCtx, g.handlerCancel = context.WithCancel(base)
+	g.settleCtx, g.settleCancel = context.WithCancel(base)
+
+	g.bgWG.Go(func() { g.heartbeatLoop(bgCtx) })
+	g.bgWG.Go(func() { g.reapLoop(bgCtx) })
+	if len(g.bcast) > 0 {
+		g.bq = make(chan *pool.Job, 256)
+		g.bgWG.Go(g.broadcastLoop)
+	}
+	for _, l := range g.listeners {
+		r := newRunner(g, l, g.cfg.Concurrency)
+		g.runners[l.Topic()] = r
+		r.runAll(fetchCtx, &g.fetchWG, &g.workerWG)
+	}
+	return nil
+}
+
+// Notify tells the listener of topic, if any, that bucket n has ready work.
+func (g *Group) Notify(topic string, n int) {
+	if r, ok := g.runners[topic]; ok {
+		r.wake(n)
+	}
+}
+
+// Deliver hands a broadcast message (address "\n" id "\n" envelope) to the
+// broadcast listeners of its topic.
+func (g *Group) Deliver(msg string) {
+	addr, rest, ok1 := strings.Cut(msg, "\n")
+	id, envelope, ok2 := strings.Cut(rest, "\n")
+	topic, _, ok3 := keys.ParseAddress(addr)
+	if !ok1 || !ok2 || !ok3 || g.bq == nil || len(g.bcast[topic]) == 0 {
+		return
+	}
+	job, err := pool.JobOf(topic, id, []byte(envelope))
+	if err != nil {
+		g.env.Logger.Error("redeq: corrupt broadcast job dropped", "topic", topic, "id", id, "err", err)
+		return
+	}
+	select {
+	case g.bq <- job:
+	case <-g.handlerCtx.Done():
+	}
+}
+
+func (g *Group) broadcastLoop() {
+	for {
+		select {
+		case <-g.handlerCtx.Done():
+			return
+		case job := <-g.bq:
+			for _, bl := range g.bcast[job.Topic] {
+				func() {
+					defer func() {
+						if p := recover(); p != nil {
+							g.env.Logger.Error("redeq: broadcast listener panicked", "topic", job.Topic, "id", job.ID, "panic", p, "stack", string(debug.Stack()))
+						}
+					}()
+					clone := *job
+					bl.OnBroadcast(g.handlerCtx, &clone)
+				}()
+			}
+		}
+	}
+}
+
+// Shutdown stops fetching, waits for running handlers until ctx ends or
+// ShutdownTimeout passes, then cancels the handlers still running and
+// waits a short grace for them. It applies the outcomes handlers returned,
+// rolls every job still in this consumer's in-flight lists back to its
+// bucket due now (with CrashRollback; otherwise the reaper recovers them
+// later), and stops the heartbeat and the reaper. It returns ctx.Err() when
+// ctx ended before the handlers finished, or the error of the rollback.
+// A handler that ignores its context keeps its goroutine until it returns;
+// its outcome is then dropped, and its job was rolled back.
+func (g *Group) Shutdown(ctx context.Context) error {
+	if !g.started.Load() || !g.stopping.CompareAndSwap(false, true) {
+		return nil
+	}
+	g.fetchCancel()
+	waitCtx, cancel := context.WithTimeout(ctx, g.cfg.ShutdownTimeout)
+	defer cancel()
+	finished := waitFor(waitCtx, &g.workerWG)
+	if !finished {
+		g.handlerCancel()
+		grace, cancelGrace := context.WithTimeout(context.Background(), time.Second)
+		waitFor(grace, &g.workerWG)
+		cancelGrace()
+	}
+	g.handlerCancel()
+	g.fetchWG.Wait() // dispatchers have ended with fetchCtx; settlers end below
+	for _, r := range g.runners {
+		close(r.stopSettle)
+	}
+	settled := make(chan struct{})
+	go func() {
+		for _, r := range g.runners {
+			<-r.settlerDone
+		}
+		close(settled)
+	}()
+	select {
+	case <-settled:
+	case <-time.After(5 * time.Second):
+		g.settleCancel()
+		<-settled
+	}
+	g.settleCancel()
+
+	var err error
+	clean := true
+	if g.cfg.Rollback() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		err = g.rollback(rctx)
+		cancel()
+		clean = err == nil
+	} else {
+		clean = false
+	}
+	g.bgCancel()
+	g.bgWG.Wait()
+	if clean {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		g.leave(lctx)
+		cancel()
+	}
+	if err == nil && !finished {
+		err = ctx.Err()
+	}
+	return err
+}
+
+// waitFor waits for wg until ctx ends; it reports whether wg finished.
+func waitFor(ctx context.Context, wg *sync.WaitGroup) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// rollback returns every job of this consumer's in-flight lists to its
+// bucket, due now, without counting an attempt.
+func (g *Group) rollback(ctx context.Context) error {
+	var errs []error
+	for topic, r := range g.runners {
+		for b := range r.buckets {
+			if _, err := g.recoverList(ctx, topic, b, g.cid, modeRollback); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// leave removes this consumer from its topics' consumer sets.
+func (g *Group) leave(ctx context.Context) {
+	pipe := g.rdb.Pipeline()
+	for topic := range g.runners {
+		pipe.ZRem(ctx, keys.ForTopic(g.cfg.Prefix, topic).Consumers(), g.cid)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		g.env.Logger.Warn("redeq: cannot remove consumer from its topics", "err", err)
+	}
+}

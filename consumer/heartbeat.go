@@ -1,0 +1,68 @@
+package consumer
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/rdb"
+)
+
+var (
+	//go:embed heartbeat.lua
+	heartbeatSource string
+	heartbeatScript = redis.NewScript(heartbeatSource)
+)
+
+// heartbeat records in one pipeline that this consumer is alive in every
+// topic it listens to.
+func (g *Group) heartbeat(ctx context.Context) error {
+	if len(g.listeners) == 0 {
+		return nil
+	}
+	calls := make([]rdb.Call, len(g.listeners))
+	for i, l := range g.listeners {
+		calls[i] = rdb.Call{Keys: []string{keys.ForTopic(g.cfg.Prefix, l.Topic()).Consumers()}, Args: []any{g.cid}}
+	}
+	cmds, err := rdb.RunPipelined(ctx, g.rdb, heartbeatScript, calls)
+	if err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil {
+			return fmt.Errorf("heartbeat %s: %w", g.listeners[i].Topic(), err)
+		}
+		if n, _ := cmd.Int(); n == 1 && g.started.Load() && ctx.Err() == nil {
+			// We were reaped while alive (stalled longer than ConsumerTimeout):
+			// our jobs went to other consumers, our outcomes for them are dropped.
+			g.env.Logger.Debug("redeq: consumer registered", "topic", g.listeners[i].Topic(), "consumer", g.cid)
+		}
+	}
+	return nil
+}
+
+func (g *Group) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(g.cfg.HeartbeatInterval)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := g.heartbeat(ctx); err != nil {
+			if ctx.Err() == nil {
+				g.env.Logger.Warn("redeq: heartbeat failed", "err", err)
+			}
+			failing = true
+		} else if failing {
+			g.env.Logger.Info("redeq: heartbeat recovered")
+			failing = false
+		}
+	}
+}

@@ -1,0 +1,375 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redeq-go/redeq/ack"
+	"github.com/redeq-go/redeq/internal/env"
+	"github.com/redeq-go/redeq/pool"
+	"github.com/redeq-go/redeq/ready"
+	"github.com/redeq-go/redeq/retry"
+)
+
+// ErrConsumeTimeout is the failure of a handler that overran ConsumeTimeout.
+var ErrConsumeTimeout = errors.New("redeq: handler overran ConsumeTimeout")
+
+// maxSettle bounds the outcomes one settle script applies.
+const maxSettle = 256
+
+// runner runs one listener: a dispatcher that fetches into this consumer's
+// in-flight lists, the workers, and a settler that applies outcomes in
+// batches.
+type runner struct {
+	g       *Group
+	l       Listener
+	topic   string
+	buckets int
+	workers int
+	// capacity is how many fetched jobs the runner holds at once: the
+	// running ones plus as many waiting, so fetches come in batches.
+	capacity int
+
+	maybe  []atomic.Bool // bucket may have ready work
+	notify chan struct{}
+	freed  chan struct{}
+	busy   atomic.Int64
+	rr     int
+
+	jobs chan delivery
+	outs chan settleReq
+
+	stopSettle  chan struct{}
+	settlerDone chan struct{}
+}
+
+type delivery struct {
+	bucket int
+	item   ready.Item
+}
+
+type settleReq struct {
+	bucket int
+	out    ack.Outcome
+}
+
+func newRunner(g *Group, l Listener, buckets int) *runner {
+	w := g.cfg.Workers
+	if wc, ok := l.(WorkerCounter); ok && wc.Workers() > 0 {
+		w = wc.Workers()
+	}
+	r := &runner{
+		g: g, l: l, topic: l.Topic(), buckets: buckets, workers: w, capacity: 2 * w,
+		maybe:       make([]atomic.Bool, buckets),
+		notify:      make(chan struct{}, 1),
+		freed:       make(chan struct{}, 1),
+		jobs:        make(chan delivery, 2*w),
+		outs:        make(chan settleReq, 2*w),
+		stopSettle:  make(chan struct{}),
+		settlerDone: make(chan struct{}),
+	}
+	for i := range r.maybe {
+		r.maybe[i].Store(true)
+	}
+	return r
+}
+
+// wake marks bucket n as holding ready work.
+func (r *runner) wake(n int) {
+	if n < 0 || n >= r.buckets {
+		return
+	}
+	r.maybe[n].Store(true)
+	signal(r.notify)
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// dispatch fetches ready jobs for the workers until ctx ends, then closes
+// the jobs channel.
+func (r *runner) dispatch(ctx context.Context) {
+	defer close(r.jobs)
+	log := r.g.env.Logger.With("topic", r.topic)
+	poll := time.NewTimer(r.g.cfg.PollTimeout)
+	defer poll.Stop()
+	var bo env.Backoff
+	for ctx.Err() == nil {
+		free := r.capacity - int(r.busy.Load())
+		// Fetch in batches: wait until half the workers are free, unless
+		// nothing is running at all.
+		if free >= max(1, r.workers/2) || r.busy.Load() == 0 {
+			for i := 0; i < r.buckets && free > 0; i++ {
+				b := (r.rr + i) % r.buckets
+				if !r.maybe[b].Swap(false) {
+					continue
+				}
+				want := min(free, ready.MaxFetch)
+				items, err := ready.Fetch(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, want)
+				if err != nil {
+					r.maybe[b].Store(true)
+					if ctx.Err() != nil {
+						return
+					}
+					wait := bo.Next()
+					log.Warn("redeq: fetch failed", "bucket", b, "err", err, "retry_in", wait)
+					sleep(ctx, wait)
+					break
+				}
+				if bo.Failing() {
+					log.Info("redeq: fetch recovered")
+				}
+				bo.Reset()
+				if len(items) == want {
+					r.maybe[b].Store(true) // more may wait
+				}
+				r.busy.Add(int64(len(items)))
+				free -= len(items)
+				for _, it := range items {
+					r.jobs <- delivery{bucket: b, item: it}
+				}
+			}
+			r.rr++
+			if free > 0 && r.anyMaybe() {
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.notify:
+		case <-r.freed:
+		case <-poll.C:
+			// Pub/sub may have lost a notification: look everywhere.
+			for i := range r.maybe {
+				r.maybe[i].Store(true)
+			}
+			poll.Reset(r.g.cfg.PollTimeout)
+		}
+	}
+}
+
+func (r *runner) anyMaybe() bool {
+	for i := range r.maybe {
+		if r.maybe[i].Load() {
+			return true
+		}
+	}
+	return false
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// work runs jobs until the dispatcher closes the channel. Once the group
+// is stopping, fetched jobs are left in flight for the rollback.
+func (r *runner) work() {
+	for d := range r.jobs {
+		if !r.g.stopping.Load() {
+			r.handle(d)
+		}
+		r.busy.Add(-1)
+		signal(r.freed)
+	}
+}
+
+// handle runs one job and submits its outcome.
+func (r *runner) handle(d delivery) {
+	g := r.g
+	h, body, err := pool.Decode([]byte(d.item.Envelope))
+	if err != nil {
+		// A corrupt entry cannot run: park it in the dead set, keep working.
+		g.env.Logger.Error("redeq: corrupt job sent to the dead set", "topic", r.topic, "id", d.item.ID, "err", err)
+		r.submit(d.bucket, ack.Outcome{ID: d.item.ID, Op: ack.OpDead})
+		return
+	}
+	job := pool.JobFrom(r.topic, d.item.ID, h, body)
+	created := ack.CreatedOf(h)
+	ch := &ack.Channel{}
+
+	ctx, cancel := g.handlerCtx, context.CancelFunc(func() {})
+	if g.cfg.ConsumeTimeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, g.cfg.ConsumeTimeout)
+	}
+	err = r.call(ctx, job, ch)
+	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
+	cancel()
+	interrupted := g.handlerCtx.Err() != nil
+	if interrupted && (err != nil || timedOut) {
+		return // canceled by Shutdown: the rollback returns it unspent
+	}
+	if err == nil && timedOut {
+		err = ErrConsumeTimeout
+	}
+	if err != nil {
+		r.fail(d.bucket, job, h, created, err)
+		return
+	}
+	acked, rejoined, delay := ch.State()
+	out := ack.Outcome{ID: job.ID, Created: created, Delay: delay}
+	switch {
+	case acked && rejoined:
+		out.Op = ack.OpAckRejoin
+		out.Header = ack.HeaderFor(ack.OpAckRejoin, h)
+	case acked:
+		out.Op = ack.OpAck
+	case rejoined:
+		out.Op = ack.OpRejoin
+	case g.cfg.AutoAck:
+		out.Op = ack.OpAck
+	default:
+		out.Op = ack.OpUnAck
+	}
+	r.submit(d.bucket, out)
+}
+
+// fail applies the retry policy to a failed delivery.
+func (r *runner) fail(bucket int, job *pool.Job, h pool.Header, created string, cause error) {
+	g := r.g
+	h.Attempt++
+	job.Attempt = h.Attempt
+	intervals := job.RetryIntervals
+	policy := retry.For(h.MaxRetries, intervals, g.cfg.Retry, g.cfg.RetryIntervals)
+	delay, again := policy.Next(h.Attempt)
+	if errors.Is(cause, retry.ErrSkipRetry) {
+		again = false
+	}
+	if again {
+		g.env.Logger.Debug("redeq: job failed, retrying", "topic", r.topic, "id", job.ID, "attempt", h.Attempt, "retry_in", delay, "err", cause)
+		r.submit(bucket, ack.Outcome{ID: job.ID, Created: created, Op: ack.OpRetry, Delay: delay, Header: ack.HeaderFor(ack.OpRetry, h)})
+		return
+	}
+	g.env.Logger.Warn("redeq: job failed for the last time", "topic", r.topic, "id", job.ID, "attempt", h.Attempt, "err", cause)
+	if fr, ok := r.l.(FinalRetryListener); ok {
+		r.final(fr, job)
+	}
+	r.submit(bucket, ack.Outcome{ID: job.ID, Created: created, Op: ack.OpDead, Header: ack.HeaderFor(ack.OpDead, h)})
+}
+
+// call runs the handler, turning a panic into an error.
+func (r *runner) call(ctx context.Context, job *pool.Job, ch *ack.Channel) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.g.env.Logger.Error("redeq: handler panicked", "topic", r.topic, "id", job.ID, "panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("redeq: handler panicked: %v", p)
+		}
+	}()
+	return r.l.OnJob(ctx, job, ch)
+}
+
+func (r *runner) final(fr FinalRetryListener, job *pool.Job) {
+	ctx, cancel := r.g.handlerCtx, context.CancelFunc(func() {})
+	if r.g.cfg.ConsumeTimeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, r.g.cfg.ConsumeTimeout)
+	}
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			r.g.env.Logger.Error("redeq: FinalRetry panicked", "topic", r.topic, "id", job.ID, "panic", p, "stack", string(debug.Stack()))
+		}
+	}()
+	fr.FinalRetry(ctx, job)
+}
+
+// submit hands an outcome to the settler; after the settler stopped the
+// outcome is dropped and the job is left to the rollback or the reaper.
+func (r *runner) submit(bucket int, out ack.Outcome) {
+	select {
+	case r.outs <- settleReq{bucket: bucket, out: out}:
+	case <-r.settlerDone:
+	}
+}
+
+// settle applies outcomes in batches until stopSettle is closed, then
+// applies what is queued and closes settlerDone.
+func (r *runner) settle() {
+	defer close(r.settlerDone)
+	for {
+		var batch []settleReq
+		select {
+		case o := <-r.outs:
+			batch = append(batch, o)
+		case <-r.stopSettle:
+			for {
+				select {
+				case o := <-r.outs:
+					batch = append(batch, o)
+					continue
+				default:
+				}
+				break
+			}
+			r.flush(batch)
+			return
+		}
+	more:
+		for len(batch) < maxSettle {
+			select {
+			case o := <-r.outs:
+				batch = append(batch, o)
+			default:
+				break more
+			}
+		}
+		r.flush(batch)
+	}
+}
+
+// flush settles a batch, bucket by bucket, retrying Redis failures until
+// they succeed or the group gives up at the end of Shutdown.
+func (r *runner) flush(batch []settleReq) {
+	if len(batch) == 0 {
+		return
+	}
+	byBucket := map[int][]ack.Outcome{}
+	for _, s := range batch {
+		byBucket[s.bucket] = append(byBucket[s.bucket], s.out)
+	}
+	ctx := r.g.settleCtx
+	log := r.g.env.Logger.With("topic", r.topic)
+	for b, outs := range byBucket {
+		var bo env.Backoff
+		for {
+			applied, err := r.g.settler.Settle(ctx, r.topic, b, outs)
+			if err == nil {
+				for i, ok := range applied {
+					if !ok {
+						log.Info("redeq: outcome dropped: job deleted or recovered by another consumer", "id", outs[i].ID, "op", string(outs[i].Op))
+					}
+				}
+				break
+			}
+			if ctx.Err() != nil {
+				log.Warn("redeq: outcomes not applied before shutdown; the jobs run again", "count", len(outs), "err", err)
+				break
+			}
+			wait := bo.Next()
+			log.Warn("redeq: settle failed", "bucket", b, "err", err, "retry_in", wait)
+			sleep(ctx, wait)
+		}
+	}
+}
+
+// runAll starts the runner's goroutines on wg.
+func (r *runner) runAll(fetchCtx context.Context, wg *sync.WaitGroup, workers *sync.WaitGroup) {
+	wg.Go(func() { r.dispatch(fetchCtx) })
+	for range r.workers {
+		workers.Go(r.work)
+	}
+	wg.Go(r.settle)
+}

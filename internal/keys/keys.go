@@ -1,0 +1,95 @@
+// Package keys is the one place that names redeq's Redis keys and channels.
+//
+// Every key of a bucket carries "{topic#bucket}" as its hash tag and every
+// topic-wide key carries "{topic}", so each script touches a single cluster
+// slot and a hot topic spreads over as many slots as it has buckets.
+package keys
+
+import "strconv"
+
+// Bucket names the keys of one bucket of one topic.
+type Bucket struct {
+	tag string // "prefix:{topic#n}:"
+}
+
+// ForBucket returns the key set of bucket n of topic.
+func ForBucket(prefix, topic string, n int) Bucket {
+	return Bucket{tag: prefix + ":{" + topic + "#" + strconv.Itoa(n) + "}:"}
+}
+
+// Pool is a HASH: job id -> job envelope.
+func (b Bucket) Pool() string { return b.tag + "pool" }
+
+// Scheduled is a ZSET: job id -> due time in unix ms. Broadcast jobs are
+// stored under their id prefixed with BroadcastMark.
+func (b Bucket) Scheduled() string { return b.tag + "bucket" }
+
+// Ready is a LIST of due job ids, oldest first.
+func (b Bucket) Ready() string { return b.tag + "ready" }
+
+// InFlight is a LIST of the job ids consumer cid holds.
+func (b Bucket) InFlight(cid string) string { return b.tag + "inflight:" + cid }
+
+// UnAck is a ZSET: job id -> time it was parked, unix ms.
+func (b Bucket) UnAck() string { return b.tag + "unack" }
+
+// Dead is a ZSET: job id -> time its retries ran out, unix ms.
+func (b Bucket) Dead() string { return b.tag + "dead" }
+
+// Lock is the STRING redsync uses as the mutex of this bucket's mover.
+func (b Bucket) Lock() string { return b.tag + "lock" }
+
+// Topic names the topic-wide keys.
+type Topic struct {
+	tag string // "prefix:{topic}:"
+}
+
+// ForTopic returns the topic-wide key set of topic.
+func ForTopic(prefix, topic string) Topic {
+	return Topic{tag: prefix + ":{" + topic + "}:"}
+}
+
+// Meta is a HASH with field "buckets": the bucket count recorded on first use.
+func (t Topic) Meta() string { return t.tag + "meta" }
+
+// Consumers is a ZSET: consumer id -> last heartbeat, unix ms (Redis clock).
+func (t Topic) Consumers() string { return t.tag + "consumers" }
+
+// ReaperLock is the STRING redsync uses as the mutex of this topic's reaper.
+func (t Topic) ReaperLock() string { return t.tag + "reaper" }
+
+// Topics is a SET of every topic ever added to.
+func Topics(prefix string) string { return prefix + ":topics" }
+
+// WakeChannel is the pub/sub channel on which a script announces that a
+// bucket got a new earliest job; the message is Address(topic, bucket).
+func WakeChannel(prefix string) string { return prefix + ":wake" }
+
+// ReadyChannel is the pub/sub channel on which the mover announces that a
+// bucket's ready list received work; the message is Address(topic, bucket).
+func ReadyChannel(prefix string) string { return prefix + ":ready" }
+
+// BroadcastChannel is the pub/sub channel that carries due broadcast jobs;
+// the message is Address(topic, bucket) "\n" id "\n" envelope.
+func BroadcastChannel(prefix string) string { return prefix + ":broadcast" }
+
+// BroadcastMark prefixes the ZSET member of a broadcast job. Ids may not
+// contain control characters, so the mark never collides with an id.
+const BroadcastMark = "\x01"
+
+// Address is how pub/sub messages name a bucket: "topic#n".
+func Address(topic string, n int) string { return topic + "#" + strconv.Itoa(n) }
+
+// ParseAddress splits an Address; ok is false when s is not one.
+func ParseAddress(s string) (topic string, n int, ok bool) {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '#' {
+			n, err := strconv.Atoi(s[i+1:])
+			if err != nil || n < 0 {
+				return "", 0, false
+			}
+			return s[:i], n, true
+		}
+	}
+	return "", 0, false
+}

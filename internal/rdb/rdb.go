@@ -1,0 +1,81 @@
+// Package rdb holds the few helpers redeq needs on top of go-redis: running
+// a script many times in one pipeline, and reading script replies.
+package rdb
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Call is one run of a script.
+type Call struct {
+	Keys []string
+	Args []any
+}
+
+// RunPipelined runs script once per call in a single pipeline (split per
+// node on a cluster) and returns the commands in call order. Calls that
+// failed with NOSCRIPT (a restarted or failed-over server) are loaded and
+// run again one by one, so the caller sees script errors only.
+func RunPipelined(ctx context.Context, c redis.UniversalClient, s *redis.Script, calls []Call) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := c.Pipeline()
+	for i, call := range calls {
+		cmds[i] = s.EvalSha(ctx, pipe, call.Keys, call.Args...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !allScriptErrors(cmds) {
+		return nil, err
+	}
+	for i, cmd := range cmds {
+		if cmd.Err() != nil && isNoScript(cmd.Err()) {
+			cmds[i] = s.Run(ctx, c, calls[i].Keys, calls[i].Args...)
+		}
+	}
+	return cmds, nil
+}
+
+// allScriptErrors reports whether each failed command failed with a Redis
+// error reply (as opposed to a network fault), which callers read per command.
+func allScriptErrors(cmds []*redis.Cmd) bool {
+	for _, cmd := range cmds {
+		err := cmd.Err()
+		if err == nil || err == redis.Nil {
+			continue
+		}
+		if _, ok := err.(redis.Error); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// Slice reads a script's array reply.
+func Slice(v any) ([]any, error) {
+	s, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("redeq: unexpected script reply %T", v)
+	}
+	return s, nil
+}
+
+// Int reads an integer element of a script reply.
+func Int(v any) (int64, error) {
+	n, ok := v.(int64)
+	if !ok {
+		return 0, fmt.Errorf("redeq: unexpected script reply element %T", v)
+	}
+	return n, nil
+}
+
+// Str reads a string element of a script reply; false (a Lua nil) is "".
+func Str(v any) (string, bool) {
+	s, ok := v.(string)
+	return s, ok
+}

@@ -1,0 +1,192 @@
+// Package testutil gives tests the Redis deployments they run against:
+// always an embedded miniredis, plus a real redis-server when REDIS_ADDR is
+// set and a real Redis Cluster when REDIS_CLUSTER_ADDRS (comma-separated
+// seed addresses) is set. Each test works under a prefix of its own, so
+// suites share a server without seeing each other's keys.
+package testutil
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/config"
+)
+
+// Backend is one Redis deployment under test.
+type Backend struct {
+	Name string // "miniredis", "redis" or "cluster"
+	// New returns a fresh client to the deployment, closed at the end of
+	// the test; separate clients stand for separate services.
+	New func(t testing.TB) redis.UniversalClient
+	// Addrs is what a child process needs to connect.
+	Addrs []string
+	// Mini is the embedded server, nil for real ones.
+	Mini *miniredis.Miniredis
+}
+
+// Real reports whether the backend is a real redis-server.
+func (b Backend) Real() bool { return b.Mini == nil }
+
+// Backends returns every deployment this run can reach.
+func Backends(t testing.TB) []Backend {
+	t.Helper()
+	mini := miniredis.RunT(t)
+	out := []Backend{{
+		Name:  "miniredis",
+		Addrs: []string{mini.Addr()},
+		Mini:  mini,
+		New: func(t testing.TB) redis.UniversalClient {
+			c := redis.NewClient(&redis.Options{Addr: mini.Addr()})
+			t.Cleanup(func() { c.Close() })
+			return c
+		},
+	}}
+	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
+		out = append(out, Backend{
+			Name:  "redis",
+			Addrs: []string{addr},
+			New: func(t testing.TB) redis.UniversalClient {
+				c := redis.NewClient(&redis.Options{Addr: addr})
+				t.Cleanup(func() { c.Close() })
+				return c
+			},
+		})
+	}
+	if addrs := os.Getenv("REDIS_CLUSTER_ADDRS"); addrs != "" {
+		seeds := strings.Split(addrs, ",")
+		out = append(out, Backend{
+			Name:  "cluster",
+			Addrs: seeds,
+			New: func(t testing.TB) redis.UniversalClient {
+				c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: seeds})
+				t.Cleanup(func() { c.Close() })
+				return c
+			},
+		})
+	}
+	return out
+}
+
+// RealBackends returns the deployments that are real redis-servers.
+func RealBackends(t testing.TB) []Backend {
+	var out []Backend
+	for _, b := range Backends(t) {
+		if b.Real() {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// Prefix returns a key prefix no other test uses.
+func Prefix(t testing.TB) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "rq" + hex.EncodeToString(b[:])
+}
+
+// Config returns settings for tests: a fresh prefix, quiet logging and
+// short intervals, so that waiting for background work takes milliseconds.
+func Config(t testing.TB) config.Config {
+	cfg := config.Default()
+	cfg.Prefix = Prefix(t)
+	cfg.ScanInterval = 100 * time.Millisecond
+	cfg.PollTimeout = 200 * time.Millisecond
+	cfg.HeartbeatInterval = 100 * time.Millisecond
+	cfg.ConsumerTimeout = 600 * time.Millisecond
+	cfg.LockExpiry = 2 * time.Second
+	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.RetryIntervals = []time.Duration{50 * time.Millisecond}
+	cfg.Logger = Logger(t)
+	return cfg
+}
+
+// Logger writes warnings and errors to the test log.
+func Logger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t: t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct {
+	t testing.TB
+}
+
+func (w testWriter) Write(p []byte) (int, error) {
+	defer func() { _ = recover() }() // a log line after the test ended
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// Keys returns, sorted, every key under prefix, on every master of a cluster.
+func Keys(t testing.TB, c redis.UniversalClient, prefix string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var mu sync.Mutex
+	var out []string
+	scan := func(ctx context.Context, n *redis.Client) error {
+		iter := n.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			out = append(out, iter.Val())
+			mu.Unlock()
+		}
+		return iter.Err()
+	}
+	switch cc := c.(type) {
+	case *redis.ClusterClient:
+		require.NoError(t, cc.ForEachMaster(ctx, scan))
+	case *redis.Client:
+		require.NoError(t, scan(ctx, cc))
+	default:
+		t.Fatalf("unsupported client %T", c)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Dump returns every key under prefix with a digest of its value, to
+// assert that a rejected call wrote nothing.
+func Dump(t testing.TB, c redis.UniversalClient, prefix string) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	for _, k := range Keys(t, c, prefix) {
+		typ, err := c.Type(ctx, k).Result()
+		require.NoError(t, err)
+		var v any
+		switch typ {
+		case "hash":
+			v, err = c.HGetAll(ctx, k).Result()
+		case "zset":
+			v, err = c.ZRangeWithScores(ctx, k, 0, -1).Result()
+		case "list":
+			v, err = c.LRange(ctx, k, 0, -1).Result()
+		case "set":
+			var m []string
+			m, err = c.SMembers(ctx, k).Result()
+			slices.Sort(m)
+			v = m
+		default:
+			v, err = c.Get(ctx, k).Result()
+		}
+		require.NoError(t, err)
+		out[k] = typ + ":" + strings.TrimSpace(fmtAny(v))
+	}
+	return out
+}
+
+func fmtAny(v any) string {
+	return strings.ReplaceAll(strings.TrimSpace(fmt.Sprint(v)), "\n", " ")
+}

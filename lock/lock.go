@@ -1,0 +1,122 @@
+// Package lock is the distributed lock of movers and reapers: a small
+// wrapper over a redsync mutex on one Redis key.
+//
+// Correctness never depends on it. Every script a lock holder runs is atomic
+// and idempotent: two movers that both believe they hold a bucket move each
+// due id once (the first ZREM wins), and two reapers hand each in-flight id
+// back once (the first LRANGE+DEL wins). The lock only keeps clients from
+// doing the same work twice.
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+)
+
+// Locker makes mutexes on one Redis deployment.
+type Locker struct {
+	rs *redsync.Redsync
+}
+
+// New returns a Locker over c.
+func New(c redis.UniversalClient) *Locker {
+	return &Locker{rs: redsync.New(goredis.NewPool(c))}
+}
+
+// Option sets up a Mutex.
+type Option func(*options)
+
+type options struct {
+	expiry time.Duration
+}
+
+// WithExpiry sets how long the lock lives unless extended. Defaults to 20s.
+func WithExpiry(d time.Duration) Option { return func(o *options) { o.expiry = d } }
+
+// Mutex is a lock on one key. It is not safe for concurrent use: each
+// background loop owns its own.
+type Mutex struct {
+	m      *redsync.Mutex
+	expiry time.Duration
+	held   bool
+	until  time.Time
+}
+
+// NewMutex returns an unheld mutex on key.
+func (l *Locker) NewMutex(key string, opts ...Option) *Mutex {
+	o := options{expiry: 20 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return &Mutex{
+		m:      l.rs.NewMutex(key, redsync.WithExpiry(o.expiry), redsync.WithTries(1)),
+		expiry: o.expiry,
+	}
+}
+
+// TryLock takes the lock if it is free, without waiting. Another holder is
+// a normal outcome (false, nil); the error is a Redis failure.
+func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
+	err := m.m.TryLockContext(ctx)
+	var taken *redsync.ErrTaken
+	switch {
+	case err == nil:
+		m.held, m.until = true, m.m.Until()
+		return true, nil
+	case errors.Is(err, redsync.ErrFailed), errors.As(err, &taken):
+		m.held = false
+		return false, nil
+	default:
+		m.held = false
+		return false, fmt.Errorf("lock %s: %w", m.m.Name(), err)
+	}
+}
+
+// Held reports whether this mutex believes it holds the lock and has not
+// outlived its expiry.
+func (m *Mutex) Held(now time.Time) bool { return m.held && now.Before(m.until) }
+
+// ExtendDue reports whether a third of the expiry has passed since the lock
+// was taken or last extended, so that Extend is worth a round trip.
+func (m *Mutex) ExtendDue(now time.Time) bool {
+	return m.held && m.until.Sub(now) < m.expiry*2/3
+}
+
+// Extend renews the lock for another expiry. false means it was lost (it
+// expired and may have been taken by another client).
+func (m *Mutex) Extend(ctx context.Context) (bool, error) {
+	ok, err := m.m.ExtendContext(ctx)
+	if err != nil && !errors.Is(err, redsync.ErrExtendFailed) && !isTaken(err) {
+		m.held = false
+		return false, fmt.Errorf("extend lock %s: %w", m.m.Name(), err)
+	}
+	m.held = ok
+	if ok {
+		m.until = m.m.Until()
+	}
+	return ok, nil
+}
+
+// Unlock releases the lock if held. Releasing a lock another client took
+// after ours expired is a no-op.
+func (m *Mutex) Unlock(ctx context.Context) error {
+	if !m.held {
+		return nil
+	}
+	m.held = false
+	if _, err := m.m.UnlockContext(ctx); err != nil && !isTaken(err) && !errors.Is(err, redsync.ErrLockAlreadyExpired) {
+		return fmt.Errorf("unlock %s: %w", m.m.Name(), err)
+	}
+	return nil
+}
+
+func isTaken(err error) bool {
+	var taken *redsync.ErrTaken
+	return errors.As(err, &taken)
+}

@@ -1,0 +1,176 @@
+package pool
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redeq-go/redeq/config"
+)
+
+// The envelope is how a job is stored in its pool: a one-line text header
+// followed by the body exactly as given,
+//
+//	1|<created ms>|<attempt>|<recoveries>|<max retries>|<intervals ms, comma-separated>|<flags>\n<body>
+//
+// Empty max retries and intervals mean the config's defaults, so a default
+// job costs about 23 bytes beyond its body. The header is text so that the
+// Lua scripts can read the created time and rewrite the counters with
+// string functions; the body is never parsed.
+
+// envelopeVersion is the first header field.
+const envelopeVersion = "1"
+
+// flagBroadcast in the flags field marks a broadcast job.
+const flagBroadcast = 'b'
+
+// Header is the metadata stored with a job.
+type Header struct {
+	CreatedMs  int64
+	Attempt    int
+	Recoveries int
+	MaxRetries int     // 0: the config's default
+	Intervals  []int64 // ms; nil: the config's default
+	Broadcast  bool
+}
+
+// AppendHeader appends h's header line, newline included, to dst.
+func AppendHeader(dst []byte, h Header) []byte {
+	dst = append(dst, envelopeVersion...)
+	dst = append(dst, '|')
+	dst = strconv.AppendInt(dst, h.CreatedMs, 10)
+	dst = append(dst, '|')
+	dst = strconv.AppendInt(dst, int64(h.Attempt), 10)
+	dst = append(dst, '|')
+	dst = strconv.AppendInt(dst, int64(h.Recoveries), 10)
+	dst = append(dst, '|')
+	if h.MaxRetries != 0 {
+		dst = strconv.AppendInt(dst, int64(h.MaxRetries), 10)
+	}
+	dst = append(dst, '|')
+	for i, ms := range h.Intervals {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendInt(dst, ms, 10)
+	}
+	dst = append(dst, '|')
+	if h.Broadcast {
+		dst = append(dst, flagBroadcast)
+	}
+	return append(dst, '\n')
+}
+
+// Encode returns the envelope of h and body.
+func Encode(h Header, body []byte) []byte {
+	out := make([]byte, 0, 32+len(body)+8*len(h.Intervals))
+	return append(AppendHeader(out, h), body...)
+}
+
+// ErrCorrupt is an envelope redeq cannot read.
+var ErrCorrupt = errors.New("redeq: corrupt envelope")
+
+// maxHeader bounds the header line: the counters plus MaxIntervals intervals.
+const maxHeader = 64 + config.MaxIntervals*20
+
+// Decode splits an envelope into its header and body. The body aliases env.
+func Decode(env []byte) (Header, []byte, error) {
+	nl := bytes.IndexByte(env, '\n')
+	if nl < 0 || nl > maxHeader {
+		return Header{}, nil, fmt.Errorf("%w: no header line", ErrCorrupt)
+	}
+	fields := bytes.Split(env[:nl], []byte{'|'})
+	if len(fields) != 7 {
+		return Header{}, nil, fmt.Errorf("%w: %d header fields, want 7", ErrCorrupt, len(fields))
+	}
+	if string(fields[0]) != envelopeVersion {
+		return Header{}, nil, fmt.Errorf("%w: version %q", ErrCorrupt, fields[0])
+	}
+	var h Header
+	var err error
+	num := func(b []byte, name string, lo, hi int64) int64 {
+		if err != nil {
+			return 0
+		}
+		n, perr := strconv.ParseInt(string(b), 10, 64)
+		if perr != nil || n < lo || n > hi {
+			err = fmt.Errorf("%w: %s %q", ErrCorrupt, name, b)
+		}
+		return n
+	}
+	const maxCount = 1 << 30
+	h.CreatedMs = num(fields[1], "created", 0, 1<<50)
+	h.Attempt = int(num(fields[2], "attempt", 0, maxCount))
+	h.Recoveries = int(num(fields[3], "recoveries", 0, maxCount))
+	if len(fields[4]) > 0 {
+		h.MaxRetries = int(num(fields[4], "max retries", -1, config.MaxRetriesLimit))
+	}
+	if len(fields[5]) > 0 {
+		parts := bytes.Split(fields[5], []byte{','})
+		if len(parts) > config.MaxIntervals {
+			return Header{}, nil, fmt.Errorf("%w: %d intervals", ErrCorrupt, len(parts))
+		}
+		h.Intervals = make([]int64, len(parts))
+		for i, p := range parts {
+			h.Intervals[i] = num(p, "interval", 1, int64(365*24*time.Hour/time.Millisecond))
+		}
+	}
+	switch string(fields[6]) {
+	case "":
+	case string(flagBroadcast):
+		h.Broadcast = true
+	default:
+		return Header{}, nil, fmt.Errorf("%w: flags %q", ErrCorrupt, fields[6])
+	}
+	if err != nil {
+		return Header{}, nil, err
+	}
+	return h, env[nl+1:], nil
+}
+
+// HeaderOf returns the header a new job is stored with.
+func HeaderOf(j *Job) Header {
+	h := Header{MaxRetries: j.MaxRetries, Broadcast: j.Broadcast}
+	if j.RetryIntervals != nil {
+		h.Intervals = make([]int64, len(j.RetryIntervals))
+		for i, d := range j.RetryIntervals {
+			h.Intervals[i] = DurationMs(d)
+		}
+	}
+	return h
+}
+
+// JobOf rebuilds a job from its stored envelope.
+func JobOf(topic, id string, env []byte) (*Job, error) {
+	h, body, err := Decode(env)
+	if err != nil {
+		return nil, fmt.Errorf("job %q of topic %q: %w", id, topic, err)
+	}
+	return JobFrom(topic, id, h, body), nil
+}
+
+// JobFrom builds a job from a decoded header and body (copied).
+func JobFrom(topic, id string, h Header, body []byte) *Job {
+	j := &Job{
+		Topic:      topic,
+		ID:         id,
+		Body:       bytes.Clone(body),
+		MaxRetries: h.MaxRetries,
+		Broadcast:  h.Broadcast,
+		Attempt:    h.Attempt,
+		Recoveries: h.Recoveries,
+		CreatedAt:  time.UnixMilli(h.CreatedMs),
+	}
+	if j.Body == nil {
+		j.Body = []byte{}
+	}
+	if h.Intervals != nil {
+		j.RetryIntervals = make([]time.Duration, len(h.Intervals))
+		for i, ms := range h.Intervals {
+			j.RetryIntervals[i] = time.Duration(ms) * time.Millisecond
+		}
+	}
+	return j
+}

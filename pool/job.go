@@ -1,0 +1,79 @@
+package pool
+
+import (
+	"context"
+	"time"
+)
+
+// Job is a unit of delayed work.
+type Job struct {
+	// Topic names the listener that runs the job.
+	Topic string
+	// ID names the job within its topic; "" makes Add assign a UUID and
+	// write it back.
+	ID string
+	// Body is the payload, stored as the bytes given.
+	Body []byte
+	// Delay is the wait from now (the Redis server's clock) until the job
+	// is due. Ignored when RunAt is set.
+	Delay time.Duration
+	// RunAt is the absolute due time. Get and the dead and un_ack listings
+	// set it to the job's current due time, or leave it zero when the job is
+	// not scheduled.
+	RunAt time.Time
+	// MaxRetries is how many times a failed job is retried: 0 means the
+	// config's Retry, -1 never.
+	MaxRetries int
+	// RetryIntervals is the wait before each retry; nil means the config's.
+	// When retries outrun the list the last interval repeats.
+	RetryIntervals []time.Duration
+	// Broadcast delivers the job, when due, to every running client with a
+	// BroadcastListener for its topic, instead of to one listener.
+	Broadcast bool
+	// Attempt is the number of failed deliveries so far. Set by redeq.
+	Attempt int
+	// Recoveries is the number of times the job was recovered from a crashed
+	// consumer. Set by redeq.
+	Recoveries int
+	// CreatedAt is when the job was added, by the Redis server's clock.
+	// Set by redeq.
+	CreatedAt time.Time
+	// State is where the job waits. Set by Get.
+	State State
+}
+
+// State is where a job waits.
+type State string
+
+// The states of a job.
+const (
+	StateScheduled State = "scheduled" // in its bucket, not due yet
+	StateReady     State = "ready"     // due, waiting for a consumer
+	StateInFlight  State = "inflight"  // held by a consumer
+	StateUnAck     State = "unack"     // handled without ack or rejoin
+	StateDead      State = "dead"      // retries ran out
+)
+
+// UnixMs is t in whole unix milliseconds, rounded up so that a due time is
+// never earlier than asked.
+func UnixMs(t time.Time) int64 {
+	us := t.UnixMicro()
+	ms := us / 1000
+	if us%1000 > 0 {
+		ms++
+	}
+	return ms
+}
+
+// DurationMs is d in whole milliseconds, rounded up.
+func DurationMs(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// ctxOrErr rejects a nil context before any command runs.
+func ctxOrErr(ctx context.Context) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
+	return nil
+}

@@ -1,0 +1,180 @@
+// Package pool holds the job envelope and the per-bucket HASH job pools:
+// adding, reading and deleting jobs by id.
+package pool
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/rdb"
+)
+
+var (
+	//go:embed add.lua
+	addSource string
+	//go:embed get.lua
+	getSource string
+	//go:embed delete.lua
+	deleteSource string
+
+	addScript    = redis.NewScript(addSource)
+	getScript    = redis.NewScript(getSource)
+	deleteScript = redis.NewScript(deleteSource)
+)
+
+// Store reads and writes the job pools under one key prefix.
+type Store struct {
+	rdb    redis.UniversalClient
+	prefix string
+}
+
+// NewStore returns a Store over c.
+func NewStore(c redis.UniversalClient, prefix string) *Store {
+	return &Store{rdb: c, prefix: prefix}
+}
+
+// Placement is where a job lives: its topic's bucket.
+type Placement struct {
+	Bucket int
+	// Limit is the most jobs the bucket's pool may hold.
+	Limit int
+}
+
+// Member is a job's member in its bucket ZSET.
+func Member(id string, broadcast bool) string {
+	if broadcast {
+		return keys.BroadcastMark + id
+	}
+	return id
+}
+
+func (s *Store) addCall(job *Job, at Placement) rdb.Call {
+	k := keys.ForBucket(s.prefix, job.Topic, at.Bucket)
+	header := AppendHeader(nil, HeaderOf(job))
+	// The script writes "1|<created>", so send the header from its second '|'.
+	tail := header[len(envelopeVersion)+1+1:] // skip "1|0"
+	runAt := ""
+	if !job.RunAt.IsZero() {
+		runAt = strconv.FormatInt(max(UnixMs(job.RunAt), 0), 10)
+	}
+	return rdb.Call{
+		Keys: []string{k.Pool(), k.Scheduled()},
+		Args: []any{job.ID, Member(job.ID, job.Broadcast), tail, job.Body,
+			DurationMs(job.Delay), runAt, at.Limit,
+			keys.WakeChannel(s.prefix), keys.Address(job.Topic, at.Bucket)},
+	}
+}
+
+// Add stores a validated job with an id and returns its due time.
+func (s *Store) Add(ctx context.Context, job *Job, at Placement) (time.Time, error) {
+	c := s.addCall(job, at)
+	v, err := addScript.Run(ctx, s.rdb, c.Keys, c.Args...).Result()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("add job %q: %w", job.ID, err)
+	}
+	return addResult(job, v)
+}
+
+// AddMany stores validated jobs with ids in one pipeline; errs[i] is the
+// outcome of jobs[i]. The error is a failure of the pipeline as a whole.
+func (s *Store) AddMany(ctx context.Context, jobs []*Job, at []Placement) (errs []error, err error) {
+	calls := make([]rdb.Call, len(jobs))
+	for i, j := range jobs {
+		calls[i] = s.addCall(j, at[i])
+	}
+	cmds, err := rdb.RunPipelined(ctx, s.rdb, addScript, calls)
+	if err != nil {
+		return nil, fmt.Errorf("add %d jobs: %w", len(jobs), err)
+	}
+	errs = make([]error, len(jobs))
+	for i, cmd := range cmds {
+		v, cerr := cmd.Result()
+		if cerr != nil {
+			errs[i] = fmt.Errorf("add job %q: %w", jobs[i].ID, cerr)
+			continue
+		}
+		_, errs[i] = addResult(jobs[i], v)
+	}
+	return errs, nil
+}
+
+func addResult(job *Job, v any) (time.Time, error) {
+	r, err := rdb.Slice(v)
+	if err != nil || len(r) == 0 {
+		return time.Time{}, fmt.Errorf("add job %q: bad reply %v", job.ID, v)
+	}
+	switch code, _ := rdb.Int(r[0]); code {
+	case 0:
+		due, err := rdb.Int(r[1])
+		if err != nil {
+			return time.Time{}, fmt.Errorf("add job %q: %w", job.ID, err)
+		}
+		return time.UnixMilli(due), nil
+	case 1:
+		return time.Time{}, fmt.Errorf("add job %q to topic %q: %w", job.ID, job.Topic, ErrJobExists)
+	default:
+		return time.Time{}, fmt.Errorf("add job %q to topic %q: %w", job.ID, job.Topic, ErrPoolFull)
+	}
+}
+
+func (s *Store) jobKeys(topic string, bucket int) []string {
+	k := keys.ForBucket(s.prefix, topic, bucket)
+	return []string{k.Pool(), k.Scheduled(), k.Ready(), k.UnAck(), k.Dead()}
+}
+
+// Get returns the job with its state, and its due time in RunAt when it
+// is scheduled.
+func (s *Store) Get(ctx context.Context, topic, id string, bucket int) (*Job, error) {
+	v, err := getScript.Run(ctx, s.rdb, s.jobKeys(topic, bucket), id, keys.BroadcastMark).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("get job %q of topic %q: %w", id, topic, ErrJobNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get job %q: %w", id, err)
+	}
+	r, err := rdb.Slice(v)
+	if err != nil || len(r) < 2 {
+		return nil, fmt.Errorf("get job %q: bad reply %v", id, v)
+	}
+	env, _ := rdb.Str(r[0])
+	job, err := JobOf(topic, id, []byte(env))
+	if err != nil {
+		return nil, err
+	}
+	state, _ := rdb.Str(r[1])
+	job.State = State(state)
+	if len(r) > 2 {
+		if score, ok := rdb.Str(r[2]); ok {
+			ms, _ := strconv.ParseFloat(score, 64)
+			if job.State == StateScheduled {
+				job.RunAt = time.UnixMilli(int64(ms))
+			}
+		}
+	}
+	return job, nil
+}
+
+// Delete removes a job from its pool and from wherever it waits, and
+// returns it.
+func (s *Store) Delete(ctx context.Context, topic, id string, bucket int) (*Job, error) {
+	v, err := deleteScript.Run(ctx, s.rdb, s.jobKeys(topic, bucket), id, keys.BroadcastMark).Text()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("delete job %q of topic %q: %w", id, topic, ErrJobNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("delete job %q: %w", id, err)
+	}
+	// A job that cannot be decoded is deleted all the same; return what we can.
+	job, derr := JobOf(topic, id, []byte(v))
+	if derr != nil {
+		return &Job{Topic: topic, ID: id}, nil
+	}
+	return job, nil
+}

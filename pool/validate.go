@@ -1,0 +1,56 @@
+package pool
+
+import (
+	"github.com/redeq-go/redeq/config"
+)
+
+// Validate reports why job cannot be added: a nil job, a bad topic or id, a
+// negative delay, a bad retry setting, or a body over maxBody bytes.
+// An empty id is valid: Add assigns one.
+func Validate(job *Job, maxBody int) error {
+	if job == nil {
+		return invalid("nil job")
+	}
+	if err := config.CheckName("topic", job.Topic); err != nil {
+		return invalid("%v", err)
+	}
+	if job.ID != "" {
+		if err := CheckID(job.ID); err != nil {
+			return err
+		}
+	}
+	if job.Delay < 0 {
+		return invalid("job %q: negative Delay %v", job.ID, job.Delay)
+	}
+	if job.MaxRetries < -1 || job.MaxRetries > config.MaxRetriesLimit {
+		return invalid("job %q: MaxRetries %d is out of range -1..%d", job.ID, job.MaxRetries, config.MaxRetriesLimit)
+	}
+	if job.RetryIntervals != nil {
+		if len(job.RetryIntervals) == 0 {
+			return invalid("job %q: RetryIntervals is empty (use nil for the default)", job.ID)
+		}
+		if err := config.CheckIntervals("RetryIntervals", job.RetryIntervals); err != nil {
+			return invalid("job %q: %v", job.ID, err)
+		}
+	}
+	if len(job.Body) > maxBody {
+		return invalid("job %q: body is %d bytes, over MaxBodyBytes %d", job.ID, len(job.Body), maxBody)
+	}
+	return nil
+}
+
+// CheckID reports why id cannot name a job.
+func CheckID(id string) error {
+	if err := config.CheckName("id", id); err != nil {
+		return invalid("%v", err)
+	}
+	return nil
+}
+
+// CheckTopic reports why topic cannot name a topic.
+func CheckTopic(topic string) error {
+	if err := config.CheckName("topic", topic); err != nil {
+		return invalid("%v", err)
+	}
+	return nil
+}

@@ -1,0 +1,230 @@
+// Package redeq runs delayed jobs on Redis. A service adds jobs by id with a
+// delay, registers one listener per topic, and redeq delivers each job to
+// one listener instance at its due time, never before, at least once.
+package redeq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redeq-go/redeq/bucket"
+	"github.com/redeq-go/redeq/config"
+	"github.com/redeq-go/redeq/consumer"
+	"github.com/redeq-go/redeq/internal/env"
+	"github.com/redeq-go/redeq/lock"
+	"github.com/redeq-go/redeq/pool"
+)
+
+// Job is a unit of delayed work.
+type Job = pool.Job
+
+// State is where a job waits.
+type State = pool.State
+
+// The states Get reports.
+const (
+	StateScheduled = pool.StateScheduled
+	StateReady     = pool.StateReady
+	StateInFlight  = pool.StateInFlight
+	StateUnAck     = pool.StateUnAck
+	StateDead      = pool.StateDead
+)
+
+// Client adds, reads and deletes jobs and, once started, moves due jobs and
+// runs the registered listeners. It is safe for concurrent use.
+type Client struct {
+	rdb    redis.UniversalClient
+	cfg    config.Config
+	env    env.Env
+	store  *pool.Store
+	reg    *bucket.Registry
+	locker *lock.Locker
+
+	group  *consumer.Group
+
+	mu     sync.Mutex
+	run    *runtime // nil until Start
+	closed bool
+}
+
+// New returns a client over rdb (a single server, Sentinel or Cluster
+// client, with whatever AUTH and TLS options it was built with). cfg's zero
+// fields take their defaults; an invalid cfg is an error naming the field.
+func New(rdb redis.UniversalClient, cfg config.Config) (*Client, error) {
+	if rdb == nil {
+		return nil, errors.New("redeq: nil redis client")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Client{
+		rdb:    rdb,
+		cfg:    cfg,
+		env:    env.New(cfg.Logger),
+		store:  pool.NewStore(rdb, cfg.Prefix),
+		reg:    bucket.NewRegistry(rdb, cfg.Prefix),
+		locker: lock.New(rdb),
+	}
+	c.group = consumer.NewGroup(rdb, cfg, c.env, c.reg, c.locker)
+	return c, nil
+}
+
+// Config returns the client's settings, defaults filled in.
+func (c *Client) Config() config.Config { return c.cfg }
+
+func (c *Client) placement(id string) pool.Placement {
+	n := c.cfg.Concurrency
+	return pool.Placement{Bucket: bucket.Of(id, n), Limit: (c.cfg.MaxPool + n - 1) / n}
+}
+
+// prepare validates job, assigns an id when it has none, and records its
+// topic. Nothing is written for an invalid job.
+func (c *Client) prepare(ctx context.Context, job *Job) error {
+	if err := pool.Validate(job, c.cfg.MaxBodyBytes); err != nil {
+		return err
+	}
+	if job.ID == "" {
+		job.ID = uuid.NewString()
+	}
+	return c.ensureTopic(ctx, job.Topic)
+}
+
+func (c *Client) ensureTopic(ctx context.Context, topic string) error {
+	if err := c.reg.Ensure(ctx, topic, c.cfg.Concurrency); err != nil {
+		return err
+	}
+	if r := c.runtime(); r != nil {
+		r.mover.Refresh()
+	}
+	return nil
+}
+
+// Add stores job, due after job.Delay (or at job.RunAt) by the Redis
+// server's clock. An empty ID is replaced by a new UUID, written back into
+// job. It fails with ErrInvalidJob (wrapped with the reason), ErrJobExists,
+// ErrPoolFull or ErrBucketMismatch, and then writes nothing. Add needs no
+// running client.
+func (c *Client) Add(ctx context.Context, job *Job) error {
+	if ctx == nil {
+		return pool.ErrNilContext
+	}
+	if err := c.prepare(ctx, job); err != nil {
+		return err
+	}
+	_, err := c.store.Add(ctx, job, c.placement(job.ID))
+	return err
+}
+
+// AddBatch stores jobs in one pipeline. Invalid jobs are rejected, the
+// valid ones stored; the error is then a *BatchError with one entry per job.
+// A failure of the connection as a whole is returned as is: some jobs may
+// then have been stored (Get tells which).
+func (c *Client) AddBatch(ctx context.Context, jobs []*Job) error {
+	if ctx == nil {
+		return pool.ErrNilContext
+	}
+	errs := make([]error, len(jobs))
+	var valid []*Job
+	var at []pool.Placement
+	var where []int
+	failed := false
+	for i, j := range jobs {
+		if err := c.prepare(ctx, j); err != nil {
+			if !errors.Is(err, ErrInvalidJob) && !errors.Is(err, ErrBucketMismatch) {
+				return err // Redis itself failed
+			}
+			errs[i], failed = err, true
+			continue
+		}
+		valid = append(valid, j)
+		at = append(at, c.placement(j.ID))
+		where = append(where, i)
+	}
+	if len(valid) > 0 {
+		got, err := c.store.AddMany(ctx, valid, at)
+		if err != nil {
+			return err
+		}
+		for k, err := range got {
+			if err != nil {
+				errs[where[k]], failed = err, true
+			}
+		}
+	}
+	if failed {
+		return &BatchError{Errs: errs}
+	}
+	return nil
+}
+
+// checkRef validates a topic and id given to a lookup.
+func checkRef(ctx context.Context, topic, id string) error {
+	if ctx == nil {
+		return pool.ErrNilContext
+	}
+	if err := pool.CheckTopic(topic); err != nil {
+		return err
+	}
+	return pool.CheckID(id)
+}
+
+// bucketOf returns the bucket of id in topic, using the topic's recorded
+// bucket count (a lookup must find jobs whatever this client's setting).
+func (c *Client) bucketOf(ctx context.Context, topic, id string) (int, error) {
+	n, err := c.reg.Count(ctx, topic, c.cfg.Concurrency)
+	if err != nil {
+		return 0, err
+	}
+	return bucket.Of(id, n), nil
+}
+
+// Get returns the job id of topic, with its State, and its due time in
+// RunAt while it is scheduled. ErrJobNotFound when absent.
+func (c *Client) Get(ctx context.Context, topic, id string) (*Job, error) {
+	if err := checkRef(ctx, topic, id); err != nil {
+		return nil, err
+	}
+	b, err := c.bucketOf(ctx, topic, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.store.Get(ctx, topic, id, b)
+}
+
+// Delete removes the job id of topic from wherever it waits and returns it.
+// A job whose handler is running is not re-added by the handler's outcome.
+// ErrJobNotFound when absent.
+func (c *Client) Delete(ctx context.Context, topic, id string) (*Job, error) {
+	if err := checkRef(ctx, topic, id); err != nil {
+		return nil, err
+	}
+	b, err := c.bucketOf(ctx, topic, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.store.Delete(ctx, topic, id, b)
+}
+
+// Reschedule gives a waiting job (scheduled, or due and not yet fetched) the
+// new due time at. ErrJobNotFound when absent; ErrJobNotWaiting when it is
+// in flight, parked in un_ack or dead.
+func (c *Client) Reschedule(ctx context.Context, topic, id string, at time.Time) error {
+	if err := checkRef(ctx, topic, id); err != nil {
+		return err
+	}
+	if at.IsZero() {
+		return fmt.Errorf("%w: reschedule job %q: zero time", ErrInvalidJob, id)
+	}
+	b, err := c.bucketOf(ctx, topic, id)
+	if err != nil {
+		return err
+	}
+	return bucket.Reschedule(ctx, c.rdb, c.cfg.Prefix, topic, id, b, at)
+}

@@ -1,0 +1,67 @@
+package redeq
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redeq-go/redeq/pool"
+)
+
+// Sentinels callers match with errors.Is.
+var (
+	// ErrInvalidJob is a job or argument rejected before anything is
+	// written; it is always wrapped with the reason.
+	ErrInvalidJob = pool.ErrInvalidJob
+	// ErrJobExists is an Add of an id its topic already holds.
+	ErrJobExists = pool.ErrJobExists
+	// ErrJobNotFound is an id its topic does not hold.
+	ErrJobNotFound = pool.ErrJobNotFound
+	// ErrPoolFull is an Add to a topic that holds MaxPool jobs.
+	ErrPoolFull = pool.ErrPoolFull
+	// ErrBucketMismatch is a client whose Concurrency differs from the
+	// bucket count recorded for the topic; errors.As gives a
+	// *MismatchError with both counts.
+	ErrBucketMismatch = pool.ErrBucketMismatch
+	// ErrJobNotWaiting is a Reschedule of a job that is in flight, parked
+	// or dead, or a requeue of a job that is not parked or dead.
+	ErrJobNotWaiting = pool.ErrJobNotWaiting
+	// ErrClientClosed is a Start, Register or Shutdown after Shutdown.
+	ErrClientClosed = errors.New("redeq: client closed")
+)
+
+// MismatchError reports a bucket count that differs from the recorded one.
+type MismatchError = pool.MismatchError
+
+// BatchError reports the jobs of an AddBatch that were not stored. Errs has
+// one entry per job, nil where the job was stored. errors.Is matches the
+// sentinel of any entry.
+type BatchError struct {
+	Errs []error
+}
+
+func (e *BatchError) Error() string {
+	var b strings.Builder
+	failed := 0
+	for _, err := range e.Errs {
+		if err != nil {
+			if failed < 3 {
+				b.WriteString("; ")
+				b.WriteString(err.Error())
+			}
+			failed++
+		}
+	}
+	return fmt.Sprintf("redeq: %d of %d jobs not added%s", failed, len(e.Errs), b.String())
+}
+
+// Unwrap returns the failures, for errors.Is and errors.As.
+func (e *BatchError) Unwrap() []error {
+	var out []error
+	for _, err := range e.Errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}

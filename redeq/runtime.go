@@ -1,0 +1,194 @@
+package redeq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redeq-go/redeq/ack"
+	"github.com/redeq-go/redeq/bucket"
+	"github.com/redeq-go/redeq/consumer"
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/retry"
+)
+
+// Listener runs the jobs of one topic; see consumer.Listener.
+type Listener = consumer.Listener
+
+// FinalRetryListener is a Listener told when a job's retries run out.
+type FinalRetryListener = consumer.FinalRetryListener
+
+// BroadcastListener receives the broadcast jobs of its topics.
+type BroadcastListener = consumer.BroadcastListener
+
+// WorkerCounter is a Listener with its own worker count.
+type WorkerCounter = consumer.WorkerCounter
+
+// Channel carries a handler's ack and rejoin bits.
+type Channel = ack.Channel
+
+// Errors of the consuming side.
+var (
+	// ErrStarted is a Register or Start after Start.
+	ErrStarted = consumer.ErrStarted
+	// ErrDuplicateListener is a second listener for one topic.
+	ErrDuplicateListener = consumer.ErrDuplicate
+	// ErrConsumeTimeout is the failure of a handler that overran
+	// ConsumeTimeout.
+	ErrConsumeTimeout = consumer.ErrConsumeTimeout
+	// ErrSkipRetry, returned or wrapped by a handler, gives up on a job at
+	// once: FinalRetry runs and the job moves to the dead set.
+	ErrSkipRetry = retry.ErrSkipRetry
+)
+
+// SkipRetry wraps err so that the job is not retried.
+func SkipRetry(err error) error { return retry.Skip(err) }
+
+// runtime is what Start runs.
+type runtime struct {
+	mover  *bucket.Mover
+	ps     *redis.PubSub
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func (c *Client) runtime() *runtime {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.run
+}
+
+// Register adds the listener of one topic. Call it before Start; a second
+// listener for a topic is ErrDuplicateListener.
+func (c *Client) Register(l Listener) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClientClosed
+	}
+	if c.run != nil {
+		return ErrStarted
+	}
+	return c.group.Register(l)
+}
+
+// RegisterBroadcast adds a broadcast listener. Call it before Start.
+func (c *Client) RegisterBroadcast(bl BroadcastListener) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClientClosed
+	}
+	if c.run != nil {
+		return ErrStarted
+	}
+	return c.group.RegisterBroadcast(bl)
+}
+
+// Start subscribes to redeq's notifications and starts, in this order, the
+// consumer group (heartbeat, reaper, broadcast dispatcher, listeners) and
+// the movers of every known topic. Every started client moves every topic,
+// whether or not it listens to it. ctx bounds the start-up calls and its
+// values reach the handlers; cancelling it later does not stop the client:
+// Shutdown does.
+func (c *Client) Start(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidJob)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClientClosed
+	}
+	if c.run != nil {
+		return ErrStarted
+	}
+	chans := []string{keys.WakeChannel(c.cfg.Prefix), keys.ReadyChannel(c.cfg.Prefix)}
+	if c.group.HasBroadcast() {
+		chans = append(chans, keys.BroadcastChannel(c.cfg.Prefix))
+	}
+	ps := c.rdb.Subscribe(ctx, chans...)
+	// Subscribe before anything moves, so no notification is missed.
+	if _, err := ps.Receive(ctx); err != nil {
+		ps.Close()
+		return fmt.Errorf("redeq: subscribe: %w", err)
+	}
+	if err := c.group.Start(ctx); err != nil {
+		ps.Close()
+		return err
+	}
+	r := &runtime{ps: ps}
+	r.mover = bucket.NewMover(c.rdb, c.locker, c.reg, bucket.MoverConfig{
+		Prefix: c.cfg.Prefix, ScanInterval: c.cfg.ScanInterval,
+		MoveBatch: c.cfg.MoveBatch, LockExpiry: c.cfg.LockExpiry,
+	}, c.env, c.group.Notify)
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.cancel = cancel
+	r.wg.Go(func() { r.mover.Run(runCtx) })
+	r.wg.Go(func() { c.listen(r) })
+	c.run = r
+	return nil
+}
+
+// listen routes pub/sub messages until the subscription is closed.
+// go-redis reconnects and resubscribes by itself; messages lost meanwhile
+// are covered by the movers' and fetchers' fallback scans.
+func (c *Client) listen(r *runtime) {
+	wake, rdy := keys.WakeChannel(c.cfg.Prefix), keys.ReadyChannel(c.cfg.Prefix)
+	for msg := range r.ps.Channel() {
+		switch msg.Channel {
+		case wake:
+			r.mover.Wake(msg.Payload)
+		case rdy:
+			if topic, n, ok := keys.ParseAddress(msg.Payload); ok {
+				c.group.Notify(topic, n)
+			}
+		default:
+			c.group.Deliver(msg.Payload)
+		}
+	}
+}
+
+// Shutdown stops the client gracefully, like http.Server.Shutdown: it
+// stops fetching, waits for running handlers until ctx ends or
+// ShutdownTimeout passes, cancels the handlers still running, applies the
+// outcomes handlers returned, and rolls every job still in this client's
+// in-flight lists back to its bucket due now, without spending an attempt
+// (with CrashRollback; otherwise the reaper recovers them after
+// ConsumerTimeout). Then it stops the heartbeat, the reaper, the movers
+// and the subscription, and returns once their goroutines have ended. It
+// returns ctx.Err() when ctx ended before the handlers finished, an error
+// of the rollback, or nil. A Shutdown of a client never started just
+// closes it. Later calls to Shutdown, Start and Register return
+// ErrClientClosed; Add, Get and Delete keep working.
+func (c *Client) Shutdown(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidJob)
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClientClosed
+	}
+	c.closed = true
+	r := c.run
+	c.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	err := c.group.Shutdown(ctx)
+	r.cancel()
+	cerr := r.ps.Close()
+	r.wg.Wait()
+	if cerr != nil && !errors.Is(cerr, redis.ErrClosed) {
+		c.env.Logger.Debug("redeq: closing the subscription", "err", cerr)
+	}
+	return err
+}
+
+// ConsumerID is this client's consumer id: its heartbeats and in-flight
+// lists carry it.
+func (c *Client) ConsumerID() string { return c.group.ID() }
