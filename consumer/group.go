@@ -48,7 +48,7 @@ type Group struct {
 	stopping atomic.Bool
 
 	fetchCancel, handlerCancel, settleCancel, bgCancel context.CancelFunc
-	handlerCtx, settleCtx                               context.Context
+	handlerCtx, settleCtx                              context.Context
 
 	fetchWG, workerWG, bgWG sync.WaitGroup
 }

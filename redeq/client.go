@@ -46,7 +46,7 @@ type Client struct {
 	reg    *bucket.Registry
 	locker *lock.Locker
 
-	group  *consumer.Group
+	group *consumer.Group
 
 	mu     sync.Mutex
 	run    *runtime // nil until Start

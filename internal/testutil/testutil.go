@@ -8,8 +8,8 @@ package testutil
 import (
 	"context"
 	"crypto/rand"
-	"fmt"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"os"
 	"slices"
