@@ -242,9 +242,7 @@ func (r *runner) handle(d delivery) {
 func (r *runner) fail(bucket int, job *pool.Job, h pool.Header, created string, cause error) {
 	g := r.g
 	h.Attempt++
-	job.Attempt = h.Attempt
-	intervals := job.RetryIntervals
-	policy := retry.For(h.MaxRetries, intervals, g.cfg.Retry, g.cfg.RetryIntervals)
+	policy := retry.For(h.MaxRetries, job.RetryIntervals, g.cfg.Retry, g.cfg.RetryIntervals)
 	delay, again := policy.Next(h.Attempt)
 	if errors.Is(cause, retry.ErrSkipRetry) {
 		again = false
@@ -256,7 +254,9 @@ func (r *runner) fail(bucket int, job *pool.Job, h pool.Header, created string, 
 	}
 	g.env.Logger.Warn("redeq: job failed for the last time", "topic", r.topic, "id", job.ID, "attempt", h.Attempt, "err", cause)
 	if fr, ok := r.l.(FinalRetryListener); ok {
-		r.final(fr, job)
+		final := *job // the handler may still hold job
+		final.Attempt = h.Attempt
+		r.final(fr, &final)
 	}
 	r.submit(bucket, ack.Outcome{ID: job.ID, Created: created, Op: ack.OpDead, Header: ack.HeaderFor(ack.OpDead, h)})
 }
@@ -365,11 +365,12 @@ func (r *runner) flush(batch []settleReq) {
 	}
 }
 
-// runAll starts the runner's goroutines on wg.
-func (r *runner) runAll(fetchCtx context.Context, wg *sync.WaitGroup, workers *sync.WaitGroup) {
-	wg.Go(func() { r.dispatch(fetchCtx) })
+// runAll starts the runner's goroutines: the dispatcher on fetchers, the
+// workers on workers, and the settler, which ends with settlerDone.
+func (r *runner) runAll(fetchCtx context.Context, fetchers, workers *sync.WaitGroup) {
+	fetchers.Go(func() { r.dispatch(fetchCtx) })
 	for range r.workers {
 		workers.Go(r.work)
 	}
-	wg.Go(r.settle)
+	go r.settle()
 }

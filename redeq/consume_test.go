@@ -1,0 +1,342 @@
+package redeq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/config"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+func TestDeliveredOnTimeNeverEarly(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		l := newListener("t", nil)
+		startWith(t, e.c, l)
+		for i := range 30 {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint(i), Delay: time.Duration(i*17) * time.Millisecond}))
+		}
+		waitFor(t, 5*time.Second, "all delivered", func() bool { return l.count() >= 30 })
+		for _, d := range l.deliveries() {
+			due := d.job.CreatedAt.Add(time.Duration(atoi(d.job.ID)*17) * time.Millisecond)
+			require.False(t, d.at.Before(due), "job %s ran %v early", d.job.ID, due.Sub(d.at))
+		}
+		waitFor(t, 2*time.Second, "acked jobs leave the pool", func() bool { return stats(t, e.c, "t").Pool == 0 })
+		require.Equal(t, 30, len(l.byID()))
+	})
+}
+
+func atoi(s string) int {
+	var n int
+	fmt.Sscan(s, &n)
+	return n
+}
+
+func TestOutcomes(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		var calls atomic.Int32
+		l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			n := calls.Add(1)
+			switch string(job.Body) {
+			case "ack":
+				ch.Ack()
+			case "rejoin":
+				if n == 1 {
+					ch.Rejoin(50 * time.Millisecond)
+				} else {
+					ch.Ack()
+				}
+			case "ack+rejoin":
+				if n == 1 {
+					ch.Ack()
+					ch.Rejoin(50 * time.Millisecond)
+				} else {
+					ch.Ack()
+				}
+			case "none":
+			}
+			return nil
+		})
+		startWith(t, e.c, l)
+
+		run := func(body string) {
+			calls.Store(0)
+			id := body + "-job"
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: id, Body: []byte(body)}))
+		}
+
+		// Ack: removed from pool and in-flight.
+		run("ack")
+		waitFor(t, 3*time.Second, "acked", func() bool { return l.byID()["ack-job"] == 1 && stats(t, e.c, "t").Pool == 0 })
+		require.Zero(t, stats(t, e.c, "t").InFlight)
+
+		// Rejoin: runs again after the delay, attempts unchanged.
+		run("rejoin")
+		waitFor(t, 3*time.Second, "rejoined and run again", func() bool { return l.byID()["rejoin-job"] == 2 && stats(t, e.c, "t").Pool == 0 })
+		ds := filter(l.deliveries(), "rejoin-job")
+		require.GreaterOrEqual(t, ds[1].at.Sub(ds[0].at), 50*time.Millisecond)
+		require.Zero(t, ds[1].job.Attempt)
+
+		// Ack and rejoin: added again fresh.
+		run("ack+rejoin")
+		waitFor(t, 3*time.Second, "re-added and run again", func() bool { return l.byID()["ack+rejoin-job"] == 2 && stats(t, e.c, "t").Pool == 0 })
+		ds = filter(l.deliveries(), "ack+rejoin-job")
+		require.True(t, ds[1].job.CreatedAt.After(ds[0].job.CreatedAt) || ds[1].job.CreatedAt.Equal(ds[0].job.CreatedAt))
+		require.GreaterOrEqual(t, ds[1].at.Sub(ds[0].at), 50*time.Millisecond)
+
+		// Neither: parked in un_ack, not redelivered.
+		run("none")
+		waitFor(t, 3*time.Second, "parked", func() bool { return stats(t, e.c, "t").UnAck == 1 })
+		st := stats(t, e.c, "t")
+		require.EqualValues(t, 1, st.Pool)
+		require.Zero(t, st.InFlight)
+		got, err := e.c.Get(ctx, "t", "none-job")
+		require.NoError(t, err)
+		require.Equal(t, redeq.StateUnAck, got.State)
+		parked, err := e.c.UnAcked(ctx, "t", 10)
+		require.NoError(t, err)
+		require.Len(t, parked, 1)
+		require.Equal(t, "none-job", parked[0].ID)
+		time.Sleep(3 * e.cfg.PollTimeout) // nothing redelivers it meanwhile
+		require.Equal(t, 1, l.byID()["none-job"])
+
+		// Requeue: delivered again; then parked again, ProcessUnAck takes it.
+		require.NoError(t, e.c.RequeueUnAck(ctx, "t", "none-job", 0))
+		waitFor(t, 3*time.Second, "requeued job runs", func() bool { return l.byID()["none-job"] == 2 })
+		waitFor(t, 3*time.Second, "parked again", func() bool { return stats(t, e.c, "t").UnAck == 1 })
+		job, err := e.c.ProcessUnAck(ctx, "t", "none-job")
+		require.NoError(t, err)
+		require.Equal(t, []byte("none"), job.Body)
+		st = stats(t, e.c, "t")
+		require.Zero(t, st.Pool)
+		require.Zero(t, st.UnAck)
+		_, err = e.c.ProcessUnAck(ctx, "t", "none-job")
+		require.ErrorIs(t, err, redeq.ErrJobNotFound)
+		require.ErrorIs(t, e.c.RequeueUnAck(ctx, "t", "none-job", 0), redeq.ErrJobNotFound)
+	})
+}
+
+func filter(ds []delivery, id string) []delivery {
+	var out []delivery
+	for _, d := range ds {
+		if d.job.ID == id {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func TestAutoAck(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			cfg := testutil.Config(t)
+			cfg.AutoAck = true
+			e := setup(t, be, cfg)
+			l := newListener("t", func(context.Context, *redeq.Job, *redeq.Channel) error { return nil })
+			startWith(t, e.c, l)
+			require.NoError(t, e.c.Add(context.Background(), &redeq.Job{Topic: "t", ID: "a"}))
+			waitFor(t, 3*time.Second, "auto-acked", func() bool { return l.count() == 1 && stats(t, e.c, "t").Pool == 0 })
+			require.Zero(t, stats(t, e.c, "t").UnAck)
+		})
+	}
+}
+
+// TestRetrySchedule: a failing job runs at the intervals of its schedule,
+// the last repeating, sees its attempt count, then FinalRetry runs once and
+// the job is dead.
+func TestRetrySchedule(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		l := newListener("t", func(context.Context, *redeq.Job, *redeq.Channel) error { return errors.New("partner down") })
+		startWith(t, e.c, l)
+		intervals := []time.Duration{100 * time.Millisecond, 250 * time.Millisecond}
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "cb", MaxRetries: 3, RetryIntervals: intervals}))
+		waitFor(t, 5*time.Second, "final retry", func() bool { return l.finalCount() == 1 })
+		waitFor(t, 2*time.Second, "dead", func() bool { return stats(t, e.c, "t").Dead == 1 })
+		ds := l.deliveries()
+		require.Len(t, ds, 4) // the first delivery and 3 retries
+		want := []time.Duration{100 * time.Millisecond, 250 * time.Millisecond, 250 * time.Millisecond}
+		for i, w := range want {
+			gap := ds[i+1].at.Sub(ds[i].at)
+			require.GreaterOrEqual(t, gap, w, "gap %d", i)
+			require.Less(t, gap, w+200*time.Millisecond, "gap %d", i)
+			require.Equal(t, i, ds[i].job.Attempt)
+		}
+		require.Equal(t, 4, l.finals[0].Attempt)
+		time.Sleep(400 * time.Millisecond)
+		require.Len(t, l.deliveries(), 4)
+		require.Equal(t, 1, l.finalCount())
+
+		dead, err := e.c.DeadJobs(ctx, "t", 10)
+		require.NoError(t, err)
+		require.Len(t, dead, 1)
+		require.Equal(t, 4, dead[0].Attempt)
+		got, err := e.c.Get(ctx, "t", "cb")
+		require.NoError(t, err)
+		require.Equal(t, redeq.StateDead, got.State)
+
+		// Requeued from dead: a fresh set of attempts.
+		require.NoError(t, e.c.RequeueDead(ctx, "t", "cb", 0))
+		waitFor(t, 3*time.Second, "requeued dead job runs", func() bool { return l.count() == 5 })
+		require.Zero(t, l.deliveries()[4].job.Attempt)
+	})
+}
+
+func TestFailuresAreRetried(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			cfg := testutil.Config(t)
+			cfg.ConsumeTimeout = 100 * time.Millisecond
+			e := setup(t, be, cfg)
+			var n atomic.Int32
+			l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+				if job.Attempt == 0 {
+					switch string(job.Body) {
+					case "panic":
+						panic("handler bug")
+					case "timeout":
+						<-ctx.Done()
+						return ctx.Err()
+					case "slow-nil":
+						time.Sleep(150 * time.Millisecond) // overruns, then claims success
+						ch.Ack()
+						return nil
+					}
+				}
+				n.Add(1)
+				ch.Ack()
+				return nil
+			})
+			startWith(t, e.c, l)
+			for _, b := range []string{"panic", "timeout", "slow-nil"} {
+				require.NoError(t, e.c.Add(context.Background(), &redeq.Job{Topic: "t", ID: b, Body: []byte(b)}))
+			}
+			waitFor(t, 5*time.Second, "each retried once and acked", func() bool { return n.Load() == 3 && stats(t, e.c, "t").Pool == 0 })
+			for _, b := range []string{"panic", "timeout", "slow-nil"} {
+				require.Equal(t, 2, l.byID()[b], b)
+			}
+		})
+	}
+}
+
+func TestNoRetryAndSkipRetry(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			if string(job.Body) == "skip" {
+				return redeq.SkipRetry(errors.New("bad request"))
+			}
+			return errors.New("fails")
+		})
+		startWith(t, e.c, l)
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "never", MaxRetries: -1}))
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "skip", Body: []byte("skip"), MaxRetries: 5}))
+		waitFor(t, 3*time.Second, "both dead", func() bool { return stats(t, e.c, "t").Dead == 2 })
+		require.Equal(t, map[string]int{"never": 1, "skip": 1}, l.byID())
+		require.Equal(t, 2, l.finalCount())
+	})
+}
+
+func TestDeadRetention(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			cfg := testutil.Config(t)
+			cfg.DeadRetention = 3
+			e := setup(t, be, cfg)
+			l := newListener("t", func(context.Context, *redeq.Job, *redeq.Channel) error { return errors.New("no") })
+			startWith(t, e.c, l)
+			for i := range 5 {
+				require.NoError(t, e.c.Add(context.Background(), &redeq.Job{Topic: "t", ID: fmt.Sprint(i), MaxRetries: -1, Delay: time.Duration(i*30) * time.Millisecond}))
+			}
+			waitFor(t, 3*time.Second, "all failed", func() bool { return l.finalCount() == 5 })
+			waitFor(t, 3*time.Second, "dead set trimmed", func() bool {
+				st := stats(t, e.c, "t")
+				return st.Dead == 3 && st.Pool == 3
+			})
+		})
+	}
+}
+
+// TestDeleteInFlight: a job deleted while its handler runs is not re-added
+// by the handler's outcome, whatever it is.
+func TestDeleteInFlight(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		release := make(chan struct{})
+		l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			<-release
+			switch string(job.Body) {
+			case "rejoin":
+				ch.Rejoin(0)
+			case "fail":
+				return errors.New("fail")
+			case "ack+rejoin":
+				ch.Ack()
+				ch.Rejoin(0)
+			}
+			return nil // "none" parks
+		})
+		l.workers = 8
+		startWith(t, e.c, l)
+		bodies := []string{"rejoin", "fail", "ack+rejoin", "none"}
+		for _, b := range bodies {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: b, Body: []byte(b)}))
+		}
+		waitFor(t, 3*time.Second, "all in flight", func() bool { return l.count() == 4 })
+		for _, b := range bodies {
+			got, err := e.c.Get(ctx, "t", b)
+			require.NoError(t, err)
+			require.Equal(t, redeq.StateInFlight, got.State)
+			_, err = e.c.Delete(ctx, "t", b)
+			require.NoError(t, err)
+		}
+		// One id comes back as a new job while the old one is still in flight.
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "none", Body: []byte("new"), Delay: time.Hour}))
+		close(release)
+		waitFor(t, 3*time.Second, "outcomes settled", func() bool { return stats(t, e.c, "t").InFlight == 0 })
+		time.Sleep(3 * e.cfg.ScanInterval)
+		st := stats(t, e.c, "t")
+		require.EqualValues(t, 1, st.Pool, "only the new job")
+		require.EqualValues(t, 1, st.Scheduled)
+		require.Zero(t, st.UnAck)
+		require.Zero(t, st.Dead)
+		got, err := e.c.Get(ctx, "t", "none")
+		require.NoError(t, err)
+		require.Equal(t, []byte("new"), got.Body)
+		require.Equal(t, 4, l.count())
+	})
+}
+
+func TestRegisterRules(t *testing.T) {
+	e := setup(t, testutil.Backends(t)[0], testutil.Config(t))
+	require.NoError(t, e.c.Register(newListener("t", nil)))
+	require.ErrorIs(t, e.c.Register(newListener("t", nil)), redeq.ErrDuplicateListener)
+	require.ErrorIs(t, e.c.Register(newListener("a b", nil)), redeq.ErrInvalidJob)
+	require.Error(t, e.c.Register(nil))
+	require.NoError(t, e.c.Start(context.Background()))
+	require.ErrorIs(t, e.c.Register(newListener("u", nil)), redeq.ErrStarted)
+	require.ErrorIs(t, e.c.Start(context.Background()), redeq.ErrStarted)
+	require.NoError(t, e.c.Shutdown(context.Background()))
+	require.ErrorIs(t, e.c.Shutdown(context.Background()), redeq.ErrClientClosed)
+	require.ErrorIs(t, e.c.Start(context.Background()), redeq.ErrClientClosed)
+	require.ErrorIs(t, e.c.Register(newListener("v", nil)), redeq.ErrClientClosed)
+	// Producing needs no running client.
+	require.NoError(t, e.c.Add(context.Background(), &redeq.Job{Topic: "t", ID: "after"}))
+}
+
+func TestStartRejectsMismatchedTopic(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		require.NoError(t, e.c.Add(context.Background(), &redeq.Job{Topic: "t", ID: "a", Delay: time.Hour}))
+		other := e.another(t, func(c *config.Config) { c.Concurrency = 4 })
+		require.NoError(t, other.Register(newListener("t", nil)))
+		require.ErrorIs(t, other.Start(context.Background()), redeq.ErrBucketMismatch)
+	})
+}

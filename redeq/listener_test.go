@@ -1,0 +1,114 @@
+package redeq_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// delivery is one call of a test listener.
+type delivery struct {
+	job *redeq.Job
+	at  time.Time
+}
+
+// listener is a test Listener that records every delivery and answers
+// through handle (ack when nil).
+type listener struct {
+	topic   string
+	handle  func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error
+	onFinal func(job *redeq.Job)
+	workers int
+
+	mu     sync.Mutex
+	seen   []delivery
+	finals []*redeq.Job
+	signal chan struct{}
+}
+
+func newListener(topic string, handle func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error) *listener {
+	return &listener{topic: topic, handle: handle, signal: make(chan struct{}, 1)}
+}
+
+func (l *listener) Topic() string { return l.topic }
+
+func (l *listener) Workers() int { return l.workers }
+
+func (l *listener) OnJob(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+	l.mu.Lock()
+	l.seen = append(l.seen, delivery{job: job, at: time.Now()})
+	l.mu.Unlock()
+	select {
+	case l.signal <- struct{}{}:
+	default:
+	}
+	if l.handle == nil {
+		ch.Ack()
+		return nil
+	}
+	return l.handle(ctx, job, ch)
+}
+
+func (l *listener) FinalRetry(ctx context.Context, job *redeq.Job) {
+	l.mu.Lock()
+	l.finals = append(l.finals, job)
+	l.mu.Unlock()
+	if l.onFinal != nil {
+		l.onFinal(job)
+	}
+}
+
+func (l *listener) deliveries() []delivery {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]delivery(nil), l.seen...)
+}
+
+func (l *listener) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.seen)
+}
+
+func (l *listener) finalCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.finals)
+}
+
+// byID counts deliveries per job id.
+func (l *listener) byID() map[string]int {
+	out := map[string]int{}
+	for _, d := range l.deliveries() {
+		out[d.job.ID]++
+	}
+	return out
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	require.Eventually(t, cond, within, 5*time.Millisecond, what)
+}
+
+// startWith registers ls on c and starts it.
+func startWith(t *testing.T, c *redeq.Client, ls ...redeq.Listener) {
+	t.Helper()
+	for _, l := range ls {
+		require.NoError(t, c.Register(l))
+	}
+	require.NoError(t, c.Start(context.Background()))
+}
+
+// stats reads a topic's stats.
+func stats(t *testing.T, c *redeq.Client, topic string) redeq.Stats {
+	t.Helper()
+	st, err := c.Stats(context.Background(), topic)
+	require.NoError(t, err)
+	return st
+}
