@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/redeq"
@@ -112,3 +113,5 @@ func stats(t *testing.T, c *redeq.Client, topic string) redeq.Stats {
 	require.NoError(t, err)
 	return st
 }
+
+func redisZ(member string) redis.Z { return redis.Z{Score: 0, Member: member} }

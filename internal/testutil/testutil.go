@@ -98,11 +98,10 @@ func Prefix(t testing.TB) string {
 	return "rq" + hex.EncodeToString(b[:])
 }
 
-// Config returns settings for tests: a fresh prefix, quiet logging and
-// short intervals, so that waiting for background work takes milliseconds.
-func Config(t testing.TB) config.Config {
+// Fast returns the default settings with short intervals, so that
+// waiting for background work takes milliseconds.
+func Fast() config.Config {
 	cfg := config.Default()
-	cfg.Prefix = Prefix(t)
 	cfg.ScanInterval = 100 * time.Millisecond
 	cfg.PollTimeout = 200 * time.Millisecond
 	cfg.HeartbeatInterval = 100 * time.Millisecond
@@ -110,6 +109,14 @@ func Config(t testing.TB) config.Config {
 	cfg.LockExpiry = 2 * time.Second
 	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.RetryIntervals = []time.Duration{50 * time.Millisecond}
+	return cfg
+}
+
+// Config returns Fast settings under a fresh prefix, logging warnings to
+// the test log.
+func Config(t testing.TB) config.Config {
+	cfg := Fast()
+	cfg.Prefix = Prefix(t)
 	cfg.Logger = Logger(t)
 	return cfg
 }

@@ -1,0 +1,112 @@
+package redeq_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// The test binary doubles as a consumer process that the crash tests kill.
+const childEnv = "REDEQ_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		runChild()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// runChild consumes one topic and never finishes a job: it prints
+// "holding <id>" for each job it holds, until it is killed.
+func runChild() {
+	addrs := strings.Split(os.Getenv("REDEQ_TEST_ADDRS"), ",")
+	var rdb redis.UniversalClient
+	if os.Getenv("REDEQ_TEST_CLUSTER") != "" {
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	} else {
+		rdb = redis.NewClient(&redis.Options{Addr: addrs[0]})
+	}
+	cfg := testutil.Fast()
+	cfg.Prefix = os.Getenv("REDEQ_TEST_PREFIX")
+	c, err := redeq.New(rdb, cfg)
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(2)
+	}
+	l := newListener(os.Getenv("REDEQ_TEST_TOPIC"), func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+		fmt.Println("holding", job.ID)
+		select {} // hold the job until killed
+	})
+	l.workers = 4
+	if err := c.Register(l); err != nil {
+		fmt.Println("error", err)
+		os.Exit(2)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		fmt.Println("error", err)
+		os.Exit(2)
+	}
+	select {}
+}
+
+// child is a consumer process holding jobs of topic.
+type child struct {
+	cmd  *exec.Cmd
+	held chan string
+}
+
+// startChild starts a consumer process for topic on be under prefix.
+func startChild(t *testing.T, be testutil.Backend, prefix, topic string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=1",
+		"REDEQ_TEST_ADDRS="+strings.Join(be.Addrs, ","),
+		"REDEQ_TEST_PREFIX="+prefix, "REDEQ_TEST_TOPIC="+topic)
+	if be.Name == "cluster" {
+		cmd.Env = append(cmd.Env, "REDEQ_TEST_CLUSTER=1")
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd, held: make(chan string, 1024)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if id, ok := strings.CutPrefix(sc.Text(), "holding "); ok {
+				c.held <- id
+			} else {
+				t.Log("child:", sc.Text())
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return c
+}
+
+// kill sends SIGKILL and reaps the process.
+func (c *child) kill() time.Time {
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	_ = c.cmd.Wait()
+	return time.Now()
+}

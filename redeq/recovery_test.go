@@ -1,0 +1,347 @@
+package redeq_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/config"
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// TestKillNineLosesNothing kills a consumer process holding jobs with
+// SIGKILL; another client then runs every one of them, without spending an
+// attempt, and the jobs count the recovery.
+func TestKillNineLosesNothing(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const n = 20
+		for i := range n {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint(i)}))
+		}
+		// Only the child consumes at first; this client moves jobs.
+		require.NoError(t, e.c.Start(ctx))
+		ch := startChild(t, e.be, e.cfg.Prefix, "t")
+		held := map[string]bool{}
+		for len(held) < 4 {
+			select {
+			case id := <-ch.held:
+				held[id] = true
+			case <-time.After(10 * time.Second):
+				t.Fatalf("child holds %d jobs", len(held))
+			}
+		}
+		waitFor(t, 5*time.Second, "child holds jobs in flight", func() bool { return stats(t, e.c, "t").InFlight >= 4 })
+		ch.kill()
+
+		l := newListener("t", nil)
+		other := e.another(t, nil)
+		startWith(t, other, l)
+		waitFor(t, 10*time.Second, "every job ran after the kill", func() bool {
+			return len(l.byID()) == n && stats(t, e.c, "t").Pool == 0
+		})
+		for _, d := range l.deliveries() {
+			require.Zero(t, d.job.Attempt, d.job.ID)
+			if held[d.job.ID] {
+				require.Equal(t, 1, d.job.Recoveries, d.job.ID)
+			}
+		}
+		st := stats(t, e.c, "t")
+		require.Zero(t, st.InFlight)
+		require.EqualValues(t, 1, st.Consumers, "the dead consumer was removed")
+	})
+}
+
+// TestPoisonJobGoesDead: a job whose consumer keeps dying is recovered
+// MaxRecoveries times, then moved to the dead set instead of looping.
+func TestPoisonJobGoesDead(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			cfg := testutil.Config(t)
+			cfg.MaxRecoveries = 2
+			e := setup(t, be, cfg)
+			ctx := context.Background()
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "poison"}))
+			require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
+			k := keys.ForBucket(e.cfg.Prefix, "t", 0)
+			waitFor(t, 3*time.Second, "due", func() bool { return e.rdb.LLen(ctx, k.Ready()).Val() == 1 })
+			for round := 1; round <= 3; round++ {
+				// A consumer takes the job and dies without a word.
+				dead := fmt.Sprintf("crashed-%d", round)
+				require.Equal(t, "poison", e.rdb.LMove(ctx, k.Ready(), k.InFlight(dead), "LEFT", "RIGHT").Val())
+				require.NoError(t, e.rdb.ZAdd(ctx, keys.ForTopic(e.cfg.Prefix, "t").Consumers(), redisZ(dead)).Err())
+				if round <= 2 {
+					waitFor(t, 5*time.Second, "recovered to ready", func() bool { return e.rdb.LLen(ctx, k.Ready()).Val() == 1 })
+					job, err := e.c.Get(ctx, "t", "poison")
+					require.NoError(t, err)
+					require.Equal(t, round, job.Recoveries)
+					require.Zero(t, job.Attempt)
+				}
+			}
+			waitFor(t, 5*time.Second, "poison job dead", func() bool { return stats(t, e.c, "t").Dead == 1 })
+			require.Zero(t, stats(t, e.c, "t").Ready)
+		})
+	}
+}
+
+// TestShutdownRollsBack: Shutdown with handlers that outlive its context
+// cancels them and rolls their jobs back unspent; another client runs them.
+func TestShutdownRollsBack(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			<-ctx.Done() // slow: only Shutdown ends it
+			return ctx.Err()
+		})
+		l.workers = 4
+		startWith(t, e.c, l)
+		for i := range 10 {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint(i)}))
+		}
+		waitFor(t, 3*time.Second, "handlers running", func() bool { return l.count() == 4 })
+		sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		err := e.c.Shutdown(sctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		st := stats(t, e.c, "t")
+		require.Zero(t, st.InFlight)
+		require.EqualValues(t, 10, st.Pool)
+		require.Zero(t, st.Consumers, "a clean shutdown leaves the consumer set")
+
+		l2 := newListener("t", nil)
+		other := e.another(t, nil)
+		startWith(t, other, l2)
+		waitFor(t, 5*time.Second, "all run elsewhere", func() bool { return len(l2.byID()) == 10 && stats(t, other, "t").Pool == 0 })
+		for _, d := range l2.deliveries() {
+			require.Zero(t, d.job.Attempt)
+			require.Zero(t, d.job.Recoveries)
+		}
+	})
+}
+
+// TestShutdownWaitsForHandlers: handlers that finish within the timeout
+// have their outcomes applied.
+func TestShutdownWaitsForHandlers(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		release := make(chan struct{})
+		l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			<-release
+			ch.Ack()
+			return nil
+		})
+		startWith(t, e.c, l)
+		for i := range 3 {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint(i)}))
+		}
+		waitFor(t, 3*time.Second, "running", func() bool { return l.count() == 3 })
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			close(release)
+		}()
+		require.NoError(t, e.c.Shutdown(ctx))
+		st := stats(t, e.c, "t")
+		require.Zero(t, st.Pool)
+		require.Zero(t, st.InFlight)
+	})
+}
+
+// TestManyClientsExactlyOnce: three clients, 3,000 jobs each, and no
+// crash: every job runs exactly once.
+func TestManyClientsExactlyOnce(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const perClient = 3000
+		var mu sync.Mutex
+		runs := map[string]int{}
+		var ls []*listener
+		var cs []*redeq.Client
+		for range 3 {
+			// Three service instances that agree on 4 buckets.
+			cs = append(cs, e.another(t, func(c *config.Config) { c.Concurrency = 4 }))
+			ls = append(ls, newListener("bulk", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+				mu.Lock()
+				runs[job.ID]++
+				mu.Unlock()
+				ch.Ack()
+				return nil
+			}))
+		}
+		for i, c := range cs {
+			startWith(t, c, ls[i])
+		}
+		var wg sync.WaitGroup
+		for i, c := range cs {
+			wg.Go(func() {
+				jobs := make([]*redeq.Job, perClient)
+				for j := range jobs {
+					jobs[j] = &redeq.Job{Topic: "bulk", ID: fmt.Sprintf("c%d-%d", i, j), Delay: time.Duration(j%50) * time.Millisecond}
+				}
+				require.NoError(t, c.AddBatch(ctx, jobs))
+			})
+		}
+		wg.Wait()
+		waitFor(t, 60*time.Second, "all run", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(runs) == 3*perClient
+		})
+		waitFor(t, 5*time.Second, "pool empty", func() bool { return stats(t, cs[0], "bulk").Pool == 0 })
+		mu.Lock()
+		defer mu.Unlock()
+		for id, n := range runs {
+			require.Equal(t, 1, n, id)
+		}
+		for i, l := range ls {
+			t.Logf("client %d ran %d jobs", i, l.count())
+		}
+	})
+}
+
+// TestProducerAndConsumerApart: a client that only adds (never started)
+// and one that only consumes; a job that fell due while no client ran moves
+// as soon as one starts; a client with no listener still moves jobs.
+func TestProducerAndConsumerApart(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		producer := e.c // never started
+		require.NoError(t, producer.Add(ctx, &redeq.Job{Topic: "t", ID: "early", Delay: 10 * time.Millisecond}))
+		time.Sleep(50 * time.Millisecond) // due, and nobody runs
+		require.EqualValues(t, 1, stats(t, producer, "t").Scheduled)
+
+		mover := e.another(t, nil) // started, listens to nothing
+		require.NoError(t, mover.Start(ctx))
+		waitFor(t, 3*time.Second, "moved by a client without listeners", func() bool { return stats(t, producer, "t").Ready == 1 })
+
+		l := newListener("t", nil)
+		consumer := e.another(t, nil)
+		startWith(t, consumer, l)
+		require.NoError(t, producer.Add(ctx, &redeq.Job{Topic: "t", ID: "late", Delay: 100 * time.Millisecond}))
+		waitFor(t, 3*time.Second, "both run", func() bool { return len(l.byID()) == 2 && stats(t, producer, "t").Pool == 0 })
+	})
+}
+
+func TestDeleteAndRescheduleBeforeDue(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		l := newListener("t", nil)
+		startWith(t, e.c, l)
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "deleted", Delay: 200 * time.Millisecond}))
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "sooner", Delay: time.Hour}))
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "later", Delay: 100 * time.Millisecond}))
+		_, err := e.c.Delete(ctx, "t", "deleted")
+		require.NoError(t, err)
+		require.NoError(t, e.c.Reschedule(ctx, "t", "sooner", time.Now().Add(150*time.Millisecond)))
+		laterAt := time.Now().Add(600 * time.Millisecond)
+		require.NoError(t, e.c.Reschedule(ctx, "t", "later", laterAt))
+		waitFor(t, 3*time.Second, "rescheduled jobs ran", func() bool { return len(l.byID()) == 2 })
+		ds := l.deliveries()
+		require.Equal(t, "sooner", ds[0].job.ID)
+		require.Equal(t, "later", ds[1].job.ID)
+		require.False(t, ds[1].at.Before(laterAt), "later ran early")
+		time.Sleep(300 * time.Millisecond)
+		require.NotContains(t, l.byID(), "deleted")
+	})
+}
+
+func TestBroadcastReachesEveryClient(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		var bls []*bcastListener
+		for i := range 2 {
+			c := e.c
+			if i > 0 {
+				c = e.another(t, nil)
+			}
+			bl := &bcastListener{topics: []string{"cache"}}
+			bls = append(bls, bl)
+			require.NoError(t, c.RegisterBroadcast(bl))
+			require.NoError(t, c.Start(ctx))
+		}
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "cache", ID: "flush-1", Body: []byte("users"), Broadcast: true, Delay: 50 * time.Millisecond}))
+		got, err := e.c.Get(ctx, "cache", "flush-1")
+		require.NoError(t, err)
+		require.True(t, got.Broadcast)
+		require.Equal(t, redeq.StateScheduled, got.State)
+		for _, bl := range bls {
+			waitFor(t, 3*time.Second, "broadcast received", func() bool { return bl.count() == 1 })
+		}
+		waitFor(t, time.Second, "removed after delivery", func() bool { return stats(t, e.c, "cache").Pool == 0 })
+		time.Sleep(200 * time.Millisecond)
+		for _, bl := range bls {
+			require.Equal(t, 1, bl.count())
+			require.Equal(t, []byte("users"), bl.jobs[0].Body)
+		}
+		// A broadcast job can be deleted before it is due.
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "cache", ID: "flush-2", Broadcast: true, Delay: 100 * time.Millisecond}))
+		_, err = e.c.Delete(ctx, "cache", "flush-2")
+		require.NoError(t, err)
+		time.Sleep(300 * time.Millisecond)
+		require.Equal(t, 1, bls[0].count())
+	})
+}
+
+type bcastListener struct {
+	topics []string
+	mu     sync.Mutex
+	jobs   []*redeq.Job
+}
+
+func (b *bcastListener) Topics() []string { return b.topics }
+
+func (b *bcastListener) OnBroadcast(ctx context.Context, job *redeq.Job) {
+	b.mu.Lock()
+	b.jobs = append(b.jobs, job)
+	b.mu.Unlock()
+}
+
+func (b *bcastListener) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.jobs)
+}
+
+// TestLockLoss: the mover's lock vanishes (expired) while two clients run;
+// the other takes over and no job is lost or doubled.
+func TestLockLoss(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		var mu sync.Mutex
+		runs := map[string]int{}
+		handle := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			mu.Lock()
+			runs[job.ID]++
+			mu.Unlock()
+			ch.Ack()
+			return nil
+		}
+		startWith(t, e.c, newListener("t", handle))
+		other := e.another(t, nil)
+		startWith(t, other, newListener("t", handle))
+		lockKey := keys.ForBucket(e.cfg.Prefix, "t", 0).Lock()
+		const n = 300
+		for i := range n {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint(i), Delay: time.Duration(i) * time.Millisecond}))
+			if i%50 == 0 {
+				require.NoError(t, e.rdb.Del(ctx, lockKey).Err()) // as if it expired
+			}
+		}
+		waitFor(t, 10*time.Second, "all ran", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(runs) == n
+		})
+		waitFor(t, 3*time.Second, "pool empty", func() bool { return stats(t, e.c, "t").Pool == 0 })
+		mu.Lock()
+		defer mu.Unlock()
+		for id, k := range runs {
+			require.Equal(t, 1, k, id)
+		}
+	})
+}
