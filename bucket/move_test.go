@@ -1,0 +1,131 @@
+package bucket_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/bucket"
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/pool"
+)
+
+// addDue adds n jobs of topic to bucket 0, due at once.
+func addDue(t *testing.T, s *pool.Store, topic string, n int) {
+	jobs := make([]*pool.Job, n)
+	at := make([]pool.Placement, n)
+	for i := range jobs {
+		jobs[i] = &pool.Job{Topic: topic, ID: fmt.Sprint(i)}
+		at[i] = pool.Placement{Bucket: 0, Limit: 1 << 30}
+	}
+	for start := 0; start < n; start += 1000 {
+		end := min(start+1000, n)
+		errs, err := s.AddMany(context.Background(), jobs[start:end], at[start:end])
+		require.NoError(t, err)
+		for _, e := range errs {
+			require.NoError(t, e)
+		}
+	}
+}
+
+// TestConcurrentMoversMoveEachJobOnce: four movers on one bucket at once
+// (as when a lock expires under a slow holder) move each due id exactly
+// once, each call bounded by its batch.
+func TestConcurrentMoversMoveEachJobOnce(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := be.New(t)
+			prefix := testutil.Prefix(t)
+			const n = 5000
+			addDue(t, pool.NewStore(rdb, prefix), "t", n)
+			time.Sleep(2 * time.Millisecond)
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() {
+					for {
+						res, err := bucket.Move(ctx, rdb, prefix, "t", 0, 100)
+						require.NoError(t, err)
+						require.LessOrEqual(t, res.Moved, 100)
+						if res.Moved == 0 {
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			k := keys.ForBucket(prefix, "t", 0)
+			ids, err := rdb.LRange(ctx, k.Ready(), 0, -1).Result()
+			require.NoError(t, err)
+			require.Len(t, ids, n)
+			seen := map[string]bool{}
+			for _, id := range ids {
+				require.False(t, seen[id], "moved twice: %s", id)
+				seen[id] = true
+			}
+			require.Zero(t, rdb.ZCard(ctx, k.Scheduled()).Val())
+		})
+	}
+}
+
+// TestMoveNeverEarly: a job is not moved before its due time, and the move
+// reports when the next one falls due.
+func TestMoveNeverEarly(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := be.New(t)
+			prefix := testutil.Prefix(t)
+			s := pool.NewStore(rdb, prefix)
+			due, err := s.Add(ctx, &pool.Job{Topic: "t", ID: "a", Delay: 300 * time.Millisecond}, pool.Placement{Limit: 10})
+			require.NoError(t, err)
+			res, err := bucket.Move(ctx, rdb, prefix, "t", 0, 100)
+			require.NoError(t, err)
+			require.Zero(t, res.Moved)
+			require.True(t, res.Next.Equal(due))
+			require.True(t, res.Now.Before(due))
+			for res.Moved == 0 {
+				time.Sleep(res.Next.Sub(res.Now))
+				res, err = bucket.Move(ctx, rdb, prefix, "t", 0, 100)
+				require.NoError(t, err)
+				if res.Moved == 0 {
+					require.True(t, res.Now.Before(due))
+				}
+			}
+			require.False(t, res.Now.Before(due))
+			require.True(t, res.Next.IsZero())
+		})
+	}
+}
+
+// TestDeletedBeforeMoveNotDelivered: a due job deleted before the move is
+// not moved; one deleted after the move is dropped by the fetch.
+func TestDeletedBeforeMoveNotDelivered(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := be.New(t)
+			prefix := testutil.Prefix(t)
+			s := pool.NewStore(rdb, prefix)
+			for _, id := range []string{"a", "b", "c"} {
+				_, err := s.Add(ctx, &pool.Job{Topic: "t", ID: id}, pool.Placement{Limit: 10})
+				require.NoError(t, err)
+			}
+			_, err := s.Delete(ctx, "t", "a", 0)
+			require.NoError(t, err)
+			time.Sleep(2 * time.Millisecond)
+			res, err := bucket.Move(ctx, rdb, prefix, "t", 0, 100)
+			require.NoError(t, err)
+			require.Equal(t, 2, res.Moved)
+			_, err = s.Delete(ctx, "t", "b", 0) // now in the ready list
+			require.NoError(t, err)
+			k := keys.ForBucket(prefix, "t", 0)
+			require.Equal(t, []string{"c"}, rdb.LRange(ctx, k.Ready(), 0, -1).Val())
+		})
+	}
+}

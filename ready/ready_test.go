@@ -1,0 +1,56 @@
+package ready_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/bucket"
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/pool"
+	"github.com/redeq-go/redeq/ready"
+)
+
+func TestFetchMovesIntoInFlight(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := be.New(t)
+			prefix := testutil.Prefix(t)
+			s := pool.NewStore(rdb, prefix)
+			for i := range 5 {
+				_, err := s.Add(ctx, &pool.Job{Topic: "t", ID: fmt.Sprint(i), Body: []byte{byte(i)}}, pool.Placement{Limit: 100})
+				require.NoError(t, err)
+			}
+			time.Sleep(2 * time.Millisecond)
+			_, err := bucket.Move(ctx, rdb, prefix, "t", 0, 100)
+			require.NoError(t, err)
+			// Deleted while ready: dropped, never handed out.
+			k := keys.ForBucket(prefix, "t", 0)
+			require.NoError(t, rdb.HDel(ctx, k.Pool(), "1").Err())
+
+			items, err := ready.Fetch(ctx, rdb, prefix, "t", 0, "me", 3)
+			require.NoError(t, err)
+			require.Len(t, items, 2) // "0" and "2"; "1" was gone
+			require.Equal(t, "0", items[0].ID)
+			h, body, err := pool.Decode([]byte(items[0].Envelope))
+			require.NoError(t, err)
+			require.Zero(t, h.Attempt)
+			require.Equal(t, []byte{0}, body)
+			require.Equal(t, []string{"0", "2"}, rdb.LRange(ctx, k.InFlight("me"), 0, -1).Val())
+
+			items, err = ready.Fetch(ctx, rdb, prefix, "t", 0, "me", 10)
+			require.NoError(t, err)
+			require.Len(t, items, 2)
+			items, err = ready.Fetch(ctx, rdb, prefix, "t", 0, "me", 10)
+			require.NoError(t, err)
+			require.Empty(t, items)
+			require.EqualValues(t, 4, rdb.LLen(ctx, k.InFlight("me")).Val())
+			require.Zero(t, rdb.Exists(ctx, k.Ready()).Val())
+		})
+	}
+}
