@@ -23,8 +23,8 @@ func addDue(t *testing.T, s *pool.Store, topic string, n int) {
 		jobs[i] = &pool.Job{Topic: topic, ID: fmt.Sprint(i)}
 		at[i] = pool.Placement{Bucket: 0, Limit: 1 << 30}
 	}
-	for start := 0; start < n; start += 1000 {
-		end := min(start+1000, n)
+	for start := 0; start < n; start += 200 {
+		end := min(start+200, n)
 		errs, err := s.AddMany(context.Background(), jobs[start:end], at[start:end])
 		require.NoError(t, err)
 		for _, e := range errs {
