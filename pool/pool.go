@@ -33,11 +33,12 @@ var (
 type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
+	adds   *rdb.Committer
 }
 
 // NewStore returns a Store over c.
 func NewStore(c redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: c, prefix: prefix}
+	return &Store{rdb: c, prefix: prefix, adds: rdb.NewCommitter(c, addScript)}
 }
 
 // Placement is where a job lives: its topic's bucket.
@@ -73,9 +74,9 @@ func (s *Store) addCall(job *Job, at Placement) rdb.Call {
 }
 
 // Add stores a validated job with an id and returns its due time.
+// Concurrent Adds share pipelines.
 func (s *Store) Add(ctx context.Context, job *Job, at Placement) (time.Time, error) {
-	c := s.addCall(job, at)
-	v, err := addScript.Run(ctx, s.rdb, c.Keys, c.Args...).Result()
+	v, err := s.adds.Do(ctx, s.addCall(job, at))
 	if err != nil {
 		return time.Time{}, fmt.Errorf("add job %q: %w", job.ID, err)
 	}

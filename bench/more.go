@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// lateness: jobs spread over Spread, two consumers of 16 workers each; the
+// handler records its start minus the job's due time.
+func (b *bench) lateness() {
+	n, spread := b.sz.Lateness, b.sz.Spread
+	fmt.Printf("lateness of %d jobs spread over %v, two consumers\n", n, spread)
+	stat := map[string]map[string]float64{}
+	for _, s := range b.systems() {
+		b.flush()
+		var mu sync.Mutex
+		var late []float64
+		cnt := newCounter(n)
+		handle := func(ctx context.Context, id string, body []byte, attempt int) {
+			now := time.Now()
+			due, _ := strconv.ParseInt(string(body), 10, 64)
+			mu.Lock()
+			late = append(late, float64(now.UnixNano()-due)/1e6)
+			mu.Unlock()
+			cnt.add(id)
+		}
+		stop1 := s.Consume(16, handle)
+		stop2 := s.Consume(16, handle)
+		base := time.Now().Add(time.Second)
+		list := ids("l", n)
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Go(func() {
+				for i := g; i < n; i += 4 {
+					due := base.Add(time.Duration(i) * spread / time.Duration(n))
+					if err := s.Enqueue(b.ctx, list[i], []byte(strconv.FormatInt(due.UnixNano(), 10)), due); err != nil {
+						fail("%s enqueue: %v", s.Name(), err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if err := cnt.wait(spread + time.Minute); err != nil {
+			fail("%s lateness: %v", s.Name(), err)
+		}
+		stop1()
+		stop2()
+		s.Close()
+		slices.Sort(late)
+		early := 0
+		for _, l := range late {
+			if l < 0 {
+				early++
+			}
+		}
+		b.res.Lateness[s.Name()] = late
+		stat[s.Name()] = map[string]float64{"min": late[0], "p50": pct(late, 50), "p99": pct(late, 99), "max": late[len(late)-1], "early": float64(early)}
+	}
+	pick := func(k string) map[string]float64 {
+		return map[string]float64{"redeq": stat["redeq"][k], "asynq": stat["asynq"][k]}
+	}
+	b.add("lateness min", "ms", "lower", "", pick("min"))
+	b.add("lateness p50", "ms", "lower", "", pick("p50"))
+	b.add("lateness p99", "ms", "lower", "", pick("p99"))
+	b.add("lateness max", "ms", "lower", "", pick("max"))
+	b.add("jobs run early", "jobs", "lower", "", pick("early"))
+}
+
+func pct(sorted []float64, p float64) float64 {
+	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// growth: enqueue and drain throughput with Growth jobs pending (due in a
+// day), each as a ratio to the same measurement on an empty database.
+func (b *bench) growth() {
+	fmt.Printf("cost growth: enqueue and drain with %d jobs pending vs none\n", b.sz.Growth)
+	addRatio, drainRatio, addFull, drainFull := map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}
+	for _, s := range b.systems() {
+		b.flush()
+		emptyAdd := b.enqueueRate(s, b.sz.Enqueue, 16, false, "g0")
+		b.flush()
+		emptyDrain, _ := b.drainOnce(s, b.sz.Drain)
+		b.flush()
+		far := time.Now().Add(24 * time.Hour)
+		list := ids("p", b.sz.Growth)
+		var wg sync.WaitGroup
+		var next int64
+		var mu sync.Mutex
+		for range 16 {
+			wg.Go(func() {
+				for {
+					mu.Lock()
+					i := int(next)
+					next += 100
+					mu.Unlock()
+					if i >= len(list) {
+						return
+					}
+					if err := s.EnqueueBatch(b.ctx, list[i:min(i+100, len(list))], body100, far); err != nil {
+						fail("%s prefill: %v", s.Name(), err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		fullAdd := b.enqueueRate(s, b.sz.Enqueue, 16, false, "g1")
+		fullDrain, _ := b.drainOnce(s, b.sz.Drain)
+		addFull[s.Name()], drainFull[s.Name()] = fullAdd, fullDrain
+		addRatio[s.Name()], drainRatio[s.Name()] = fullAdd/emptyAdd, fullDrain/emptyDrain
+		s.Close()
+	}
+	pending := fmt.Sprintf("%dk pending", b.sz.Growth/1000)
+	b.add("enqueue, 16 goroutines, "+pending, "jobs/s", "higher", "", addFull)
+	b.add("enqueue "+pending+" / none", "ratio", "higher", "1.0 = no slowdown", addRatio)
+	b.add("drain, "+pending, "jobs/s", "higher", "", drainFull)
+	b.add("drain "+pending+" / none", "ratio", "higher", "1.0 = no slowdown", drainRatio)
+}
+
+// recovery: a consumer process holding jobs is killed with SIGKILL; time
+// until another consumer has run every job, and the retries that cost.
+func (b *bench) recovery() {
+	n := b.sz.Held
+	fmt.Printf("recovery after kill -9 of a consumer holding jobs (%d jobs)\n", n)
+	took, spent := map[string]float64{}, map[string]float64{}
+	for _, s := range b.systems() {
+		b.flush()
+		list := ids("r", n)
+		if err := s.EnqueueBatch(b.ctx, list, body100, time.Time{}); err != nil {
+			fail("%s enqueue: %v", s.Name(), err)
+		}
+		cmd := exec.Command(os.Args[0], "-child", s.Name(), "-redis", *addr, "-db", strconv.Itoa(*db))
+		out, _ := cmd.StdoutPipe()
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			fail("start child: %v", err)
+		}
+		held := map[string]bool{}
+		sc := bufio.NewScanner(out)
+		for len(held) < 8 && sc.Scan() {
+			if id, ok := strings.CutPrefix(sc.Text(), "holding "); ok {
+				held[id] = true
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+		killed := time.Now()
+		cnt := newCounter(n)
+		var mu sync.Mutex
+		maxAttempt := 0
+		stop := s.Consume(16, func(ctx context.Context, id string, body []byte, attempt int) {
+			mu.Lock()
+			maxAttempt = max(maxAttempt, attempt)
+			mu.Unlock()
+			cnt.add(id)
+		})
+		if err := cnt.wait(*recovery); err != nil {
+			fmt.Printf("  %s: %v\n", s.Name(), err)
+			took[s.Name()] = math.NaN()
+		} else {
+			took[s.Name()] = time.Since(killed).Seconds()
+		}
+		stop()
+		s.Close()
+		spent[s.Name()] = float64(maxAttempt)
+	}
+	b.add("recovery after kill -9", "s", "lower", "until every held job ran again", took)
+	b.add("retries spent by recovered jobs", "retries", "lower", "", spent)
+}
+
+// runChild is the consumer process that recovery kills: it holds every job
+// it receives and prints "holding <id>".
+func runChild(name string, newClient func() redis.UniversalClient) {
+	var s system
+	if name == "redeq" {
+		s = newRedeq(newClient)
+	} else {
+		s = newAsynq(newClient)
+	}
+	s.Consume(16, func(ctx context.Context, id string, body []byte, attempt int) {
+		fmt.Println("holding", id)
+		select {}
+	})
+	select {}
+}
+
+func printTable(res *results) {
+	fmt.Printf("\n%-46s %14s %14s %10s  %s\n", "measurement", "redeq", "asynq", "redeq/asynq", "unit")
+	for _, r := range res.Rows {
+		ratio := r.Redeq / r.Asynq
+		fmt.Printf("%-46s %14.2f %14.2f %10.2fx  %s (%s is better)\n", r.Name, r.Redeq, r.Asynq, ratio, r.Unit, r.Better)
+	}
+}
