@@ -11,26 +11,28 @@
 -- Returns {ids moved, next due time in unix ms or -1, now in unix ms}.
 local t = redis.call('TIME')
 local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
+-- The idle case, one look: nothing due yet.
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if first[1] == nil then return {0, -1, now} end
+if tonumber(first[2]) > now then return {0, tonumber(first[2]), now} end
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
-if #ids > 0 then
-  local ready = {}
-  for _, m in ipairs(ids) do
-    if string.sub(m, 1, 1) == ARGV[2] then
-      local id = string.sub(m, 2)
-      local env = redis.call('HGET', KEYS[3], id)
-      if env ~= false then
-        redis.call('PUBLISH', ARGV[4], ARGV[5] .. '\n' .. id .. '\n' .. env)
-        redis.call('HDEL', KEYS[3], id)
-      end
-    else
-      ready[#ready + 1] = m
+local ready = {}
+for _, m in ipairs(ids) do
+  if string.sub(m, 1, 1) == ARGV[2] then
+    local id = string.sub(m, 2)
+    local env = redis.call('HGET', KEYS[3], id)
+    if env ~= false then
+      redis.call('PUBLISH', ARGV[4], ARGV[5] .. '\n' .. id .. '\n' .. env)
+      redis.call('HDEL', KEYS[3], id)
     end
+  else
+    ready[#ready + 1] = m
   end
-  redis.call('ZREM', KEYS[1], unpack(ids))
-  if #ready > 0 then
-    redis.call('RPUSH', KEYS[2], unpack(ready))
-    redis.call('PUBLISH', ARGV[3], ARGV[5])
-  end
+end
+redis.call('ZREM', KEYS[1], unpack(ids))
+if #ready > 0 then
+  redis.call('RPUSH', KEYS[2], unpack(ready))
+  redis.call('PUBLISH', ARGV[3], ARGV[5])
 end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local due = -1
