@@ -1,0 +1,130 @@
+package redeq_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/bucket"
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// TestCorruptEntryGoesDead: a pool entry redeq cannot read sends that job
+// to the dead set and the worker goes on with the next job.
+func TestCorruptEntryGoesDead(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "bad", Delay: 100 * time.Millisecond}))
+		require.NoError(t, e.rdb.HSet(ctx, keys.ForBucket(e.cfg.Prefix, "t", 0).Pool(), "bad", "not an envelope").Err())
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "good", Delay: 150 * time.Millisecond}))
+		l := newListener("t", nil)
+		l.workers = 1
+		startWith(t, e.c, l)
+		waitFor(t, 3*time.Second, "good job ran", func() bool { return l.byID()["good"] == 1 })
+		waitFor(t, 3*time.Second, "corrupt job dead", func() bool { return stats(t, e.c, "t").Dead == 1 })
+		require.NotContains(t, l.byID(), "bad")
+		dead, err := e.c.DeadJobs(ctx, "t", 10)
+		require.NoError(t, err)
+		require.Equal(t, "bad", dead[0].ID)
+	})
+}
+
+// TestBucketsSpreadOverMasters: on a cluster, a topic with 8 buckets puts
+// its buckets on more than one master.
+func TestBucketsSpreadOverMasters(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		if be.Name != "cluster" {
+			continue
+		}
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := be.New(t).(*redis.ClusterClient)
+			masters := map[string]bool{}
+			for b := range 8 {
+				k := keys.ForBucket("redeq", "orders", b).Pool()
+				slot, err := rdb.ClusterKeySlot(ctx, k).Result()
+				require.NoError(t, err)
+				node, err := rdb.MasterForKey(ctx, k)
+				require.NoError(t, err)
+				masters[node.Options().Addr] = true
+				t.Logf("bucket %d: slot %d on %s", b, slot, node.Options().Addr)
+			}
+			require.Greater(t, len(masters), 1)
+		})
+	}
+}
+
+// TestRedisOutage: the server stops for 5s under load. Add returns errors
+// meanwhile, never a half-written job; the background loops recover
+// without a restart and every job whose Add succeeded runs.
+func TestRedisOutage(t *testing.T) {
+	srv := testutil.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	cfg := testutil.Config(t)
+	opts := &redis.Options{MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond}
+	c, err := redeq.New(srv.Client(opts), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+	l := newListener("t", nil)
+	startWith(t, c, l)
+
+	ctx := context.Background()
+	var mu sync.Mutex
+	var added, failed []string
+	stop := make(chan struct{})
+	var producing sync.WaitGroup
+	producing.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			id := fmt.Sprint(i)
+			err := c.Add(ctx, &redeq.Job{Topic: "t", ID: id, Delay: time.Duration(i%20) * 10 * time.Millisecond})
+			mu.Lock()
+			if err == nil {
+				added = append(added, id)
+			} else {
+				failed = append(failed, id)
+			}
+			mu.Unlock()
+		}
+	})
+	time.Sleep(time.Second)
+	srv.Stop()
+	time.Sleep(5 * time.Second)
+	srv.Start()
+	time.Sleep(time.Second)
+	close(stop)
+	producing.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, failed, "Add must report the outage")
+	t.Logf("%d adds succeeded, %d failed during the outage", len(added), len(failed))
+	waitFor(t, 20*time.Second, "every added job ran", func() bool {
+		ran := l.byID()
+		for _, id := range added {
+			if ran[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	// A failed Add wrote nothing, or (its reply lost) all of the job.
+	k := keys.ForBucket(cfg.Prefix, "t", bucket.Of("x", 1))
+	for _, id := range failed {
+		inPool := srv.Client(nil).HExists(ctx, k.Pool(), id).Val()
+		ran := l.byID()[id] > 0
+		require.True(t, !inPool || ran || srv.Client(nil).ZScore(ctx, k.Scheduled(), id).Err() == nil, id)
+	}
+	waitFor(t, 10*time.Second, "pool drained", func() bool { return stats(t, c, "t").Pool == 0 })
+}
+
