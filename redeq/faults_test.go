@@ -127,4 +127,3 @@ func TestRedisOutage(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "pool drained", func() bool { return stats(t, c, "t").Pool == 0 })
 }
-
