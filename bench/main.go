@@ -28,7 +28,7 @@ var (
 	addr     = flag.String("redis", "127.0.0.1:6379", "redis-server address")
 	db       = flag.Int("db", 15, "database the bench owns and flushes")
 	quick    = flag.Bool("quick", false, "smaller sizes, for a fast look")
-	jsonOut  = flag.String("json", "results.json", "where to write the figures")
+	jsonOut  = flag.String("json", "../docs/bench-results.json", "where to write the figures")
 	svgOut   = flag.String("svg", "../docs/lateness.svg", "where to draw the lateness chart")
 	only     = flag.String("only", "", "comma-separated measurements to run (enqueue,memory,drain,lateness,growth,recovery,idle)")
 	recovery = flag.Duration("recovery-timeout", 4*time.Minute, "how long to wait for a killed consumer's jobs")
@@ -56,6 +56,7 @@ type row struct {
 	Redeq   float64 `json:"redeq"`
 	Asynq   float64 `json:"asynq"`
 	Better  string  `json:"better"` // "higher" or "lower"
+	Solo    bool    `json:"redeq_only,omitempty"`
 	Comment string  `json:"comment,omitempty"`
 }
 

@@ -200,11 +200,14 @@ func runChild(name string, newClient func() redis.UniversalClient) {
 func printTable(res *results) {
 	fmt.Printf("\n%-46s %14s %14s %10s  %s\n", "measurement", "redeq", "asynq", "redeq/asynq", "unit")
 	for _, r := range res.Rows {
-		if r.Asynq == 0 {
+		if r.Solo {
 			fmt.Printf("%-46s %14.2f %14s %10s   %s (%s)\n", r.Name, r.Redeq, "-", "-", r.Unit, r.Comment)
 			continue
 		}
 		ratio := r.Redeq / r.Asynq
+		if r.Asynq == 0 && r.Redeq == 0 {
+			ratio = 1
+		}
 		fmt.Printf("%-46s %14.2f %14.2f %10.2fx  %s (%s is better)\n", r.Name, r.Redeq, r.Asynq, ratio, r.Unit, r.Better)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
@@ -22,16 +23,20 @@ import (
 const childEnv = "REDEQ_TEST_CHILD"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
+	switch os.Getenv(childEnv) {
+	case "":
+	case "chaos":
+		runChaosChild()
+		return
+	default:
 		runChild()
 		return
 	}
 	goleak.VerifyTestMain(m)
 }
 
-// runChild consumes one topic and never finishes a job: it prints
-// "holding <id>" for each job it holds, until it is killed.
-func runChild() {
+// childClient connects a child process to the deployment its parent named.
+func childClient(mod func(*config.Config)) *redeq.Client {
 	addrs := strings.Split(os.Getenv("REDEQ_TEST_ADDRS"), ",")
 	var rdb redis.UniversalClient
 	if os.Getenv("REDEQ_TEST_CLUSTER") != "" {
@@ -41,11 +46,21 @@ func runChild() {
 	}
 	cfg := testutil.Fast()
 	cfg.Prefix = os.Getenv("REDEQ_TEST_PREFIX")
+	if mod != nil {
+		mod(&cfg)
+	}
 	c, err := redeq.New(rdb, cfg)
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(2)
 	}
+	return c
+}
+
+// runChild consumes one topic and never finishes a job: it prints
+// "holding <id>" for each job it holds, until it is killed.
+func runChild() {
+	c := childClient(nil)
 	l := newListener(os.Getenv("REDEQ_TEST_TOPIC"), func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 		fmt.Println("holding", job.ID)
 		select {} // hold the job until killed
@@ -70,9 +85,15 @@ type child struct {
 
 // startChild starts a consumer process for topic on be under prefix.
 func startChild(t *testing.T, be testutil.Backend, prefix, topic string) *child {
+	return startChildKind(t, "hold", be, prefix, topic, nil)
+}
+
+// startChildKind starts a child of kind; lines it prints that are not
+// "holding <id>" go to onLine (or the test log).
+func startChildKind(t *testing.T, kind string, be testutil.Backend, prefix, topic string, onLine func(string)) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1",
+	cmd.Env = append(os.Environ(), childEnv+"="+kind,
 		"REDEQ_TEST_ADDRS="+strings.Join(be.Addrs, ","),
 		"REDEQ_TEST_PREFIX="+prefix, "REDEQ_TEST_TOPIC="+topic)
 	if be.Name == "cluster" {
@@ -92,8 +113,8 @@ func startChild(t *testing.T, be testutil.Backend, prefix, topic string) *child 
 		for sc.Scan() {
 			if id, ok := strings.CutPrefix(sc.Text(), "holding "); ok {
 				c.held <- id
-			} else {
-				t.Log("child:", sc.Text())
+			} else if onLine != nil {
+				onLine(sc.Text())
 			}
 		}
 	}()
