@@ -1,0 +1,139 @@
+package redeq_test
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// TestClusterFailover: a 3-master + 3-replica cluster; under load, one
+// master hands over to its replica with CLUSTER FAILOVER. Every job runs.
+func TestClusterFailover(t *testing.T) {
+	var nodes []*testutil.Server
+	for range 6 {
+		nodes = append(nodes, testutil.StartServer(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "2000", "--appendonly", "yes"))
+	}
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		t.Fatalf("redis-cli not found: %v", err)
+	}
+	args := []string{"--cluster", "create"}
+	var addrs []string
+	for _, n := range nodes {
+		args = append(args, n.Addr)
+		addrs = append(addrs, n.Addr)
+	}
+	out, err := exec.Command("redis-cli", append(args, "--cluster-replicas", "1", "--cluster-yes")...).CombinedOutput()
+	require.NoError(t, err, string(out))
+	ctx := context.Background()
+	waitFor(t, 30*time.Second, "cluster ok with 3 replicas", func() bool {
+		for _, n := range nodes {
+			c := redis.NewClient(&redis.Options{Addr: n.Addr})
+			info, err := c.ClusterInfo(ctx).Result()
+			c.Close()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") {
+				return false
+			}
+		}
+		c := redis.NewClient(&redis.Options{Addr: nodes[0].Addr})
+		defer c.Close()
+		shards, err := c.ClusterNodes(ctx).Result()
+		return err == nil && strings.Count(shards, "slave") == 3
+	})
+
+	cfg := testutil.Config(t)
+	cfg.Concurrency = 8
+	newClient := func() *redis.ClusterClient {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	var mu sync.Mutex
+	ran := map[string]int{}
+	handle := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+		mu.Lock()
+		ran[job.ID]++
+		mu.Unlock()
+		ch.Ack()
+		return nil
+	}
+	var clients []*redeq.Client
+	for range 2 {
+		c, err := redeq.New(newClient(), cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+		startWith(t, c, newListener("orders", handle))
+		clients = append(clients, c)
+	}
+
+	// The master of bucket 0 hands over to its replica while jobs flow.
+	admin := newClient()
+	master, err := admin.MasterForKey(ctx, keys.ForBucket(cfg.Prefix, "orders", 0).Pool())
+	require.NoError(t, err)
+	masterID, err := master.Do(ctx, "CLUSTER", "MYID").Text()
+	require.NoError(t, err)
+	var replica string
+	for _, n := range nodes {
+		c := redis.NewClient(&redis.Options{Addr: n.Addr})
+		role, _ := c.Do(ctx, "ROLE").Slice()
+		info, _ := c.Do(ctx, "CLUSTER", "NODES").Text()
+		c.Close()
+		if len(role) > 0 && role[0] == "slave" && strings.Contains(info, "myself,slave "+masterID) {
+			replica = n.Addr
+		}
+	}
+	require.NotEmpty(t, replica, "replica of %s", master.Options().Addr)
+
+	const n = 1500
+	added := make(chan struct{})
+	var addErrs []error
+	go func() {
+		defer close(added)
+		for i := range n {
+			err := clients[i%2].Add(ctx, &redeq.Job{Topic: "orders", ID: fmt.Sprint(i), Delay: time.Duration(i%100) * 10 * time.Millisecond})
+			if err != nil {
+				mu.Lock()
+				addErrs = append(addErrs, err)
+				mu.Unlock()
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	rc := redis.NewClient(&redis.Options{Addr: replica})
+	defer rc.Close()
+	require.NoError(t, rc.Do(ctx, "CLUSTER", "FAILOVER").Err())
+	waitFor(t, 20*time.Second, "replica promoted", func() bool {
+		role, err := rc.Do(ctx, "ROLE").Slice()
+		return err == nil && len(role) > 0 && role[0] == "master"
+	})
+	<-added
+	mu.Lock()
+	require.Empty(t, addErrs, "a coordinated failover pauses writes, it does not fail them")
+	mu.Unlock()
+	waitFor(t, 60*time.Second, "every job ran", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ran) == n
+	})
+	waitFor(t, 10*time.Second, "pool empty", func() bool { return stats(t, clients[0], "orders").Pool == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	dups := 0
+	for _, k := range ran {
+		dups += k - 1
+	}
+	t.Logf("failover of %s to %s under load: %d jobs, lost 0, duplicates %d", master.Options().Addr, replica, n, dups)
+}
+
