@@ -136,4 +136,3 @@ func TestClusterFailover(t *testing.T) {
 	}
 	t.Logf("failover of %s to %s under load: %d jobs, lost 0, duplicates %d", master.Options().Addr, replica, n, dups)
 }
-
