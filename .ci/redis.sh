@@ -47,16 +47,18 @@ redis_up() {
   redis_install || return 1
   REDEQ_REDIS_DIR=$(mktemp -d /tmp/redeq-ci.XXXXXX)
   export REDEQ_REDIS_DIR
-  local base=$((30000 + RANDOM % 10000))
+  # Client and cluster-bus ports both come from 20000..~30500, below 45000.
+  local base=$((20000 + RANDOM % 10000))
   local port
   port=$(free_port "$base")
   start_node "$REDEQ_REDIS_DIR/standalone" "$port" || return 1
   export REDIS_ADDR="127.0.0.1:$port"
 
-  local nodes=() addrs=()
+  local nodes=() bus
   for i in 1 2 3; do
     port=$(free_port $((base + 100 + i)))
-    start_node "$REDEQ_REDIS_DIR/cluster$i" "$port" --cluster-enabled yes \
+    bus=$(free_port $((base + 200 + i)))
+    start_node "$REDEQ_REDIS_DIR/cluster$i" "$port" --cluster-enabled yes --cluster-port "$bus" \
       --cluster-config-file nodes.conf --cluster-node-timeout 2000 || return 1
     nodes+=("127.0.0.1:$port")
   done

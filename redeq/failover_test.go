@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,7 +23,8 @@ import (
 func TestClusterFailover(t *testing.T) {
 	var nodes []*testutil.Server
 	for range 6 {
-		nodes = append(nodes, testutil.StartServer(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		// The bus port is named: port+10000 may be taken or out of range.
+		nodes = append(nodes, testutil.StartServer(t, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(testutil.FreePort(t)), "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "2000", "--appendonly", "yes"))
 	}
 	if _, err := exec.LookPath("redis-cli"); err != nil {
