@@ -98,9 +98,16 @@ func TestLoadRejects(t *testing.T) {
 	_, err = config.Load(filepath.Join(t.TempDir(), "missing.yaml"))
 	require.Error(t, err)
 
-	t.Setenv("REDEQ_WORKRS", "3")
+	t.Setenv("REDEQ_WORKERS", "many")
 	_, err = config.Load("")
-	require.ErrorContains(t, err, "REDEQ_WORKRS")
+	require.ErrorContains(t, err, "REDEQ_WORKERS")
+}
+
+func TestLoadIgnoresForeignEnv(t *testing.T) {
+	t.Setenv("REDEQ_PORT", "tcp://10.0.0.1:6379") // set by Kubernetes for a Service named redeq
+	c, err := config.Load("")
+	require.NoError(t, err)
+	require.Equal(t, config.WorkersDefault, c.Workers)
 }
 
 func TestLoadEnvOnly(t *testing.T) {

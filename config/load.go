@@ -24,7 +24,9 @@ const maxFileBytes = 1 << 20
 
 // Load reads the YAML file at path (an empty path reads none), applies
 // REDEQ_* environment overrides, fills defaults and validates. An unknown
-// key in the file or an unknown REDEQ_* variable is an error.
+// key in the file is an error. REDEQ_* variables that name no setting are
+// ignored: orchestrators set some of their own (Kubernetes gives every pod
+// REDEQ_PORT and REDEQ_SERVICE_HOST when a Service is named "redeq").
 func Load(path string) (Config, error) {
 	var c Config
 	if path != "" {
@@ -84,7 +86,7 @@ func (c *Config) applyEnv(environ []string) error {
 		}
 		field, ok := fields[name]
 		if !ok {
-			return fmt.Errorf("config: unknown environment variable %s", name)
+			continue
 		}
 		if err := setFromString(field, value); err != nil {
 			return fmt.Errorf("config: %s=%q: %w", name, value, err)
