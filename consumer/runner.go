@@ -35,7 +35,14 @@ type runner struct {
 	// running ones plus as many waiting, so fetches come in batches.
 	capacity int
 
-	maybe  []atomic.Bool // bucket may have ready work
+	maybe []atomic.Bool // bucket may have ready work
+	// suspect marks buckets whose last fetch failed: its script may have
+	// run and its reply been lost. Only the dispatcher touches it.
+	suspect []bool
+	// held counts, per bucket, the ids this runner knows it holds: from
+	// their fetch until their outcome is settled.
+	heldMu sync.Mutex
+	held   []map[string]int
 	notify chan struct{}
 	freed  chan struct{}
 	busy   atomic.Int64
@@ -66,6 +73,8 @@ func newRunner(g *Group, l Listener, buckets int) *runner {
 	r := &runner{
 		g: g, l: l, topic: l.Topic(), buckets: buckets, workers: w, capacity: 2 * w,
 		maybe:       make([]atomic.Bool, buckets),
+		suspect:     make([]bool, buckets),
+		held:        make([]map[string]int, buckets),
 		notify:      make(chan struct{}, 1),
 		freed:       make(chan struct{}, 1),
 		jobs:        make(chan delivery, 2*w),
@@ -75,8 +84,54 @@ func newRunner(g *Group, l Listener, buckets int) *runner {
 	}
 	for i := range r.maybe {
 		r.maybe[i].Store(true)
+		r.held[i] = map[string]int{}
 	}
 	return r
+}
+
+func (r *runner) hold(b int, items []ready.Item) {
+	r.heldMu.Lock()
+	for _, it := range items {
+		r.held[b][it.ID]++
+	}
+	r.heldMu.Unlock()
+}
+
+func (r *runner) unhold(b int, outs []ack.Outcome) {
+	r.heldMu.Lock()
+	for _, o := range outs {
+		if r.held[b][o.ID]--; r.held[b][o.ID] <= 0 {
+			delete(r.held[b], o.ID)
+		}
+	}
+	r.heldMu.Unlock()
+}
+
+func (r *runner) heldIDs(b int) []string {
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	ids := make([]string, 0, len(r.held[b]))
+	for id, n := range r.held[b] {
+		for range n {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// reconcile gives back what a fetch with a lost reply moved into this
+// consumer's in-flight list of bucket b, so that no job waits there for a
+// consumer that does not know it has it.
+func (r *runner) reconcile(ctx context.Context, b int) error {
+	n, err := ready.Release(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, r.heldIDs(b))
+	if err != nil {
+		return err
+	}
+	r.suspect[b] = false
+	if n > 0 {
+		r.g.env.Logger.Info("redeq: returned jobs of a fetch whose reply was lost", "topic", r.topic, "bucket", b, "jobs", n)
+	}
+	return nil
 }
 
 // wake marks bucket n as holding ready work.
@@ -114,7 +169,17 @@ func (r *runner) dispatch(ctx context.Context) {
 					continue
 				}
 				want := min(free, ready.MaxFetch)
-				items, err := ready.Fetch(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, want)
+				var items []ready.Item
+				var err error
+				if r.suspect[b] {
+					err = r.reconcile(ctx, b)
+				}
+				if err == nil {
+					items, err = ready.Fetch(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, want)
+					if err != nil {
+						r.suspect[b] = true
+					}
+				}
 				if err != nil {
 					r.maybe[b].Store(true)
 					if ctx.Err() != nil {
@@ -132,6 +197,7 @@ func (r *runner) dispatch(ctx context.Context) {
 				if len(items) == want {
 					r.maybe[b].Store(true) // more may wait
 				}
+				r.hold(b, items)
 				r.busy.Add(int64(len(items)))
 				free -= len(items)
 				for _, it := range items {
@@ -347,6 +413,7 @@ func (r *runner) flush(batch []settleReq) {
 		for {
 			applied, err := r.g.settler.Settle(ctx, r.topic, b, outs)
 			if err == nil {
+				r.unhold(b, outs)
 				for i, ok := range applied {
 					if !ok {
 						log.Info("redeq: outcome dropped: job deleted or recovered by another consumer", "id", outs[i].ID, "op", string(outs[i].Op))

@@ -17,6 +17,9 @@ var (
 	//go:embed fetch.lua
 	fetchSource string
 	fetchScript = redis.NewScript(fetchSource)
+	//go:embed release.lua
+	releaseSource string
+	releaseScript = redis.NewScript(releaseSource)
 )
 
 // MaxFetch bounds the ids one fetch takes.
@@ -49,4 +52,22 @@ func Fetch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n
 		items[i].Envelope, _ = rdb.Str(r[2*i+1])
 	}
 	return items, nil
+}
+
+// Release returns to the head of the ready list of bucket n every id in
+// consumer cid's in-flight list that is not in held: ids moved by a fetch
+// whose reply never arrived. It returns how many it returned. The caller
+// must not fetch from the bucket meanwhile.
+func Release(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, held []string) (int, error) {
+	k := keys.ForBucket(prefix, topic, n)
+	args := make([]any, 0, 2+len(held))
+	args = append(args, keys.ReadyChannel(prefix), keys.Address(topic, n))
+	for _, id := range held {
+		args = append(args, id)
+	}
+	got, err := releaseScript.Run(ctx, c, []string{k.InFlight(cid), k.Ready()}, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("release %s: %w", keys.Address(topic, n), err)
+	}
+	return got, nil
 }

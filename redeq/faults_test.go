@@ -2,8 +2,11 @@ package redeq_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,15 +112,32 @@ func TestRedisOutage(t *testing.T) {
 	defer mu.Unlock()
 	require.NotEmpty(t, failed, "Add must report the outage")
 	t.Logf("%d adds succeeded, %d failed during the outage", len(added), len(failed))
-	waitFor(t, 20*time.Second, "every added job ran", func() bool {
+	missing := func() []string {
 		ran := l.byID()
+		var out []string
 		for _, id := range added {
 			if ran[id] == 0 {
-				return false
+				out = append(out, id)
 			}
 		}
-		return true
-	})
+		return out
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(missing()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, id := range missing() {
+		job, err := c.Get(ctx, "t", id)
+		if err != nil {
+			t.Errorf("job %s never ran: %v", id, err)
+		} else {
+			t.Errorf("job %s never ran: %s, due %v", id, job.State, job.RunAt)
+		}
+	}
+	if t.Failed() {
+		st := stats(t, c, "t")
+		t.Fatalf("stats %+v", st)
+	}
 	// A failed Add wrote nothing, or (its reply lost) all of the job.
 	k := keys.ForBucket(cfg.Prefix, "t", bucket.Of("x", 1))
 	for _, id := range failed {
@@ -126,4 +146,51 @@ func TestRedisOutage(t *testing.T) {
 		require.True(t, !inPool || ran || srv.Client(nil).ZScore(ctx, k.Scheduled(), id).Err() == nil, id)
 	}
 	waitFor(t, 10*time.Second, "pool drained", func() bool { return stats(t, c, "t").Pool == 0 })
+}
+
+// loseFirstFetchReply lets the first fetch script run on the server and
+// then replaces its reply with an error, as a network fault would.
+type loseFirstFetchReply struct{ done atomic.Bool }
+
+func (h *loseFirstFetchReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *loseFirstFetchReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		if len(args) > 3 && fmt.Sprint(args[0]) == "evalsha" && strings.HasSuffix(fmt.Sprint(args[3]), ":ready") &&
+			err == nil && h.done.CompareAndSwap(false, true) {
+			lost := errors.New("i/o timeout (simulated: reply lost)")
+			cmd.SetErr(lost)
+			return lost
+		}
+		return err
+	}
+}
+
+func (h *loseFirstFetchReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestLostFetchReply: a fetch whose reply is lost moved jobs into this
+// consumer's in-flight list without the consumer knowing; they must still
+// run, although the consumer stays alive (so the reaper never steps in).
+func TestLostFetchReply(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		hook := &loseFirstFetchReply{}
+		rdb := e.be.New(t)
+		rdb.AddHook(hook)
+		c, err := redeq.New(rdb, e.cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+		for i := range 5 {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint(i)}))
+		}
+		l := newListener("t", nil)
+		startWith(t, c, l)
+		waitFor(t, 5*time.Second, "every job ran", func() bool { return len(l.byID()) == 5 && stats(t, e.c, "t").Pool == 0 })
+		require.True(t, hook.done.Load(), "a fetch reply was lost")
+		require.Zero(t, stats(t, e.c, "t").InFlight)
+	})
 }
