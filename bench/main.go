@@ -34,6 +34,7 @@ var (
 	recovery = flag.Duration("recovery-timeout", 4*time.Minute, "how long to wait for a killed consumer's jobs")
 	child    = flag.String("child", "", "internal: run as a consumer process of this system")
 	which    = flag.String("systems", "redeq,asynq", "systems to measure (a ratio needs both)")
+	replot   = flag.Bool("replot", false, "redraw the chart from -json and print its table, measuring nothing")
 )
 
 // sizes of the measurements.
@@ -75,6 +76,21 @@ func main() {
 	}
 	if *child != "" {
 		runChild(*child, newClient)
+		return
+	}
+	if *replot {
+		var res results
+		data, err := os.ReadFile(*jsonOut)
+		if err == nil {
+			err = json.Unmarshal(data, &res)
+		}
+		if err != nil {
+			fail("read %s: %v", *jsonOut, err)
+		}
+		printTable(&res)
+		if err := os.WriteFile(*svgOut, []byte(latenessSVG(res.Lateness)), 0o644); err != nil {
+			fail("write %s: %v", *svgOut, err)
+		}
 		return
 	}
 	ctx := context.Background()

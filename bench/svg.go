@@ -25,7 +25,7 @@ func latenessSVG(late map[string][]float64) string {
 		label := map[float64]string{-1: "0.1ms", 0: "1ms", 1: "10ms", 2: "100ms", 3: "1s", 4: "10s"}[e]
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/><text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", px, top, px, h-bottom, px, h-bottom+16, label)
 	}
-	for _, f := range []float64{0, 0.5, 0.99, 1} {
+	for _, f := range []float64{0, 0.5, 0.9, 1} {
 		py := y(f)
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/><text x="%d" y="%.1f" text-anchor="end">%g%%</text>`+"\n", left, py, w-right, py, left-6, py+4, f*100)
 	}

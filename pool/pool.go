@@ -83,25 +83,35 @@ func (s *Store) Add(ctx context.Context, job *Job, at Placement) (time.Time, err
 	return addResult(job, v)
 }
 
-// AddMany stores validated jobs with ids in one pipeline; errs[i] is the
-// outcome of jobs[i]. The error is a failure of the pipeline as a whole.
+// PipelineChunk bounds the scripts AddMany sends in one round trip, so a
+// large batch neither builds one huge buffer nor risks a read timeout (and
+// a retry by go-redis) on a slow server.
+const PipelineChunk = 256
+
+// AddMany stores validated jobs with ids in pipelines of PipelineChunk;
+// errs[i] is the outcome of jobs[i]. The error is a failure of a pipeline
+// as a whole: the chunks before it were stored.
 func (s *Store) AddMany(ctx context.Context, jobs []*Job, at []Placement) (errs []error, err error) {
-	calls := make([]rdb.Call, len(jobs))
-	for i, j := range jobs {
-		calls[i] = s.addCall(j, at[i])
-	}
-	cmds, err := rdb.RunPipelined(ctx, s.rdb, addScript, calls)
-	if err != nil {
-		return nil, fmt.Errorf("add %d jobs: %w", len(jobs), err)
-	}
 	errs = make([]error, len(jobs))
-	for i, cmd := range cmds {
-		v, cerr := cmd.Result()
-		if cerr != nil {
-			errs[i] = fmt.Errorf("add job %q: %w", jobs[i].ID, cerr)
-			continue
+	for start := 0; start < len(jobs); start += PipelineChunk {
+		end := min(start+PipelineChunk, len(jobs))
+		calls := make([]rdb.Call, 0, end-start)
+		for i := start; i < end; i++ {
+			calls = append(calls, s.addCall(jobs[i], at[i]))
 		}
-		_, errs[i] = addResult(jobs[i], v)
+		cmds, err := rdb.RunPipelined(ctx, s.rdb, addScript, calls)
+		if err != nil {
+			return nil, fmt.Errorf("add jobs %d..%d of %d: %w", start, end-1, len(jobs), err)
+		}
+		for k, cmd := range cmds {
+			i := start + k
+			v, cerr := cmd.Result()
+			if cerr != nil {
+				errs[i] = fmt.Errorf("add job %q: %w", jobs[i].ID, cerr)
+				continue
+			}
+			_, errs[i] = addResult(jobs[i], v)
+		}
 	}
 	return errs, nil
 }

@@ -122,7 +122,7 @@ func (c *Client) Add(ctx context.Context, job *Job) error {
 	return err
 }
 
-// AddBatch stores jobs in one pipeline. Invalid jobs are rejected, the
+// AddBatch stores jobs in pipelines of 256. Invalid jobs are rejected, the
 // valid ones stored; the error is then a *BatchError with one entry per job.
 // A failure of the connection as a whole is returned as is: some jobs may
 // then have been stored (Get tells which).

@@ -49,7 +49,9 @@ func Backends(t testing.TB) []Backend {
 		Addrs: []string{mini.Addr()},
 		Mini:  mini,
 		New: func(t testing.TB) redis.UniversalClient {
-			c := redis.NewClient(&redis.Options{Addr: mini.Addr()})
+			// miniredis runs Lua slowly, slower still under -race: give it
+			// room rather than provoke go-redis's timeout retries.
+			c := redis.NewClient(&redis.Options{Addr: mini.Addr(), ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second})
 			t.Cleanup(func() { c.Close() })
 			return c
 		},
