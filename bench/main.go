@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +36,7 @@ var (
 	child    = flag.String("child", "", "internal: run as a consumer process of this system")
 	which    = flag.String("systems", "redeq,asynq", "systems to measure (a ratio needs both)")
 	replot   = flag.Bool("replot", false, "redraw the chart from -json and print its table, measuring nothing")
+	cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the whole run (both systems) here")
 )
 
 // sizes of the measurements.
@@ -92,6 +94,16 @@ func main() {
 			fail("write %s: %v", *svgOut, err)
 		}
 		return
+	}
+	if *cpuprof != "" {
+		f, err := os.Create(*cpuprof)
+		if err != nil {
+			fail("%v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fail("%v", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx := context.Background()
 	admin := newClient()
