@@ -61,21 +61,14 @@ func TestClusterFailover(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
+	ran := newTally()
 	var mu sync.Mutex
-	ran := map[string]int{}
-	handle := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-		mu.Lock()
-		ran[job.ID]++
-		mu.Unlock()
-		ch.Ack()
-		return nil
-	}
 	var clients []*redeq.Client
 	for range 2 {
 		c, err := redeq.New(newClient(), cfg)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
-		startWith(t, c, newListener("orders", handle))
+		startWith(t, c, newListener("orders", ran.handle))
 		clients = append(clients, c)
 	}
 
@@ -124,17 +117,7 @@ func TestClusterFailover(t *testing.T) {
 	mu.Lock()
 	require.Empty(t, addErrs, "a coordinated failover pauses writes, it does not fail them")
 	mu.Unlock()
-	waitFor(t, 60*time.Second, "every job ran", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(ran) == n
-	})
+	waitFor(t, 60*time.Second, "every job ran", func() bool { return ran.distinct() == n })
 	waitFor(t, 10*time.Second, "pool empty", func() bool { return stats(t, clients[0], "orders").Pool == 0 })
-	mu.Lock()
-	defer mu.Unlock()
-	dups := 0
-	for _, k := range ran {
-		dups += k - 1
-	}
-	t.Logf("failover of %s to %s under load: %d jobs, lost 0, duplicates %d", master.Options().Addr, replica, n, dups)
+	t.Logf("failover of %s to %s under load: %d jobs, lost 0, duplicates %d", master.Options().Addr, replica, n, ran.extra())
 }

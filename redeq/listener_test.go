@@ -115,3 +115,38 @@ func stats(t *testing.T, c *redeq.Client, topic string) redeq.Stats {
 }
 
 func redisZ(member string) redis.Z { return redis.Z{Score: 0, Member: member} }
+
+// tally counts runs per job id across the listeners of several clients;
+// its handle acks every job.
+type tally struct {
+	mu   sync.Mutex
+	runs map[string]int
+}
+
+func newTally() *tally { return &tally{runs: map[string]int{}} }
+
+func (t *tally) handle(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+	t.mu.Lock()
+	t.runs[job.ID]++
+	t.mu.Unlock()
+	ch.Ack()
+	return nil
+}
+
+// distinct is the number of jobs that ran at least once.
+func (t *tally) distinct() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.runs)
+}
+
+// extra is the number of runs beyond the first, over all jobs.
+func (t *tally) extra() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, k := range t.runs {
+		n += k - 1
+	}
+	return n
+}

@@ -158,20 +158,13 @@ func TestManyClientsExactlyOnce(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		const perClient = 3000
-		var mu sync.Mutex
-		runs := map[string]int{}
+		runs := newTally()
 		var ls []*listener
 		var cs []*redeq.Client
 		for range 3 {
 			// Three service instances that agree on 4 buckets.
 			cs = append(cs, e.another(t, func(c *config.Config) { c.Concurrency = 4 }))
-			ls = append(ls, newListener("bulk", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-				mu.Lock()
-				runs[job.ID]++
-				mu.Unlock()
-				ch.Ack()
-				return nil
-			}))
+			ls = append(ls, newListener("bulk", runs.handle))
 		}
 		for i, c := range cs {
 			startWith(t, c, ls[i])
@@ -187,17 +180,9 @@ func TestManyClientsExactlyOnce(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		waitFor(t, 60*time.Second, "all run", func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(runs) == 3*perClient
-		})
+		waitFor(t, 60*time.Second, "all run", func() bool { return runs.distinct() == 3*perClient })
 		waitFor(t, 5*time.Second, "pool empty", func() bool { return stats(t, cs[0], "bulk").Pool == 0 })
-		mu.Lock()
-		defer mu.Unlock()
-		for id, n := range runs {
-			require.Equal(t, 1, n, id)
-		}
+		require.Zero(t, runs.extra(), "jobs run more than once")
 		for i, l := range ls {
 			t.Logf("client %d ran %d jobs", i, l.count())
 		}
@@ -312,18 +297,10 @@ func (b *bcastListener) count() int {
 func TestLockLoss(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		var mu sync.Mutex
-		runs := map[string]int{}
-		handle := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-			mu.Lock()
-			runs[job.ID]++
-			mu.Unlock()
-			ch.Ack()
-			return nil
-		}
-		startWith(t, e.c, newListener("t", handle))
+		runs := newTally()
+		startWith(t, e.c, newListener("t", runs.handle))
 		other := e.another(t, nil)
-		startWith(t, other, newListener("t", handle))
+		startWith(t, other, newListener("t", runs.handle))
 		lockKey := keys.ForBucket(e.cfg.Prefix, "t", 0).Lock()
 		const n = 300
 		for i := range n {
@@ -332,16 +309,8 @@ func TestLockLoss(t *testing.T) {
 				require.NoError(t, e.rdb.Del(ctx, lockKey).Err()) // as if it expired
 			}
 		}
-		waitFor(t, 10*time.Second, "all ran", func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(runs) == n
-		})
+		waitFor(t, 10*time.Second, "all ran", func() bool { return runs.distinct() == n })
 		waitFor(t, 3*time.Second, "pool empty", func() bool { return stats(t, e.c, "t").Pool == 0 })
-		mu.Lock()
-		defer mu.Unlock()
-		for id, k := range runs {
-			require.Equal(t, 1, k, id)
-		}
+		require.Zero(t, runs.extra(), "jobs run more than once")
 	})
 }
