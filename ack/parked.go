@@ -74,6 +74,12 @@ func List(ctx context.Context, c redis.UniversalClient, prefix, topic string, bu
 		if err != nil {
 			return nil, fmt.Errorf("list %s of %s: %w", p.state(), topic, err)
 		}
+		var reasons []any
+		if p == Dead {
+			if reasons, err = c.HMGet(ctx, k.Reasons(), ids...).Result(); err != nil {
+				return nil, fmt.Errorf("list %s of %s: %w", p.state(), topic, err)
+			}
+		}
 		for i, e := range envs {
 			s, ok := e.(string)
 			if !ok {
@@ -85,6 +91,9 @@ func List(ctx context.Context, c redis.UniversalClient, prefix, topic string, bu
 			}
 			job.State = p.state()
 			job.RunAt = time.UnixMilli(int64(zs[i].Score))
+			if reasons != nil {
+				job.Reason, _ = reasons[i].(string)
+			}
 			out = append(out, job)
 		}
 	}
@@ -99,7 +108,7 @@ func List(ctx context.Context, c redis.UniversalClient, prefix, topic string, bu
 // returns it.
 func Take(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, p Parking) (*pool.Job, error) {
 	k := keys.ForBucket(prefix, topic, bucket)
-	v, err := takeScript.Run(ctx, c, []string{k.Pool(), p.key(k)}, id).Result()
+	v, err := takeScript.Run(ctx, c, []string{k.Pool(), p.key(k), k.Reasons()}, id).Result()
 	if err != nil {
 		return nil, fmt.Errorf("take %s job %q: %w", p.state(), id, err)
 	}
@@ -122,7 +131,7 @@ func Requeue(ctx context.Context, c redis.UniversalClient, prefix, topic, id str
 	if reset {
 		r = "1"
 	}
-	v, err := requeueScript.Run(ctx, c, []string{k.Pool(), p.key(k), k.Scheduled()},
+	v, err := requeueScript.Run(ctx, c, []string{k.Pool(), p.key(k), k.Scheduled(), k.Reasons()},
 		id, pool.DurationMs(delay), r, keys.WakeChannel(prefix), keys.Address(topic, bucket)).Result()
 	if err != nil {
 		return fmt.Errorf("requeue %s job %q: %w", p.state(), id, err)

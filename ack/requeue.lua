@@ -2,6 +2,7 @@
 -- KEYS[1] -> pool HASH
 -- KEYS[2] -> the ZSET it is parked in (unack or dead)
 -- KEYS[3] -> bucket ZSET
+-- KEYS[4] -> reasons HASH
 -- ARGV[1] -> job id
 -- ARGV[2] -> delay, ms
 -- ARGV[3] -> "1" to reset the job's attempts and recoveries, else ""
@@ -11,6 +12,7 @@
 local env = redis.call('HGET', KEYS[1], ARGV[1])
 if env == false then return 1 end
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return 2 end
+redis.call('HDEL', KEYS[4], ARGV[1])
 if ARGV[3] == '1' then
   local head, tail = string.match(env, '^(1|%d+|)%d+|%d+(|.*)$')
   if head then redis.call('HSET', KEYS[1], ARGV[1], head .. '0|0' .. tail) end

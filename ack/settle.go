@@ -45,6 +45,19 @@ type Outcome struct {
 	// Header replaces the stored one when not nil (OpRetry, OpDead,
 	// OpAckRejoin).
 	Header []byte
+	// Reason says why, for OpDead; cut to MaxReason bytes.
+	Reason string
+}
+
+// MaxReason bounds the reason kept for a dead job.
+const MaxReason = 512
+
+// Cut returns s cut to MaxReason bytes.
+func Cut(s string) string {
+	if len(s) > MaxReason {
+		return s[:MaxReason]
+	}
+	return s
 }
 
 // CreatedOf is the created field of h as the scripts compare it.
@@ -80,13 +93,13 @@ func NewSettler(c redis.UniversalClient, prefix, cid string, deadRetention int) 
 // longer held the job or the job was deleted.
 func (s *Settler) Settle(ctx context.Context, topic string, n int, outs []Outcome) (applied []bool, err error) {
 	k := keys.ForBucket(s.prefix, topic, n)
-	args := make([]any, 0, 3+5*len(outs))
+	args := make([]any, 0, 3+6*len(outs))
 	args = append(args, keys.WakeChannel(s.prefix), keys.Address(topic, n), s.deadRetention)
 	for _, o := range outs {
-		args = append(args, o.ID, o.Created, string(o.Op), pool.DurationMs(o.Delay), o.Header)
+		args = append(args, o.ID, o.Created, string(o.Op), pool.DurationMs(o.Delay), o.Header, Cut(o.Reason))
 	}
 	v, err := settleScript.Run(ctx, s.rdb,
-		[]string{k.Pool(), k.InFlight(s.cid), k.Scheduled(), k.UnAck(), k.Dead()}, args...).Result()
+		[]string{k.Pool(), k.InFlight(s.cid), k.Scheduled(), k.UnAck(), k.Dead(), k.Reasons()}, args...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("settle %d jobs of %s: %w", len(outs), keys.Address(topic, n), err)
 	}

@@ -8,11 +8,13 @@
 -- KEYS[3] -> bucket ZSET
 -- KEYS[4] -> unack ZSET
 -- KEYS[5] -> dead ZSET
+-- KEYS[6] -> reasons HASH (why each dead job died)
 -- ARGV[1] -> wake channel
 -- ARGV[2] -> wake message
 -- ARGV[3] -> most jobs the dead set keeps
--- ARGV[4..] -> per outcome, five values: id, created ms as stored (empty:
---   do not check), op, delay ms, new header ('' keeps the stored one). Ops:
+-- ARGV[4..] -> per outcome, six values: id, created ms as stored (empty:
+--   do not check), op, delay ms, new header ('' keeps the stored one), and
+--   for op d the reason it died. Ops:
 --   a ack: remove; r rejoin: to the bucket at now+delay; f failure: like
 --   rejoin with the new header; n ack and rejoin: to the bucket fresh, the
 --   header after the created time given; u: park in unack; d: to the dead set.
@@ -20,9 +22,9 @@
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.ceil(now_us / 1000)
-local n = (#ARGV - 3) / 5
+local n = (#ARGV - 3) / 6
 local ids = {}
-for i = 0, n - 1 do ids[i + 1] = ARGV[4 + i * 5] end
+for i = 0, n - 1 do ids[i + 1] = ARGV[4 + i * 6] end
 
 -- Which of the ids this consumer holds. Few outcomes: LREM each. Many: read
 -- the list once and write back what stays.
@@ -55,7 +57,7 @@ local envs = redis.call('HMGET', KEYS[1], unpack(ids))
 local out, hdel = {}, {}
 local earliest, dead = nil, false
 for i = 1, n do
-  local base = 4 + (i - 1) * 5
+  local base = 4 + (i - 1) * 6
   local id, created, op = ARGV[base], ARGV[base + 1], ARGV[base + 2]
   local delay, header = tonumber(ARGV[base + 3]), ARGV[base + 4]
   local env = envs[i]
@@ -78,6 +80,7 @@ for i = 1, n do
       redis.call('ZADD', KEYS[4], now, id)
     elseif op == 'd' then
       redis.call('ZADD', KEYS[5], now, id)
+      if ARGV[base + 5] ~= '' then redis.call('HSET', KEYS[6], id, ARGV[base + 5]) end
       dead = true
     end
   end
@@ -93,6 +96,7 @@ if dead then
   if over > 0 then
     local old = redis.call('ZRANGE', KEYS[5], 0, over - 1)
     redis.call('HDEL', KEYS[1], unpack(old))
+    redis.call('HDEL', KEYS[6], unpack(old))
     redis.call('ZREMRANGEBYRANK', KEYS[5], 0, over - 1)
   end
 end

@@ -153,7 +153,7 @@ func (g *Group) recoverList(ctx context.Context, topic string, b int, cid, mode 
 	total := 0
 	for {
 		v, err := recoverScript.Run(ctx, g.rdb,
-			[]string{k.InFlight(cid), k.Ready(), k.Pool(), k.Scheduled(), k.Dead()},
+			[]string{k.InFlight(cid), k.Ready(), k.Pool(), k.Scheduled(), k.Dead(), k.Reasons()},
 			mode, recoverBatch, g.cfg.MaxRecoveries, g.cfg.DeadRetention,
 			keys.ReadyChannel(g.cfg.Prefix), keys.WakeChannel(g.cfg.Prefix), keys.Address(topic, b)).Int64Slice()
 		if err != nil {

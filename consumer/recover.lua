@@ -12,6 +12,7 @@
 -- KEYS[3] -> pool HASH
 -- KEYS[4] -> bucket ZSET
 -- KEYS[5] -> dead ZSET
+-- KEYS[6] -> reasons HASH (why each dead job died)
 -- ARGV[1] -> mode: recover or rollback
 -- ARGV[2] -> most ids to handle
 -- ARGV[3] -> most recoveries of a job
@@ -41,6 +42,11 @@ for i, id in ipairs(ids) do
       end
       if rec == nil or count > tonumber(ARGV[3]) then
         redis.call('ZADD', KEYS[5], now, id)
+        if rec == nil then
+          redis.call('HSET', KEYS[6], id, 'corrupt envelope')
+        else
+          redis.call('HSET', KEYS[6], id, 'recovered ' .. count .. ' times: its consumers kept dying (poison job)')
+        end
         dead = dead + 1
       else
         ready[#ready + 1] = id
@@ -58,6 +64,7 @@ if dead > 0 then
   if over > 0 then
     local old = redis.call('ZRANGE', KEYS[5], 0, over - 1)
     redis.call('HDEL', KEYS[3], unpack(old))
+    redis.call('HDEL', KEYS[6], unpack(old))
     redis.call('ZREMRANGEBYRANK', KEYS[5], 0, over - 1)
   end
 end

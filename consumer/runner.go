@@ -261,7 +261,7 @@ func (r *runner) handle(d delivery) {
 	if err != nil {
 		// A corrupt entry cannot run: park it in the dead set, keep working.
 		g.env.Logger.Error("redeq: corrupt job sent to the dead set", "topic", r.topic, "id", d.item.ID, "err", err)
-		r.submit(d.bucket, ack.Outcome{ID: d.item.ID, Op: ack.OpDead})
+		r.submit(d.bucket, ack.Outcome{ID: d.item.ID, Op: ack.OpDead, Reason: err.Error()})
 		return
 	}
 	job := pool.JobFrom(r.topic, d.item.ID, h, body)
@@ -324,7 +324,8 @@ func (r *runner) fail(bucket int, job *pool.Job, h pool.Header, created string, 
 		final.Attempt = h.Attempt
 		r.final(fr, &final)
 	}
-	r.submit(bucket, ack.Outcome{ID: job.ID, Created: created, Op: ack.OpDead, Header: ack.HeaderFor(ack.OpDead, h)})
+	r.submit(bucket, ack.Outcome{ID: job.ID, Created: created, Op: ack.OpDead, Header: ack.HeaderFor(ack.OpDead, h),
+		Reason: fmt.Sprintf("failed %d times; last: %v", h.Attempt, cause)})
 }
 
 // call runs the handler, turning a panic into an error.

@@ -40,6 +40,10 @@ type Job struct {
 	CreatedAt time.Time
 	// State is where the job waits. Set by Get.
 	State State
+	// Reason says why a dead job died: the last handler error, a timeout,
+	// repeated crashes of its consumers, or a corrupt entry. Set by Get and
+	// the dead listing.
+	Reason string
 }
 
 // State is where a job waits.

@@ -137,7 +137,7 @@ func addResult(job *Job, v any) (time.Time, error) {
 
 func (s *Store) jobKeys(topic string, bucket int) []string {
 	k := keys.ForBucket(s.prefix, topic, bucket)
-	return []string{k.Pool(), k.Scheduled(), k.Ready(), k.UnAck(), k.Dead()}
+	return []string{k.Pool(), k.Scheduled(), k.Ready(), k.UnAck(), k.Dead(), k.Reasons()}
 }
 
 // Get returns the job with its state, and its due time in RunAt when it
@@ -161,6 +161,9 @@ func (s *Store) Get(ctx context.Context, topic, id string, bucket int) (*Job, er
 	}
 	state, _ := rdb.Str(r[1])
 	job.State = State(state)
+	if len(r) > 3 {
+		job.Reason, _ = rdb.Str(r[3])
+	}
 	if len(r) > 2 {
 		if score, ok := rdb.Str(r[2]); ok {
 			ms, _ := strconv.ParseFloat(score, 64)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/config"
+	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
@@ -179,14 +180,20 @@ func TestRetrySchedule(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, dead, 1)
 		require.Equal(t, 4, dead[0].Attempt)
+		require.Equal(t, "failed 4 times; last: partner down", dead[0].Reason)
 		got, err := e.c.Get(ctx, "t", "cb")
 		require.NoError(t, err)
 		require.Equal(t, redeq.StateDead, got.State)
+		require.Equal(t, dead[0].Reason, got.Reason)
 
 		// Requeued from dead: a fresh set of attempts.
 		require.NoError(t, e.c.RequeueDead(ctx, "t", "cb", 0))
 		waitFor(t, 3*time.Second, "requeued dead job runs", func() bool { return l.count() == 5 })
 		require.Zero(t, l.deliveries()[4].job.Attempt)
+		got, err = e.c.Get(ctx, "t", "cb")
+		if err == nil {
+			require.Empty(t, got.Reason, "a requeued job carries no reason")
+		}
 	})
 }
 
@@ -261,6 +268,8 @@ func TestDeadRetention(t *testing.T) {
 				st := stats(t, e.c, "t")
 				return st.Dead == 3 && st.Pool == 3
 			})
+			reasons := e.rdb.HLen(context.Background(), keys.ForBucket(e.cfg.Prefix, "t", 0).Reasons()).Val()
+			require.EqualValues(t, 3, reasons, "reasons are trimmed with their jobs")
 		})
 	}
 }

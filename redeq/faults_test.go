@@ -36,6 +36,11 @@ func TestCorruptEntryGoesDead(t *testing.T) {
 		dead, err := e.c.DeadJobs(ctx, "t", 10)
 		require.NoError(t, err)
 		require.Equal(t, "bad", dead[0].ID)
+		require.Contains(t, dead[0].Reason, "corrupt envelope")
+		// Deleting it removes its reason too.
+		_, err = e.c.Delete(ctx, "t", "bad")
+		require.NoError(t, err)
+		require.Zero(t, e.rdb.Exists(ctx, keys.ForBucket(e.cfg.Prefix, "t", 0).Reasons()).Val())
 	})
 }
 

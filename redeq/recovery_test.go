@@ -85,6 +85,9 @@ func TestPoisonJobGoesDead(t *testing.T) {
 				}
 			}
 			waitFor(t, 5*time.Second, "poison job dead", func() bool { return stats(t, e.c, "t").Dead == 1 })
+			job, err := e.c.Get(ctx, "t", "poison")
+			require.NoError(t, err)
+			require.Equal(t, "recovered 3 times: its consumers kept dying (poison job)", job.Reason)
 			require.Zero(t, stats(t, e.c, "t").Ready)
 		})
 	}

@@ -36,6 +36,9 @@ func (b Bucket) UnAck() string { return b.tag + "unack" }
 // Dead is a ZSET: job id -> time its retries ran out, unix ms.
 func (b Bucket) Dead() string { return b.tag + "dead" }
 
+// Reasons is a HASH: id of a dead job -> why it died (bounded text).
+func (b Bucket) Reasons() string { return b.tag + "reasons" }
+
 // Lock is the STRING redsync uses as the mutex of this bucket's mover.
 func (b Bucket) Lock() string { return b.tag + "lock" }
 
