@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -316,4 +317,37 @@ func TestLockLoss(t *testing.T) {
 		waitFor(t, 3*time.Second, "pool empty", func() bool { return stats(t, e.c, "t").Pool == 0 })
 		require.Zero(t, runs.extra(), "jobs run more than once")
 	})
+}
+
+// TestBulkDueDoesNotStarveOthers: 20,000 jobs of one topic are due at
+// once; a job of another topic added while they drain runs long before the
+// bulk is done, because every move and fetch is a bounded batch.
+func TestBulkDueDoesNotStarveOthers(t *testing.T) {
+	for _, be := range testutil.RealBackends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			e := setup(t, be, testutil.Config(t))
+			ctx := context.Background()
+			const n = 20000
+			jobs := make([]*redeq.Job, n)
+			for i := range jobs {
+				jobs[i] = &redeq.Job{Topic: "bulk", ID: fmt.Sprint(i)}
+			}
+			require.NoError(t, e.c.AddBatch(ctx, jobs))
+			bulk := newListener("bulk", nil)
+			var atRun atomic.Int64
+			urgent := newListener("urgent", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+				atRun.Store(int64(bulk.count()))
+				ch.Ack()
+				return nil
+			})
+			startWith(t, e.c, bulk, urgent)
+			waitFor(t, 30*time.Second, "bulk draining", func() bool { return bulk.count() >= 1000 })
+			atAdd := bulk.count()
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "urgent", ID: "u"}))
+			waitFor(t, 60*time.Second, "bulk drained", func() bool { return bulk.count() >= n })
+			require.Equal(t, 1, urgent.count())
+			t.Logf("urgent job added when %d of %d bulk jobs had run, ran when %d had", atAdd, n, atRun.Load())
+			require.Less(t, atRun.Load(), int64(n), "the urgent job waited for the whole bulk")
+		})
+	}
 }
