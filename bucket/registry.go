@@ -36,30 +36,31 @@ func NewRegistry(c redis.UniversalClient, prefix string) *Registry {
 }
 
 // Ensure records topic with n buckets on its first use and adds it to the
-// topic set. It returns a *pool.MismatchError (matching
+// topic set; fresh reports that this call was the first for topic in this
+// process. It returns a *pool.MismatchError (matching
 // pool.ErrBucketMismatch) when the topic was recorded with another count.
-func (r *Registry) Ensure(ctx context.Context, topic string, n int) error {
+func (r *Registry) Ensure(ctx context.Context, topic string, n int) (fresh bool, err error) {
 	r.mu.Lock()
 	stored, ok := r.known[topic]
 	r.mu.Unlock()
 	if !ok {
 		got, err := metaScript.Run(ctx, r.rdb, []string{keys.ForTopic(r.prefix, topic).Meta()}, n).Int()
 		if err != nil {
-			return fmt.Errorf("record topic %q: %w", topic, err)
+			return false, fmt.Errorf("record topic %q: %w", topic, err)
 		}
 		if got == n {
 			// Only a count that matches ours is worth registering.
 			if err := r.rdb.SAdd(ctx, keys.Topics(r.prefix), topic).Err(); err != nil {
-				return fmt.Errorf("record topic %q: %w", topic, err)
+				return false, fmt.Errorf("record topic %q: %w", topic, err)
 			}
 		}
-		stored = got
+		stored, fresh = got, true
 		r.remember(topic, stored)
 	}
 	if stored != n {
-		return &pool.MismatchError{Topic: topic, Configured: n, Stored: stored}
+		return false, &pool.MismatchError{Topic: topic, Configured: n, Stored: stored}
 	}
-	return nil
+	return fresh, nil
 }
 
 func (r *Registry) remember(topic string, n int) {

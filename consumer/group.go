@@ -133,7 +133,7 @@ func (g *Group) Start(ctx context.Context) error {
 		return ErrStarted
 	}
 	for _, l := range g.listeners {
-		if err := g.reg.Ensure(ctx, l.Topic(), g.cfg.Concurrency); err != nil {
+		if _, err := g.reg.Ensure(ctx, l.Topic(), g.cfg.Concurrency); err != nil {
 			return err
 		}
 	}

@@ -97,11 +97,12 @@ func (c *Client) prepare(ctx context.Context, job *Job) error {
 }
 
 func (c *Client) ensureTopic(ctx context.Context, topic string) error {
-	if err := c.reg.Ensure(ctx, topic, c.cfg.Concurrency); err != nil {
+	fresh, err := c.reg.Ensure(ctx, topic, c.cfg.Concurrency)
+	if err != nil {
 		return err
 	}
-	if r := c.runtime(); r != nil {
-		r.mover.Refresh()
+	if r := c.runtime(); fresh && r != nil {
+		r.mover.Refresh() // start moving the new topic now, not at the next reread
 	}
 	return nil
 }

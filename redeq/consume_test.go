@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/config"
@@ -348,4 +349,48 @@ func TestStartRejectsMismatchedTopic(t *testing.T) {
 		require.NoError(t, other.Register(newListener("t", nil)))
 		require.ErrorIs(t, other.Start(context.Background()), redeq.ErrBucketMismatch)
 	})
+}
+
+// TestAddsDoNotRereadTopics: a started client that also produces rereads
+// the topic set only when it meets a topic for the first time, not on
+// every Add.
+func TestAddsDoNotRereadTopics(t *testing.T) {
+	for _, be := range testutil.RealBackends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			e := setup(t, be, testutil.Config(t))
+			ctx := context.Background()
+			hook := &countSMembers{}
+			rdb := e.be.New(t)
+			rdb.AddHook(hook)
+			c, err := redeq.New(rdb, e.cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+			require.NoError(t, c.Start(ctx))
+			time.Sleep(50 * time.Millisecond)
+			before := hook.n.Load()
+			for i := range 500 {
+				require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint(i), Delay: time.Hour}))
+			}
+			// One reread for the new topic, plus at most the periodic ones
+			// (every 5 x ScanInterval) of the time the adds took.
+			require.LessOrEqual(t, hook.n.Load()-before, int64(5))
+		})
+	}
+}
+
+type countSMembers struct{ n atomic.Int64 }
+
+func (h *countSMembers) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countSMembers) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "smembers" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *countSMembers) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
