@@ -29,10 +29,15 @@ type MoveResult struct {
 
 // Move runs one bounded move of bucket n of topic: at most batch due ids.
 func Move(ctx context.Context, c redis.UniversalClient, prefix, topic string, n, batch int) (MoveResult, error) {
+	return moveOverdue(ctx, c, prefix, topic, n, batch, 0)
+}
+
+// moveOverdue moves at most batch ids overdue by more than grace.
+func moveOverdue(ctx context.Context, c redis.UniversalClient, prefix, topic string, n, batch int, grace time.Duration) (MoveResult, error) {
 	k := keys.ForBucket(prefix, topic, n)
 	v, err := moveScript.Run(ctx, c, []string{k.Scheduled(), k.Ready(), k.Pool()},
 		batch, keys.BroadcastMark, keys.ReadyChannel(prefix), keys.BroadcastChannel(prefix),
-		keys.Address(topic, n)).Result()
+		keys.Address(topic, n), grace.Milliseconds()).Result()
 	if err != nil {
 		return MoveResult{}, fmt.Errorf("move %s: %w", keys.Address(topic, n), err)
 	}

@@ -8,14 +8,17 @@
 -- ARGV[3] -> ready channel
 -- ARGV[4] -> broadcast channel
 -- ARGV[5] -> bucket address (topic#n)
+-- ARGV[6] -> grace, ms: move only jobs overdue by more than this (0 for the
+--   lock holder; a non-holder moves what a dead holder left behind)
 -- Returns {ids moved, next due time in unix ms or -1, now in unix ms}.
 local t = redis.call('TIME')
 local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
+local upto = now - tonumber(ARGV[6])
 -- The idle case, one look: nothing due yet.
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if first[1] == nil then return {0, -1, now} end
-if tonumber(first[2]) > now then return {0, tonumber(first[2]), now} end
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+if tonumber(first[2]) > upto then return {0, tonumber(first[2]), now} end
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upto, 'LIMIT', 0, tonumber(ARGV[1]))
 local ready = {}
 for _, m in ipairs(ids) do
   if string.sub(m, 1, 1) == ARGV[2] then

@@ -23,8 +23,11 @@ type MoverConfig struct {
 // Mover carries due jobs from every known topic's buckets to their ready
 // lists. For each bucket it tries the bucket's lock; the holder moves due
 // jobs in bounded batches, sleeps until the next due time, and is woken
-// early by Wake. Non-holders retry the lock every ScanInterval, so a dead
-// holder's buckets move again once its lock expires.
+// early by Wake. A non-holder retries the lock every LockExpiry/4 and, on
+// every other scan, moves the jobs overdue by more than two ScanIntervals:
+// none while the holder lives, and a dead holder's due jobs within seconds
+// rather than after its lock expires. Moves are atomic, so two movers
+// never move a job twice.
 type Mover struct {
 	rdb     redis.UniversalClient
 	locker  *lock.Locker
@@ -136,8 +139,9 @@ func (m *Mover) runBucket(ctx context.Context, topic string, n int, wake chan st
 	bo := env.Backoff{Max: 4 * m.cfg.ScanInterval}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var lastTry time.Time
 	for ctx.Err() == nil {
-		wait, held := m.step(ctx, topic, n, mu, &bo, log)
+		wait, held := m.step(ctx, topic, n, mu, &lastTry, &bo, log)
 		if wait == 0 {
 			continue // a full batch: more may be due
 		}
@@ -167,7 +171,7 @@ func (m *Mover) runBucket(ctx context.Context, topic string, n int, wake chan st
 // step takes or keeps the lock and, when held, moves one batch. It returns
 // how long to wait before the next step (0: go on at once) and whether the
 // lock is held.
-func (m *Mover) step(ctx context.Context, topic string, n int, mu *lock.Mutex, bo *env.Backoff, log interface {
+func (m *Mover) step(ctx context.Context, topic string, n int, mu *lock.Mutex, lastTry *time.Time, bo *env.Backoff, log interface {
 	Warn(string, ...any)
 	Info(string, ...any)
 }) (time.Duration, bool) {
@@ -175,8 +179,25 @@ func (m *Mover) step(ctx context.Context, topic string, n int, mu *lock.Mutex, b
 	var err error
 	held := mu.Held(now)
 	switch {
-	case !held:
+	case !held && now.Sub(*lastTry) >= m.cfg.LockExpiry/4:
+		*lastTry = now
 		held, err = mu.TryLock(ctx)
+	case !held:
+		// Someone else holds the lock: only pick up what it leaves behind.
+		var res MoveResult
+		if res, err = moveOverdue(ctx, m.rdb, m.cfg.Prefix, topic, n, m.cfg.MoveBatch, 2*m.cfg.ScanInterval); err == nil {
+			bo.Reset()
+			if res.Moved > 0 {
+				log.Warn("redeq: moved jobs the bucket's lock holder left overdue", "jobs", res.Moved)
+				if m.onReady != nil {
+					m.onReady(topic, n)
+				}
+			}
+			if res.Moved >= m.cfg.MoveBatch {
+				return 0, false
+			}
+			return m.cfg.ScanInterval, false
+		}
 	case mu.ExtendDue(now):
 		held, err = mu.Extend(ctx)
 	}

@@ -89,8 +89,10 @@ type Config struct {
 	// before it polls its ready lists anyway. Defaults to 2s.
 	PollTimeout time.Duration `yaml:"poll_timeout"`
 	// LockExpiry is the lifetime of a mover's or reaper's lock; the holder
-	// extends it well before it runs out. A crashed holder's buckets move
-	// again at most this long after the crash. Defaults to 20s.
+	// extends it every third of it. Other clients try to take a bucket's
+	// lock every quarter of it; meanwhile they move only jobs overdue by
+	// more than two ScanIntervals, so a crashed holder strands nothing for
+	// long. Defaults to 20s.
 	LockExpiry time.Duration `yaml:"lock_expiry"`
 	// HeartbeatInterval is how often a consumer records that it is alive.
 	// Defaults to 5s.

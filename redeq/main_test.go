@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	case "chaos":
 		runChaosChild()
 		return
+	case "mover":
+		runMoverChild()
+		return
 	default:
 		runChild()
 		return
@@ -74,6 +77,17 @@ func runChild() {
 		fmt.Println("error", err)
 		os.Exit(2)
 	}
+	select {}
+}
+
+// runMoverChild starts a client with no listener and a 30s lock expiry,
+// prints "started", and moves jobs until killed.
+func runMoverChild() {
+	c := childClient(func(c *config.Config) { c.LockExpiry = 30 * time.Second })
+	for c.Start(context.Background()) != nil {
+		time.Sleep(100 * time.Millisecond)
+	}
+	fmt.Println("started")
 	select {}
 }
 

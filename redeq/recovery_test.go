@@ -351,3 +351,39 @@ func TestBulkDueDoesNotStarveOthers(t *testing.T) {
 		})
 	}
 }
+
+// TestDeadLockHolderStrandsNothing: the process holding a bucket's mover
+// lock is killed with SIGKILL; its lock lives on for 30s, yet the jobs
+// that fall due meanwhile are moved by the surviving client within
+// seconds.
+func TestDeadLockHolderStrandsNothing(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "later", Delay: time.Hour})) // records the topic
+		started := make(chan struct{}, 1)
+		holder := startChildKind(t, "mover", e.be, e.cfg.Prefix, "t", func(line string) {
+			if line == "started" {
+				started <- struct{}{}
+			}
+		})
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("mover process did not start")
+		}
+		lockKey := keys.ForBucket(e.cfg.Prefix, "t", 0).Lock()
+		waitFor(t, 5*time.Second, "the child holds the lock", func() bool { return e.rdb.Exists(ctx, lockKey).Val() == 1 })
+
+		l := newListener("t", nil)
+		survivor := e.another(t, func(c *config.Config) { c.LockExpiry = 30 * time.Second })
+		startWith(t, survivor, l)
+		holder.kill()
+		for i := range 10 {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint(i), Delay: 100 * time.Millisecond}))
+		}
+		waitFor(t, 10*time.Second, "due jobs moved despite the dead holder's lock", func() bool { return len(l.byID()) == 10 })
+		ttl := e.rdb.PTTL(ctx, lockKey).Val()
+		require.Greater(t, ttl, time.Duration(0), "the dead holder's lock was still there")
+		t.Logf("all 10 jobs ran while the dead holder's lock had %v left", ttl.Round(time.Second))
+	})
+}
