@@ -25,6 +25,15 @@ func (b *bench) idle() {
 	}
 	fmt.Printf("idle cost: one client, %d topics x %d buckets, no jobs, %v window\n", topics, buckets, window)
 	for _, listen := range []bool{false, true} {
+		b.idleOne(topics, buckets, window, listen, false)
+	}
+	b.idleOne(topics, buckets, window, false, true)
+}
+
+// idleOne measures one client; with second, another client started first
+// holds every lock and the measured one is a non-holder.
+func (b *bench) idleOne(topics, buckets int, window time.Duration, listen, second bool) {
+	{
 		b.flush()
 		cfg := config.Default()
 		cfg.Concurrency = buckets
@@ -51,6 +60,17 @@ func (b *bench) idle() {
 				}
 			}
 		}
+		if second {
+			first, err := redeq.New(b.newClient(), cfg)
+			if err != nil {
+				fail("%v", err)
+			}
+			if err := first.Start(b.ctx); err != nil {
+				fail("%v", err)
+			}
+			defer first.Shutdown(b.ctx)
+			time.Sleep(2 * time.Second) // it takes every lock
+		}
 		if err := c.Start(b.ctx); err != nil {
 			fail("%v", err)
 		}
@@ -66,11 +86,14 @@ func (b *bench) idle() {
 		if listen {
 			label = "idle, movers + a listener per topic"
 		}
+		if second {
+			label = "idle, a second client (holds no lock)"
+		}
 		b.res.Rows = append(b.res.Rows,
 			row{Name: label + ", sent", Unit: "cmds/s", Redeq: perSent, Better: "lower", Solo: true,
 				Comment: fmt.Sprintf("%.2f commands sent per bucket per ScanInterval", perSent*scale)},
 			row{Name: label + ", executed", Unit: "cmds/s", Redeq: per, Better: "lower", Solo: true,
-				Comment: fmt.Sprintf("%.2f executed (script-inner included) per bucket per ScanInterval", per*scale)})
+				Comment: fmt.Sprintf("%.2f executed (script-inner included; server-wide, so both clients when two run) per bucket per ScanInterval", per*scale)})
 		fmt.Printf("  %-40s sent %7.1f/s = %.2f per bucket per ScanInterval; executed %7.1f/s = %.2f\n",
 			label, perSent, perSent*scale, per, per*scale)
 	}
