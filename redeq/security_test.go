@@ -48,6 +48,17 @@ func TestACLUser(t *testing.T) {
 		"+@connection", "+time", "-@dangerous"}
 	require.NoError(t, admin.Do(ctx, rule...).Err())
 
+	// requirepass: the default user with its password.
+	def, err := redeq.New(srv.Client(&redis.Options{Password: "admin-secret"}), testutil.Config(t))
+	require.NoError(t, err)
+	require.NoError(t, def.Add(ctx, &redeq.Job{Topic: "secure", ID: "d", Delay: time.Hour}))
+	got, err := def.Get(ctx, "secure", "d")
+	require.NoError(t, err)
+	require.Equal(t, "d", got.ID)
+	anon, err := redeq.New(srv.Client(nil), testutil.Config(t))
+	require.NoError(t, err)
+	require.ErrorContains(t, anon.Add(ctx, &redeq.Job{Topic: "secure", ID: "e"}), "NOAUTH")
+
 	c, err := redeq.New(srv.Client(&redis.Options{Username: "app", Password: "app-secret"}), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
