@@ -36,11 +36,6 @@ func (g *Group) heartbeat(ctx context.Context) error {
 		if err := cmd.Err(); err != nil {
 			return fmt.Errorf("heartbeat %s: %w", g.listeners[i].Topic(), err)
 		}
-		if n, _ := cmd.Int(); n == 1 && g.started.Load() && ctx.Err() == nil {
-			// We were reaped while alive (stalled longer than ConsumerTimeout):
-			// our jobs went to other consumers, our outcomes for them are dropped.
-			g.env.Logger.Debug("redeq: consumer registered", "topic", g.listeners[i].Topic(), "consumer", g.cid)
-		}
 	}
 	return nil
 }
