@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/config"
@@ -34,6 +35,7 @@ type chaosSize struct {
 // from kills, long enough that a consumer slowed by the race detector is
 // not taken for dead.
 func chaosConfig(c *config.Config) {
+	c.Concurrency = 4 // fetch, settle and recovery across buckets (and slots)
 	c.HeartbeatInterval = 200 * time.Millisecond
 	c.ConsumerTimeout = 3 * time.Second
 	c.Retry = 3
@@ -92,12 +94,25 @@ func TestChaos(t *testing.T) {
 	default:
 		t.Skip("set REDEQ_CHAOS=ci (reduced; .ci/run does) or REDEQ_CHAOS=full")
 	}
-	srv := testutil.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
-	be := testutil.Backend{Name: "redis", Addrs: []string{srv.Addr}}
+	t.Run("redis", func(t *testing.T) {
+		srv := testutil.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
+		runChaos(t, size, testutil.Backend{Name: "redis", Addrs: []string{srv.Addr}}, srv.Client(nil), srv)
+	})
+	for _, be := range testutil.Backends(t) {
+		if be.Name == "cluster" {
+			// CI's cluster is shared: kills, failures and deletes, no restart.
+			t.Run("cluster", func(t *testing.T) { runChaos(t, size, be, be.New(t), nil) })
+		}
+	}
+}
+
+// runChaos runs the chaos scenario on be; srv, when not nil, is a server
+// of the test's own that it kills and restarts once.
+func runChaos(t *testing.T, size chaosSize, be testutil.Backend, rdb redis.UniversalClient, srv *testutil.Server) {
 	cfg := testutil.Config(t)
 	chaosConfig(&cfg)
 	ctx := context.Background()
-	producer, err := redeq.New(srv.Client(nil), cfg)
+	producer, err := redeq.New(rdb, cfg)
 	require.NoError(t, err)
 	require.NoError(t, producer.Start(ctx)) // moves and reaps; consumes nothing
 	t.Cleanup(func() { _ = producer.Shutdown(context.Background()) })
@@ -163,7 +178,7 @@ func TestChaos(t *testing.T) {
 		mu.Lock()
 		ids[k] = instances
 		mu.Unlock()
-		if restartFrom.IsZero() && time.Since(began) > size.maxDelay/2 {
+		if srv != nil && restartFrom.IsZero() && time.Since(began) > size.maxDelay/2 {
 			restartFrom = time.Now()
 			srv.Kill()
 			time.Sleep(500 * time.Millisecond)
@@ -229,7 +244,7 @@ func TestChaos(t *testing.T) {
 			switch {
 			case !killedAt[prev.instance].IsZero() && killedAt[prev.instance].After(prev.at):
 				byKill++
-			case prev.at.After(restartFrom.Add(-2*time.Second)) && prev.at.Before(restartTo.Add(2*time.Second)):
+			case srv != nil && prev.at.After(restartFrom.Add(-2*time.Second)) && prev.at.Before(restartTo.Add(2*time.Second)):
 				byRestart++
 			default:
 				unexplained++
@@ -237,9 +252,13 @@ func TestChaos(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("chaos: %d jobs (%d deleted, %d to run), %d consumer processes started, %d SIGKILLs, 1 Redis restart; "+
+	restarts := 0
+	if srv != nil {
+		restarts = 1
+	}
+	t.Logf("chaos on %s: %d jobs (%d deleted, %d to run), %d consumer processes started, %d SIGKILLs, %d Redis restart; "+
 		"jobs recovered from killed consumers %d; lost %d, dead after retries %d, deleted-then-ran %d, duplicates %d (after a kill %d, around the restart %d, unexplained %d)",
-		size.jobs, len(deleted), want, instances, kills, recovered, lost, len(dead), ranAfterDelete, duplicates, byKill, byRestart, unexplained)
+		be.Name, size.jobs, len(deleted), want, instances, kills, restarts, recovered, lost, len(dead), ranAfterDelete, duplicates, byKill, byRestart, unexplained)
 	require.Zero(t, lost, "lost jobs")
 	require.Zero(t, ranAfterDelete, "deleted jobs that ran")
 	require.Zero(t, unexplained, "unexplained duplicates")
