@@ -257,7 +257,7 @@ func (r *runner) work() {
 // handle runs one job and submits its outcome.
 func (r *runner) handle(d delivery) {
 	g := r.g
-	h, body, err := pool.Decode([]byte(d.item.Envelope))
+	h, body, err := pool.Decode([]byte(d.item.Envelope)) // the one copy of the body
 	if err != nil {
 		// A corrupt entry cannot run: park it in the dead set, keep working.
 		g.env.Logger.Error("redeq: corrupt job sent to the dead set", "topic", r.topic, "id", d.item.ID, "err", err)

@@ -142,7 +142,9 @@ func HeaderOf(j *Job) Header {
 	return h
 }
 
-// JobOf rebuilds a job from its stored envelope.
+// JobOf rebuilds a job from its stored envelope. The job's Body aliases
+// env: callers pass a buffer of their own (every caller converts a Redis
+// reply), so a large body is not copied twice.
 func JobOf(topic, id string, env []byte) (*Job, error) {
 	h, body, err := Decode(env)
 	if err != nil {
@@ -151,12 +153,12 @@ func JobOf(topic, id string, env []byte) (*Job, error) {
 	return JobFrom(topic, id, h, body), nil
 }
 
-// JobFrom builds a job from a decoded header and body (copied).
+// JobFrom builds a job from a decoded header and body; the job keeps body.
 func JobFrom(topic, id string, h Header, body []byte) *Job {
 	j := &Job{
 		Topic:      topic,
 		ID:         id,
-		Body:       bytes.Clone(body),
+		Body:       body,
 		MaxRetries: h.MaxRetries,
 		Broadcast:  h.Broadcast,
 		Attempt:    h.Attempt,
