@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/bucket"
@@ -14,6 +15,14 @@ import (
 	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/pool"
 )
+
+// setup returns what a test of one backend needs: a client, a prefix of
+// its own, and a job store under that prefix.
+func setup(t *testing.T, be testutil.Backend) (context.Context, redis.UniversalClient, string, *pool.Store) {
+	rdb := be.New(t)
+	prefix := testutil.Prefix(t)
+	return context.Background(), rdb, prefix, pool.NewStore(rdb, prefix)
+}
 
 // addDue adds n jobs of topic to bucket 0, due at once.
 func addDue(t *testing.T, s *pool.Store, topic string, n int) {
@@ -39,14 +48,12 @@ func addDue(t *testing.T, s *pool.Store, topic string, n int) {
 func TestConcurrentMoversMoveEachJobOnce(t *testing.T) {
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
-			ctx := context.Background()
-			rdb := be.New(t)
-			prefix := testutil.Prefix(t)
+			ctx, rdb, prefix, s := setup(t, be)
 			n := 5000
 			if !be.Real() {
 				n = 1000 // miniredis runs Lua slowly; the real servers take the full load
 			}
-			addDue(t, pool.NewStore(rdb, prefix), "t", n)
+			addDue(t, s, "t", n)
 			time.Sleep(2 * time.Millisecond)
 			var wg sync.WaitGroup
 			for range 4 {
@@ -81,10 +88,7 @@ func TestConcurrentMoversMoveEachJobOnce(t *testing.T) {
 func TestMoveNeverEarly(t *testing.T) {
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
-			ctx := context.Background()
-			rdb := be.New(t)
-			prefix := testutil.Prefix(t)
-			s := pool.NewStore(rdb, prefix)
+			ctx, rdb, prefix, s := setup(t, be)
 			due, err := s.Add(ctx, &pool.Job{Topic: "t", ID: "a", Delay: 300 * time.Millisecond}, pool.Placement{Limit: 10})
 			require.NoError(t, err)
 			res, err := bucket.Move(ctx, rdb, prefix, "t", 0, 100)
@@ -111,10 +115,7 @@ func TestMoveNeverEarly(t *testing.T) {
 func TestDeletedBeforeMoveNotDelivered(t *testing.T) {
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
-			ctx := context.Background()
-			rdb := be.New(t)
-			prefix := testutil.Prefix(t)
-			s := pool.NewStore(rdb, prefix)
+			ctx, rdb, prefix, s := setup(t, be)
 			for _, id := range []string{"a", "b", "c"} {
 				_, err := s.Add(ctx, &pool.Job{Topic: "t", ID: id}, pool.Placement{Limit: 10})
 				require.NoError(t, err)
