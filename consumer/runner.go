@@ -36,9 +36,12 @@ type runner struct {
 	capacity int
 
 	maybe []atomic.Bool // bucket may have ready work
-	// suspect marks buckets whose last fetch failed: its script may have
-	// run and its reply been lost. Only the dispatcher touches it.
-	suspect []bool
+	// suspect marks buckets to reconcile before the next fetch: the last
+	// fetch failed (its script may have run and its reply been lost), or a
+	// sweep is due (go-redis may have retried a fetch whose reply was
+	// lost, hiding the loss). Only the dispatcher touches it.
+	suspect   []bool
+	lastSweep time.Time
 	// held counts, per bucket, the ids this runner knows it holds: from
 	// their fetch until their outcome is settled.
 	heldMu sync.Mutex
@@ -129,7 +132,7 @@ func (r *runner) reconcile(ctx context.Context, b int) error {
 	}
 	r.suspect[b] = false
 	if n > 0 {
-		r.g.env.Logger.Info("redeq: returned jobs of a fetch whose reply was lost", "topic", r.topic, "bucket", b, "jobs", n)
+		r.g.env.Logger.Warn("redeq: returned in-flight jobs this consumer did not know it held (a fetch reply was lost)", "topic", r.topic, "bucket", b, "jobs", n)
 	}
 	return nil
 }
@@ -158,7 +161,15 @@ func (r *runner) dispatch(ctx context.Context) {
 	poll := time.NewTimer(r.g.cfg.PollTimeout)
 	defer poll.Stop()
 	var bo env.Backoff
+	r.lastSweep = r.g.env.Clock.Now()
 	for ctx.Err() == nil {
+		if now := r.g.env.Clock.Now(); now.Sub(r.lastSweep) >= r.g.cfg.ConsumerTimeout {
+			r.lastSweep = now
+			for i := range r.suspect {
+				r.suspect[i] = true
+				r.maybe[i].Store(true)
+			}
+		}
 		free := r.capacity - int(r.busy.Load())
 		// Fetch in batches: wait until half the workers are free, unless
 		// nothing is running at all.

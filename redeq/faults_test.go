@@ -199,3 +199,60 @@ func TestLostFetchReply(t *testing.T) {
 		require.Zero(t, stats(t, e.c, "t").InFlight)
 	})
 }
+
+// retryFirstFetch runs the first fetch script twice and returns the second
+// reply, as go-redis does when the first reply is lost and its retry
+// succeeds: the client sees no error.
+type retryFirstFetch struct{ done atomic.Bool }
+
+func (h *retryFirstFetch) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *retryFirstFetch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		if len(args) > 3 && fmt.Sprint(args[0]) == "evalsha" && strings.HasSuffix(fmt.Sprint(args[3]), ":ready") &&
+			err == nil && fetchedSome(cmd) && h.done.CompareAndSwap(false, true) {
+			return next(ctx, cmd) // the first reply, with its jobs, is dropped
+		}
+		return err
+	}
+}
+
+func fetchedSome(cmd redis.Cmder) bool {
+	c, ok := cmd.(*redis.Cmd)
+	if !ok {
+		return false
+	}
+	v, _ := c.Val().([]any)
+	return len(v) > 0
+}
+
+func (h *retryFirstFetch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestHiddenLostFetch: a fetch whose reply was lost and silently retried
+// leaves jobs in this consumer's in-flight list that it never learns of;
+// the periodic sweep still hands them back and they run.
+func TestHiddenLostFetch(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		hook := &retryFirstFetch{}
+		rdb := e.be.New(t)
+		rdb.AddHook(hook)
+		cfg := e.cfg
+		c, err := redeq.New(rdb, cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+		for i := range 6 {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint(i)}))
+		}
+		l := newListener("t", nil)
+		l.workers = 2 // the first fetch takes some jobs, the hidden retry others
+		startWith(t, c, l)
+		waitFor(t, 10*time.Second, "every job ran", func() bool { return len(l.byID()) == 6 && stats(t, e.c, "t").Pool == 0 })
+		require.True(t, hook.done.Load(), "a fetch was run twice")
+		require.Zero(t, stats(t, e.c, "t").InFlight)
+	})
+}
