@@ -4,14 +4,15 @@ import (
 	"cmp"
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/rdb"
 	"github.com/redeq-go/redeq/pool"
 )
 
@@ -105,17 +106,21 @@ func List(ctx context.Context, c redis.UniversalClient, prefix, topic string, bu
 }
 
 // Take removes a parked job from where it is parked and from its pool, and
-// returns it.
+// returns it. A rerun after a lost reply returns the same job.
 func Take(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, p Parking) (*pool.Job, error) {
 	k := keys.ForBucket(prefix, topic, bucket)
-	v, err := takeScript.Run(ctx, c, []string{k.Pool(), p.key(k), k.Reasons()}, id).Result()
+	v, err := takeScript.Run(ctx, c, []string{k.Pool(), p.key(k), k.Reasons(), k.Op(uuid.NewString())},
+		id, pool.OpTTL.Milliseconds()).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("take %s job %q: %w", p.state(), id, err)
+		return nil, fmt.Errorf("take %s job %q of topic %q: %w", p.state(), id, topic, err)
 	}
-	if err := parkedCode(v, topic, id, p); err != nil {
+	if len(v) == 0 {
+		return nil, fmt.Errorf("take %s job %q of topic %q: bad reply %v", p.state(), id, topic, v)
+	}
+	if err := parkedCode(v[0], topic, id, p); err != nil {
 		return nil, err
 	}
-	s, _ := v.(string)
+	s, _ := rdb.Str(v[1])
 	job, err := pool.JobOf(topic, id, []byte(s))
 	if err != nil {
 		return &pool.Job{Topic: topic, ID: id}, nil
@@ -124,30 +129,30 @@ func Take(ctx context.Context, c redis.UniversalClient, prefix, topic, id string
 }
 
 // Requeue moves a parked job back to its bucket, due after delay. reset
-// gives it a fresh count of attempts and recoveries.
+// gives it a fresh count of attempts and recoveries. A rerun after a lost
+// reply reports success again.
 func Requeue(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, p Parking, delay time.Duration, reset bool) error {
 	k := keys.ForBucket(prefix, topic, bucket)
 	r := ""
 	if reset {
 		r = "1"
 	}
-	v, err := requeueScript.Run(ctx, c, []string{k.Pool(), p.key(k), k.Scheduled(), k.Reasons()},
-		id, pool.DurationMs(delay), r, keys.WakeChannel(prefix), keys.Address(topic, bucket)).Result()
+	v, err := requeueScript.Run(ctx, c, []string{k.Pool(), p.key(k), k.Scheduled(), k.Reasons(), k.Op(uuid.NewString())},
+		id, pool.DurationMs(delay), r, keys.WakeChannel(prefix), keys.Address(topic, bucket), pool.OpTTL.Milliseconds()).Result()
 	if err != nil {
-		return fmt.Errorf("requeue %s job %q: %w", p.state(), id, err)
+		return fmt.Errorf("requeue %s job %q of topic %q: %w", p.state(), id, topic, err)
 	}
 	return parkedCode(v, topic, id, p)
 }
 
 func parkedCode(v any, topic, id string, p Parking) error {
 	switch v {
+	case int64(0):
+		return nil
 	case int64(1):
 		return fmt.Errorf("job %q of topic %q: %w", id, topic, pool.ErrJobNotFound)
 	case int64(2):
 		return fmt.Errorf("job %q of topic %q is not %s: %w", id, topic, p.state(), pool.ErrJobNotWaiting)
 	}
-	if _, ok := v.(string); ok || v == int64(0) {
-		return nil
-	}
-	return errors.New("redeq: unexpected reply")
+	return fmt.Errorf("job %q of topic %q: unexpected reply %v", id, topic, v)
 }

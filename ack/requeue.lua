@@ -3,25 +3,32 @@
 -- KEYS[2] -> the ZSET it is parked in (unack or dead)
 -- KEYS[3] -> bucket ZSET
 -- KEYS[4] -> reasons HASH
+-- KEYS[5] -> op STRING: this call's reply, kept for a rerun
 -- ARGV[1] -> job id
 -- ARGV[2] -> delay, ms
 -- ARGV[3] -> "1" to reset the job's attempts and recoveries, else ""
 -- ARGV[4] -> wake channel
 -- ARGV[5] -> wake message
--- Returns 0 when requeued, 1 when the job is absent, 2 when it is not parked there.
+-- ARGV[6] -> how long to keep the reply, ms
+-- Returns 0 when requeued (now or by an earlier run of the same call), 1
+-- when the job is absent, 2 when it is not parked there.
+if redis.call('EXISTS', KEYS[5]) == 1 then return 0 end
 local env = redis.call('HGET', KEYS[1], ARGV[1])
 if env == false then return 1 end
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return 2 end
-redis.call('HDEL', KEYS[4], ARGV[1])
+if redis.call('ZSCORE', KEYS[2], ARGV[1]) == false then return 2 end
+local head, tail
 if ARGV[3] == '1' then
-  local head, tail = string.match(env, '^(1|%d+|)%d+|%d+(|.*)$')
-  if head then redis.call('HSET', KEYS[1], ARGV[1], head .. '0|0' .. tail) end
+  head, tail = string.match(env, '^(1|%d+|)%d+|%d+(|.*)$')
 end
 local t = redis.call('TIME')
-local due = math.ceil((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000) + tonumber(ARGV[2])
+local due = math.min(math.ceil((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000) + tonumber(ARGV[2]), 253402300799999)
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
+if head then redis.call('HSET', KEYS[1], ARGV[1], head .. '0|0' .. tail) end
 local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[3], due, ARGV[1])
 if first[1] == nil or due < tonumber(first[2]) then
   redis.call('PUBLISH', ARGV[4], ARGV[5])
 end
+redis.call('SET', KEYS[5], '0', 'PX', tonumber(ARGV[6]))
 return 0

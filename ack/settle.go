@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,12 +35,11 @@ const (
 // Outcome is the result of one delivery, to be applied in Redis.
 type Outcome struct {
 	ID string
-	// Created is the job's created time as fetched, so that an outcome never
-	// applies to a job deleted and added again under the same id. Empty
-	// skips the check (a job whose envelope could not be read).
-	Created string
-	Op      Op
-	Delay   time.Duration
+	// Token names the delivery the outcome belongs to (ready.Item.Token):
+	// the outcome applies only while the job's state still names it.
+	Token string
+	Op    Op
+	Delay time.Duration
 	// Header replaces the stored one when not nil (OpRetry, OpDead,
 	// OpAckRejoin).
 	Header []byte
@@ -59,9 +57,6 @@ func Cut(s string) string {
 	}
 	return s
 }
-
-// CreatedOf is the created field of h as the scripts compare it.
-func CreatedOf(h pool.Header) string { return strconv.FormatInt(h.CreatedMs, 10) }
 
 // HeaderFor returns the header an outcome stores: for OpAckRejoin, the
 // header of a fresh job after its created time (the script sets it);
@@ -88,18 +83,25 @@ func NewSettler(c redis.UniversalClient, prefix, cid string, deadRetention int) 
 	return &Settler{rdb: c, prefix: prefix, cid: cid, deadRetention: deadRetention}
 }
 
-// Settle applies outcomes of jobs of bucket n of topic in one script run.
-// applied[i] is false where outcome i was dropped because this consumer no
-// longer held the job or the job was deleted.
+// MaxSettle bounds the outcomes one Settle applies.
+const MaxSettle = 256
+
+// Settle applies outcomes of jobs of bucket n of topic in one script run
+// (at most MaxSettle). applied[i] is false where outcome i was dropped
+// because its delivery no longer held the job: the reaper took it back, or
+// the job was deleted (and maybe added again) meanwhile.
 func (s *Settler) Settle(ctx context.Context, topic string, n int, outs []Outcome) (applied []bool, err error) {
+	if len(outs) > MaxSettle {
+		return nil, fmt.Errorf("settle %s: %d outcomes, more than %d", keys.Address(topic, n), len(outs), MaxSettle)
+	}
 	k := keys.ForBucket(s.prefix, topic, n)
-	args := make([]any, 0, 3+6*len(outs))
-	args = append(args, keys.WakeChannel(s.prefix), keys.Address(topic, n), s.deadRetention)
+	args := make([]any, 0, 4+6*len(outs))
+	args = append(args, keys.WakeChannel(s.prefix), keys.Address(topic, n), s.deadRetention, s.cid)
 	for _, o := range outs {
-		args = append(args, o.ID, o.Created, string(o.Op), pool.DurationMs(o.Delay), o.Header, Cut(o.Reason))
+		args = append(args, o.ID, o.Token, string(o.Op), pool.DurationMs(o.Delay), o.Header, Cut(o.Reason))
 	}
 	v, err := settleScript.Run(ctx, s.rdb,
-		[]string{k.Pool(), k.InFlight(s.cid), k.Scheduled(), k.UnAck(), k.Dead(), k.Reasons()}, args...).Result()
+		[]string{k.Pool(), k.InFlight(s.cid), k.Scheduled(), k.UnAck(), k.Dead(), k.Reasons(), k.State()}, args...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("settle %d jobs of %s: %w", len(outs), keys.Address(topic, n), err)
 	}

@@ -3,6 +3,7 @@
 -- KEYS[1] -> bucket ZSET
 -- KEYS[2] -> ready LIST
 -- KEYS[3] -> pool HASH
+-- KEYS[4] -> state HASH (a moved id's state becomes "r")
 -- ARGV[1] -> most ids to move
 -- ARGV[2] -> broadcast mark
 -- ARGV[3] -> ready channel
@@ -34,6 +35,16 @@ for _, m in ipairs(ids) do
 end
 redis.call('ZREM', KEYS[1], unpack(ids))
 if #ready > 0 then
+  -- The state marks each id as fetchable; chunked to stay within unpack's
+  -- limit (MoveBatch may be 5,000, two values per id).
+  for i = 1, #ready, 1000 do
+    local st = {}
+    for j = i, math.min(i + 999, #ready) do
+      st[#st + 1] = ready[j]
+      st[#st + 1] = 'r'
+    end
+    redis.call('HSET', KEYS[4], unpack(st))
+  end
   redis.call('RPUSH', KEYS[2], unpack(ready))
   redis.call('PUBLISH', ARGV[3], ARGV[5])
 end

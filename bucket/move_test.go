@@ -14,6 +14,7 @@ import (
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/pool"
+	"github.com/redeq-go/redeq/ready"
 )
 
 // setup returns what a test of one backend needs: a client, a prefix of
@@ -128,8 +129,12 @@ func TestDeletedBeforeMoveNotDelivered(t *testing.T) {
 			require.Equal(t, 2, res.Moved)
 			_, err = s.Delete(ctx, "t", "b", 0) // now in the ready list
 			require.NoError(t, err)
+			items, err := ready.Fetch(ctx, rdb, prefix, "t", 0, "me", 10)
+			require.NoError(t, err)
+			require.Len(t, items, 1)
+			require.Equal(t, "c", items[0].ID)
 			k := keys.ForBucket(prefix, "t", 0)
-			require.Equal(t, []string{"c"}, rdb.LRange(ctx, k.Ready(), 0, -1).Val())
+			require.Zero(t, rdb.LLen(ctx, k.Ready()).Val(), "the stale entry of b is gone too")
 		})
 	}
 }

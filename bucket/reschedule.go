@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redeq-go/redeq/internal/keys"
@@ -22,8 +23,9 @@ var (
 // flight, parked in un_ack or dead is not waiting: pool.ErrJobNotWaiting.
 func Reschedule(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, at time.Time) error {
 	k := keys.ForBucket(prefix, topic, bucket)
-	code, err := rescheduleScript.Run(ctx, c, []string{k.Pool(), k.Scheduled(), k.Ready()},
-		id, keys.BroadcastMark, max(pool.UnixMs(at), 0), keys.WakeChannel(prefix), keys.Address(topic, bucket)).Int()
+	code, err := rescheduleScript.Run(ctx, c, []string{k.Pool(), k.Scheduled(), k.State(), k.Op(uuid.NewString())},
+		id, keys.BroadcastMark, pool.UnixMs(at), keys.WakeChannel(prefix), keys.Address(topic, bucket),
+		pool.OpTTL.Milliseconds()).Int()
 	if err != nil {
 		return fmt.Errorf("reschedule job %q: %w", id, err)
 	}

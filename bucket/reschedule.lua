@@ -1,21 +1,27 @@
 -- Gives a waiting job a new due time: a scheduled job keeps its place in the
--- bucket with a new score; a ready job goes back to the bucket.
+-- bucket with a new score; a ready job goes back to the bucket (its stale
+-- ready entry is dropped by the next fetch). O(log n).
 -- KEYS[1] -> pool HASH
 -- KEYS[2] -> bucket ZSET
--- KEYS[3] -> ready LIST
+-- KEYS[3] -> state HASH
+-- KEYS[4] -> op STRING: this call's reply, kept for a rerun
 -- ARGV[1] -> job id
 -- ARGV[2] -> broadcast mark
 -- ARGV[3] -> new due time, unix ms
 -- ARGV[4] -> wake channel
 -- ARGV[5] -> wake message
--- Returns 0 when rescheduled, 1 when the job is absent, 2 when it is not waiting.
+-- ARGV[6] -> how long to keep the reply, ms
+-- Returns 0 when rescheduled (now or by an earlier run of the same call),
+-- 1 when the job is absent, 2 when it is not waiting.
+if redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 1 end
 local member = ARGV[1]
 if redis.call('ZSCORE', KEYS[2], member) == false then
   member = ARGV[2] .. ARGV[1]
   if redis.call('ZSCORE', KEYS[2], member) == false then
     member = ARGV[1]
-    if redis.call('LREM', KEYS[3], 1, member) == 0 then return 2 end
+    if redis.call('HGET', KEYS[3], member) ~= 'r' then return 2 end
+    redis.call('HDEL', KEYS[3], member)
   end
 end
 local due = tonumber(ARGV[3])
@@ -24,4 +30,5 @@ redis.call('ZADD', KEYS[2], due, member)
 if first[1] == nil or first[1] == member or due < tonumber(first[2]) then
   redis.call('PUBLISH', ARGV[4], ARGV[5])
 end
+redis.call('SET', KEYS[4], '0', 'PX', tonumber(ARGV[6]))
 return 0

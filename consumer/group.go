@@ -132,14 +132,8 @@ func (g *Group) Start(ctx context.Context) error {
 	if !g.started.CompareAndSwap(false, true) {
 		return ErrStarted
 	}
-	for _, l := range g.listeners {
-		if _, err := g.reg.Ensure(ctx, l.Topic(), g.cfg.Concurrency); err != nil {
-			return err
-		}
-	}
-	// In-flight lists must never exist for a consumer the reaper does not
-	// know, so the first heartbeat precedes the first fetch.
-	if err := g.heartbeat(ctx); err != nil {
+	if err := g.announce(ctx); err != nil {
+		g.started.Store(false) // nothing runs yet: a later Start may try again
 		return err
 	}
 	base := context.WithoutCancel(ctx)
@@ -161,6 +155,18 @@ func (g *Group) Start(ctx context.Context) error {
 		r.runAll(fetchCtx, &g.fetchWG, &g.workerWG)
 	}
 	return nil
+}
+
+// announce records the listened topics and sends the first heartbeat.
+func (g *Group) announce(ctx context.Context) error {
+	for _, l := range g.listeners {
+		if _, err := g.reg.Ensure(ctx, l.Topic(), g.cfg.Concurrency); err != nil {
+			return err
+		}
+	}
+	// In-flight sets must never exist for a consumer the reaper does not
+	// know, so the first heartbeat precedes the first fetch.
+	return g.heartbeat(ctx)
 }
 
 // Notify tells the listener of topic, if any, that bucket n has ready work.
@@ -298,7 +304,7 @@ func (g *Group) rollback(ctx context.Context) error {
 	var errs []error
 	for topic, r := range g.runners {
 		for b := range r.buckets {
-			if _, err := g.recoverList(ctx, topic, b, g.cid, modeRollback); err != nil {
+			if _, _, err := g.recoverList(ctx, topic, b, g.cid, modeRollback); err != nil {
 				errs = append(errs, err)
 			}
 		}

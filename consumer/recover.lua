@@ -1,37 +1,59 @@
--- Returns at most ARGV[2] ids of one consumer's in-flight list of one bucket
--- to where they can run again.
---   mode "recover" (the consumer crashed): each job counts a recovery and
---   goes to the ready list; one recovered more than ARGV[3] times is poison
---   and goes to the dead set.
+-- Returns at most ARGV[2] deliveries of one consumer's in-flight set of one
+-- bucket to where they can run again. A delivery counts only while the
+-- job's state still names it (token and consumer); any other member (the
+-- job was deleted, re-added, or handed to someone else) is just removed.
+--   mode "recover" (the consumer went silent): each job counts a recovery
+--   and goes to the ready list; one recovered more than ARGV[3] times is
+--   poison and goes to the dead set. Nothing is done while the set's newest
+--   delivery is younger than ARGV[9] ms: the consumer fetched recently, so
+--   it is alive (it came back while being reaped).
 --   mode "rollback" (the consumer shuts down): each job goes back to its
 --   bucket due now, nothing counted.
--- Ids whose job was deleted are dropped; an id whose job is back in its
--- bucket already (deleted and added again) is left there.
--- KEYS[1] -> the consumer's in-flight LIST
+-- KEYS[1] -> the consumer's in-flight ZSET ("<token>:<id>" -> fetch ms)
 -- KEYS[2] -> ready LIST
 -- KEYS[3] -> pool HASH
 -- KEYS[4] -> bucket ZSET
 -- KEYS[5] -> dead ZSET
 -- KEYS[6] -> reasons HASH (why each dead job died)
+-- KEYS[7] -> state HASH
 -- ARGV[1] -> mode: recover or rollback
--- ARGV[2] -> most ids to handle
+-- ARGV[2] -> most deliveries to handle (at most 1000)
 -- ARGV[3] -> most recoveries of a job
 -- ARGV[4] -> most jobs the dead set keeps
 -- ARGV[5] -> ready channel
 -- ARGV[6] -> wake channel
 -- ARGV[7] -> bucket address
--- Returns {ids handled, ids left in the list, ids sent to the dead set}.
-local ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
-if #ids == 0 then return {0, 0, 0} end
-redis.call('LTRIM', KEYS[1], #ids, -1)
+-- ARGV[8] -> the consumer's id
+-- ARGV[9] -> recover only: quiet time, ms
+-- Returns {deliveries handled, deliveries left in the set, jobs sent to the
+-- dead set, 1 when skipped because the consumer is active else 0}.
 local t = redis.call('TIME')
 local now = math.ceil((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
+local recover = ARGV[1] == 'recover'
+if recover then
+  local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  if newest[1] ~= nil and tonumber(newest[2]) > now - tonumber(ARGV[9]) then
+    return {0, redis.call('ZCARD', KEYS[1]), 0, 1}
+  end
+end
+local members = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+if #members == 0 then return {0, 0, 0, 0} end
+-- Reads first: nothing below can fail after a write.
+local ids, tokens = {}, {}
+for i, m in ipairs(members) do
+  local token, id = string.match(m, '^(%d+):(.*)$')
+  tokens[i], ids[i] = token or '', id or m
+end
 local envs = redis.call('HMGET', KEYS[3], unpack(ids))
-local ready, dead = {}, 0
+local states = redis.call('HMGET', KEYS[7], unpack(ids))
+local ready, rst, sdel, dead = {}, {}, {}, 0
+local done = {}
 for i, id in ipairs(ids) do
   local env = envs[i]
-  if env and redis.call('ZSCORE', KEYS[4], id) == false then
-    if ARGV[1] == 'rollback' then
+  if env and not done[id] and states[i] == tokens[i] .. '@' .. ARGV[8] then
+    done[id] = true
+    if not recover then
+      sdel[#sdel + 1] = id
       redis.call('ZADD', KEYS[4], now, id)
     else
       local head, rec, tail = string.match(env, '^(1|%d+|%d+|)(%d+)(|.*)$')
@@ -41,6 +63,7 @@ for i, id in ipairs(ids) do
         redis.call('HSET', KEYS[3], id, head .. count .. tail)
       end
       if rec == nil or count > tonumber(ARGV[3]) then
+        sdel[#sdel + 1] = id
         redis.call('ZADD', KEYS[5], now, id)
         if rec == nil then
           redis.call('HSET', KEYS[6], id, 'corrupt envelope')
@@ -50,15 +73,20 @@ for i, id in ipairs(ids) do
         dead = dead + 1
       else
         ready[#ready + 1] = id
+        rst[#rst + 1] = id
+        rst[#rst + 1] = 'r'
       end
     end
   end
 end
+redis.call('ZREM', KEYS[1], unpack(members))
+if #sdel > 0 then redis.call('HDEL', KEYS[7], unpack(sdel)) end
 if #ready > 0 then
+  redis.call('HSET', KEYS[7], unpack(rst))
   redis.call('RPUSH', KEYS[2], unpack(ready))
   redis.call('PUBLISH', ARGV[5], ARGV[7])
 end
-if ARGV[1] == 'rollback' then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
+if not recover and #sdel > 0 then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
 if dead > 0 then
   local over = math.min(redis.call('ZCARD', KEYS[5]) - tonumber(ARGV[4]), 1000)
   if over > 0 then
@@ -68,4 +96,4 @@ if dead > 0 then
     redis.call('ZREMRANGEBYRANK', KEYS[5], 0, over - 1)
   end
 end
-return {#ids, redis.call('LLEN', KEYS[1]), dead}
+return {#members, redis.call('ZCARD', KEYS[1]), dead, 0}

@@ -19,8 +19,12 @@ import (
 // ErrConsumeTimeout is the failure of a handler that overran ConsumeTimeout.
 var ErrConsumeTimeout = errors.New("redeq: handler overran ConsumeTimeout")
 
+// lingerTime is how long free workers wait for more to free up before a
+// fetch for fewer than half of them.
+const lingerTime = 2 * time.Millisecond
+
 // maxSettle bounds the outcomes one settle script applies.
-const maxSettle = 256
+const maxSettle = ack.MaxSettle
 
 // runner runs one listener: a dispatcher that fetches into this consumer's
 // in-flight lists, the workers, and a settler that applies outcomes in
@@ -31,8 +35,10 @@ type runner struct {
 	topic   string
 	buckets int
 	workers int
-	// capacity is how many fetched jobs the runner holds at once: the
-	// running ones plus as many waiting, so fetches come in batches.
+	// capacity is how many fetched jobs the runner holds at once: no more
+	// than it has workers, so a fetched job starts at once. A job that
+	// waited in the process after its fetch could start after a Delete
+	// had returned.
 	capacity int
 
 	maybe []atomic.Bool // bucket may have ready work
@@ -42,10 +48,10 @@ type runner struct {
 	// lost, hiding the loss). Only the dispatcher touches it.
 	suspect   []bool
 	lastSweep time.Time
-	// held counts, per bucket, the ids this runner knows it holds: from
-	// their fetch until their outcome is settled.
+	// held is, per bucket, the deliveries (in-flight members) this runner
+	// knows it holds: from their fetch until their outcome is settled.
 	heldMu sync.Mutex
-	held   []map[string]int
+	held   []map[string]bool
 	notify chan struct{}
 	freed  chan struct{}
 	busy   atomic.Int64
@@ -74,10 +80,10 @@ func newRunner(g *Group, l Listener, buckets int) *runner {
 		w = wc.Workers()
 	}
 	r := &runner{
-		g: g, l: l, topic: l.Topic(), buckets: buckets, workers: w, capacity: 2 * w,
+		g: g, l: l, topic: l.Topic(), buckets: buckets, workers: w, capacity: w,
 		maybe:       make([]atomic.Bool, buckets),
 		suspect:     make([]bool, buckets),
-		held:        make([]map[string]int, buckets),
+		held:        make([]map[string]bool, buckets),
 		notify:      make(chan struct{}, 1),
 		freed:       make(chan struct{}, 1),
 		jobs:        make(chan delivery, 2*w),
@@ -87,7 +93,7 @@ func newRunner(g *Group, l Listener, buckets int) *runner {
 	}
 	for i := range r.maybe {
 		r.maybe[i].Store(true)
-		r.held[i] = map[string]int{}
+		r.held[i] = map[string]bool{}
 	}
 	return r
 }
@@ -95,7 +101,7 @@ func newRunner(g *Group, l Listener, buckets int) *runner {
 func (r *runner) hold(b int, items []ready.Item) {
 	r.heldMu.Lock()
 	for _, it := range items {
-		r.held[b][it.ID]++
+		r.held[b][it.Member()] = true
 	}
 	r.heldMu.Unlock()
 }
@@ -103,30 +109,24 @@ func (r *runner) hold(b int, items []ready.Item) {
 func (r *runner) unhold(b int, outs []ack.Outcome) {
 	r.heldMu.Lock()
 	for _, o := range outs {
-		if r.held[b][o.ID]--; r.held[b][o.ID] <= 0 {
-			delete(r.held[b], o.ID)
-		}
+		delete(r.held[b], ready.Member(o.Token, o.ID))
 	}
 	r.heldMu.Unlock()
 }
 
-func (r *runner) heldIDs(b int) []string {
-	r.heldMu.Lock()
-	defer r.heldMu.Unlock()
-	ids := make([]string, 0, len(r.held[b]))
-	for id, n := range r.held[b] {
-		for range n {
-			ids = append(ids, id)
-		}
+func (r *runner) holds(b int) func(member string) bool {
+	return func(member string) bool {
+		r.heldMu.Lock()
+		defer r.heldMu.Unlock()
+		return r.held[b][member]
 	}
-	return ids
 }
 
 // reconcile gives back what a fetch with a lost reply moved into this
 // consumer's in-flight list of bucket b, so that no job waits there for a
 // consumer that does not know it has it.
 func (r *runner) reconcile(ctx context.Context, b int) error {
-	n, err := ready.Release(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, r.heldIDs(b))
+	n, err := ready.Release(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, r.holds(b))
 	if err != nil {
 		return err
 	}
@@ -160,6 +160,11 @@ func (r *runner) dispatch(ctx context.Context) {
 	log := r.g.env.Logger.With("topic", r.topic)
 	poll := time.NewTimer(r.g.cfg.PollTimeout)
 	defer poll.Stop()
+	// linger bounds how long a free worker waits for others to free up,
+	// so that fetches come in batches without idling workers for long.
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	lingering, lingered := false, false
 	var bo env.Backoff
 	r.lastSweep = r.g.env.Clock.Now()
 	for ctx.Err() == nil {
@@ -172,8 +177,9 @@ func (r *runner) dispatch(ctx context.Context) {
 		}
 		free := r.capacity - int(r.busy.Load())
 		// Fetch in batches: wait until half the workers are free, unless
-		// nothing is running at all.
-		if free >= max(1, r.workers/2) || r.busy.Load() == 0 {
+		// nothing is running at all, or fewer have been free for a linger.
+		if free >= max(1, r.workers/2) || r.busy.Load() == 0 || (free > 0 && lingered) {
+			lingered = false
 			for i := 0; i < r.buckets && free > 0; i++ {
 				b := (r.rr + i) % r.buckets
 				if !r.maybe[b].Swap(false) {
@@ -220,9 +226,15 @@ func (r *runner) dispatch(ctx context.Context) {
 				continue
 			}
 		}
+		if free := r.capacity - int(r.busy.Load()); free > 0 && !lingering && r.anyMaybe() {
+			lingering = true
+			linger.Reset(lingerTime)
+		}
 		select {
 		case <-ctx.Done():
 			return
+		case <-linger.C:
+			lingering, lingered = false, true
 		case <-r.notify:
 		case <-r.freed:
 		case <-poll.C:
@@ -269,14 +281,14 @@ func (r *runner) work() {
 func (r *runner) handle(d delivery) {
 	g := r.g
 	h, body, err := pool.Decode([]byte(d.item.Envelope)) // the one copy of the body
+	token := d.item.Token
 	if err != nil {
 		// A corrupt entry cannot run: park it in the dead set, keep working.
 		g.env.Logger.Error("redeq: corrupt job sent to the dead set", "topic", r.topic, "id", d.item.ID, "err", err)
-		r.submit(d.bucket, ack.Outcome{ID: d.item.ID, Op: ack.OpDead, Reason: err.Error()})
+		r.submit(d.bucket, ack.Outcome{ID: d.item.ID, Token: token, Op: ack.OpDead, Reason: err.Error()})
 		return
 	}
 	job := pool.JobFrom(r.topic, d.item.ID, h, body)
-	created := ack.CreatedOf(h)
 	ch := &ack.Channel{}
 
 	ctx, cancel := g.handlerCtx, context.CancelFunc(func() {})
@@ -294,11 +306,11 @@ func (r *runner) handle(d delivery) {
 		err = ErrConsumeTimeout
 	}
 	if err != nil {
-		r.fail(d.bucket, job, h, created, err)
+		r.fail(d.bucket, job, h, token, err)
 		return
 	}
 	acked, rejoined, delay := ch.State()
-	out := ack.Outcome{ID: job.ID, Created: created, Delay: delay}
+	out := ack.Outcome{ID: job.ID, Token: token, Delay: delay}
 	switch {
 	case acked && rejoined:
 		out.Op = ack.OpAckRejoin
@@ -316,7 +328,7 @@ func (r *runner) handle(d delivery) {
 }
 
 // fail applies the retry policy to a failed delivery.
-func (r *runner) fail(bucket int, job *pool.Job, h pool.Header, created string, cause error) {
+func (r *runner) fail(bucket int, job *pool.Job, h pool.Header, token string, cause error) {
 	g := r.g
 	h.Attempt++
 	policy := retry.For(h.MaxRetries, job.RetryIntervals, g.cfg.Retry, g.cfg.RetryIntervals)
@@ -326,7 +338,7 @@ func (r *runner) fail(bucket int, job *pool.Job, h pool.Header, created string, 
 	}
 	if again {
 		g.env.Logger.Debug("redeq: job failed, retrying", "topic", r.topic, "id", job.ID, "attempt", h.Attempt, "retry_in", delay, "err", cause)
-		r.submit(bucket, ack.Outcome{ID: job.ID, Created: created, Op: ack.OpRetry, Delay: delay, Header: ack.HeaderFor(ack.OpRetry, h)})
+		r.submit(bucket, ack.Outcome{ID: job.ID, Token: token, Op: ack.OpRetry, Delay: delay, Header: ack.HeaderFor(ack.OpRetry, h)})
 		return
 	}
 	g.env.Logger.Warn("redeq: job failed for the last time", "topic", r.topic, "id", job.ID, "attempt", h.Attempt, "err", cause)
@@ -335,7 +347,7 @@ func (r *runner) fail(bucket int, job *pool.Job, h pool.Header, created string, 
 		final.Attempt = h.Attempt
 		r.final(fr, &final)
 	}
-	r.submit(bucket, ack.Outcome{ID: job.ID, Created: created, Op: ack.OpDead, Header: ack.HeaderFor(ack.OpDead, h),
+	r.submit(bucket, ack.Outcome{ID: job.ID, Token: token, Op: ack.OpDead, Header: ack.HeaderFor(ack.OpDead, h),
 		Reason: fmt.Sprintf("failed %d times; last: %v", h.Attempt, cause)})
 }
 

@@ -1,24 +1,30 @@
--- Deletes a job from its pool and from wherever it waits. A job in flight is
--- only removed from the pool: its consumer's outcome then finds it gone and
--- drops it.
+-- Deletes a job from its pool and from wherever it waits, in O(1) and
+-- O(log n) steps. A job in the ready list or in flight only loses its
+-- state entry: the stale ready entry is dropped by the next fetch, and the
+-- holder's outcome finds the state gone and is dropped.
 -- KEYS[1] -> pool HASH
 -- KEYS[2] -> bucket ZSET
--- KEYS[3] -> ready LIST
+-- KEYS[3] -> state HASH
 -- KEYS[4] -> unack ZSET
 -- KEYS[5] -> dead ZSET
 -- KEYS[6] -> reasons HASH
+-- KEYS[7] -> op STRING: this call's reply, kept for a rerun
 -- ARGV[1] -> job id
 -- ARGV[2] -> broadcast mark
--- Returns the deleted envelope, or false when the job is absent.
+-- ARGV[3] -> how long to keep the reply, ms
+-- Returns {1, envelope} when deleted (now or by an earlier run of the same
+-- call), {0} when the job is absent.
+local done = redis.call('GET', KEYS[7])
+if done ~= false then return {1, done} end
 local env = redis.call('HGET', KEYS[1], ARGV[1])
-if env == false then return false end
+if env == false then return {0} end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[6], ARGV[1])
-if redis.call('ZREM', KEYS[2], ARGV[1], ARGV[2] .. ARGV[1]) == 0
-  and redis.call('ZREM', KEYS[4], ARGV[1]) == 0
-  and redis.call('ZREM', KEYS[5], ARGV[1]) == 0 then
-  -- Ready or in flight. Removing it from ready keeps a later Add of the same
-  -- id from being delivered through this stale entry before its due time.
-  redis.call('LREM', KEYS[3], 1, ARGV[1])
+if redis.call('HDEL', KEYS[3], ARGV[1]) == 0 then
+  if redis.call('ZREM', KEYS[2], ARGV[1], ARGV[2] .. ARGV[1]) == 0
+    and redis.call('ZREM', KEYS[4], ARGV[1]) == 0 then
+    redis.call('ZREM', KEYS[5], ARGV[1])
+  end
 end
-return env
+redis.call('SET', KEYS[7], env, 'PX', tonumber(ARGV[3]))
+return {1, env}

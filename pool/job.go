@@ -40,6 +40,9 @@ type Job struct {
 	CreatedAt time.Time
 	// State is where the job waits. Set by Get.
 	State State
+	// Consumer is the id of the consumer that holds the job while it is in
+	// flight (see Client.ConsumerID). Set by Get.
+	Consumer string
 	// Reason says why a dead job died: the last handler error, a timeout,
 	// repeated crashes of its consumers, or a corrupt entry. Set by Get and
 	// the dead listing.
@@ -58,9 +61,24 @@ const (
 	StateDead      State = "dead"      // retries ran out
 )
 
+// MaxDue is the latest due time redeq stores: the last millisecond of the
+// year 9999. A RunAt or Reschedule time after it is refused; delays are
+// bounded by time.Duration itself (about 292 years), well before it.
+var MaxDue = time.Date(9999, 12, 31, 23, 59, 59, 999_000_000, time.UTC)
+
+// MaxDueMs is MaxDue in unix ms; the scripts clamp due times to it.
+const MaxDueMs = 253402300799999
+
 // UnixMs is t in whole unix milliseconds, rounded up so that a due time is
-// never earlier than asked.
+// never earlier than asked, and kept within 0..MaxDueMs (times outside
+// that range never wrap around: callers refuse them first, see CheckDue).
 func UnixMs(t time.Time) int64 {
+	if t.After(MaxDue) {
+		return MaxDueMs
+	}
+	if t.Before(time.Unix(0, 0)) {
+		return 0
+	}
 	us := t.UnixMicro()
 	ms := us / 1000
 	if us%1000 > 0 {
@@ -69,9 +87,25 @@ func UnixMs(t time.Time) int64 {
 	return ms
 }
 
-// DurationMs is d in whole milliseconds, rounded up.
+// DurationMs is d in whole milliseconds, rounded up; 0 for a negative d.
+// It never overflows: math.MaxInt64 ns is about 292 years.
 func DurationMs(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
+	if d <= 0 {
+		return 0
+	}
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	return ms
+}
+
+// CheckDue reports why t cannot be a due time: after MaxDue.
+func CheckDue(field string, t time.Time) error {
+	if t.After(MaxDue) {
+		return invalid("%s %s is after %s, the latest due time", field, t.UTC().Format(time.RFC3339), MaxDue.Format(time.RFC3339))
+	}
+	return nil
 }
 
 // ctxOrErr rejects a nil context before any command runs.

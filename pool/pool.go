@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redeq-go/redeq/internal/keys"
@@ -63,7 +65,7 @@ func (s *Store) addCall(job *Job, at Placement) rdb.Call {
 	tail := header[len(envelopeVersion)+1+1:] // skip "1|0"
 	runAt := ""
 	if !job.RunAt.IsZero() {
-		runAt = strconv.FormatInt(max(UnixMs(job.RunAt), 0), 10)
+		runAt = strconv.FormatInt(UnixMs(job.RunAt), 10)
 	}
 	return rdb.Call{
 		Keys: []string{k.Pool(), k.Scheduled()},
@@ -135,24 +137,30 @@ func addResult(job *Job, v any) (time.Time, error) {
 	}
 }
 
+// OpTTL is how long an admin call's reply is kept for a rerun of the same
+// call: go-redis resends a command whose reply was lost (up to MaxRetries
+// times, each after a read timeout), and the rerun must get the first
+// run's answer, not "not found".
+const OpTTL = 30 * time.Second
+
 func (s *Store) jobKeys(topic string, bucket int) []string {
 	k := keys.ForBucket(s.prefix, topic, bucket)
-	return []string{k.Pool(), k.Scheduled(), k.Ready(), k.UnAck(), k.Dead(), k.Reasons()}
+	return []string{k.Pool(), k.Scheduled(), k.State(), k.UnAck(), k.Dead(), k.Reasons()}
 }
 
-// Get returns the job with its state, and its due time in RunAt when it
-// is scheduled.
+// Get returns the job with its state, its due time in RunAt when it is
+// scheduled, and the reason of a dead job. It costs O(log n).
 func (s *Store) Get(ctx context.Context, topic, id string, bucket int) (*Job, error) {
 	v, err := getScript.Run(ctx, s.rdb, s.jobKeys(topic, bucket), id, keys.BroadcastMark).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("get job %q of topic %q: %w", id, topic, ErrJobNotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("get job %q: %w", id, err)
+		return nil, fmt.Errorf("get job %q of topic %q: %w", id, topic, err)
 	}
 	r, err := rdb.Slice(v)
-	if err != nil || len(r) < 2 {
-		return nil, fmt.Errorf("get job %q: bad reply %v", id, v)
+	if err != nil || len(r) < 4 {
+		return nil, fmt.Errorf("get job %q of topic %q: bad reply %v", id, topic, v)
 	}
 	env, _ := rdb.Str(r[0])
 	job, err := JobOf(topic, id, []byte(env))
@@ -161,14 +169,17 @@ func (s *Store) Get(ctx context.Context, topic, id string, bucket int) (*Job, er
 	}
 	state, _ := rdb.Str(r[1])
 	job.State = State(state)
-	if len(r) > 3 {
-		job.Reason, _ = rdb.Str(r[3])
+	if score, ok := rdb.Str(r[2]); ok && job.State == StateScheduled {
+		ms, _ := strconv.ParseFloat(score, 64)
+		job.RunAt = time.UnixMilli(int64(ms))
 	}
-	if len(r) > 2 {
-		if score, ok := rdb.Str(r[2]); ok {
-			ms, _ := strconv.ParseFloat(score, 64)
-			if job.State == StateScheduled {
-				job.RunAt = time.UnixMilli(int64(ms))
+	if extra, ok := rdb.Str(r[3]); ok {
+		switch job.State {
+		case StateDead:
+			job.Reason = extra
+		case StateInFlight:
+			if _, cid, ok := strings.Cut(extra, "@"); ok {
+				job.Consumer = cid
 			}
 		}
 	}
@@ -176,17 +187,21 @@ func (s *Store) Get(ctx context.Context, topic, id string, bucket int) (*Job, er
 }
 
 // Delete removes a job from its pool and from wherever it waits, and
-// returns it.
+// returns it. It costs O(log n), and a rerun after a lost reply returns
+// the same job.
 func (s *Store) Delete(ctx context.Context, topic, id string, bucket int) (*Job, error) {
-	v, err := deleteScript.Run(ctx, s.rdb, s.jobKeys(topic, bucket), id, keys.BroadcastMark).Text()
-	if errors.Is(err, redis.Nil) {
+	k := keys.ForBucket(s.prefix, topic, bucket)
+	ks := append(s.jobKeys(topic, bucket), k.Op(uuid.NewString()))
+	v, err := deleteScript.Run(ctx, s.rdb, ks, id, keys.BroadcastMark, OpTTL.Milliseconds()).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("delete job %q of topic %q: %w", id, topic, err)
+	}
+	if len(v) == 0 || v[0] != int64(1) {
 		return nil, fmt.Errorf("delete job %q of topic %q: %w", id, topic, ErrJobNotFound)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("delete job %q: %w", id, err)
-	}
+	env, _ := rdb.Str(v[1])
 	// A job that cannot be decoded is deleted all the same; return what we can.
-	job, derr := JobOf(topic, id, []byte(v))
+	job, derr := JobOf(topic, id, []byte(env))
 	if derr != nil {
 		return &Job{Topic: topic, ID: id}, nil
 	}

@@ -1,6 +1,8 @@
 package pool
 
 import (
+	"fmt"
+
 	"github.com/redeq-go/redeq/config"
 )
 
@@ -21,6 +23,11 @@ func Validate(job *Job, maxBody int) error {
 	}
 	if job.Delay < 0 {
 		return invalid("job %q: negative Delay %v", job.ID, job.Delay)
+	}
+	if !job.RunAt.IsZero() {
+		if err := CheckDue("job "+quote(job.ID)+": RunAt", job.RunAt); err != nil {
+			return err
+		}
 	}
 	if job.MaxRetries < -1 || job.MaxRetries > config.MaxRetriesLimit {
 		return invalid("job %q: MaxRetries %d is out of range -1..%d", job.ID, job.MaxRetries, config.MaxRetriesLimit)
@@ -54,3 +61,5 @@ func CheckTopic(topic string) error {
 	}
 	return nil
 }
+
+func quote(s string) string { return fmt.Sprintf("%q", s) }

@@ -1,11 +1,13 @@
 // Package ready holds the per-bucket ready lists and the reliable fetch
-// that moves due ids into a consumer's in-flight list.
+// that moves due ids into a consumer's in-flight set, one delivery token
+// each.
 package ready
 
 import (
 	"context"
 	_ "embed"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -25,49 +27,83 @@ var (
 // MaxFetch bounds the ids one fetch takes.
 const MaxFetch = 256
 
-// Item is a fetched job: its id and its stored envelope.
+// releaseChunk bounds the members one release script call handles.
+const releaseChunk = 500
+
+// Item is a fetched job: its id, the token of this delivery, and its
+// stored envelope.
 type Item struct {
 	ID       string
+	Token    string
 	Envelope string
 }
 
+// Member is the in-flight set member of the delivery.
+func (it Item) Member() string { return Member(it.Token, it.ID) }
+
+// Member is the in-flight set member of delivery token of id.
+func Member(token, id string) string { return token + ":" + id }
+
 // Fetch atomically moves at most max ids from the ready list of bucket n of
-// topic into the in-flight list of consumer cid, and returns them with
-// their envelopes. An empty result means the list was empty (or held only
-// deleted jobs). A job stays in flight until its outcome is settled, the
-// consumer rolls it back at shutdown, or the reaper recovers it after a crash.
+// topic into the in-flight set of consumer cid, and returns them with
+// their delivery tokens and envelopes. An empty result means the list was
+// empty (or held only stale entries). A job stays in flight until its
+// outcome is settled, the consumer rolls it back at shutdown, or the reaper
+// recovers it after a crash; each of those acts only for the delivery whose
+// token the job's state names.
 func Fetch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, max int) ([]Item, error) {
 	k := keys.ForBucket(prefix, topic, n)
-	v, err := fetchScript.Run(ctx, c, []string{k.Ready(), k.InFlight(cid), k.Pool()}, min(max, MaxFetch)).Result()
+	v, err := fetchScript.Run(ctx, c, []string{k.Ready(), k.InFlight(cid), k.Pool(), k.State(), k.Seq()},
+		min(max, MaxFetch), cid).Result()
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s: %w", keys.Address(topic, n), err)
 	}
 	r, err := rdb.Slice(v)
-	if err != nil || len(r)%2 != 0 {
+	if err != nil || len(r)%3 != 0 {
 		return nil, fmt.Errorf("fetch %s: bad reply %v", keys.Address(topic, n), v)
 	}
-	items := make([]Item, len(r)/2)
+	items := make([]Item, len(r)/3)
 	for i := range items {
-		items[i].ID, _ = rdb.Str(r[2*i])
-		items[i].Envelope, _ = rdb.Str(r[2*i+1])
+		items[i].ID, _ = rdb.Str(r[3*i])
+		items[i].Token, _ = rdb.Str(r[3*i+1])
+		items[i].Envelope, _ = rdb.Str(r[3*i+2])
 	}
 	return items, nil
 }
 
-// Release returns to the head of the ready list of bucket n every id in
-// consumer cid's in-flight list that is not in held: ids moved by a fetch
-// whose reply never arrived. It returns how many it returned. The caller
-// must not fetch from the bucket meanwhile.
-func Release(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, held []string) (int, error) {
+// Release returns to the head of the ready list of bucket n every delivery
+// in consumer cid's in-flight set for which held reports false: deliveries
+// taken by a fetch whose reply never arrived. It reads the set in pages and
+// returns how many ids it gave back. The caller must not fetch from the
+// bucket meanwhile; deliveries it settles meanwhile are left alone, since a
+// settled member is no longer in the set.
+func Release(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, held func(member string) bool) (int, error) {
 	k := keys.ForBucket(prefix, topic, n)
-	args := make([]any, 0, 2+len(held))
-	args = append(args, keys.ReadyChannel(prefix), keys.Address(topic, n))
-	for _, id := range held {
-		args = append(args, id)
+	total := 0
+	var start int64
+	for {
+		members, err := c.ZRange(ctx, k.InFlight(cid), start, start+releaseChunk-1).Result()
+		if err != nil {
+			return total, fmt.Errorf("release %s: %w", keys.Address(topic, n), err)
+		}
+		args := []any{keys.ReadyChannel(prefix), keys.Address(topic, n), cid}
+		for _, m := range members {
+			if !held(m) && strings.Contains(m, ":") {
+				args = append(args, m)
+			}
+		}
+		released := len(args) - 3
+		if released > 0 {
+			got, err := releaseScript.Run(ctx, c, []string{k.InFlight(cid), k.Ready(), k.State()}, args...).Int()
+			if err != nil {
+				return total, fmt.Errorf("release %s: %w", keys.Address(topic, n), err)
+			}
+			total += got
+		}
+		if len(members) < releaseChunk {
+			return total, nil
+		}
+		// The members released left the set; the rest moved up by as many.
+		start += int64(len(members) - released)
 	}
-	got, err := releaseScript.Run(ctx, c, []string{k.InFlight(cid), k.Ready()}, args...).Int()
-	if err != nil {
-		return 0, fmt.Errorf("release %s: %w", keys.Address(topic, n), err)
-	}
-	return got, nil
 }

@@ -41,7 +41,8 @@ func TestFetchMovesIntoInFlight(t *testing.T) {
 			require.NoError(t, err)
 			require.Zero(t, h.Attempt)
 			require.Equal(t, []byte{0}, body)
-			require.Equal(t, []string{"0", "2"}, rdb.LRange(ctx, k.InFlight("me"), 0, -1).Val())
+			require.Equal(t, []string{items[0].Member(), items[1].Member()}, rdb.ZRange(ctx, k.InFlight("me"), 0, -1).Val())
+			require.NotEqual(t, items[0].Token, items[1].Token)
 
 			items, err = ready.Fetch(ctx, rdb, prefix, "t", 0, "me", 10)
 			require.NoError(t, err)
@@ -49,7 +50,7 @@ func TestFetchMovesIntoInFlight(t *testing.T) {
 			items, err = ready.Fetch(ctx, rdb, prefix, "t", 0, "me", 10)
 			require.NoError(t, err)
 			require.Empty(t, items)
-			require.EqualValues(t, 4, rdb.LLen(ctx, k.InFlight("me")).Val())
+			require.EqualValues(t, 4, rdb.ZCard(ctx, k.InFlight("me")).Val())
 			require.Zero(t, rdb.Exists(ctx, k.Ready()).Val())
 		})
 	}

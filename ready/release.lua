@@ -1,31 +1,39 @@
--- Returns to the head of the ready list every id of this consumer's
--- in-flight list that the consumer does not know it holds: ids a fetch
--- moved whose reply was lost. The ids it holds stay.
--- KEYS[1] -> this consumer's in-flight LIST
+-- Returns to the head of the ready list the deliveries of this consumer's
+-- in-flight set that the consumer does not know it holds: ids a fetch took
+-- whose reply was lost. The caller lists them (it reads the set and leaves
+-- out what it holds); a member no longer in the set, or whose id's state
+-- no longer names this delivery, is only removed.
+-- KEYS[1] -> this consumer's in-flight ZSET
 -- KEYS[2] -> ready LIST
+-- KEYS[3] -> state HASH
 -- ARGV[1] -> ready channel
 -- ARGV[2] -> bucket address
--- ARGV[3..] -> the ids the consumer holds (with repeats, if any)
--- Returns the number of ids returned.
-local list = redis.call('LRANGE', KEYS[1], 0, -1)
-local keep = {}
-for i = 3, #ARGV do keep[ARGV[i]] = (keep[ARGV[i]] or 0) + 1 end
-local rest, back = {}, {}
-for _, id in ipairs(list) do
-  local k = keep[id] or 0
-  if k > 0 then
-    keep[id] = k - 1
-    rest[#rest + 1] = id
-  else
-    back[#back + 1] = id
+-- ARGV[3] -> consumer id
+-- ARGV[4..] -> in-flight members ("<token>:<id>") to return, at most 500
+-- Returns the number of ids returned to the ready list.
+local members = {}
+for i = 4, #ARGV do members[#members + 1] = ARGV[i] end
+if #members == 0 then return 0 end
+local back, st, present = {}, {}, {}
+for _, m in ipairs(members) do
+  if redis.call('ZSCORE', KEYS[1], m) ~= false then
+    present[#present + 1] = m
+    local token, id = string.match(m, '^(%d+):(.*)$')
+    if id and redis.call('HGET', KEYS[3], id) == token .. '@' .. ARGV[3] then
+      back[#back + 1] = id
+      st[#st + 1] = id
+      st[#st + 1] = 'r'
+    end
   end
 end
-if #back == 0 then return 0 end
-redis.call('DEL', KEYS[1])
-if #rest > 0 then redis.call('RPUSH', KEYS[1], unpack(rest)) end
--- LPUSH reverses, so push the oldest last: it is fetched first.
-local rev = {}
-for i = #back, 1, -1 do rev[#rev + 1] = back[i] end
-redis.call('LPUSH', KEYS[2], unpack(rev))
-redis.call('PUBLISH', ARGV[1], ARGV[2])
+if #present == 0 then return 0 end
+redis.call('ZREM', KEYS[1], unpack(present))
+if #back > 0 then
+  redis.call('HSET', KEYS[3], unpack(st))
+  -- LPUSH reverses, so push the oldest last: it is fetched first.
+  local rev = {}
+  for i = #back, 1, -1 do rev[#rev + 1] = back[i] end
+  redis.call('LPUSH', KEYS[2], unpack(rev))
+  redis.call('PUBLISH', ARGV[1], ARGV[2])
+end
 return #back

@@ -223,6 +223,9 @@ func (c *Client) Reschedule(ctx context.Context, topic, id string, at time.Time)
 	if at.IsZero() {
 		return fmt.Errorf("%w: reschedule job %q: zero time", ErrInvalidJob, id)
 	}
+	if err := pool.CheckDue(fmt.Sprintf("reschedule job %q: time", id), at); err != nil {
+		return err
+	}
 	b, err := c.bucketOf(ctx, topic, id)
 	if err != nil {
 		return err

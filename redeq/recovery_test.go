@@ -13,6 +13,7 @@ import (
 	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/ready"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -75,7 +76,10 @@ func TestPoisonJobGoesDead(t *testing.T) {
 			for round := 1; round <= 3; round++ {
 				// A consumer takes the job and dies without a word.
 				dead := fmt.Sprintf("crashed-%d", round)
-				require.Equal(t, "poison", e.rdb.LMove(ctx, k.Ready(), k.InFlight(dead), "LEFT", "RIGHT").Val())
+				items, err := ready.Fetch(ctx, e.rdb, e.cfg.Prefix, "t", 0, dead, 1)
+				require.NoError(t, err)
+				require.Len(t, items, 1)
+				require.Equal(t, "poison", items[0].ID)
 				require.NoError(t, e.rdb.ZAdd(ctx, keys.ForTopic(e.cfg.Prefix, "t").Consumers(), redisZ(dead)).Err())
 				if round <= 2 {
 					waitFor(t, 5*time.Second, "recovered to ready", func() bool { return e.rdb.LLen(ctx, k.Ready()).Val() == 1 })

@@ -50,7 +50,7 @@ func (c *Client) Stats(ctx context.Context, topic string) (Stats, error) {
 		rows[b] = row{pipe.HLen(ctx, k.Pool()), pipe.ZCard(ctx, k.Scheduled()), pipe.LLen(ctx, k.Ready()),
 			pipe.ZCard(ctx, k.UnAck()), pipe.ZCard(ctx, k.Dead())}
 		for _, cid := range cids {
-			inflight = append(inflight, pipe.LLen(ctx, k.InFlight(cid)))
+			inflight = append(inflight, pipe.ZCard(ctx, k.InFlight(cid)))
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {

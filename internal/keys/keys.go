@@ -27,8 +27,27 @@ func (b Bucket) Scheduled() string { return b.tag + "bucket" }
 // Ready is a LIST of due job ids, oldest first.
 func (b Bucket) Ready() string { return b.tag + "ready" }
 
-// InFlight is a LIST of the job ids consumer cid holds.
+// InFlight is a ZSET of the deliveries consumer cid holds: member
+// "<token>:<id>" -> when it was fetched, unix ms (Redis clock). A member
+// names one delivery, so the same consumer can hold two deliveries of one
+// id (a stale one and a new one) without confusing them.
 func (b Bucket) InFlight(cid string) string { return b.tag + "inflight:" + cid }
+
+// State is a HASH: job id -> "r" while the id waits in the ready list, or
+// "<token>@<consumer>" while that delivery holds it. Scheduled, un_ack and
+// dead jobs have no entry. It is the delivery fence: a fetch takes an id
+// only when it is "r", and an outcome, rollback or recovery acts only when
+// the entry still names its delivery.
+func (b Bucket) State() string { return b.tag + "state" }
+
+// Seq is a STRING counter that numbers the bucket's deliveries: each fetch
+// takes the next tokens from it.
+func (b Bucket) Seq() string { return b.tag + "seq" }
+
+// Op is a STRING holding the reply of an admin call (delete, requeue, ...)
+// for a short while, so that a rerun of the call after a lost reply (go-redis
+// retries) returns the same answer instead of "not found".
+func (b Bucket) Op(id string) string { return b.tag + "op:" + id }
 
 // UnAck is a ZSET: job id -> time it was parked, unix ms.
 func (b Bucket) UnAck() string { return b.tag + "unack" }

@@ -1,0 +1,464 @@
+package redeq_test
+
+// Regression tests for the delivery fence and the script rules: each one
+// broke a promise (nothing lost, never early, a deleted job never runs, a
+// stalled consumer never acts on a job it no longer holds, one run per job
+// when nothing crashes) before the fix it names.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/config"
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/ready"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// TestManyInFlightNotLost: one consumer holding more deliveries of one
+// bucket than Lua's unpack can take (about 8,000) settles them and rolls
+// them back without losing any. The settle and release scripts used to
+// DEL the in-flight list and fail re-pushing it, losing every job in it.
+func TestManyInFlightNotLost(t *testing.T) {
+	const jobs = 9000
+	for _, be := range testutil.RealBackends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			cfg := testutil.Config(t)
+			cfg.Workers = jobs
+			cfg.ShutdownTimeout = 200 * time.Millisecond
+			e := setup(t, be, cfg)
+			ctx := context.Background()
+			batch := make([]*redeq.Job, jobs)
+			for i := range batch {
+				batch[i] = &redeq.Job{Topic: "t", ID: fmt.Sprint(i)}
+			}
+			require.NoError(t, e.c.AddBatch(ctx, batch))
+
+			// Every job is held at once; half are acked, half are still
+			// running when Shutdown rolls them back.
+			var started atomic.Int64
+			release := make(chan struct{})
+			l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+				started.Add(1)
+				<-release
+				if atoi(job.ID)%2 == 0 {
+					ch.Ack()
+					return nil
+				}
+				<-ctx.Done() // canceled by Shutdown
+				return ctx.Err()
+			})
+			c := e.another(t, nil)
+			startWith(t, c, l)
+			waitFor(t, 60*time.Second, "every job held at once", func() bool { return started.Load() == jobs })
+			require.EqualValues(t, jobs, stats(t, e.c, "t").InFlight)
+			close(release)
+			waitFor(t, 60*time.Second, "the acks applied", func() bool { return stats(t, e.c, "t").Pool == jobs/2 })
+			require.NoError(t, c.Shutdown(ctx))
+
+			st := stats(t, e.c, "t")
+			require.EqualValues(t, jobs/2, st.Pool)
+			require.Zero(t, st.InFlight)
+			require.EqualValues(t, jobs/2, st.Scheduled+st.Ready, "rolled back, not lost")
+			for i := 1; i < jobs; i += 998 { // odd ids: rolled back
+				job, err := e.c.Get(ctx, "t", fmt.Sprint(i))
+				require.NoError(t, err)
+				require.Zero(t, job.Attempt, "a rollback spends no attempt")
+			}
+		})
+	}
+}
+
+// TestRollbackDoesNotDoubleAReaddedJob: a job deleted while in flight and
+// added again must run once more, not twice, when the old consumer rolls
+// back at shutdown. The rollback used to check only the bucket and put the
+// new job (already in the ready list) back in the bucket as well.
+func TestRollbackDoesNotDoubleAReaddedJob(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		holding := make(chan struct{}, 1)
+		old := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			holding <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		old.workers = 1
+		a := e.another(t, func(c *config.Config) { c.ShutdownTimeout = 100 * time.Millisecond })
+		startWith(t, a, old)
+		<-holding
+		_, err := e.c.Delete(ctx, "t", "j")
+		require.NoError(t, err)
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		// The new job falls due and waits in the ready list: the old
+		// consumer's only worker is busy.
+		waitFor(t, 5*time.Second, "the new job ready", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+		require.NoError(t, a.Shutdown(ctx))
+
+		tl := newTally()
+		fresh := newListener("t", tl.handle)
+		fresh.workers = 4
+		startWith(t, e.another(t, nil), fresh)
+		waitFor(t, 5*time.Second, "the new job ran", func() bool { return tl.distinct() == 1 && stats(t, e.c, "t").Pool == 0 })
+		settle(t, e, "t")
+		require.Zero(t, tl.extra(), "the re-added job ran twice")
+	})
+}
+
+// TestRecoveryDoesNotDoubleAReaddedJob: the same for the reaper: a crashed
+// consumer's old delivery of a job since deleted and added again is
+// dropped, not pushed to the ready list beside the new job.
+func TestRecoveryDoesNotDoubleAReaddedJob(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		require.NoError(t, e.c.Start(ctx)) // moves and reaps
+		waitFor(t, 5*time.Second, "due", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+		crash(t, e, "t", "crashed", 1)
+		_, err := e.c.Delete(ctx, "t", "j")
+		require.NoError(t, err)
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		waitFor(t, 5*time.Second, "the new job ready", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+		// The reaper handles the crashed consumer's set.
+		waitFor(t, 10*time.Second, "crashed consumer reaped", func() bool { return stats(t, e.c, "t").Consumers == 0 })
+
+		tl := newTally()
+		l := newListener("t", tl.handle)
+		l.workers = 4
+		startWith(t, e.another(t, nil), l)
+		waitFor(t, 5*time.Second, "the new job ran", func() bool { return tl.distinct() == 1 && stats(t, e.c, "t").Pool == 0 })
+		settle(t, e, "t")
+		require.Zero(t, tl.extra(), "the re-added job ran twice")
+	})
+}
+
+// crash makes consumer cid take n ready jobs of topic and fall silent at
+// once, as a process killed right after its fetch would.
+func crash(t *testing.T, e *env, topic, cid string, n int) []ready.Item {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, e.rdb.ZAdd(ctx, keys.ForTopic(e.cfg.Prefix, topic).Consumers(), redisZ(cid)).Err())
+	items, err := ready.Fetch(ctx, e.rdb, e.cfg.Prefix, topic, 0, cid, n)
+	require.NoError(t, err)
+	require.Len(t, items, n)
+	return items
+}
+
+// state is the state of a job, or "" when it is absent.
+func state(t *testing.T, c *redeq.Client, topic, id string) redeq.State {
+	t.Helper()
+	job, err := c.Get(context.Background(), topic, id)
+	if errors.Is(err, redeq.ErrJobNotFound) {
+		return ""
+	}
+	require.NoError(t, err)
+	return job.State
+}
+
+// settle waits until topic holds nothing in flight and nothing ready,
+// stale entries included: whatever was going to run has run.
+func settle(t *testing.T, e *env, topic string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "quiet", func() bool {
+		st := stats(t, e.c, topic)
+		return st.InFlight == 0 && st.Ready == 0
+	})
+}
+
+// TestHugeDelaysNeverRunEarly: "never" written as a huge delay is stored
+// far in the future (math.MaxInt64 ns used to wrap to 1734 and run at
+// once), and a due time past the year 9999 is refused, writing nothing.
+func TestHugeDelaysNeverRunEarly(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		far := time.Now().Add(200 * 365 * 24 * time.Hour)
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "never", Delay: math.MaxInt64}))
+		job, err := e.c.Get(ctx, "t", "never")
+		require.NoError(t, err)
+		require.True(t, job.RunAt.After(far), "due %v", job.RunAt)
+
+		before := testutil.Dump(t, e.rdb, e.cfg.Prefix)
+		y300k := time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC)
+		err = e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "y300k", RunAt: y300k})
+		require.ErrorIs(t, err, redeq.ErrInvalidJob)
+		require.ErrorContains(t, err, "9999")
+		err = e.c.Reschedule(ctx, "t", "never", y300k)
+		require.ErrorIs(t, err, redeq.ErrInvalidJob)
+		require.Equal(t, before, testutil.Dump(t, e.rdb, e.cfg.Prefix), "a refused call wrote something")
+
+		// A handler's "rejoin never" and a requeue far away stay far away.
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "rejoin"}))
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "park"}))
+		l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			if job.ID == "rejoin" {
+				ch.Rejoin(math.MaxInt64)
+			}
+			return nil // "park" goes to un_ack
+		})
+		startWith(t, e.c, l)
+		waitFor(t, 5*time.Second, "both handled", func() bool {
+			return state(t, e.c, "t", "rejoin") == redeq.StateScheduled && state(t, e.c, "t", "park") == redeq.StateUnAck
+		})
+		require.NoError(t, e.c.RequeueUnAck(ctx, "t", "park", math.MaxInt64))
+		for _, id := range []string{"never", "rejoin", "park"} {
+			job, err := e.c.Get(ctx, "t", id)
+			require.NoError(t, err)
+			require.Equal(t, redeq.StateScheduled, job.State, id)
+			require.True(t, job.RunAt.After(far), "%s due %v", id, job.RunAt)
+		}
+		require.Equal(t, 2, l.count())
+	})
+}
+
+// TestStaleOutcomeAfterRefetch: a consumer that stalls (its heartbeats
+// stop) loses its delivery to the reaper, fetches the same job again, and
+// then its stalled first delivery fails: that stale failure must be
+// dropped, and the live delivery's ack must apply. The old fence (id in my
+// list + created ms) let the stale retry through and dropped the live ack.
+func TestStaleOutcomeAfterRefetch(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		hb := newScriptHook(t, "consumer/heartbeat.lua")
+		sh := newScriptHook(t, "ack/settle.lua")
+		var settles atomic.Int64
+		sh.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+			err := next()
+			settles.Add(1)
+			return err
+		})
+		rdb := e.be.New(t)
+		rdb.AddHook(hb)
+		rdb.AddHook(sh)
+		c, err := redeq.New(rdb, e.cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		second := make(chan struct{})
+		staleSettled := make(chan struct{})
+		var runs atomic.Int64
+		l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			switch runs.Add(1) {
+			case 1:
+				// Stall: the heartbeats fail until the job is taken back
+				// and fetched again.
+				hb.set(func(context.Context, redis.Cmder, func() error) error { return errors.New("stalled") })
+				<-second
+				return errors.New("stale failure")
+			case 2:
+				hb.set(nil)
+				before := settles.Load()
+				close(second)
+				// The stale delivery's outcome is settled first.
+				for settles.Load() == before {
+					time.Sleep(time.Millisecond)
+				}
+				close(staleSettled)
+				ch.Ack()
+				return nil
+			}
+			return errors.New("a third run")
+		})
+		l.workers = 2
+		startWith(t, c, l)
+		require.NoError(t, e.c.Start(ctx)) // another client, to reap
+		waitFor(t, 10*time.Second, "second delivery", func() bool { return runs.Load() >= 2 })
+		<-staleSettled
+		waitFor(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
+		settle(t, e, "t")
+		require.EqualValues(t, 2, runs.Load(), "the stale failure rescheduled the job")
+	})
+}
+
+// TestAdminCallsSurviveARerun: go-redis resends a command whose reply was
+// lost; each admin call must give the rerun the first run's answer. A
+// rerun of ProcessUnAck used to report ErrJobNotFound for the job it had
+// just removed, so the caller never processed it: the job was gone.
+func TestAdminCallsSurviveARerun(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		hooks := map[string]*scriptHook{}
+		rdb := e.be.New(t)
+		for _, path := range []string{"ack/take.lua", "ack/requeue.lua", "pool/delete.lua", "bucket/reschedule.lua"} {
+			h := newScriptHook(t, path)
+			h.set(rerun)
+			hooks[path] = h
+			rdb.AddHook(h)
+		}
+		c, err := redeq.New(rdb, e.cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+
+		// Three jobs parked in un_ack, one dead, one scheduled.
+		for _, id := range []string{"u1", "u2", "d", "s"} {
+			job := &redeq.Job{Topic: "t", ID: id, MaxRetries: -1}
+			if id == "s" {
+				job.Delay = time.Hour
+			}
+			require.NoError(t, e.c.Add(ctx, job))
+		}
+		l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			if job.ID == "d" {
+				return errors.New("boom")
+			}
+			return nil // parked in un_ack
+		})
+		startWith(t, e.c, l)
+		waitFor(t, 5*time.Second, "parked", func() bool {
+			st := stats(t, e.c, "t")
+			return st.UnAck == 2 && st.Dead == 1
+		})
+
+		job, err := c.ProcessUnAck(ctx, "t", "u1")
+		require.NoError(t, err)
+		require.Equal(t, "u1", job.ID)
+		require.NoError(t, c.RequeueUnAck(ctx, "t", "u2", time.Hour))
+		require.NoError(t, c.RequeueDead(ctx, "t", "d", time.Hour))
+		require.NoError(t, c.Reschedule(ctx, "t", "s", time.Now().Add(2*time.Hour)))
+		job, err = c.Delete(ctx, "t", "s")
+		require.NoError(t, err)
+		require.Equal(t, "s", job.ID)
+
+		for id, want := range map[string]redeq.State{"u1": "", "u2": redeq.StateScheduled, "d": redeq.StateScheduled, "s": ""} {
+			require.Equal(t, want, state(t, e.c, "t", id), id)
+		}
+		// A second call of its own is still answered truthfully.
+		_, err = c.ProcessUnAck(ctx, "t", "u1")
+		require.ErrorIs(t, err, redeq.ErrJobNotFound)
+		_, err = c.Delete(ctx, "t", "s")
+		require.ErrorIs(t, err, redeq.ErrJobNotFound)
+	})
+}
+
+// TestFailedStartCanBeRetried: a Start that fails on a transient error
+// (Redis still loading its data set) leaves the client startable; it used
+// to stay marked started, so every later Start said "already started" and
+// nothing ever ran.
+func TestFailedStartCanBeRetried(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		hb := newScriptHook(t, "consumer/heartbeat.lua")
+		hb.set(func(context.Context, redis.Cmder, func() error) error {
+			return errors.New("LOADING Redis is loading the dataset in memory")
+		})
+		rdb := e.be.New(t)
+		rdb.AddHook(hb)
+		c, err := redeq.New(rdb, e.cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+		l := newListener("t", nil)
+		require.NoError(t, c.Register(l))
+		require.ErrorContains(t, c.Start(ctx), "LOADING")
+		hb.set(nil)
+		require.NoError(t, c.Start(ctx))
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		waitFor(t, 5*time.Second, "ran", func() bool { return l.count() == 1 })
+	})
+}
+
+// TestDeletedWaitingJobNeverStarts: a job deleted while its consumer's
+// workers are all busy must not start afterwards. Runners used to hold up
+// to twice their workers, so a job fetched ahead started after Delete had
+// returned.
+func TestDeletedWaitingJobNeverStarts(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		release := make(chan struct{})
+		l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			if job.ID == "a" {
+				<-release
+			}
+			ch.Ack()
+			return nil
+		})
+		l.workers = 1
+		startWith(t, e.c, l)
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "a"}))
+		waitFor(t, 5*time.Second, "a running", func() bool { return l.count() == 1 })
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "b"}))
+		waitFor(t, 5*time.Second, "b due", func() bool {
+			s := state(t, e.c, "t", "b")
+			return s == redeq.StateReady || s == redeq.StateInFlight
+		})
+		_, err := e.c.Delete(ctx, "t", "b")
+		require.NoError(t, err)
+		close(release)
+		waitFor(t, 5*time.Second, "a done", func() bool { return state(t, e.c, "t", "a") == "" })
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "c"}))
+		waitFor(t, 5*time.Second, "c ran", func() bool { return l.byID()["c"] == 1 })
+		settle(t, e, "t")
+		require.Zero(t, l.byID()["b"], "the deleted job started")
+	})
+}
+
+// TestOutcomeOfOldDeliverySparesReaddedJob: a job deleted and added again
+// within the same millisecond has the same created time; the old
+// delivery's ack must still not delete the new job. (The test writes the
+// new job's envelope byte for byte as the old one, as such a re-add
+// would.)
+func TestOutcomeOfOldDeliverySparesReaddedJob(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		k := keys.ForBucket(e.cfg.Prefix, "t", 0)
+		env0 := e.rdb.HGet(ctx, k.Pool(), "j").Val()
+		holding, release := make(chan struct{}), make(chan struct{})
+		l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			close(holding)
+			<-release
+			ch.Ack()
+			return nil
+		})
+		startWith(t, e.c, l)
+		<-holding
+		_, err := e.c.Delete(ctx, "t", "j")
+		require.NoError(t, err)
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j", Delay: time.Hour}))
+		require.NoError(t, e.rdb.HSet(ctx, k.Pool(), "j", env0).Err())
+		close(release)
+		settle(t, e, "t")
+		require.Equal(t, redeq.StateScheduled, state(t, e.c, "t", "j"), "the old delivery's ack deleted the new job")
+	})
+}
+
+// TestReaperSparesAConsumerThatCameBack: a consumer that looked silent but
+// fetched again while being reaped keeps its delivery and its place in
+// the consumer set; the reaper used to drop it from the set while it held
+// a job, so that job was never recovered if it died later.
+func TestReaperSparesAConsumerThatCameBack(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		require.NoError(t, e.c.Start(ctx)) // moves and reaps
+		waitFor(t, 5*time.Second, "due", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+		// Silent by its heartbeat (score 0), but it has just fetched.
+		crash(t, e, "t", "back", 1)
+		consumers := keys.ForTopic(e.cfg.Prefix, "t").Consumers()
+		// Within a ConsumerTimeout of its fetch it counts as alive...
+		for range 3 {
+			time.Sleep(e.cfg.ConsumerTimeout / 4)
+			require.Equal(t, redeq.StateInFlight, state(t, e.c, "t", "j"))
+			require.NoError(t, e.rdb.ZScore(ctx, consumers, "back").Err(), "dropped from the consumer set")
+		}
+		// ...and once it heartbeats again it stays, with its job.
+		beat := func() { e.rdb.ZAdd(ctx, consumers, redis.Z{Score: float64(time.Now().UnixMilli()), Member: "back"}) }
+		deadline := time.Now().Add(3 * e.cfg.ConsumerTimeout)
+		for time.Now().Before(deadline) {
+			beat()
+			time.Sleep(e.cfg.HeartbeatInterval)
+			require.Equal(t, redeq.StateInFlight, state(t, e.c, "t", "j"))
+		}
+		require.NoError(t, e.rdb.ZScore(ctx, consumers, "back").Err())
+		// When it dies after all, its job is recovered.
+		waitFor(t, 10*time.Second, "recovered", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+	})
+}
