@@ -99,6 +99,7 @@ var (
 func (g *Group) Reap(ctx context.Context) (int, error) { return g.reap(ctx, true) }
 
 func (g *Group) reap(ctx context.Context, act bool) (int, error) {
+	start := g.env.Clock.Now()
 	topics, err := g.reg.Topics(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", errUnreachable, err)
@@ -116,7 +117,6 @@ func (g *Group) reap(ctx context.Context, act bool) (int, error) {
 	}
 	// Each command carries its own reply or error (a cluster splits the
 	// pipeline per node): read them one by one.
-	start := g.env.Clock.Now()
 	_, _ = pipe.Exec(ctx)
 	stalled := g.env.Clock.Now().Sub(start) > g.ReapInterval()
 	if stalled {

@@ -462,3 +462,67 @@ func TestReaperSparesAConsumerThatCameBack(t *testing.T) {
 		waitFor(t, 10*time.Second, "recovered", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
 	})
 }
+
+// TestOutageLongerThanConsumerTimeout: Redis stops answering for longer
+// than ConsumerTimeout while a consumer runs a job. When it answers again,
+// no reaper may take the live consumer for dead before its heartbeat gets
+// through: the job must not run twice.
+func TestOutageLongerThanConsumerTimeout(t *testing.T) {
+	for _, be := range testutil.RealBackends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			e := setup(t, be, testutil.Config(t))
+			ctx := context.Background()
+			// The consumer's heartbeats can be held back, as if they
+			// reached the server after the reaper's queries.
+			hb := newScriptHook(t, "consumer/heartbeat.lua")
+			held := make(chan struct{})
+			rdb := be.New(t)
+			rdb.AddHook(hb)
+			a, err := redeq.New(rdb, e.cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+			release := make(chan struct{})
+			l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+				<-release
+				ch.Ack()
+				return nil
+			})
+			startWith(t, a, l)
+			require.NoError(t, e.c.Start(ctx)) // the reaper of another service
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+			waitFor(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
+
+			hb.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+				<-held
+				return next()
+			})
+			pause := 3 * e.cfg.ConsumerTimeout // well past it, well inside go-redis's read timeout
+			pauseAll(t, be.New(t), pause)
+			// The reaper's queries get through first; the heartbeats a
+			// little later, still well within a ConsumerTimeout.
+			time.Sleep(pause + e.cfg.ConsumerTimeout/2)
+			close(held)
+			hb.set(nil)
+			time.Sleep(3 * e.cfg.ConsumerTimeout) // the window in which a wrong reap would strike
+			close(release)
+			waitFor(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
+			settle(t, e, "t")
+			require.Equal(t, 1, l.count(), "a live consumer's job was recovered after the outage")
+		})
+	}
+}
+
+// pauseAll stops every master of the deployment from serving clients for d.
+func pauseAll(t *testing.T, c redis.UniversalClient, d time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	ms := fmt.Sprint(d.Milliseconds())
+	switch cc := c.(type) {
+	case *redis.ClusterClient:
+		require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			return n.Do(ctx, "CLIENT", "PAUSE", ms, "ALL").Err()
+		}))
+	default:
+		require.NoError(t, c.Do(ctx, "CLIENT", "PAUSE", ms, "ALL").Err())
+	}
+}
