@@ -80,8 +80,7 @@ func New(rdb redis.UniversalClient, cfg config.Config) (*Client, error) {
 func (c *Client) Config() config.Config { return c.cfg }
 
 func (c *Client) placement(id string) pool.Placement {
-	n := c.cfg.Concurrency
-	return pool.Placement{Bucket: bucket.Of(id, n), Limit: (c.cfg.MaxPool + n - 1) / n}
+	return pool.Placement{Bucket: bucket.Of(id, c.cfg.Concurrency), Limit: c.cfg.BucketLimit()}
 }
 
 // prepare validates job, assigns an id when it has none, and records its
