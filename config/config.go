@@ -82,7 +82,8 @@ func RetryIntervalsDefault() []time.Duration {
 // default (WithDefaults fills them in), so 0 can never be asked for where
 // a default exists; the fields where -1 or 0 mean something else say so.
 // The YAML key of each field is in its tag; Load also reads it from the
-// environment variable REDEQ_<KEY> (REDEQ_SCAN_INTERVAL for scan_interval).
+// environment variable REDEQ_<KEY> (REDEQ_REDIS_TLS_CA_FILE for
+// redis.tls.ca_file).
 type Config struct {
 	// Prefix starts every Redis key and channel name: at most MaxName
 	// bytes, no braces, whitespace or control characters. Defaults to "redeq".
@@ -166,6 +167,9 @@ type Config struct {
 	// consumer before it is treated as poison and moved to the dead set, at
 	// least 1. Defaults to 5.
 	MaxRecoveries int `yaml:"max_recoveries"`
+	// Redis is the connection Open makes. New ignores it: it takes a
+	// client built by the caller. Empty by default.
+	Redis RedisConfig `yaml:"redis"`
 	// Logger receives the background loops' reports. Defaults to slog.Default().
 	Logger *slog.Logger `yaml:"-"`
 }
@@ -203,6 +207,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Redis.Addrs != nil {
+		c.Redis.Addrs = append([]string(nil), c.Redis.Addrs...)
 	}
 	return c
 }

@@ -31,7 +31,9 @@ const maxFileBytes = 1 << 20
 //
 // Invalid settings are reported together, each a *FieldError naming the
 // file and YAML key ("redeq.yaml: scan_interval: -1s must be positive") or
-// the variable that set it.
+// the variable that set it. A password in redis.url is refused when it
+// comes from the file: passwords belong in the environment (see
+// RedisConfig.PasswordEnv), and REDEQ_REDIS_URL may carry one.
 func Load(path string) (Config, error) {
 	var c Config
 	if path != "" {
@@ -49,6 +51,10 @@ func Load(path string) (Config, error) {
 	}
 	c = c.WithDefaults()
 	errs := c.problems(yamlKey)
+	if path != "" && !fromEnv[fieldEnv("Redis.URL")] && urlHasPassword(c.Redis.URL) {
+		errs = append(errs, &FieldError{Field: "Redis.URL", Key: fieldKey("Redis.URL"),
+			Reason: "holds a password: keep it out of the file and name the variable that holds it in " + fieldKey("Redis.PasswordEnv")})
+	}
 	out := make([]error, len(errs))
 	for i, e := range errs {
 		e.File, e.keyed = path, true

@@ -43,7 +43,8 @@ func (e *FieldError) Error() string {
 
 // Validate reports every invalid field of c, joined, each a *FieldError
 // naming its Go field. Zero values are invalid where a default exists:
-// call WithDefaults first.
+// call WithDefaults first. The Redis section may be empty (New takes a
+// client); when given it must name a server (see RedisConfig).
 func (c Config) Validate() error {
 	errs := c.problems(goName)
 	out := make([]error, len(errs))
@@ -138,6 +139,7 @@ func (c Config) problems(name func(string) string) []*FieldError {
 	if c.MaxRecoveries < 1 {
 		bad("MaxRecoveries", "%d must be positive", c.MaxRecoveries)
 	}
+	c.Redis.problems(bad, name)
 	return out
 }
 
