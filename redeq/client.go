@@ -51,6 +51,8 @@ type Client struct {
 	mu     sync.Mutex
 	run    *runtime // nil until Start
 	closed bool
+
+	ownsRedis bool // set by Open: Shutdown closes rdb (see open.go)
 }
 
 // New returns a client over rdb (a single server, Sentinel or Cluster
