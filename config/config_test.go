@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/config"
+	"github.com/redeq-go/redeq/internal/testutil"
 )
 
 func TestDefaults(t *testing.T) {
@@ -92,7 +94,7 @@ func TestLoadRejects(t *testing.T) {
 	_, err := config.Load(write(t, "concurency: 8\n"))
 	require.ErrorContains(t, err, "concurency")
 	_, err = config.Load(write(t, "concurrency: 6\n"))
-	require.ErrorContains(t, err, "Concurrency 6")
+	require.ErrorContains(t, err, "concurrency: 6 is not a power of two")
 	_, err = config.Load(write(t, "scan_interval: soon\n"))
 	require.Error(t, err)
 	_, err = config.Load(filepath.Join(t.TempDir(), "missing.yaml"))
@@ -132,4 +134,126 @@ func FuzzParse(f *testing.F) {
 		}
 		_ = c.WithDefaults().Validate()
 	})
+}
+
+func TestBucketLimit(t *testing.T) {
+	cases := []struct{ pool, buckets, want int }{
+		{1, 1, 1},
+		{1, 1024, 1},
+		{3, 2, 2},
+		{4, 2, 2},
+		{5_000_000, 8, 625_000},
+		{config.MaxPoolLimit, 1024, config.MaxPoolLimit / 1024},
+		{math.MaxInt, 8, math.MaxInt/8 + 1}, // (MaxPool + n - 1) / n wraps negative here
+		{math.MaxInt, 1, math.MaxInt},
+	}
+	for _, tc := range cases {
+		c := config.Config{MaxPool: tc.pool, Concurrency: tc.buckets}
+		require.Equal(t, tc.want, c.BucketLimit(), "MaxPool %d over %d buckets", tc.pool, tc.buckets)
+	}
+}
+
+func TestValidateBounds(t *testing.T) {
+	cases := []struct {
+		name string
+		mod  func(*config.Config)
+		want string // "" when valid
+	}{
+		{"max pool at the limit", func(c *config.Config) { c.MaxPool = config.MaxPoolLimit }, ""},
+		{"max pool near MaxInt", func(c *config.Config) { c.MaxPool = math.MaxInt },
+			"config: MaxPool 9223372036854775807 is out of range 1..1099511627776"},
+		{"heartbeat a third of the timeout", func(c *config.Config) {
+			c.HeartbeatInterval, c.ConsumerTimeout = 5*time.Second, 15*time.Second
+		}, ""},
+		{"heartbeat just under the timeout", func(c *config.Config) { c.HeartbeatInterval = c.ConsumerTimeout - 1 },
+			"config: HeartbeatInterval 14.999999999s must be at most a third of ConsumerTimeout 15s (5s)"},
+		{"heartbeat over a third", func(c *config.Config) { c.HeartbeatInterval = 5*time.Second + 1 }, "HeartbeatInterval"},
+		{"consumer timeout at the minimum", func(c *config.Config) {
+			c.ConsumerTimeout, c.HeartbeatInterval = 100*time.Millisecond, 10*time.Millisecond
+		}, ""},
+		{"consumer timeout under 100ms", func(c *config.Config) {
+			c.ConsumerTimeout, c.HeartbeatInterval = 99*time.Millisecond, time.Millisecond
+		}, "config: ConsumerTimeout 99ms is below the minimum 100ms"},
+		{"consumer timeout over a day", func(c *config.Config) { c.ConsumerTimeout = 25 * time.Hour }, "ConsumerTimeout 25h0m0s is above the maximum 24h0m0s"},
+		{"1ns scan interval", func(c *config.Config) { c.ScanInterval = 1 }, "config: ScanInterval 1ns is below the minimum 1ms"},
+		{"1ms scan interval", func(c *config.Config) { c.ScanInterval = time.Millisecond }, ""},
+		{"2h scan interval", func(c *config.Config) { c.ScanInterval = 2 * time.Hour }, "ScanInterval 2h0m0s is above the maximum 1h0m0s"},
+		{"negative scan interval", func(c *config.Config) { c.ScanInterval = -time.Second }, "config: ScanInterval -1s must be positive"},
+		{"1ns poll timeout", func(c *config.Config) { c.PollTimeout = 1 }, "PollTimeout 1ns is below the minimum 1ms"},
+		{"1ns heartbeat", func(c *config.Config) { c.HeartbeatInterval = 1 }, "HeartbeatInterval 1ns is below the minimum 1ms"},
+		{"lock expiry at the minimum", func(c *config.Config) {
+			c.LockExpiry, c.ScanInterval = 10*time.Millisecond, time.Millisecond
+		}, ""},
+		{"lock expiry under 10ms", func(c *config.Config) { c.LockExpiry = 5 * time.Millisecond }, "LockExpiry 5ms is below the minimum 10ms"},
+		{"lock expiry equal to the scan interval", func(c *config.Config) { c.LockExpiry = c.ScanInterval },
+			"config: LockExpiry 1s must be longer than ScanInterval 1s"},
+		{"1ns shutdown timeout", func(c *config.Config) { c.ShutdownTimeout = 1 }, "ShutdownTimeout 1ns is below the minimum 1ms"},
+		{"no consume timeout", func(c *config.Config) { c.ConsumeTimeout = 0 }, ""},
+		{"1ns consume timeout", func(c *config.Config) { c.ConsumeTimeout = 1 }, "ConsumeTimeout 1ns is below the minimum 1ms"},
+		{"negative consume timeout", func(c *config.Config) { c.ConsumeTimeout = -1 }, "ConsumeTimeout -1ns must not be negative (0 means no bound)"},
+		{"empty retry schedule", func(c *config.Config) { c.RetryIntervals = []time.Duration{} }, "config: RetryIntervals is empty"},
+		{"retry interval over a year", func(c *config.Config) { c.RetryIntervals = []time.Duration{time.Second, 366 * 24 * time.Hour} },
+			"config: RetryIntervals[1] 8784h0m0s is longer than a year"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := config.Default()
+			tc.mod(&c)
+			err := c.Validate()
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.want)
+			var fe *config.FieldError
+			require.ErrorAs(t, err, &fe)
+		})
+	}
+}
+
+// TestTestSettingsValid: the short intervals the suites run with stay valid.
+func TestTestSettingsValid(t *testing.T) {
+	require.NoError(t, testutil.Fast().Validate())
+}
+
+func TestValidateJoinsEveryError(t *testing.T) {
+	c := config.Default()
+	c.ScanInterval, c.Workers, c.MaxPool = -1, -1, -1
+	err := c.Validate()
+	require.ErrorContains(t, err, "ScanInterval")
+	require.ErrorContains(t, err, "Workers")
+	require.ErrorContains(t, err, "MaxPool")
+}
+
+func TestLoadNamesFileAndKey(t *testing.T) {
+	p := write(t, "scan_interval: -1s\nheartbeat_interval: 10s\nretry_intervals: [1s, 0s]\n")
+	_, err := config.Load(p)
+	require.ErrorContains(t, err, p+": scan_interval: -1s must be positive")
+	require.ErrorContains(t, err, p+": heartbeat_interval: 10s must be at most a third of consumer_timeout 15s (5s)")
+	require.ErrorContains(t, err, p+": retry_intervals[1]: 0s must be at least 1ms")
+	var fe *config.FieldError
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, p, fe.File)
+
+	// A value from the environment is named by its variable.
+	t.Setenv("REDEQ_LOCK_EXPIRY", "1ms")
+	_, err = config.Load(p)
+	require.ErrorContains(t, err, "REDEQ_LOCK_EXPIRY: 1ms is below the minimum 10ms")
+	_, err = config.Load("")
+	require.EqualError(t, err, "REDEQ_LOCK_EXPIRY: 1ms is below the minimum 10ms")
+}
+
+func TestLoadRejectsSecondDocument(t *testing.T) {
+	p := write(t, "prefix: shop\n---\nconcurency: 8\n")
+	_, err := config.Load(p)
+	require.EqualError(t, err, p+": a second YAML document starts at line 2: a config file holds one")
+	_, err = config.Load(write(t, "prefix: shop\n---\n"))
+	require.ErrorContains(t, err, "second YAML document")
+
+	c, err := config.Load(write(t, "---\nprefix: shop\n...\n"))
+	require.NoError(t, err, "one document with its markers is fine")
+	require.Equal(t, "shop", c.Prefix)
+	c, err = config.Load(write(t, "# nothing set\n"))
+	require.NoError(t, err)
+	require.Equal(t, config.Default().Prefix, c.Prefix)
 }

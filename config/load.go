@@ -23,10 +23,17 @@ const EnvPrefix = "REDEQ_"
 const maxFileBytes = 1 << 20
 
 // Load reads the YAML file at path (an empty path reads none), applies
-// REDEQ_* environment overrides, fills defaults and validates. An unknown
-// key in the file is an error. REDEQ_* variables that name no setting are
-// ignored: orchestrators set some of their own (Kubernetes gives every pod
-// REDEQ_PORT and REDEQ_SERVICE_HOST when a Service is named "redeq").
+// REDEQ_* environment overrides, fills defaults and validates. A file must
+// hold one YAML document, and an unknown key in it is an error. REDEQ_*
+// variables that name no setting are ignored: orchestrators set some of
+// their own (Kubernetes gives every pod REDEQ_PORT and REDEQ_SERVICE_HOST
+// when a Service is named "redeq").
+//
+// Invalid settings are reported together, each a *FieldError naming the
+// file and YAML key ("redeq.yaml: scan_interval: -1s must be positive") or
+// the variable that set it. A password in redis.url is refused when it
+// comes from the file: passwords belong in the environment (see
+// RedisConfig.PasswordEnv), and REDEQ_REDIS_URL may carry one.
 func Load(path string) (Config, error) {
 	var c Config
 	if path != "" {
@@ -35,14 +42,28 @@ func Load(path string) (Config, error) {
 			return Config{}, err
 		}
 		if c, err = Parse(data); err != nil {
-			return Config{}, fmt.Errorf("config %s: %w", path, err)
+			return Config{}, fmt.Errorf("%s: %w", path, err)
 		}
 	}
-	if err := c.applyEnv(os.Environ()); err != nil {
+	fromEnv, err := c.applyEnv(os.Environ())
+	if err != nil {
 		return Config{}, err
 	}
 	c = c.WithDefaults()
-	if err := c.Validate(); err != nil {
+	errs := c.problems(yamlKey)
+	if path != "" && !fromEnv[fieldEnv("Redis.URL")] && urlHasPassword(c.Redis.URL) {
+		errs = append(errs, &FieldError{Field: "Redis.URL", Key: fieldKey("Redis.URL"),
+			Reason: "holds a password: keep it out of the file and name the variable that holds it in " + fieldKey("Redis.PasswordEnv")})
+	}
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		e.File, e.keyed = path, true
+		if env := fieldEnv(e.Field); fromEnv[env] {
+			e.Env = env
+		}
+		out[i] = e
+	}
+	if err := errors.Join(out...); err != nil {
 		return Config{}, err
 	}
 	return c, nil
@@ -56,58 +77,61 @@ func readFile(path string) ([]byte, error) {
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if len(data) > maxFileBytes {
-		return nil, fmt.Errorf("config %s: larger than %d bytes", path, maxFileBytes)
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxFileBytes)
 	}
 	return data, nil
 }
 
 // Parse decodes YAML settings without defaults or validation. Unknown keys
-// are an error.
+// are an error, and so is a second document: its settings would otherwise
+// be ignored without a word.
 func Parse(data []byte) (Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+	if err := dec.Decode(&c); err != nil {
+		if errors.Is(err, io.EOF) {
+			return Config{}, nil
+		}
 		return Config{}, err
 	}
-	return c, nil
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case errors.Is(err, io.EOF):
+		return c, nil
+	case err != nil:
+		return Config{}, err
+	default:
+		return Config{}, fmt.Errorf("a second YAML document starts at line %d: a config file holds one", next.Line)
+	}
 }
 
-// applyEnv sets the fields named by REDEQ_* entries of environ.
-func (c *Config) applyEnv(environ []string) error {
-	fields := envFields(c)
+// applyEnv sets the fields named by REDEQ_* entries of environ and
+// reports which variables it applied.
+func (c *Config) applyEnv(environ []string) (map[string]bool, error) {
+	byEnv := make(map[string]setting)
+	for _, s := range settings() {
+		if s.env != "" {
+			byEnv[s.env] = s
+		}
+	}
+	v := reflect.ValueOf(c).Elem()
+	applied := make(map[string]bool)
 	for _, kv := range environ {
 		name, value, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, EnvPrefix) {
-			continue
-		}
-		field, ok := fields[name]
+		s, ok := byEnv[name]
 		if !ok {
 			continue
 		}
-		if err := setFromString(field, value); err != nil {
-			return fmt.Errorf("config: %s=%q: %w", name, value, err)
+		if err := setFromString(v.FieldByIndex(s.index), value); err != nil {
+			return nil, fmt.Errorf("config: %s=%q: %w", name, value, err)
 		}
+		applied[name] = true
 	}
-	return nil
-}
-
-// envFields maps each REDEQ_* name to the field it sets.
-func envFields(c *Config) map[string]reflect.Value {
-	v := reflect.ValueOf(c).Elem()
-	t := v.Type()
-	out := make(map[string]reflect.Value, t.NumField())
-	for i := range t.NumField() {
-		tag := t.Field(i).Tag.Get("yaml")
-		if tag == "" || tag == "-" {
-			continue
-		}
-		out[EnvPrefix+strings.ToUpper(tag)] = v.Field(i)
-	}
-	return out
+	return applied, nil
 }
 
 var durationType = reflect.TypeOf(time.Duration(0))
@@ -140,6 +164,14 @@ func setFromString(field reflect.Value, s string) error {
 			return err
 		}
 		field.Set(reflect.ValueOf(&b))
+	case field.Kind() == reflect.Slice && field.Type().Elem().Kind() == reflect.String:
+		var list []string
+		for part := range strings.SplitSeq(s, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				list = append(list, part)
+			}
+		}
+		field.Set(reflect.ValueOf(list))
 	case field.Kind() == reflect.Slice && field.Type().Elem() == durationType:
 		var list []time.Duration
 		for _, part := range strings.Split(s, ",") {

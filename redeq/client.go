@@ -51,6 +51,8 @@ type Client struct {
 	mu     sync.Mutex
 	run    *runtime // nil until Start
 	closed bool
+
+	ownsRedis bool // set by Open: Shutdown closes rdb (see open.go)
 }
 
 // New returns a client over rdb (a single server, Sentinel or Cluster
@@ -80,8 +82,7 @@ func New(rdb redis.UniversalClient, cfg config.Config) (*Client, error) {
 func (c *Client) Config() config.Config { return c.cfg }
 
 func (c *Client) placement(id string) pool.Placement {
-	n := c.cfg.Concurrency
-	return pool.Placement{Bucket: bucket.Of(id, n), Limit: (c.cfg.MaxPool + n - 1) / n}
+	return pool.Placement{Bucket: bucket.Of(id, c.cfg.Concurrency), Limit: c.cfg.BucketLimit()}
 }
 
 // prepare validates job, assigns an id when it has none, and records its

@@ -163,7 +163,8 @@ func (c *Client) listen(r *runtime) {
 // returns ctx.Err() when ctx ended before the handlers finished, an error
 // of the rollback, or nil. A Shutdown of a client never started just
 // closes it. Later calls to Shutdown, Start and Register return
-// ErrClientClosed; Add, Get and Delete keep working.
+// ErrClientClosed; Add, Get and Delete keep working, except on a client
+// from Open, whose Redis connection Shutdown closes last.
 func (c *Client) Shutdown(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", ErrInvalidJob)
@@ -176,6 +177,7 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	c.closed = true
 	r := c.run
 	c.mu.Unlock()
+	defer c.closeOwnRedis() // last, once nothing uses the connection
 	if r == nil {
 		return nil
 	}

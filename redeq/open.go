@@ -1,0 +1,75 @@
+package redeq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redeq-go/redeq/config"
+	"github.com/redeq-go/redeq/pool"
+)
+
+// OpenPingTimeout bounds Open's first PING when ctx has no earlier
+// deadline: a Sentinel-backed client asks unreachable Sentinels again and
+// again until its context ends.
+const OpenPingTimeout = 10 * time.Second
+
+// Open starts a client from one file. It loads the settings at path with
+// config.Load (REDEQ_* variables override them; an empty path reads the
+// environment only), builds the Redis client the redis section describes
+// (config.RedisConfig.NewClient), checks that Redis answers a PING within
+// ctx and OpenPingTimeout, and returns New's client over it. An
+// unreachable Redis is an error naming its address, and nothing is left
+// open.
+//
+// The client owns that Redis connection: Shutdown closes it once the
+// client's own work is done, so after Shutdown, Add, Get and Delete fail
+// with redis.ErrClosed (a client from New leaves its connection to the
+// caller and keeps working).
+func Open(ctx context.Context, path string) (*Client, error) {
+	if ctx == nil {
+		return nil, pool.ErrNilContext
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	from := path
+	if from == "" {
+		from = "the environment"
+	}
+	if cfg.Redis.IsZero() {
+		return nil, fmt.Errorf("redeq: %s names no Redis: set redis.url or redis.addrs (or REDEQ_REDIS_URL)", from)
+	}
+	rdb, err := cfg.Redis.NewClient()
+	if err != nil {
+		return nil, fmt.Errorf("redeq: %s: %w", from, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, OpenPingTimeout)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("redeq: redis at %s (from %s) does not answer: %w", cfg.Redis.Address(), from, err)
+	}
+	c, err := New(rdb, cfg)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, err
+	}
+	c.ownsRedis = true
+	return c, nil
+}
+
+// closeOwnRedis closes the Redis client Open created, once Shutdown has
+// stopped everything that uses it.
+func (c *Client) closeOwnRedis() {
+	if !c.ownsRedis {
+		return
+	}
+	if err := c.rdb.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
+		c.env.Logger.Warn("redeq: closing the redis client", "err", err)
+	}
+}
