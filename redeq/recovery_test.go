@@ -320,8 +320,11 @@ func TestLockLoss(t *testing.T) {
 }
 
 // TestBulkDueDoesNotStarveOthers: 20,000 jobs of one topic are due at
-// once; a job of another topic added while they drain runs long before the
-// bulk is done, because every move and fetch is a bounded batch.
+// once; a job of another topic added while they drain runs within a few
+// batches of them, because every move and fetch is a bounded batch.
+// docs/performance.md reports "within about a hundred" (typically 30 to
+// 80 here); the test allows 2,000, a tenth of the bulk, so that a slow
+// machine does not fail it while a starved topic still does.
 func TestBulkDueDoesNotStarveOthers(t *testing.T) {
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
@@ -347,7 +350,7 @@ func TestBulkDueDoesNotStarveOthers(t *testing.T) {
 			waitFor(t, 60*time.Second, "bulk drained", func() bool { return bulk.count() >= n })
 			require.Equal(t, 1, urgent.count())
 			t.Logf("urgent job added when %d of %d bulk jobs had run, ran when %d had", atAdd, n, atRun.Load())
-			require.Less(t, atRun.Load(), int64(n), "the urgent job waited for the whole bulk")
+			require.Less(t, atRun.Load()-int64(atAdd), int64(2000), "bulk jobs run between the urgent job's add and its run")
 		})
 	}
 }
