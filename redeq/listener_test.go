@@ -2,6 +2,7 @@ package redeq_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -120,14 +121,14 @@ func redisZ(member string) redis.Z { return redis.Z{Score: 0, Member: member} }
 // its handle acks every job.
 type tally struct {
 	mu   sync.Mutex
-	runs map[string]int
+	runs map[string][]int // per job, the Recoveries each run saw
 }
 
-func newTally() *tally { return &tally{runs: map[string]int{}} }
+func newTally() *tally { return &tally{runs: map[string][]int{}} }
 
 func (t *tally) handle(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 	t.mu.Lock()
-	t.runs[job.ID]++
+	t.runs[job.ID] = append(t.runs[job.ID], job.Recoveries)
 	t.mu.Unlock()
 	ch.Ack()
 	return nil
@@ -145,8 +146,34 @@ func (t *tally) extra() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := 0
-	for _, k := range t.runs {
-		n += k - 1
+	for _, rs := range t.runs {
+		n += len(rs) - 1
 	}
 	return n
+}
+
+// unexplained is the number of runs beyond the first that no recovery
+// explains. A job acked by every run runs again only when the reaper took
+// it from a consumer it found silent, which adds one to its Recoveries; so
+// two runs of a job that saw the same count are one run too many.
+func (t *tally) unexplained() int {
+	n, _ := t.unexplainedRuns()
+	return n
+}
+
+// unexplainedRuns is unexplained, with the Recoveries of each run of up to
+// ten of the jobs concerned.
+func (t *tally) unexplainedRuns() (int, map[string][]int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n, some := 0, map[string][]int{}
+	for id, rs := range t.runs {
+		if k := len(rs) - len(slices.Compact(slices.Sorted(slices.Values(rs)))); k > 0 {
+			n += k
+			if len(some) < 10 {
+				some[id] = rs
+			}
+		}
+	}
+	return n, some
 }

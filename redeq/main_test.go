@@ -38,14 +38,18 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// childClient connects a child process to the deployment its parent named.
-func childClient(mod func(*config.Config)) *redeq.Client {
+// childClient connects a child process to the deployment its parent named;
+// hooks see every command the client sends.
+func childClient(mod func(*config.Config), hooks ...redis.Hook) *redeq.Client {
 	addrs := strings.Split(os.Getenv("REDEQ_TEST_ADDRS"), ",")
 	var rdb redis.UniversalClient
 	if os.Getenv("REDEQ_TEST_CLUSTER") != "" {
 		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	} else {
 		rdb = redis.NewClient(&redis.Options{Addr: addrs[0]})
+	}
+	for _, h := range hooks {
+		rdb.AddHook(h)
 	}
 	cfg := testutil.Fast()
 	cfg.Prefix = os.Getenv("REDEQ_TEST_PREFIX")
@@ -95,6 +99,9 @@ func runMoverChild() {
 type child struct {
 	cmd  *exec.Cmd
 	held chan string
+	// drained is closed when every line the process printed has been read:
+	// Wait closes the stdout pipe, so it must not run before that.
+	drained chan struct{}
 }
 
 // startChild starts a consumer process for topic on be under prefix.
@@ -121,8 +128,9 @@ func startChildKind(t *testing.T, kind string, be testutil.Backend, prefix, topi
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: cmd, held: make(chan string, 1024)}
+	c := &child{cmd: cmd, held: make(chan string, 1024), drained: make(chan struct{})}
 	go func() {
+		defer close(c.drained)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			if id, ok := strings.CutPrefix(sc.Text(), "holding "); ok {
@@ -132,16 +140,16 @@ func startChildKind(t *testing.T, kind string, be testutil.Backend, prefix, topi
 			}
 		}
 	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	t.Cleanup(func() { c.kill() })
 	return c
 }
 
-// kill sends SIGKILL and reaps the process.
+// kill sends SIGKILL, reads what the process printed up to its death, and
+// reaps it. It returns a time when the process was already dead. Killing a
+// dead child again is harmless.
 func (c *child) kill() time.Time {
 	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.drained // the pipe reaches EOF once the process is gone
 	_ = c.cmd.Wait()
 	return time.Now()
 }

@@ -161,7 +161,10 @@ func TestShutdownWaitsForHandlers(t *testing.T) {
 }
 
 // TestManyClientsExactlyOnce: three clients, 3,000 jobs each, and no
-// crash: every job runs exactly once.
+// crash: every job runs, and runs once unless the reaper took it from a
+// client that stalled for longer than ConsumerTimeout (600ms, which the
+// race detector on a busy machine can cause); such a second run must show
+// the recovery in the job's Recoveries.
 func TestManyClientsExactlyOnce(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -190,10 +193,12 @@ func TestManyClientsExactlyOnce(t *testing.T) {
 		wg.Wait()
 		waitFor(t, 60*time.Second, "all run", func() bool { return runs.distinct() == 3*perClient })
 		waitFor(t, 5*time.Second, "pool empty", func() bool { return stats(t, cs[0], "bulk").Pool == 0 })
-		require.Zero(t, runs.extra(), "jobs run more than once")
 		for i, l := range ls {
 			t.Logf("client %d ran %d jobs", i, l.count())
 		}
+		n, some := runs.unexplainedRuns()
+		t.Logf("runs beyond the first: %d, of which unexplained by a recovery: %d", runs.extra(), n)
+		require.Zero(t, n, "jobs run more than once without a recovery (job: Recoveries of each run): %v", some)
 	})
 }
 
@@ -324,8 +329,11 @@ func TestLockLoss(t *testing.T) {
 }
 
 // TestBulkDueDoesNotStarveOthers: 20,000 jobs of one topic are due at
-// once; a job of another topic added while they drain runs long before the
-// bulk is done, because every move and fetch is a bounded batch.
+// once; a job of another topic added while they drain runs within a few
+// batches of them, because every move and fetch is a bounded batch.
+// docs/performance.md reports "within about a hundred" (typically 30 to
+// 80 here); the test allows 2,000, a tenth of the bulk, so that a slow
+// machine does not fail it while a starved topic still does.
 func TestBulkDueDoesNotStarveOthers(t *testing.T) {
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
@@ -351,7 +359,7 @@ func TestBulkDueDoesNotStarveOthers(t *testing.T) {
 			waitFor(t, 60*time.Second, "bulk drained", func() bool { return bulk.count() >= n })
 			require.Equal(t, 1, urgent.count())
 			t.Logf("urgent job added when %d of %d bulk jobs had run, ran when %d had", atAdd, n, atRun.Load())
-			require.Less(t, atRun.Load(), int64(n), "the urgent job waited for the whole bulk")
+			require.Less(t, atRun.Load()-int64(atAdd), int64(2000), "bulk jobs run between the urgent job's add and its run")
 		})
 	}
 }

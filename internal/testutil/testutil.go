@@ -40,9 +40,14 @@ type Backend struct {
 // Real reports whether the backend is a real redis-server.
 func (b Backend) Real() bool { return b.Mini == nil }
 
-// Backends returns every deployment this run can reach.
+// Backends returns every deployment this run can reach: miniredis, plus
+// the server at REDIS_ADDR and the cluster at REDIS_CLUSTER_ADDRS when they
+// are set. Under REDEQ_REQUIRE_SERVER (CI) an unset variable fails the
+// test: a run that silently drops the real servers proves nothing about
+// them.
 func Backends(t testing.TB) []Backend {
 	t.Helper()
+	requireEnv(t, "REDIS_ADDR", "REDIS_CLUSTER_ADDRS")
 	mini := miniredis.RunT(t)
 	out := []Backend{{
 		Name:  "miniredis",
@@ -82,15 +87,48 @@ func Backends(t testing.TB) []Backend {
 	return out
 }
 
-// RealBackends returns the deployments that are real redis-servers.
+// requireEnv fails the test when REDEQ_REQUIRE_SERVER is set and one of
+// the variables naming a deployment is not.
+func requireEnv(t testing.TB, names ...string) {
+	t.Helper()
+	if os.Getenv(RequireServerEnv) == "" {
+		return
+	}
+	for _, n := range names {
+		if os.Getenv(n) == "" {
+			t.Fatalf("%s is not set and %s is: the tests of that deployment would not run (source .ci/redis.sh && redis_up)", n, RequireServerEnv)
+		}
+	}
+}
+
+// RealBackends returns the deployments that are real redis-servers. When
+// there is none the test is skipped, visibly; under REDEQ_REQUIRE_SERVER it
+// fails instead (see Backends).
 func RealBackends(t testing.TB) []Backend {
+	t.Helper()
 	var out []Backend
 	for _, b := range Backends(t) {
 		if b.Real() {
 			out = append(out, b)
 		}
 	}
+	if len(out) == 0 {
+		t.Skip("no real Redis: set REDIS_ADDR and REDIS_CLUSTER_ADDRS (source .ci/redis.sh && redis_up)")
+	}
 	return out
+}
+
+// Cluster returns the Redis Cluster at REDIS_CLUSTER_ADDRS. Without one the
+// test is skipped, visibly; under REDEQ_REQUIRE_SERVER it fails instead.
+func Cluster(t testing.TB) Backend {
+	t.Helper()
+	for _, b := range Backends(t) {
+		if b.Name == "cluster" {
+			return b
+		}
+	}
+	t.Skip("no Redis Cluster: set REDIS_CLUSTER_ADDRS (source .ci/redis.sh && redis_up)")
+	return Backend{}
 }
 
 // Prefix returns a key prefix no other test uses.
