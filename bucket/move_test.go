@@ -112,9 +112,8 @@ func TestMoveNeverEarly(t *testing.T) {
 }
 
 // TestDeletedBeforeMoveNotDelivered: a due job deleted before the move is
-// not moved; one deleted after the move is taken out of the ready list by
-// the delete. (An id left in the ready list without its pool entry is
-// dropped by the fetch: ready's TestFetchMovesIntoInFlight.)
+// not moved; one deleted after the move leaves a stale ready entry that
+// the fetch drops.
 func TestDeletedBeforeMoveNotDelivered(t *testing.T) {
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
