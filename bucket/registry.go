@@ -93,24 +93,28 @@ func (r *Registry) Count(ctx context.Context, topic string, fallback int) (int, 
 	return n, nil
 }
 
-// Topics returns every recorded topic with its bucket count.
+// Topics returns every recorded topic with its bucket count. When the
+// counts of some topics cannot be read (on a cluster, their node may be
+// down), it returns the others along with an error naming those.
 func (r *Registry) Topics(ctx context.Context) (map[string]int, error) {
 	names, err := r.rdb.SMembers(ctx, keys.Topics(r.prefix)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("list topics: %w", err)
 	}
 	out := make(map[string]int, len(names))
+	var errs []error
 	for _, t := range names {
 		if pool.CheckTopic(t) != nil {
 			continue // not ours to move
 		}
 		n, err := r.Count(ctx, t, 0)
 		if err != nil {
-			return nil, err
+			errs = append(errs, err)
+			continue
 		}
 		if n > 0 {
 			out[t] = n
 		}
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }

@@ -51,17 +51,17 @@ func (g *Group) reapLoop(ctx context.Context) {
 	var bo env.Backoff
 	bo.Max = g.cfg.ConsumerTimeout
 	healthySince := g.env.Clock.Now()
-	last := healthySince
+	last, wait := healthySince, g.ReapInterval()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		wait := g.ReapInterval()
-		if now := g.env.Clock.Now(); now.Sub(last) > 3*g.ReapInterval() {
+		if now := g.env.Clock.Now(); now.Sub(last) > wait+2*g.ReapInterval() {
 			healthySince = now // this process itself stalled (a pause, a stop)
 		}
+		wait = g.ReapInterval()
 		_, err := g.reap(ctx, g.env.Clock.Now().Sub(healthySince) >= g.cfg.ConsumerTimeout)
 		last = g.env.Clock.Now()
 		switch {
@@ -101,11 +101,15 @@ func (g *Group) Reap(ctx context.Context) (int, error) { return g.reap(ctx, true
 func (g *Group) reap(ctx context.Context, act bool) (int, error) {
 	start := g.env.Clock.Now()
 	topics, err := g.reg.Topics(ctx)
-	if err != nil {
+	if topics == nil {
 		return 0, fmt.Errorf("%w: %w", errUnreachable, err)
 	}
+	var errs []error
+	if err != nil {
+		errs = append(errs, fmt.Errorf("reaper: %w", err)) // some topics unreadable: reap the rest
+	}
 	if len(topics) == 0 {
-		return 0, nil
+		return 0, errors.Join(errs...)
 	}
 	names := make([]string, 0, len(topics))
 	cmds := make([]*redis.Cmd, 0, len(topics))
@@ -123,7 +127,6 @@ func (g *Group) reap(ctx context.Context, act bool) (int, error) {
 		act = false
 	}
 	total, failed := 0, 0
-	var errs []error
 	for i, cmd := range cmds {
 		silent, err := cmd.StringSlice()
 		if err != nil && isNoScript(err) {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redeq-go/redeq/bucket"
 	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/testutil"
@@ -525,4 +527,69 @@ func pauseAll(t *testing.T, c redis.UniversalClient, d time.Duration) {
 	default:
 		require.NoError(t, c.Do(ctx, "CLIENT", "PAUSE", ms, "ALL").Err())
 	}
+}
+
+// failTopic fails, as an unreachable cluster node would, every command of
+// a pipeline that names a key of topic, and lets the others through.
+type failTopic struct{ tag string }
+
+func (h failTopic) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h failTopic) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.names(cmd) {
+			err := errors.New("dial tcp: connection refused (simulated)")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h failTopic) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if h.names(cmd) {
+				err = errors.New("dial tcp: connection refused (simulated)")
+				cmd.SetErr(err)
+			}
+		}
+		return err
+	}
+}
+
+func (h failTopic) names(cmd redis.Cmder) bool {
+	for _, a := range cmd.Args() {
+		if s, ok := a.(string); ok && strings.Contains(s, h.tag) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestReaperTopicsIndependent: a topic whose Redis node cannot be reached
+// must not stop the reaper from recovering the jobs of other topics. The
+// reaper used to check every topic in one pipeline and give up on any
+// failure.
+func TestReaperTopicsIndependent(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		for _, topic := range []string{"down", "up"} {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: "j"}))
+		}
+		waitFor(t, 5*time.Second, "due", func() bool {
+			res, err := bucket.Move(ctx, e.rdb, e.cfg.Prefix, "up", 0, 10)
+			require.NoError(t, err)
+			return res.Moved == 1
+		})
+		crash(t, e, "up", "crashed", 1)
+		rdb := e.be.New(t)
+		rdb.AddHook(failTopic{tag: "{down"})
+		reaper, err := redeq.New(rdb, e.cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = reaper.Shutdown(context.Background()) })
+		require.NoError(t, reaper.Start(ctx))
+		waitFor(t, 10*time.Second, "recovered on the healthy node", func() bool { return state(t, e.c, "up", "j") == redeq.StateReady })
+	})
 }
