@@ -18,6 +18,14 @@ var (
 	moveScript = redis.NewScript(moveSource)
 )
 
+// BroadcastRetention is how long the mover keeps the envelope of a
+// broadcast job it has announced: the window in which a client that got
+// the notice reads the job. A client reads at once unless its listener is
+// behind; one more than a minute behind loses broadcasts rather than making
+// Redis hold every burst's bodies for long. The same for every client, so
+// movers with different settings agree.
+const BroadcastRetention = time.Minute
+
 // MoveResult is what one run of the move script did.
 type MoveResult struct {
 	Moved int
@@ -35,9 +43,9 @@ func Move(ctx context.Context, c redis.UniversalClient, prefix, topic string, n,
 // moveOverdue moves at most batch ids overdue by more than grace.
 func moveOverdue(ctx context.Context, c redis.UniversalClient, prefix, topic string, n, batch int, grace time.Duration) (MoveResult, error) {
 	k := keys.ForBucket(prefix, topic, n)
-	v, err := moveScript.Run(ctx, c, []string{k.Scheduled(), k.Ready(), k.Pool(), k.State()},
+	v, err := moveScript.Run(ctx, c, []string{k.Scheduled(), k.Ready(), k.Pool(), k.Sent(), k.SentAt(), k.SentSeq(), k.State()},
 		batch, keys.BroadcastMark, keys.ReadyChannel(prefix), keys.BroadcastChannel(prefix),
-		keys.Address(topic, n), grace.Milliseconds()).Result()
+		keys.Address(topic, n), grace.Milliseconds(), BroadcastRetention.Milliseconds()).Result()
 	if err != nil {
 		return MoveResult{}, fmt.Errorf("move %s: %w", keys.Address(topic, n), err)
 	}

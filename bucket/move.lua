@@ -1,9 +1,13 @@
 -- Moves at most ARGV[1] due jobs of one bucket: plain jobs to the ready list,
--- broadcast jobs to the broadcast channel (and out of the pool).
+-- broadcast jobs out of the pool into the sent HASH, announced by a small
+-- notice on the broadcast channel.
 -- KEYS[1] -> bucket ZSET
 -- KEYS[2] -> ready LIST
 -- KEYS[3] -> pool HASH
--- KEYS[4] -> state HASH (a moved id's state becomes "r")
+-- KEYS[4] -> sent HASH (id "\n" seq -> envelope of a published broadcast job)
+-- KEYS[5] -> sent-at ZSET (id "\n" seq -> published, unix ms)
+-- KEYS[6] -> sent-seq STRING (last sequence number given)
+-- KEYS[7] -> state HASH (a moved id's state becomes "r")
 -- ARGV[1] -> most ids to move
 -- ARGV[2] -> broadcast mark
 -- ARGV[3] -> ready channel
@@ -11,6 +15,7 @@
 -- ARGV[5] -> bucket address (topic#n)
 -- ARGV[6] -> grace, ms: move only jobs overdue by more than this (0 for the
 --   lock holder; a non-holder moves what a dead holder left behind)
+-- ARGV[7] -> broadcast retention, ms: how long sent envelopes are kept
 -- Returns {ids moved, next due time in unix ms or -1, now in unix ms}.
 local t = redis.call('TIME')
 local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
@@ -21,17 +26,38 @@ if first[1] == nil then return {0, -1, now} end
 if tonumber(first[2]) > upto then return {0, tonumber(first[2]), now} end
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upto, 'LIMIT', 0, tonumber(ARGV[1]))
 local ready = {}
+local sent = 0
 for _, m in ipairs(ids) do
   if string.sub(m, 1, 1) == ARGV[2] then
+    -- Publish a notice, not the envelope: one run may move MoveBatch jobs
+    -- of MaxBodyBytes each, far past a subscriber's output buffer limit.
+    -- The envelope waits under a fresh sequence number for the clients to
+    -- read; the created ms lets them check they read the job announced.
     local id = string.sub(m, 2)
     local env = redis.call('HGET', KEYS[3], id)
     if env ~= false then
-      redis.call('PUBLISH', ARGV[4], ARGV[5] .. '\n' .. id .. '\n' .. env)
+      local field = id .. '\n' .. redis.call('INCR', KEYS[6])
+      redis.call('HSET', KEYS[4], field, env)
+      redis.call('ZADD', KEYS[5], now, field)
       redis.call('HDEL', KEYS[3], id)
+      local created = string.match(env, '^1|(%d+)|') or ''
+      redis.call('PUBLISH', ARGV[4], ARGV[5] .. '\n' .. field .. '\n' .. created)
+      sent = sent + 1
     end
   else
     ready[#ready + 1] = m
   end
+end
+if sent > 0 then
+  -- Trim as many expired envelopes as this run may add, and let the keys
+  -- expire with their newest entry, so a quiet bucket costs nothing.
+  local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now - tonumber(ARGV[7]), 'LIMIT', 0, tonumber(ARGV[1]))
+  if #old > 0 then
+    redis.call('HDEL', KEYS[4], unpack(old))
+    redis.call('ZREM', KEYS[5], unpack(old))
+  end
+  redis.call('PEXPIRE', KEYS[4], ARGV[7])
+  redis.call('PEXPIRE', KEYS[5], ARGV[7])
 end
 redis.call('ZREM', KEYS[1], unpack(ids))
 if #ready > 0 then
@@ -43,7 +69,7 @@ if #ready > 0 then
       st[#st + 1] = ready[j]
       st[#st + 1] = 'r'
     end
-    redis.call('HSET', KEYS[4], unpack(st))
+    redis.call('HSET', KEYS[7], unpack(st))
   end
   redis.call('RPUSH', KEYS[2], unpack(ready))
   redis.call('PUBLISH', ARGV[3], ARGV[5])

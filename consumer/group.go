@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,8 +39,7 @@ type Group struct {
 
 	listeners []Listener
 	runners   map[string]*runner
-	bcast     map[string][]BroadcastListener
-	bq        chan *pool.Job
+	bc        broadcasts
 
 	started  atomic.Bool
 	stopping atomic.Bool
@@ -60,7 +57,6 @@ func NewGroup(c redis.UniversalClient, cfg config.Config, e env.Env, reg *bucket
 		rdb: c, cfg: cfg, env: e, reg: reg, locker: locker, cid: cid,
 		settler: ack.NewSettler(c, cfg.Prefix, cid, cfg.DeadRetention),
 		runners: map[string]*runner{},
-		bcast:   map[string][]BroadcastListener{},
 	}
 }
 
@@ -88,32 +84,6 @@ func (g *Group) Register(l Listener) error {
 	g.listeners = append(g.listeners, l)
 	return nil
 }
-
-// RegisterBroadcast adds bl before Start.
-func (g *Group) RegisterBroadcast(bl BroadcastListener) error {
-	if bl == nil {
-		return fmt.Errorf("%w: nil broadcast listener", pool.ErrInvalidJob)
-	}
-	if g.started.Load() {
-		return ErrStarted
-	}
-	topics := bl.Topics()
-	if len(topics) == 0 {
-		return fmt.Errorf("%w: broadcast listener has no topics", pool.ErrInvalidJob)
-	}
-	for _, t := range topics {
-		if err := pool.CheckTopic(t); err != nil {
-			return fmt.Errorf("register broadcast listener: %w", err)
-		}
-	}
-	for _, t := range topics {
-		g.bcast[t] = append(g.bcast[t], bl)
-	}
-	return nil
-}
-
-// HasBroadcast reports whether any broadcast listener is registered.
-func (g *Group) HasBroadcast() bool { return len(g.bcast) > 0 }
 
 // Topics returns the topics this group listens to.
 func (g *Group) Topics() []string {
@@ -145,10 +115,7 @@ func (g *Group) Start(ctx context.Context) error {
 
 	g.bgWG.Go(func() { g.heartbeatLoop(bgCtx) })
 	g.bgWG.Go(func() { g.reapLoop(bgCtx) })
-	if len(g.bcast) > 0 {
-		g.bq = make(chan *pool.Job, 256)
-		g.bgWG.Go(g.broadcastLoop)
-	}
+	g.startBroadcasts(base)
 	for _, l := range g.listeners {
 		r := newRunner(g, l, g.cfg.Concurrency)
 		g.runners[l.Topic()] = r
@@ -176,48 +143,8 @@ func (g *Group) Notify(topic string, n int) {
 	}
 }
 
-// Deliver hands a broadcast message (address "\n" id "\n" envelope) to the
-// broadcast listeners of its topic.
-func (g *Group) Deliver(msg string) {
-	addr, rest, ok1 := strings.Cut(msg, "\n")
-	id, envelope, ok2 := strings.Cut(rest, "\n")
-	topic, _, ok3 := keys.ParseAddress(addr)
-	if !ok1 || !ok2 || !ok3 || g.bq == nil || len(g.bcast[topic]) == 0 {
-		return
-	}
-	job, err := pool.JobOf(topic, id, []byte(envelope))
-	if err != nil {
-		g.env.Logger.Error("redeq: corrupt broadcast job dropped", "topic", topic, "id", id, "err", err)
-		return
-	}
-	select {
-	case g.bq <- job:
-	case <-g.handlerCtx.Done():
-	}
-}
-
-func (g *Group) broadcastLoop() {
-	for {
-		select {
-		case <-g.handlerCtx.Done():
-			return
-		case job := <-g.bq:
-			for _, bl := range g.bcast[job.Topic] {
-				func() {
-					defer func() {
-						if p := recover(); p != nil {
-							g.env.Logger.Error("redeq: broadcast listener panicked", "topic", job.Topic, "id", job.ID, "panic", p, "stack", string(debug.Stack()))
-						}
-					}()
-					clone := *job
-					bl.OnBroadcast(g.handlerCtx, &clone)
-				}()
-			}
-		}
-	}
-}
-
-// Shutdown stops fetching, waits for running handlers until ctx ends or
+// Shutdown stops fetching and starting broadcast handlers, waits for
+// running handlers (broadcast ones too) until ctx ends or
 // ShutdownTimeout passes, then cancels the handlers still running and
 // waits a short grace for them. It applies the outcomes handlers returned,
 // rolls every job still in this consumer's in-flight lists back to its
@@ -231,6 +158,7 @@ func (g *Group) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	g.fetchCancel()
+	g.closeBroadcasts()
 	waitCtx, cancel := context.WithTimeout(ctx, g.cfg.ShutdownTimeout)
 	defer cancel()
 	finished := waitFor(waitCtx, &g.workerWG)
@@ -241,6 +169,7 @@ func (g *Group) Shutdown(ctx context.Context) error {
 		cancelGrace()
 	}
 	g.handlerCancel()
+	finished = g.endBroadcasts(waitCtx) && finished
 	g.fetchWG.Wait() // dispatchers have ended with fetchCtx; settlers end below
 	for _, r := range g.runners {
 		close(r.stopSettle)

@@ -133,11 +133,14 @@ func (c *Client) Start(ctx context.Context) error {
 	return nil
 }
 
-// listen routes pub/sub messages until the subscription is closed.
-// go-redis reconnects and resubscribes by itself; messages lost meanwhile
-// are covered by the movers' and fetchers' fallback scans.
+// listen routes pub/sub messages until the subscription is closed. Nothing
+// it calls blocks, so a slow broadcast listener never holds up wake-ups.
+// go-redis reconnects and resubscribes by itself; wake-ups lost meanwhile
+// are covered by the movers' and fetchers' fallback scans, broadcast
+// notices are not replayed.
 func (c *Client) listen(r *runtime) {
 	wake, rdy := keys.WakeChannel(c.cfg.Prefix), keys.ReadyChannel(c.cfg.Prefix)
+	bcast := keys.BroadcastChannel(c.cfg.Prefix)
 	for msg := range r.ps.Channel() {
 		switch msg.Channel {
 		case wake:
@@ -146,7 +149,7 @@ func (c *Client) listen(r *runtime) {
 			if topic, n, ok := keys.ParseAddress(msg.Payload); ok {
 				c.group.Notify(topic, n)
 			}
-		default:
+		case bcast:
 			c.group.Deliver(msg.Payload)
 		}
 	}

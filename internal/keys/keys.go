@@ -58,6 +58,24 @@ func (b Bucket) Dead() string { return b.tag + "dead" }
 // Reasons is a HASH: id of a dead job -> why it died (bounded text).
 func (b Bucket) Reasons() string { return b.tag + "reasons" }
 
+// Sent is a HASH: SentField(id, seq) -> envelope of a broadcast job the
+// mover has published, kept for the clients to read after the notice. The
+// mover trims it and sets it to expire (see bucket.BroadcastRetention).
+func (b Bucket) Sent() string { return b.tag + "sent" }
+
+// SentAt is a ZSET: SentField(id, seq) -> when the mover published it,
+// unix ms; it orders Sent for trimming.
+func (b Bucket) SentAt() string { return b.tag + "sent:at" }
+
+// SentSeq is a STRING: the last sequence number given to a published
+// broadcast job of this bucket. It never expires, so a field of Sent names
+// one publication even when a job is re-added under the same id.
+func (b Bucket) SentSeq() string { return b.tag + "sent:seq" }
+
+// SentField is the field of Sent and member of SentAt for the publication
+// seq of job id: id "\n" seq.
+func SentField(id, seq string) string { return id + "\n" + seq }
+
 // Lock is the STRING redsync uses as the mutex of this bucket's mover.
 func (b Bucket) Lock() string { return b.tag + "lock" }
 
@@ -91,8 +109,10 @@ func WakeChannel(prefix string) string { return prefix + ":wake" }
 // bucket's ready list received work; the message is Address(topic, bucket).
 func ReadyChannel(prefix string) string { return prefix + ":ready" }
 
-// BroadcastChannel is the pub/sub channel that carries due broadcast jobs;
-// the message is Address(topic, bucket) "\n" id "\n" envelope.
+// BroadcastChannel is the pub/sub channel that announces due broadcast
+// jobs. The message is a notice, Address(topic, bucket) "\n" id "\n" seq
+// "\n" created ms: small whatever the body, so a burst never overruns a
+// subscriber's output buffer. The envelope waits in Sent.
 func BroadcastChannel(prefix string) string { return prefix + ":broadcast" }
 
 // BroadcastMark prefixes the ZSET member of a broadcast job. Ids may not
