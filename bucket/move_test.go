@@ -130,7 +130,7 @@ func TestDeletedBeforeMoveNotDelivered(t *testing.T) {
 			require.Equal(t, 2, res.Moved)
 			_, err = s.Delete(ctx, "t", "b", 0) // now in the ready list
 			require.NoError(t, err)
-			items, err := ready.Fetch(ctx, rdb, prefix, "t", 0, "me", 10)
+			items, _, err := ready.Fetch(ctx, rdb, prefix, "t", 0, "me", 10, true)
 			require.NoError(t, err)
 			require.Len(t, items, 1)
 			require.Equal(t, "c", items[0].ID)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,10 @@ type runner struct {
 	freed  chan struct{}
 	busy   atomic.Int64
 	rr     int
+	// alone is set while the runner must fetch nothing until it runs
+	// nothing: it holds a quarantined job, or a fetch stopped at one.
+	// Only the dispatcher touches it.
+	alone bool
 
 	jobs chan delivery
 	outs chan settleReq
@@ -176,9 +181,12 @@ func (r *runner) dispatch(ctx context.Context) {
 			}
 		}
 		free := r.capacity - int(r.busy.Load())
+		if r.alone && r.busy.Load() == 0 {
+			r.alone = false
+		}
 		// Fetch in batches: wait until half the workers are free, unless
 		// nothing is running at all, or fewer have been free for a linger.
-		if free >= max(1, r.workers/2) || r.busy.Load() == 0 || (free > 0 && lingered) {
+		if !r.alone && (free >= max(1, r.workers/2) || r.busy.Load() == 0 || (free > 0 && lingered)) {
 			lingered = false
 			for i := 0; i < r.buckets && free > 0; i++ {
 				b := (r.rr + i) % r.buckets
@@ -191,8 +199,9 @@ func (r *runner) dispatch(ctx context.Context) {
 				if r.suspect[b] {
 					err = r.reconcile(ctx, b)
 				}
+				var stopped bool
 				if err == nil {
-					items, err = ready.Fetch(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, want)
+					items, stopped, err = ready.Fetch(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, want, r.busy.Load() == 0)
 					if err != nil {
 						r.suspect[b] = true
 					}
@@ -211,8 +220,15 @@ func (r *runner) dispatch(ctx context.Context) {
 					log.Info("redeq: fetch recovered")
 				}
 				bo.Reset()
-				if len(items) == want {
+				if len(items) == want || stopped {
 					r.maybe[b].Store(true) // more may wait
+				}
+				if stopped || quarantined(items) {
+					// Run a quarantined job alone: fetch nothing more until
+					// it (or, when the fetch stopped at it, everything
+					// running) is done, then fetch it alone.
+					r.alone = true
+					free = 0
 				}
 				r.hold(b, items)
 				r.busy.Add(int64(len(items)))
@@ -222,11 +238,11 @@ func (r *runner) dispatch(ctx context.Context) {
 				}
 			}
 			r.rr++
-			if free > 0 && r.anyMaybe() {
+			if free > 0 && !r.alone && r.anyMaybe() {
 				continue
 			}
 		}
-		if free := r.capacity - int(r.busy.Load()); free > 0 && !lingering && r.anyMaybe() {
+		if free := r.capacity - int(r.busy.Load()); free > 0 && !r.alone && !lingering && r.anyMaybe() {
 			lingering = true
 			linger.Reset(lingerTime)
 		}
@@ -245,6 +261,20 @@ func (r *runner) dispatch(ctx context.Context) {
 			poll.Reset(r.g.cfg.PollTimeout)
 		}
 	}
+}
+
+// quarantined reports whether items is a quarantined job, which a fetch
+// returns alone.
+func quarantined(items []ready.Item) bool {
+	if len(items) != 1 {
+		return false
+	}
+	head := items[0].Envelope
+	if i := strings.IndexByte(head, '\n'); i >= 0 {
+		head = head[:i+1] // the header alone: no copy of the body
+	}
+	h, _, err := pool.Decode([]byte(head))
+	return err == nil && h.Recoveries >= ready.Quarantine
 }
 
 func (r *runner) anyMaybe() bool {

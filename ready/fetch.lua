@@ -3,6 +3,11 @@
 -- their envelopes. An id is taken only while its state is "r": entries of
 -- jobs deleted, rescheduled or already taken since they were pushed are
 -- stale and dropped here.
+-- A job recovered ARGV[3] times or more (its consumers died while it ran,
+-- more than once) is quarantined: it is taken only alone, and only by a
+-- consumer running nothing else (ARGV[4] = "1"), so that if it is what
+-- kills its consumers, it alone is counted for it. The fetch stops at such
+-- a job otherwise, leaving it at the head of the list.
 -- KEYS[1] -> ready LIST
 -- KEYS[2] -> this consumer's in-flight ZSET (member "<token>:<id>" -> fetch ms)
 -- KEYS[3] -> pool HASH
@@ -10,16 +15,31 @@
 -- KEYS[5] -> seq STRING (delivery counter)
 -- ARGV[1] -> most ids to fetch (at most 256)
 -- ARGV[2] -> consumer id
--- Returns {id, token, envelope, id, token, envelope, ...}.
+-- ARGV[3] -> recoveries from which a job is quarantined
+-- ARGV[4] -> "1" when the consumer runs nothing
+-- Returns {stopped at a quarantined job: 1 or 0, id, token, envelope, id,
+-- token, envelope, ...}.
 local ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
-if #ids == 0 then return {} end
+if #ids == 0 then return {0} end
 local envs = redis.call('HMGET', KEYS[3], unpack(ids))
 local states = redis.call('HMGET', KEYS[4], unpack(ids))
 local t = redis.call('TIME')
 local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
+local quarantine, idle = tonumber(ARGV[3]), ARGV[4] == '1'
 local take, seen, gone = {}, {}, {}
+local consumed, stopped = #ids, 0
 for i, id in ipairs(ids) do
   if envs[i] and states[i] == 'r' and not seen[id] then
+    local rec = tonumber(string.match(envs[i], '^1|%d+|%d+|(%d+)|') or '0')
+    if rec >= quarantine then
+      if #take == 0 and idle then
+        take[1] = i
+        consumed = i
+      else
+        consumed, stopped = i - 1, 1
+      end
+      break
+    end
     seen[id] = true
     take[#take + 1] = i
   elseif not envs[i] and states[i] then
@@ -27,7 +47,7 @@ for i, id in ipairs(ids) do
   end
 end
 -- Every read is done; now the writes, the ready list's trim last.
-local out = {}
+local out = {stopped}
 if #take > 0 then
   local base = redis.call('INCRBY', KEYS[5], #take) - #take
   local st, fl = {}, {}
@@ -46,5 +66,5 @@ if #take > 0 then
   redis.call('ZADD', KEYS[2], unpack(fl))
 end
 if #gone > 0 then redis.call('HDEL', KEYS[4], unpack(gone)) end
-redis.call('LTRIM', KEYS[1], #ids, -1)
+if consumed > 0 then redis.call('LTRIM', KEYS[1], consumed, -1) end
 return out

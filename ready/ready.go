@@ -44,6 +44,12 @@ func (it Item) Member() string { return Member(it.Token, it.ID) }
 // Member is the in-flight set member of delivery token of id.
 func Member(token, id string) string { return token + ":" + id }
 
+// Quarantine is the number of recoveries from which a job is fetched
+// alone, and only by a consumer running nothing else: a job that was in
+// flight each time its consumers died, twice, may be what kills them, and
+// running it alone keeps the jobs beside it from being counted with it.
+const Quarantine = 2
+
 // Fetch atomically moves at most max ids from the ready list of bucket n of
 // topic into the in-flight set of consumer cid, and returns them with
 // their delivery tokens and envelopes. An empty result means the list was
@@ -51,24 +57,34 @@ func Member(token, id string) string { return token + ":" + id }
 // outcome is settled, the consumer rolls it back at shutdown, or the reaper
 // recovers it after a crash; each of those acts only for the delivery whose
 // token the job's state names.
-func Fetch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, max int) ([]Item, error) {
+//
+// idle says the consumer runs nothing: only then does it get a
+// quarantined job (see Quarantine), alone. stopped reports that the fetch
+// stopped at a quarantined job it could not take.
+func Fetch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, max int, idle bool) (items []Item, stopped bool, err error) {
 	k := keys.ForBucket(prefix, topic, n)
+	flag := "0"
+	if idle {
+		flag = "1"
+	}
 	v, err := fetchScript.Run(ctx, c, []string{k.Ready(), k.InFlight(cid), k.Pool(), k.State(), k.Seq()},
-		min(max, MaxFetch), cid).Result()
+		min(max, MaxFetch), cid, Quarantine, flag).Result()
 	if err != nil {
-		return nil, fmt.Errorf("fetch %s: %w", keys.Address(topic, n), err)
+		return nil, false, fmt.Errorf("fetch %s: %w", keys.Address(topic, n), err)
 	}
 	r, err := rdb.Slice(v)
-	if err != nil || len(r)%3 != 0 {
-		return nil, fmt.Errorf("fetch %s: bad reply %v", keys.Address(topic, n), v)
+	if err != nil || len(r)%3 != 1 {
+		return nil, false, fmt.Errorf("fetch %s: bad reply %v", keys.Address(topic, n), v)
 	}
-	items := make([]Item, len(r)/3)
+	first, _ := rdb.Int(r[0])
+	r = r[1:]
+	items = make([]Item, len(r)/3)
 	for i := range items {
 		items[i].ID, _ = rdb.Str(r[3*i])
 		items[i].Token, _ = rdb.Str(r[3*i+1])
 		items[i].Envelope, _ = rdb.Str(r[3*i+2])
 	}
-	return items, nil
+	return items, first == 1, nil
 }
 
 // Release returns to the head of the ready list of bucket n every delivery

@@ -33,7 +33,7 @@ func TestFetchMovesIntoInFlight(t *testing.T) {
 			k := keys.ForBucket(prefix, "t", 0)
 			require.NoError(t, rdb.HDel(ctx, k.Pool(), "1").Err())
 
-			items, err := ready.Fetch(ctx, rdb, prefix, "t", 0, "me", 3)
+			items, _, err := ready.Fetch(ctx, rdb, prefix, "t", 0, "me", 3, true)
 			require.NoError(t, err)
 			require.Len(t, items, 2) // "0" and "2"; "1" was gone
 			require.Equal(t, "0", items[0].ID)
@@ -44,10 +44,10 @@ func TestFetchMovesIntoInFlight(t *testing.T) {
 			require.Equal(t, []string{items[0].Member(), items[1].Member()}, rdb.ZRange(ctx, k.InFlight("me"), 0, -1).Val())
 			require.NotEqual(t, items[0].Token, items[1].Token)
 
-			items, err = ready.Fetch(ctx, rdb, prefix, "t", 0, "me", 10)
+			items, _, err = ready.Fetch(ctx, rdb, prefix, "t", 0, "me", 10, true)
 			require.NoError(t, err)
 			require.Len(t, items, 2)
-			items, err = ready.Fetch(ctx, rdb, prefix, "t", 0, "me", 10)
+			items, _, err = ready.Fetch(ctx, rdb, prefix, "t", 0, "me", 10, true)
 			require.NoError(t, err)
 			require.Empty(t, items)
 			require.EqualValues(t, 4, rdb.ZCard(ctx, k.InFlight("me")).Val())

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -149,7 +150,7 @@ func crash(t *testing.T, e *env, topic, cid string, n int) []ready.Item {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, e.rdb.ZAdd(ctx, keys.ForTopic(e.cfg.Prefix, topic).Consumers(), redisZ(cid)).Err())
-	items, err := ready.Fetch(ctx, e.rdb, e.cfg.Prefix, topic, 0, cid, n)
+	items, _, err := ready.Fetch(ctx, e.rdb, e.cfg.Prefix, topic, 0, cid, n, true)
 	require.NoError(t, err)
 	require.Len(t, items, n)
 	return items
@@ -592,4 +593,57 @@ func TestReaperTopicsIndependent(t *testing.T) {
 		require.NoError(t, reaper.Start(ctx))
 		waitFor(t, 10*time.Second, "recovered on the healthy node", func() bool { return state(t, e.c, "up", "j") == redeq.StateReady })
 	})
+}
+
+// TestPoisonSparesBystanders: a job that kills every consumer running it
+// goes dead as poison, and the jobs that happened to run beside it when
+// it did do not. They used to be recovered with it each time, and went
+// dead as poison too.
+func TestPoisonSparesBystanders(t *testing.T) {
+	for _, be := range testutil.RealBackends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			cfg := testutil.Config(t)
+			cfg.MaxRecoveries = 3
+			e := setup(t, be, cfg)
+			ctx := context.Background()
+			ids := []string{"poison", "b1", "b2", "b3"}
+			for _, id := range ids {
+				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: id}))
+			}
+			require.NoError(t, e.c.Start(ctx)) // moves and reaps
+			var mu sync.Mutex
+			finished := map[string]int{}
+			onLine := func(line string) {
+				if id, ok := strings.CutPrefix(line, "finished "); ok {
+					mu.Lock()
+					finished[id]++
+					mu.Unlock()
+				}
+			}
+			deadline := time.Now().Add(60 * time.Second)
+			for state(t, e.c, "t", "poison") != redeq.StateDead {
+				require.True(t, time.Now().Before(deadline), "the poison job never went dead")
+				c := startChildKind(t, "poison", be, e.cfg.Prefix, "t", onLine)
+				<-c.drained // it dies by the poison job
+				c.kill()
+				waitFor(t, 10*time.Second, "poison recovered", func() bool { return state(t, e.c, "t", "poison") != redeq.StateInFlight })
+			}
+			job, err := e.c.Get(ctx, "t", "poison")
+			require.NoError(t, err)
+			require.Contains(t, job.Reason, "poison")
+			// The bystanders run to the end on a healthy consumer.
+			l := newListener("t", nil)
+			startWith(t, e.another(t, nil), l)
+			waitFor(t, 10*time.Second, "bystanders done", func() bool {
+				st := stats(t, e.c, "t")
+				return st.Pool == 1 && st.Dead == 1
+			})
+			for _, id := range ids[1:] {
+				mu.Lock()
+				n := finished[id]
+				mu.Unlock()
+				require.Equal(t, 1, n+l.byID()[id], "%s ran to the end once", id)
+			}
+		})
+	}
 }

@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	case "mover":
 		runMoverChild()
 		return
+	case "poison":
+		runPoisonChild()
+		return
 	default:
 		runChild()
 		return
@@ -71,6 +74,32 @@ func runChild() {
 	l := newListener(os.Getenv("REDEQ_TEST_TOPIC"), func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 		fmt.Println("holding", job.ID)
 		select {} // hold the job until killed
+	})
+	l.workers = 4
+	if err := c.Register(l); err != nil {
+		fmt.Println("error", err)
+		os.Exit(2)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		fmt.Println("error", err)
+		os.Exit(2)
+	}
+	select {}
+}
+
+// runPoisonChild consumes one topic with 4 workers: the job "poison" kills
+// the process at once; any other job works for a while, then prints
+// "finished <id>" and is acked.
+func runPoisonChild() {
+	c := childClient(func(c *config.Config) { c.MaxRecoveries = 3 })
+	l := newListener(os.Getenv("REDEQ_TEST_TOPIC"), func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+		if job.ID == "poison" {
+			os.Exit(3)
+		}
+		time.Sleep(300 * time.Millisecond)
+		fmt.Println("finished", job.ID)
+		ch.Ack()
+		return nil
 	})
 	l.workers = 4
 	if err := c.Register(l); err != nil {

@@ -76,7 +76,7 @@ func TestPoisonJobGoesDead(t *testing.T) {
 			for round := 1; round <= 3; round++ {
 				// A consumer takes the job and dies without a word.
 				dead := fmt.Sprintf("crashed-%d", round)
-				items, err := ready.Fetch(ctx, e.rdb, e.cfg.Prefix, "t", 0, dead, 1)
+				items, _, err := ready.Fetch(ctx, e.rdb, e.cfg.Prefix, "t", 0, dead, 1, true)
 				require.NoError(t, err)
 				require.Len(t, items, 1)
 				require.Equal(t, "poison", items[0].ID)
