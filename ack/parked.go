@@ -75,6 +75,10 @@ func List(ctx context.Context, c redis.UniversalClient, prefix, topic string, bu
 		if err != nil {
 			return nil, fmt.Errorf("list %s of %s: %w", p.state(), topic, err)
 		}
+		lastErrs, err := c.HMGet(ctx, k.Errors(), ids...).Result()
+		if err != nil {
+			return nil, fmt.Errorf("list %s of %s: %w", p.state(), topic, err)
+		}
 		var reasons []any
 		if p == Dead {
 			if reasons, err = c.HMGet(ctx, k.Reasons(), ids...).Result(); err != nil {
@@ -95,6 +99,7 @@ func List(ctx context.Context, c redis.UniversalClient, prefix, topic string, bu
 			if reasons != nil {
 				job.Reason, _ = reasons[i].(string)
 			}
+			job.LastError, _ = lastErrs[i].(string)
 			out = append(out, job)
 		}
 	}
@@ -109,7 +114,7 @@ func List(ctx context.Context, c redis.UniversalClient, prefix, topic string, bu
 // returns it. A rerun after a lost reply returns the same job.
 func Take(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, p Parking) (*pool.Job, error) {
 	k := keys.ForBucket(prefix, topic, bucket)
-	v, err := takeScript.Run(ctx, c, []string{k.Pool(), p.key(k), k.Reasons(), k.Op(uuid.NewString())},
+	v, err := takeScript.Run(ctx, c, []string{k.Pool(), p.key(k), k.Reasons(), k.Op(uuid.NewString()), k.Errors()},
 		id, pool.OpTTL.Milliseconds()).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("take %s job %q of topic %q: %w", p.state(), id, topic, err)

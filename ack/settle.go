@@ -45,6 +45,11 @@ type Outcome struct {
 	Header []byte
 	// Reason says why, for OpDead; cut to MaxReason bytes.
 	Reason string
+	// Err is the handler's error, for OpRetry and OpDead: kept as the
+	// job's LastError; cut to MaxReason bytes.
+	Err string
+	// HadError says the job has a last error stored, which an ack clears.
+	HadError bool
 }
 
 // MaxReason bounds the reason kept for a dead job.
@@ -83,6 +88,13 @@ func NewSettler(c redis.UniversalClient, prefix, cid string, deadRetention int) 
 	return &Settler{rdb: c, prefix: prefix, cid: cid, deadRetention: deadRetention}
 }
 
+func errArg(o Outcome) string {
+	if o.Err == "" && o.HadError {
+		return "-"
+	}
+	return Cut(o.Err)
+}
+
 // MaxSettle bounds the outcomes one Settle applies.
 const MaxSettle = 256
 
@@ -95,13 +107,13 @@ func (s *Settler) Settle(ctx context.Context, topic string, n int, outs []Outcom
 		return nil, fmt.Errorf("settle %s: %d outcomes, more than %d", keys.Address(topic, n), len(outs), MaxSettle)
 	}
 	k := keys.ForBucket(s.prefix, topic, n)
-	args := make([]any, 0, 4+6*len(outs))
+	args := make([]any, 0, 4+7*len(outs))
 	args = append(args, keys.WakeChannel(s.prefix), keys.Address(topic, n), s.deadRetention, s.cid)
 	for _, o := range outs {
-		args = append(args, o.ID, o.Token, string(o.Op), pool.DurationMs(o.Delay), o.Header, Cut(o.Reason))
+		args = append(args, o.ID, o.Token, string(o.Op), pool.DurationMs(o.Delay), o.Header, Cut(o.Reason), errArg(o))
 	}
 	v, err := settleScript.Run(ctx, s.rdb,
-		[]string{k.Pool(), k.InFlight(s.cid), k.Scheduled(), k.UnAck(), k.Dead(), k.Reasons(), k.State()}, args...).Result()
+		[]string{k.Pool(), k.InFlight(s.cid), k.Scheduled(), k.UnAck(), k.Dead(), k.Reasons(), k.State(), k.Errors()}, args...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("settle %d jobs of %s: %w", len(outs), keys.Address(topic, n), err)
 	}

@@ -12,13 +12,15 @@
 -- KEYS[5] -> dead ZSET
 -- KEYS[6] -> reasons HASH (why each dead job died)
 -- KEYS[7] -> state HASH
+-- KEYS[8] -> errors HASH (id -> last handler error)
 -- ARGV[1] -> wake channel
 -- ARGV[2] -> wake message
 -- ARGV[3] -> most jobs the dead set keeps
 -- ARGV[4] -> consumer id
--- ARGV[5..] -> per outcome (at most 256), six values: id, delivery token,
---   op, delay ms, new header ('' keeps the stored one), and for op d the
---   reason it died. Ops: a ack: remove; r rejoin: to the bucket at
+-- ARGV[5..] -> per outcome (at most 256), seven values: id, delivery
+--   token, op, delay ms, new header ('' keeps the stored one), for op d the
+--   reason it died, and the handler's error ('' for none; '-' for none
+--   when the job has a last error stored, to be cleared by a or n). Ops: a ack: remove; r rejoin: to the bucket at
 --   now+delay; f failure: like rejoin with the new header; n ack and
 --   rejoin: to the bucket fresh, the header after the created time given;
 --   u: park in unack; d: to the dead set.
@@ -28,27 +30,28 @@ local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.ceil(now_us / 1000)
 local maxdue = 253402300799999 -- 9999-12-31T23:59:59.999Z
 local first = 5
-local n = (#ARGV - first + 1) / 6
+local n = (#ARGV - first + 1) / 7
 if n < 1 then return {} end
 local ids = {}
-for i = 0, n - 1 do ids[i + 1] = ARGV[first + i * 6] end
+for i = 0, n - 1 do ids[i + 1] = ARGV[first + i * 7] end
 -- Reads first: nothing below can fail after a write.
 local envs = redis.call('HMGET', KEYS[1], unpack(ids))
 local states = redis.call('HMGET', KEYS[7], unpack(ids))
+local all = {}
+for i = 1, n do all[i] = ARGV[first + (i - 1) * 7 + 1] .. ':' .. ids[i] end
+local scores = redis.call('ZMSCORE', KEYS[2], unpack(all))
 local members, ok = {}, {}
 for i = 1, n do
-  local token = ARGV[first + (i - 1) * 6 + 1]
-  local m = token .. ':' .. ids[i]
-  if redis.call('ZSCORE', KEYS[2], m) ~= false then
-    members[#members + 1] = m
-    ok[i] = envs[i] and states[i] == token .. '@' .. ARGV[4]
+  if scores[i] then
+    members[#members + 1] = all[i]
+    ok[i] = envs[i] and states[i] == ARGV[first + (i - 1) * 7 + 1] .. '@' .. ARGV[4]
   end
 end
 if #members > 0 then redis.call('ZREM', KEYS[2], unpack(members)) end
-local out, hdel, sdel = {}, {}, {}
+local out, hdel, sdel, edel = {}, {}, {}, {}
 local earliest, dead = nil, false
 for i = 1, n do
-  local base = first + (i - 1) * 6
+  local base = first + (i - 1) * 7
   local id, op = ids[i], ARGV[base + 2]
   local delay, header = tonumber(ARGV[base + 3]), ARGV[base + 4]
   out[i] = 0
@@ -60,6 +63,12 @@ for i = 1, n do
       local nl = string.find(env, '\n', 1, true)
       if op == 'n' then header = '1|' .. string.format('%d', math.floor(now_us / 1000)) .. header end
       if nl then redis.call('HSET', KEYS[1], id, header .. string.sub(env, nl + 1)) end
+    end
+    local lasterr = ARGV[base + 6]
+    if lasterr ~= '' and lasterr ~= '-' then
+      redis.call('HSET', KEYS[8], id, lasterr)
+    elseif lasterr == '-' and (op == 'a' or op == 'n') then
+      edel[#edel + 1] = id -- it had failed before: its last error goes with it
     end
     if op == 'a' then
       hdel[#hdel + 1] = id
@@ -78,6 +87,7 @@ for i = 1, n do
 end
 if #sdel > 0 then redis.call('HDEL', KEYS[7], unpack(sdel)) end
 if #hdel > 0 then redis.call('HDEL', KEYS[1], unpack(hdel)) end
+if #edel > 0 then redis.call('HDEL', KEYS[8], unpack(edel)) end
 if earliest ~= nil then
   local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
   if tonumber(head[2]) >= earliest then redis.call('PUBLISH', ARGV[1], ARGV[2]) end
@@ -89,6 +99,7 @@ if dead then
     local old = redis.call('ZRANGE', KEYS[5], 0, over - 1)
     redis.call('HDEL', KEYS[1], unpack(old))
     redis.call('HDEL', KEYS[6], unpack(old))
+    redis.call('HDEL', KEYS[8], unpack(old))
     redis.call('ZREMRANGEBYRANK', KEYS[5], 0, over - 1)
   end
 end

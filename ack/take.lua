@@ -4,6 +4,7 @@
 -- KEYS[2] -> the ZSET it is parked in (unack or dead)
 -- KEYS[3] -> reasons HASH
 -- KEYS[4] -> op STRING: this call's reply, kept for a rerun
+-- KEYS[5] -> errors HASH
 -- ARGV[1] -> job id
 -- ARGV[2] -> how long to keep the reply, ms
 -- Returns {0, envelope} when taken (now or by an earlier run of the same
@@ -15,5 +16,6 @@ if env == false then return {1} end
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return {2} end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[5], ARGV[1])
 redis.call('SET', KEYS[4], env, 'PX', tonumber(ARGV[2]))
 return {0, env}

@@ -32,6 +32,11 @@ const (
 	MaxName = 200
 	// MaxIntervals is the longest retry interval list.
 	MaxIntervals = 64
+	// MaxHeaders is the most headers a job carries.
+	MaxHeaders = 32
+	// MaxHeaderBytes bounds the total bytes of a job's header keys and
+	// values.
+	MaxHeaderBytes = 4096
 	// MaxRetriesLimit is the largest MaxRetries.
 	MaxRetriesLimit = 1000
 	// MaxConcurrency is the largest bucket count of a topic.

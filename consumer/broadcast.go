@@ -67,18 +67,18 @@ type broadcasts struct {
 
 // RegisterBroadcast adds bl before Start. A nil listener, one without
 // topics, with a bad topic or naming a topic twice, and a listener already
-// registered, are refused with ErrInvalidJob and register nothing: each
+// registered, are refused with ErrInvalidArgument and register nothing: each
 // would otherwise run a job twice in one client, or never.
 func (g *Group) RegisterBroadcast(bl BroadcastListener) error {
 	if bl == nil {
-		return fmt.Errorf("%w: nil broadcast listener", pool.ErrInvalidJob)
+		return fmt.Errorf("%w: nil broadcast listener", pool.ErrInvalidArgument)
 	}
 	if g.started.Load() {
 		return ErrStarted
 	}
 	topics := bl.Topics()
 	if len(topics) == 0 {
-		return fmt.Errorf("%w: broadcast listener has no topics", pool.ErrInvalidJob)
+		return fmt.Errorf("%w: broadcast listener has no topics", pool.ErrInvalidArgument)
 	}
 	seen := make(map[string]bool, len(topics))
 	for _, t := range topics {
@@ -86,7 +86,7 @@ func (g *Group) RegisterBroadcast(bl BroadcastListener) error {
 			return fmt.Errorf("register broadcast listener: %w", err)
 		}
 		if seen[t] {
-			return fmt.Errorf("%w: broadcast listener names topic %q twice", pool.ErrInvalidJob, t)
+			return fmt.Errorf("%w: broadcast listener names topic %q twice", pool.ErrInvalidArgument, t)
 		}
 		seen[t] = true
 	}
@@ -95,7 +95,7 @@ func (g *Group) RegisterBroadcast(bl BroadcastListener) error {
 	if reflect.TypeOf(bl).Comparable() {
 		for _, have := range g.bc.all {
 			if have.bl == bl {
-				return fmt.Errorf("%w: broadcast listener registered twice", pool.ErrInvalidJob)
+				return fmt.Errorf("%w: broadcast listener registered twice", pool.ErrInvalidArgument)
 			}
 		}
 	}

@@ -37,9 +37,10 @@ type Group struct {
 	cid     string
 	settler *ack.Settler
 
-	listeners []Listener
-	runners   map[string]*runner
-	bc        broadcasts
+	listeners  []Listener
+	middleware []Middleware
+	runners    map[string]*runner
+	bc         broadcasts
 
 	started  atomic.Bool
 	stopping atomic.Bool
@@ -67,7 +68,7 @@ func (g *Group) ID() string { return g.cid }
 // listener or a bad topic is an error.
 func (g *Group) Register(l Listener) error {
 	if l == nil {
-		return fmt.Errorf("%w: nil listener", pool.ErrInvalidJob)
+		return fmt.Errorf("%w: nil listener", pool.ErrInvalidArgument)
 	}
 	if g.started.Load() {
 		return ErrStarted
@@ -82,6 +83,21 @@ func (g *Group) Register(l Listener) error {
 		}
 	}
 	g.listeners = append(g.listeners, l)
+	return nil
+}
+
+// Use adds client-wide middleware before Start: it wraps every listener's
+// handler, outside the listener's own; the first given is the outermost.
+func (g *Group) Use(mw ...Middleware) error {
+	if g.started.Load() {
+		return ErrStarted
+	}
+	for i, m := range mw {
+		if m == nil {
+			return fmt.Errorf("%w: middleware %d is nil", pool.ErrInvalidArgument, i)
+		}
+	}
+	g.middleware = append(g.middleware, mw...)
 	return nil
 }
 

@@ -5,6 +5,7 @@ package consumer
 
 import (
 	"context"
+	"time"
 
 	"github.com/redeq-go/redeq/ack"
 	"github.com/redeq-go/redeq/pool"
@@ -40,4 +41,37 @@ type WorkerCounter interface {
 type BroadcastListener interface {
 	Topics() []string
 	OnBroadcast(ctx context.Context, job *pool.Job)
+}
+
+// Handler runs one job: a listener's OnJob, as middleware sees it.
+type Handler func(ctx context.Context, job *pool.Job, ch *ack.Channel) error
+
+// Middleware wraps a Handler: for logging, tracing, tenants, panics.
+type Middleware = func(Handler) Handler
+
+// Options is a listener's own policy; each set field overrides the
+// client's config for that listener. A job's own MaxRetries and
+// RetryIntervals still win over both.
+type Options struct {
+	// Workers is the listener's handler goroutines; 0 keeps the config's.
+	Workers int
+	// MaxRetries is the retries after a failed delivery; 0 keeps the
+	// config's, -1 never retries.
+	MaxRetries int
+	// RetryIntervals is the retry schedule; nil keeps the config's.
+	RetryIntervals []time.Duration
+	// Backoff, when set, gives the wait before the retry that follows
+	// failed delivery number attempt (from 1) with err, instead of
+	// RetryIntervals (a job's own intervals still win).
+	Backoff func(attempt int, err error) time.Duration
+	// ConsumeTimeout bounds one handler call; 0 keeps the config's.
+	ConsumeTimeout time.Duration
+	// Middleware wraps this listener's handler, inside the client's
+	// middleware; the first is the outermost.
+	Middleware []Middleware
+}
+
+// Configured is a Listener with options of its own.
+type Configured interface {
+	ListenerOptions() Options
 }

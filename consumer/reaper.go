@@ -221,7 +221,7 @@ func (g *Group) recoverList(ctx context.Context, topic string, b int, cid, mode 
 	k := keys.ForBucket(g.cfg.Prefix, topic, b)
 	for {
 		v, err := recoverScript.Run(ctx, g.rdb,
-			[]string{k.InFlight(cid), k.Ready(), k.Pool(), k.Scheduled(), k.Dead(), k.Reasons(), k.State()},
+			[]string{k.InFlight(cid), k.Ready(), k.Pool(), k.Scheduled(), k.Dead(), k.Reasons(), k.State(), k.Errors()},
 			mode, recoverBatch, g.cfg.MaxRecoveries, g.cfg.DeadRetention,
 			keys.ReadyChannel(g.cfg.Prefix), keys.WakeChannel(g.cfg.Prefix), keys.Address(topic, b),
 			cid, g.cfg.ConsumerTimeout.Milliseconds()).Int64Slice()

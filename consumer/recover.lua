@@ -16,6 +16,7 @@
 -- KEYS[5] -> dead ZSET
 -- KEYS[6] -> reasons HASH (why each dead job died)
 -- KEYS[7] -> state HASH
+-- KEYS[8] -> errors HASH
 -- ARGV[1] -> mode: recover or rollback
 -- ARGV[2] -> most deliveries to handle (at most 1000)
 -- ARGV[3] -> most recoveries of a job
@@ -93,6 +94,7 @@ if dead > 0 then
     local old = redis.call('ZRANGE', KEYS[5], 0, over - 1)
     redis.call('HDEL', KEYS[3], unpack(old))
     redis.call('HDEL', KEYS[6], unpack(old))
+    redis.call('HDEL', KEYS[8], unpack(old))
     redis.call('ZREMRANGEBYRANK', KEYS[5], 0, over - 1)
   end
 end

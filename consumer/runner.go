@@ -33,9 +33,15 @@ const maxSettle = ack.MaxSettle
 type runner struct {
 	g       *Group
 	l       Listener
-	topic   string
-	buckets int
-	workers int
+	opts    Options
+	handler Handler
+	// The listener's policy: its options over the config.
+	consumeTimeout time.Duration
+	retries        int
+	intervals      []time.Duration
+	topic          string
+	buckets        int
+	workers        int
 	// capacity is how many fetched jobs the runner holds at once: no more
 	// than it has workers, so a fetched job starts at once. A job that
 	// waited in the process after its fetch could start after a Delete
@@ -80,27 +86,60 @@ type settleReq struct {
 }
 
 func newRunner(g *Group, l Listener, buckets int) *runner {
+	var opts Options
+	if c, ok := l.(Configured); ok {
+		opts = c.ListenerOptions()
+	}
 	w := g.cfg.Workers
 	if wc, ok := l.(WorkerCounter); ok && wc.Workers() > 0 {
 		w = wc.Workers()
 	}
+	if opts.Workers > 0 {
+		w = opts.Workers
+	}
 	r := &runner{
 		g: g, l: l, topic: l.Topic(), buckets: buckets, workers: w, capacity: w,
-		maybe:       make([]atomic.Bool, buckets),
-		suspect:     make([]bool, buckets),
-		held:        make([]map[string]bool, buckets),
-		notify:      make(chan struct{}, 1),
-		freed:       make(chan struct{}, 1),
-		jobs:        make(chan delivery, 2*w),
-		outs:        make(chan settleReq, 2*w),
-		stopSettle:  make(chan struct{}),
-		settlerDone: make(chan struct{}),
+		opts:           opts,
+		handler:        chain(l.OnJob, opts.Middleware, g.middleware),
+		consumeTimeout: g.cfg.ConsumeTimeout,
+		maybe:          make([]atomic.Bool, buckets),
+		suspect:        make([]bool, buckets),
+		held:           make([]map[string]bool, buckets),
+		notify:         make(chan struct{}, 1),
+		freed:          make(chan struct{}, 1),
+		jobs:           make(chan delivery, 2*w),
+		outs:           make(chan settleReq, 2*w),
+		stopSettle:     make(chan struct{}),
+		settlerDone:    make(chan struct{}),
+	}
+	if opts.ConsumeTimeout > 0 {
+		r.consumeTimeout = opts.ConsumeTimeout
+	}
+	r.retries, r.intervals = g.cfg.Retry, g.cfg.RetryIntervals
+	if opts.RetryIntervals != nil {
+		r.intervals = opts.RetryIntervals
+		r.retries = len(opts.RetryIntervals)
+	}
+	if opts.MaxRetries != 0 {
+		r.retries = opts.MaxRetries
 	}
 	for i := range r.maybe {
 		r.maybe[i].Store(true)
 		r.held[i] = map[string]bool{}
 	}
 	return r
+}
+
+// chain wraps h in the listener's middleware, then the client's: the
+// client's first middleware is the outermost.
+func chain(h Handler, own, client []Middleware) Handler {
+	for i := len(own) - 1; i >= 0; i-- {
+		h = own[i](h)
+	}
+	for i := len(client) - 1; i >= 0; i-- {
+		h = client[i](h)
+	}
+	return h
 }
 
 func (r *runner) hold(b int, items []ready.Item) {
@@ -310,20 +349,24 @@ func (r *runner) work() {
 // handle runs one job and submits its outcome.
 func (r *runner) handle(d delivery) {
 	g := r.g
-	h, body, err := pool.Decode([]byte(d.item.Envelope)) // the one copy of the body
+	h, rest, err := pool.Decode([]byte(d.item.Envelope)) // the one copy of the body
 	token := d.item.Token
+	var job *pool.Job
+	if err == nil {
+		job, err = pool.JobFrom(r.topic, d.item.ID, h, rest)
+	}
 	if err != nil {
 		// A corrupt entry cannot run: park it in the dead set, keep working.
 		g.env.Logger.Error("redeq: corrupt job sent to the dead set", "topic", r.topic, "id", d.item.ID, "err", err)
 		r.submit(d.bucket, ack.Outcome{ID: d.item.ID, Token: token, Op: ack.OpDead, Reason: err.Error()})
 		return
 	}
-	job := pool.JobFrom(r.topic, d.item.ID, h, body)
+	job.LastError = d.item.LastError
 	ch := &ack.Channel{}
 
 	ctx, cancel := g.handlerCtx, context.CancelFunc(func() {})
-	if g.cfg.ConsumeTimeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, g.cfg.ConsumeTimeout)
+	if r.consumeTimeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, r.consumeTimeout)
 	}
 	err = r.call(ctx, job, ch)
 	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
@@ -340,7 +383,7 @@ func (r *runner) handle(d delivery) {
 		return
 	}
 	acked, rejoined, delay := ch.State()
-	out := ack.Outcome{ID: job.ID, Token: token, Delay: delay}
+	out := ack.Outcome{ID: job.ID, Token: token, Delay: delay, HadError: job.LastError != ""}
 	switch {
 	case acked && rejoined:
 		out.Op = ack.OpAckRejoin
@@ -361,24 +404,28 @@ func (r *runner) handle(d delivery) {
 func (r *runner) fail(bucket int, job *pool.Job, h pool.Header, token string, cause error) {
 	g := r.g
 	h.Attempt++
-	policy := retry.For(h.MaxRetries, job.RetryIntervals, g.cfg.Retry, g.cfg.RetryIntervals)
+	policy := retry.For(h.MaxRetries, job.RetryIntervals, r.retries, r.intervals)
 	delay, again := policy.Next(h.Attempt)
+	if again && job.RetryIntervals == nil && r.opts.Backoff != nil {
+		delay = max(r.opts.Backoff(h.Attempt, cause), 0)
+	}
 	if errors.Is(cause, retry.ErrSkipRetry) {
 		again = false
 	}
 	if again {
 		g.env.Logger.Debug("redeq: job failed, retrying", "topic", r.topic, "id", job.ID, "attempt", h.Attempt, "retry_in", delay, "err", cause)
-		r.submit(bucket, ack.Outcome{ID: job.ID, Token: token, Op: ack.OpRetry, Delay: delay, Header: ack.HeaderFor(ack.OpRetry, h)})
+		r.submit(bucket, ack.Outcome{ID: job.ID, Token: token, Op: ack.OpRetry, Delay: delay, Header: ack.HeaderFor(ack.OpRetry, h), Err: cause.Error()})
 		return
 	}
 	g.env.Logger.Warn("redeq: job failed for the last time", "topic", r.topic, "id", job.ID, "attempt", h.Attempt, "err", cause)
 	if fr, ok := r.l.(FinalRetryListener); ok {
 		final := *job // the handler may still hold job
 		final.Attempt = h.Attempt
+		final.LastError = ack.Cut(cause.Error())
 		r.final(fr, &final)
 	}
 	r.submit(bucket, ack.Outcome{ID: job.ID, Token: token, Op: ack.OpDead, Header: ack.HeaderFor(ack.OpDead, h),
-		Reason: fmt.Sprintf("failed %d times; last: %v", h.Attempt, cause)})
+		Reason: fmt.Sprintf("failed %d times; last: %v", h.Attempt, cause), Err: cause.Error()})
 }
 
 // call runs the handler, turning a panic into an error.
@@ -389,13 +436,13 @@ func (r *runner) call(ctx context.Context, job *pool.Job, ch *ack.Channel) (err 
 			err = fmt.Errorf("redeq: handler panicked: %v", p)
 		}
 	}()
-	return r.l.OnJob(ctx, job, ch)
+	return r.handler(ctx, job, ch)
 }
 
 func (r *runner) final(fr FinalRetryListener, job *pool.Job) {
 	ctx, cancel := r.g.handlerCtx, context.CancelFunc(func() {})
-	if r.g.cfg.ConsumeTimeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, r.g.cfg.ConsumeTimeout)
+	if r.consumeTimeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, r.consumeTimeout)
 	}
 	defer cancel()
 	defer func() {

@@ -55,7 +55,9 @@ func (l *Locker) NewMutex(key string, opts ...Option) *Mutex {
 		opt(&o)
 	}
 	return &Mutex{
-		m:      l.rs.NewMutex(key, redsync.WithExpiry(o.expiry), redsync.WithTries(1)),
+		// Each call may take a fifth of the expiry (redsync's default, a
+		// twentieth, gave up after 100ms with a 2s expiry on a busy server).
+		m:      l.rs.NewMutex(key, redsync.WithExpiry(o.expiry), redsync.WithTries(1), redsync.WithTimeoutFactor(0.2)),
 		expiry: o.expiry,
 	}
 }
@@ -89,12 +91,13 @@ func (m *Mutex) ExtendDue(now time.Time) bool {
 }
 
 // Extend renews the lock for another expiry. false means it was lost (it
-// expired and may have been taken by another client).
+// expired and may have been taken by another client). A Redis error leaves
+// the lock held until its known expiry: the key is still ours until then,
+// and the caller retries.
 func (m *Mutex) Extend(ctx context.Context) (bool, error) {
 	ok, err := m.m.ExtendContext(ctx)
 	if err != nil && !errors.Is(err, redsync.ErrExtendFailed) && !isTaken(err) {
-		m.held = false
-		return false, fmt.Errorf("extend lock %s: %w", m.m.Name(), err)
+		return m.Held(time.Now()), fmt.Errorf("extend lock %s: %w", m.m.Name(), err)
 	}
 	m.held = ok
 	if ok {

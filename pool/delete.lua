@@ -9,6 +9,7 @@
 -- KEYS[5] -> dead ZSET
 -- KEYS[6] -> reasons HASH
 -- KEYS[7] -> op STRING: this call's reply, kept for a rerun
+-- KEYS[8] -> errors HASH
 -- ARGV[1] -> job id
 -- ARGV[2] -> broadcast mark
 -- ARGV[3] -> how long to keep the reply, ms
@@ -20,6 +21,7 @@ local env = redis.call('HGET', KEYS[1], ARGV[1])
 if env == false then return {0} end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[6], ARGV[1])
+redis.call('HDEL', KEYS[8], ARGV[1])
 if redis.call('HDEL', KEYS[3], ARGV[1]) == 0 then
   if redis.call('ZREM', KEYS[2], ARGV[1], ARGV[2] .. ARGV[1]) == 0
     and redis.call('ZREM', KEYS[4], ARGV[1]) == 0 then

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -13,12 +14,16 @@ import (
 // The envelope is how a job is stored in its pool: a one-line text header
 // followed by the body exactly as given,
 //
-//	1|<created ms>|<attempt>|<recoveries>|<max retries>|<intervals ms, comma-separated>|<flags>\n<body>
+//	1|<created ms>|<attempt>|<recoveries>|<max retries>|<intervals ms, comma-separated>|<flags>[|<headers bytes>]\n[<headers>]<body>
 //
 // Empty max retries and intervals mean the config's defaults, so a default
 // job costs about 23 bytes beyond its body. The header is text so that the
 // Lua scripts can read the created time and rewrite the counters with
-// string functions; the body is never parsed.
+// string functions; the body is never parsed. A job with headers carries
+// an eighth field, the length of the headers block that follows the
+// newline: each header as "<len>:<key><len>:<value>". The scripts keep
+// everything after the newline when they rewrite the header line, so the
+// headers travel with the job through retries, recoveries and rollbacks.
 
 // envelopeVersion is the first header field.
 const envelopeVersion = "1"
@@ -34,6 +39,8 @@ type Header struct {
 	MaxRetries int     // 0: the config's default
 	Intervals  []int64 // ms; nil: the config's default
 	Broadcast  bool
+	// HeadersLen is the length of the headers block after the header line.
+	HeadersLen int
 }
 
 // AppendHeader appends h's header line, newline included, to dst.
@@ -60,6 +67,10 @@ func AppendHeader(dst []byte, h Header) []byte {
 	if h.Broadcast {
 		dst = append(dst, flagBroadcast)
 	}
+	if h.HeadersLen > 0 {
+		dst = append(dst, '|')
+		dst = strconv.AppendInt(dst, int64(h.HeadersLen), 10)
+	}
 	return append(dst, '\n')
 }
 
@@ -82,8 +93,8 @@ func Decode(env []byte) (Header, []byte, error) {
 		return Header{}, nil, fmt.Errorf("%w: no header line", ErrCorrupt)
 	}
 	fields := bytes.Split(env[:nl], []byte{'|'})
-	if len(fields) != 7 {
-		return Header{}, nil, fmt.Errorf("%w: %d header fields, want 7", ErrCorrupt, len(fields))
+	if len(fields) != 7 && len(fields) != 8 {
+		return Header{}, nil, fmt.Errorf("%w: %d header fields, want 7 or 8", ErrCorrupt, len(fields))
 	}
 	if string(fields[0]) != envelopeVersion {
 		return Header{}, nil, fmt.Errorf("%w: version %q", ErrCorrupt, fields[0])
@@ -124,15 +135,79 @@ func Decode(env []byte) (Header, []byte, error) {
 	default:
 		return Header{}, nil, fmt.Errorf("%w: flags %q", ErrCorrupt, fields[6])
 	}
+	if len(fields) == 8 {
+		h.HeadersLen = int(num(fields[7], "headers length", 1, int64(config.MaxHeaderBytes)*2))
+	}
 	if err != nil {
 		return Header{}, nil, err
+	}
+	if h.HeadersLen > len(env)-nl-1 {
+		return Header{}, nil, fmt.Errorf("%w: headers length %d past the end", ErrCorrupt, h.HeadersLen)
 	}
 	return h, env[nl+1:], nil
 }
 
-// HeaderOf returns the header a new job is stored with.
+// AppendHeaders appends the headers block of hs, sorted by key, to dst.
+func AppendHeaders(dst []byte, hs map[string]string) []byte {
+	keys := make([]string, 0, len(hs))
+	for k := range hs {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		dst = strconv.AppendInt(dst, int64(len(k)), 10)
+		dst = append(dst, ':')
+		dst = append(dst, k...)
+		dst = strconv.AppendInt(dst, int64(len(hs[k])), 10)
+		dst = append(dst, ':')
+		dst = append(dst, hs[k]...)
+	}
+	return dst
+}
+
+// ParseHeaders reads a headers block; nil for an empty one.
+func ParseHeaders(b []byte) (map[string]string, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	out := map[string]string{}
+	next := func() (string, error) {
+		i := bytes.IndexByte(b, ':')
+		if i < 1 || i > 10 {
+			return "", fmt.Errorf("%w: bad headers block", ErrCorrupt)
+		}
+		n, err := strconv.Atoi(string(b[:i]))
+		if err != nil || n < 0 || n > len(b)-i-1 {
+			return "", fmt.Errorf("%w: bad headers block", ErrCorrupt)
+		}
+		s := string(b[i+1 : i+1+n])
+		b = b[i+1+n:]
+		return s, nil
+	}
+	for len(b) > 0 {
+		if len(out) >= config.MaxHeaders {
+			return nil, fmt.Errorf("%w: more than %d headers", ErrCorrupt, config.MaxHeaders)
+		}
+		k, err := next()
+		if err != nil {
+			return nil, err
+		}
+		v, err := next()
+		if err != nil {
+			return nil, err
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// HeaderOf returns the header a new job is stored with; its headers block
+// is AppendHeaders(nil, j.Headers).
 func HeaderOf(j *Job) Header {
 	h := Header{MaxRetries: j.MaxRetries, Broadcast: j.Broadcast}
+	if len(j.Headers) > 0 {
+		h.HeadersLen = len(AppendHeaders(nil, j.Headers))
+	}
 	if j.RetryIntervals != nil {
 		h.Intervals = make([]int64, len(j.RetryIntervals))
 		for i, d := range j.RetryIntervals {
@@ -150,12 +225,19 @@ func JobOf(topic, id string, env []byte) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("job %q of topic %q: %w", id, topic, err)
 	}
-	return JobFrom(topic, id, h, body), nil
+	return JobFrom(topic, id, h, body)
 }
 
-// JobFrom builds a job from a decoded header and body; the job keeps body.
-func JobFrom(topic, id string, h Header, body []byte) *Job {
+// JobFrom builds a job from a decoded header and what follows it (the
+// headers block, then the body); the job's Body aliases rest.
+func JobFrom(topic, id string, h Header, rest []byte) (*Job, error) {
+	hs, err := ParseHeaders(rest[:h.HeadersLen])
+	if err != nil {
+		return nil, fmt.Errorf("job %q of topic %q: %w", id, topic, err)
+	}
+	body := rest[h.HeadersLen:]
 	j := &Job{
+		Headers:    hs,
 		Topic:      topic,
 		ID:         id,
 		Body:       body,
@@ -174,5 +256,5 @@ func JobFrom(topic, id string, h Header, body []byte) *Job {
 			j.RetryIntervals[i] = time.Duration(ms) * time.Millisecond
 		}
 	}
-	return j
+	return j, nil
 }

@@ -22,8 +22,12 @@ var (
 	// ErrJobNotWaiting is a Reschedule or requeue of a job that is not where
 	// the call expects it (in flight, parked, dead, or scheduled).
 	ErrJobNotWaiting = errors.New("redeq: job not waiting")
+	// ErrInvalidArgument is an argument that is not a job (a listener, a
+	// limit, a state, an option) that redeq rejects before writing
+	// anything; it is always wrapped with the reason.
+	ErrInvalidArgument = errors.New("redeq: invalid argument")
 	// ErrNilContext is a call with a nil context.
-	ErrNilContext = fmt.Errorf("%w: nil context", ErrInvalidJob)
+	ErrNilContext = fmt.Errorf("%w: nil context", ErrInvalidArgument)
 )
 
 // invalid wraps ErrInvalidJob with the reason.

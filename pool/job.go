@@ -14,6 +14,12 @@ type Job struct {
 	ID string
 	// Body is the payload, stored as the bytes given.
 	Body []byte
+	// Headers are metadata set by the producer (a trace context, a
+	// tenant, ...), stored with the job and kept through retries, rejoins,
+	// recoveries and rollbacks. At most config.MaxHeaders entries and
+	// config.MaxHeaderBytes bytes of keys and values; keys are non-empty
+	// and hold no control characters.
+	Headers map[string]string
 	// Delay is the wait from now (the Redis server's clock) until the job
 	// is due. Ignored when RunAt is set.
 	Delay time.Duration
@@ -43,6 +49,10 @@ type Job struct {
 	// Consumer is the id of the consumer that holds the job while it is in
 	// flight (see Client.ConsumerID). Set by Get.
 	Consumer string
+	// LastError is the error its handler returned on the job's last failed
+	// delivery, cut to 512 bytes; empty when it never failed. Set by redeq
+	// for handlers, FinalRetry, Get and the listings.
+	LastError string
 	// Reason says why a dead job died: the last handler error, a timeout,
 	// repeated crashes of its consumers, or a corrupt entry. Set by Get and
 	// the dead listing.

@@ -67,9 +67,14 @@ func (s *Store) addCall(job *Job, at Placement) rdb.Call {
 	if !job.RunAt.IsZero() {
 		runAt = strconv.FormatInt(UnixMs(job.RunAt), 10)
 	}
+	body := job.Body
+	if len(job.Headers) > 0 {
+		// The headers block precedes the body (one copy, for jobs with headers).
+		body = append(AppendHeaders(make([]byte, 0, 64+len(job.Body)), job.Headers), job.Body...)
+	}
 	return rdb.Call{
 		Keys: []string{k.Pool(), k.Scheduled()},
-		Args: []any{job.ID, Member(job.ID, job.Broadcast), tail, job.Body,
+		Args: []any{job.ID, Member(job.ID, job.Broadcast), tail, body,
 			DurationMs(job.Delay), runAt, at.Limit,
 			keys.WakeChannel(s.prefix), keys.Address(job.Topic, at.Bucket)},
 	}
@@ -145,7 +150,7 @@ const OpTTL = 30 * time.Second
 
 func (s *Store) jobKeys(topic string, bucket int) []string {
 	k := keys.ForBucket(s.prefix, topic, bucket)
-	return []string{k.Pool(), k.Scheduled(), k.State(), k.UnAck(), k.Dead(), k.Reasons()}
+	return []string{k.Pool(), k.Scheduled(), k.State(), k.UnAck(), k.Dead(), k.Reasons(), k.Errors()}
 }
 
 // Get returns the job with its state, its due time in RunAt when it is
@@ -159,7 +164,7 @@ func (s *Store) Get(ctx context.Context, topic, id string, bucket int) (*Job, er
 		return nil, fmt.Errorf("get job %q of topic %q: %w", id, topic, err)
 	}
 	r, err := rdb.Slice(v)
-	if err != nil || len(r) < 4 {
+	if err != nil || len(r) < 5 {
 		return nil, fmt.Errorf("get job %q of topic %q: bad reply %v", id, topic, v)
 	}
 	env, _ := rdb.Str(r[0])
@@ -173,6 +178,7 @@ func (s *Store) Get(ctx context.Context, topic, id string, bucket int) (*Job, er
 		ms, _ := strconv.ParseFloat(score, 64)
 		job.RunAt = time.UnixMilli(int64(ms))
 	}
+	job.LastError, _ = rdb.Str(r[4])
 	if extra, ok := rdb.Str(r[3]); ok {
 		switch job.State {
 		case StateDead:
@@ -191,7 +197,8 @@ func (s *Store) Get(ctx context.Context, topic, id string, bucket int) (*Job, er
 // the same job.
 func (s *Store) Delete(ctx context.Context, topic, id string, bucket int) (*Job, error) {
 	k := keys.ForBucket(s.prefix, topic, bucket)
-	ks := append(s.jobKeys(topic, bucket), k.Op(uuid.NewString()))
+	ks := s.jobKeys(topic, bucket)
+	ks = append(ks[:6:6], k.Op(uuid.NewString()), ks[6])
 	v, err := deleteScript.Run(ctx, s.rdb, ks, id, keys.BroadcastMark, OpTTL.Milliseconds()).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("delete job %q of topic %q: %w", id, topic, err)

@@ -40,6 +40,9 @@ func Validate(job *Job, maxBody int) error {
 			return invalid("job %q: %v", job.ID, err)
 		}
 	}
+	if err := CheckHeaders(job.ID, job.Headers); err != nil {
+		return err
+	}
 	if len(job.Body) > maxBody {
 		return invalid("job %q: body is %d bytes, over MaxBodyBytes %d", job.ID, len(job.Body), maxBody)
 	}
@@ -63,3 +66,27 @@ func CheckTopic(topic string) error {
 }
 
 func quote(s string) string { return fmt.Sprintf("%q", s) }
+
+// CheckHeaders reports why hs cannot be a job's headers: too many, too
+// large, or a key that is empty or holds a control character.
+func CheckHeaders(id string, hs map[string]string) error {
+	if len(hs) > config.MaxHeaders {
+		return invalid("job %q: %d headers, more than %d", id, len(hs), config.MaxHeaders)
+	}
+	size := 0
+	for k, v := range hs {
+		if k == "" {
+			return invalid("job %q: a header has an empty key", id)
+		}
+		for _, r := range k {
+			if r < 0x20 || r == 0x7f {
+				return invalid("job %q: header key %q has a control character", id, k)
+			}
+		}
+		size += len(k) + len(v)
+	}
+	if size > config.MaxHeaderBytes {
+		return invalid("job %q: headers are %d bytes, more than %d", id, size, config.MaxHeaderBytes)
+	}
+	return nil
+}

@@ -13,12 +13,13 @@
 -- KEYS[3] -> pool HASH
 -- KEYS[4] -> state HASH (id -> "r" or "<token>@<consumer>")
 -- KEYS[5] -> seq STRING (delivery counter)
+-- KEYS[6] -> errors HASH (id -> last handler error)
 -- ARGV[1] -> most ids to fetch (at most 256)
 -- ARGV[2] -> consumer id
 -- ARGV[3] -> recoveries from which a job is quarantined
 -- ARGV[4] -> "1" when the consumer runs nothing
--- Returns {stopped at a quarantined job: 1 or 0, id, token, envelope, id,
--- token, envelope, ...}.
+-- Returns {stopped at a quarantined job: 1 or 0, then per job: id, token,
+-- envelope, last error or false}.
 local ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 if #ids == 0 then return {0} end
 local envs = redis.call('HMGET', KEYS[3], unpack(ids))
@@ -49,6 +50,19 @@ end
 -- Every read is done; now the writes, the ready list's trim last.
 local out = {stopped}
 if #take > 0 then
+  -- Only a job that failed before has a last error.
+  local tids, pos = {}, {}
+  for k, i in ipairs(take) do
+    if not string.find(envs[i], '^1|%d+|0|') then
+      tids[#tids + 1] = ids[i]
+      pos[#tids] = k
+    end
+  end
+  local errs = {}
+  if #tids > 0 then
+    local got = redis.call('HMGET', KEYS[6], unpack(tids))
+    for j, k in ipairs(pos) do errs[k] = got[j] end
+  end
   local base = redis.call('INCRBY', KEYS[5], #take) - #take
   local st, fl = {}, {}
   for k, i in ipairs(take) do
@@ -61,6 +75,7 @@ if #take > 0 then
     out[#out + 1] = id
     out[#out + 1] = token
     out[#out + 1] = envs[i]
+    out[#out + 1] = errs[k] or false
   end
   redis.call('HSET', KEYS[4], unpack(st))
   redis.call('ZADD', KEYS[2], unpack(fl))

@@ -36,6 +36,8 @@ type Item struct {
 	ID       string
 	Token    string
 	Envelope string
+	// LastError is the error of the job's last failed delivery, if any.
+	LastError string
 }
 
 // Member is the in-flight set member of the delivery.
@@ -67,22 +69,23 @@ func Fetch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n
 	if idle {
 		flag = "1"
 	}
-	v, err := fetchScript.Run(ctx, c, []string{k.Ready(), k.InFlight(cid), k.Pool(), k.State(), k.Seq()},
+	v, err := fetchScript.Run(ctx, c, []string{k.Ready(), k.InFlight(cid), k.Pool(), k.State(), k.Seq(), k.Errors()},
 		min(max, MaxFetch), cid, Quarantine, flag).Result()
 	if err != nil {
 		return nil, false, fmt.Errorf("fetch %s: %w", keys.Address(topic, n), err)
 	}
 	r, err := rdb.Slice(v)
-	if err != nil || len(r)%3 != 1 {
+	if err != nil || len(r)%4 != 1 {
 		return nil, false, fmt.Errorf("fetch %s: bad reply %v", keys.Address(topic, n), v)
 	}
 	first, _ := rdb.Int(r[0])
 	r = r[1:]
-	items = make([]Item, len(r)/3)
+	items = make([]Item, len(r)/4)
 	for i := range items {
-		items[i].ID, _ = rdb.Str(r[3*i])
-		items[i].Token, _ = rdb.Str(r[3*i+1])
-		items[i].Envelope, _ = rdb.Str(r[3*i+2])
+		items[i].ID, _ = rdb.Str(r[4*i])
+		items[i].Token, _ = rdb.Str(r[4*i+1])
+		items[i].Envelope, _ = rdb.Str(r[4*i+2])
+		items[i].LastError, _ = rdb.Str(r[4*i+3])
 	}
 	return items, first == 1, nil
 }

@@ -177,13 +177,13 @@ func TestRegisterBroadcastRefusesDuplicates(t *testing.T) {
 		ctx := context.Background()
 		twice := &bcastListener{topics: []string{"cache", "prices", "cache"}}
 		err := e.c.RegisterBroadcast(twice)
-		require.ErrorIs(t, err, redeq.ErrInvalidJob)
+		require.ErrorIs(t, err, redeq.ErrInvalidArgument)
 		require.ErrorContains(t, err, `"cache"`)
 
 		bl := &bcastListener{topics: []string{"cache"}}
 		require.NoError(t, e.c.RegisterBroadcast(bl))
 		err = e.c.RegisterBroadcast(bl)
-		require.ErrorIs(t, err, redeq.ErrInvalidJob)
+		require.ErrorIs(t, err, redeq.ErrInvalidArgument)
 		require.ErrorContains(t, err, "registered twice")
 
 		// Another listener of the same topic is a listener of its own.

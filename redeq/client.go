@@ -222,10 +222,11 @@ func (c *Client) Reschedule(ctx context.Context, topic, id string, at time.Time)
 		return err
 	}
 	if at.IsZero() {
-		return fmt.Errorf("%w: reschedule job %q: zero time", ErrInvalidJob, id)
+		return fmt.Errorf("%w: reschedule job %q of topic %q: zero time", ErrInvalidArgument, id, topic)
 	}
-	if err := pool.CheckDue(fmt.Sprintf("reschedule job %q: time", id), at); err != nil {
-		return err
+	if at.After(pool.MaxDue) {
+		return fmt.Errorf("%w: reschedule job %q of topic %q: %s is after %s, the latest due time",
+			ErrInvalidArgument, id, topic, at.UTC().Format(time.RFC3339), pool.MaxDue.Format(time.RFC3339))
 	}
 	b, err := c.bucketOf(ctx, topic, id)
 	if err != nil {

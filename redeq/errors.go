@@ -10,9 +10,15 @@ import (
 
 // Sentinels callers match with errors.Is.
 var (
-	// ErrInvalidJob is a job or argument rejected before anything is
-	// written; it is always wrapped with the reason.
+	// ErrInvalidJob is a job rejected before anything is written: a bad
+	// topic or id, a negative delay, a body or headers over their bounds,
+	// a due time past the year 9999. It is always wrapped with the reason.
 	ErrInvalidJob = pool.ErrInvalidJob
+	// ErrInvalidArgument is an argument that is not a job (a listener, a
+	// middleware, a limit, a state, a delay or time given to a call, a nil
+	// context) rejected before anything is written; always wrapped with the
+	// reason.
+	ErrInvalidArgument = pool.ErrInvalidArgument
 	// ErrJobExists is an Add of an id its topic already holds.
 	ErrJobExists = pool.ErrJobExists
 	// ErrJobNotFound is an id its topic does not hold.

@@ -195,7 +195,7 @@ func TestHugeDelaysNeverRunEarly(t *testing.T) {
 		require.ErrorIs(t, err, redeq.ErrInvalidJob)
 		require.ErrorContains(t, err, "9999")
 		err = e.c.Reschedule(ctx, "t", "never", y300k)
-		require.ErrorIs(t, err, redeq.ErrInvalidJob)
+		require.ErrorIs(t, err, redeq.ErrInvalidArgument)
 		require.Equal(t, before, testutil.Dump(t, e.rdb, e.cfg.Prefix), "a refused call wrote something")
 
 		// A handler's "rejoin never" and a requeue far away stay far away.

@@ -97,7 +97,7 @@ func TestReschedule(t *testing.T) {
 		}
 		err := e.c.Reschedule(ctx, "t", "missing", time.Now())
 		require.ErrorIs(t, err, redeq.ErrJobNotFound)
-		require.ErrorIs(t, e.c.Reschedule(ctx, "t", "a", time.Time{}), redeq.ErrInvalidJob)
+		require.ErrorIs(t, e.c.Reschedule(ctx, "t", "a", time.Time{}), redeq.ErrInvalidArgument)
 	})
 }
 
@@ -186,7 +186,7 @@ func TestRejectedWritesNothing(t *testing.T) {
 			}
 		}
 		//lint:ignore SA1012 a nil context is the bad input under test
-		require.ErrorIs(t, e.c.Add(nil, &redeq.Job{Topic: "t", ID: "a"}), redeq.ErrInvalidJob) //nolint:staticcheck
+		require.ErrorIs(t, e.c.Add(nil, &redeq.Job{Topic: "t", ID: "a"}), redeq.ErrInvalidArgument) //nolint:staticcheck
 		require.ErrorIs(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "exists"}), redeq.ErrJobExists)
 		_, err := e.c.Get(ctx, "t", "")
 		require.ErrorIs(t, err, redeq.ErrInvalidJob)

@@ -12,6 +12,7 @@ import (
 	"github.com/redeq-go/redeq/bucket"
 	"github.com/redeq-go/redeq/consumer"
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/pool"
 	"github.com/redeq-go/redeq/retry"
 )
 
@@ -96,7 +97,7 @@ func (c *Client) RegisterBroadcast(bl BroadcastListener) error {
 // Shutdown does.
 func (c *Client) Start(ctx context.Context) error {
 	if ctx == nil {
-		return fmt.Errorf("%w: nil context", ErrInvalidJob)
+		return pool.ErrNilContext
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -170,7 +171,7 @@ func (c *Client) listen(r *runtime) {
 // from Open, whose Redis connection Shutdown closes last.
 func (c *Client) Shutdown(ctx context.Context) error {
 	if ctx == nil {
-		return fmt.Errorf("%w: nil context", ErrInvalidJob)
+		return pool.ErrNilContext
 	}
 	c.mu.Lock()
 	if c.closed {

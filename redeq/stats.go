@@ -111,7 +111,7 @@ func (c *Client) RequeueUnAck(ctx context.Context, topic, id string, delay time.
 		return err
 	}
 	if delay < 0 {
-		return fmt.Errorf("%w: requeue job %q: negative delay %v", ErrInvalidJob, id, delay)
+		return fmt.Errorf("%w: requeue job %q of topic %q: negative delay %v", ErrInvalidArgument, id, topic, delay)
 	}
 	b, err := c.bucketOf(ctx, topic, id)
 	if err != nil {
@@ -137,7 +137,7 @@ func (c *Client) RequeueDead(ctx context.Context, topic, id string, delay time.D
 		return err
 	}
 	if delay < 0 {
-		return fmt.Errorf("%w: requeue job %q: negative delay %v", ErrInvalidJob, id, delay)
+		return fmt.Errorf("%w: requeue job %q of topic %q: negative delay %v", ErrInvalidArgument, id, topic, delay)
 	}
 	b, err := c.bucketOf(ctx, topic, id)
 	if err != nil {

@@ -17,9 +17,13 @@ type Policy struct {
 }
 
 // For returns the policy of a job that has maxRetries and intervals of its
-// own (0 and nil meaning none) over the defaults.
+// own (0 and nil meaning none) over the defaults. A job with intervals of
+// its own and no MaxRetries is retried once per interval.
 func For(maxRetries int, intervals []time.Duration, defRetries int, defIntervals []time.Duration) Policy {
 	p := Policy{MaxRetries: maxRetries, Intervals: intervals}
+	if p.MaxRetries == 0 && len(intervals) > 0 {
+		p.MaxRetries = len(intervals)
+	}
 	if p.MaxRetries == 0 {
 		p.MaxRetries = defRetries
 	}

@@ -76,6 +76,10 @@ func (b Bucket) SentSeq() string { return b.tag + "sent:seq" }
 // seq of job id: id "\n" seq.
 func SentField(id, seq string) string { return id + "\n" + seq }
 
+// Errors is a HASH: job id -> the error its handler returned on its last
+// failed delivery (bounded text); it leaves with the job.
+func (b Bucket) Errors() string { return b.tag + "errors" }
+
 // Lock is the STRING redsync uses as the mutex of this bucket's mover.
 func (b Bucket) Lock() string { return b.tag + "lock" }
 
