@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"time"
 
@@ -83,15 +84,17 @@ func (g *Group) Reap(ctx context.Context) (int, error) {
 			Args: []any{g.cfg.ConsumerTimeout.Milliseconds(), silentBatch},
 		})
 	}
-	cmds, err := rdb.RunPipelined(ctx, g.rdb, silentScript, calls)
-	if err != nil {
+	cmds := rdb.RunPipelined(ctx, g.rdb, silentScript, calls)
+	if err := rdb.NoReply(cmds); err != nil {
 		return 0, fmt.Errorf("reaper: %w", err)
 	}
 	total := 0
+	var unread []error // topics whose reply was lost: reaped next pass
 	for i, cmd := range cmds {
 		silent, err := cmd.StringSlice()
 		if err != nil {
-			return total, fmt.Errorf("reaper %s: %w", names[i], err)
+			unread = append(unread, fmt.Errorf("reaper %s: %w", names[i], err))
+			continue
 		}
 		var others []string
 		for _, cid := range silent {
@@ -108,7 +111,7 @@ func (g *Group) Reap(ctx context.Context) (int, error) {
 			return total, err
 		}
 	}
-	return total, nil
+	return total, errors.Join(unread...)
 }
 
 func (g *Group) reapTopic(ctx context.Context, topic string, buckets int, cids []string) (int, error) {

@@ -95,13 +95,9 @@ func (c *Committer) run(batch []*request, leader *request) {
 		for i, q := range batch {
 			calls[i] = q.call
 		}
-		cmds, err := RunPipelined(context.WithoutCancel(leader.ctx), c.rdb, c.script, calls)
+		cmds := RunPipelined(context.WithoutCancel(leader.ctx), c.rdb, c.script, calls)
 		for i, q := range batch {
-			if err != nil {
-				q.err = err
-			} else {
-				q.val, q.err = cmds[i].Result()
-			}
+			q.val, q.err = cmds[i].Result()
 		}
 	}
 	for _, q := range batch {
