@@ -74,7 +74,8 @@ func (s *Store) addCall(job *Job, at Placement) rdb.Call {
 }
 
 // Add stores a validated job with an id and returns its due time.
-// Concurrent Adds share pipelines.
+// Concurrent Adds share pipelines. When ctx ends first, Add returns ctx's
+// error and the job may or may not have been stored; Get tells.
 func (s *Store) Add(ctx context.Context, job *Job, at Placement) (time.Time, error) {
 	v, err := s.adds.Do(ctx, s.addCall(job, at))
 	if err != nil {

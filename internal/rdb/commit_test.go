@@ -153,6 +153,75 @@ func TestCommitterOwnReply(t *testing.T) {
 			close(g.open)
 			wg.Wait()
 			held.Wait()
+			require.NoError(t, cm.Wait(ctx))
+		})
+	}
+}
+
+// TestCommitterDeadline: a caller returns its ctx's error by its deadline
+// while Redis does not answer, and the round trips it left end afterwards.
+func TestCommitterDeadline(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			g := holdRoundTrips(c, testutil.Prefix(t)+":{hold}")
+			cm := rdb.NewCommitter(c, incr)
+			var wg sync.WaitGroup
+			for i := range 16 {
+				wg.Go(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+					defer cancel()
+					_, err := cm.Do(ctx, rdb.Call{Keys: []string{g.key}, Args: []any{i}})
+					require.ErrorIs(t, err, context.DeadlineExceeded)
+					require.False(t, g.late.Load(), "returned only once Redis answered")
+				})
+			}
+			wg.Wait()
+			close(g.open)
+			ctx := context.Background()
+			require.NoError(t, cm.Wait(ctx))
+			v, err := cm.Do(ctx, rdb.Call{Keys: []string{g.key}, Args: []any{99}})
+			require.NoError(t, err)
+			require.Equal(t, int64(99), v)
+			c.Del(ctx, g.key)
+		})
+	}
+}
+
+// TestCommitterOverlaps: a slow round trip does not hold up the callers
+// that come after it.
+func TestCommitterOverlaps(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			p := testutil.Prefix(t)
+			g := holdRoundTrips(c, p+":{hold}")
+			cm := rdb.NewCommitter(c, incr)
+			ctx := context.Background()
+			var slow sync.WaitGroup
+			slow.Go(func() {
+				v, err := cm.Do(ctx, rdb.Call{Keys: []string{g.key}, Args: []any{1}})
+				require.NoError(t, err)
+				require.Equal(t, int64(1), v)
+			})
+			require.Eventually(t, func() bool { return g.held.Load() == 1 }, 5*time.Second, time.Millisecond)
+			key := p + ":{n}"
+			var wg sync.WaitGroup
+			for w := range 4 {
+				wg.Go(func() {
+					for i := range 10 {
+						v, err := cm.Do(ctx, rdb.Call{Keys: []string{key}, Args: []any{w*100 + i}})
+						require.NoError(t, err)
+						require.Equal(t, int64(w*100+i), v)
+					}
+				})
+			}
+			wg.Wait()
+			require.False(t, g.late.Load(), "the calls waited for the slow round trip")
+			close(g.open)
+			slow.Wait()
+			require.NoError(t, cm.Wait(ctx))
+			c.Del(ctx, key, g.key)
 		})
 	}
 }

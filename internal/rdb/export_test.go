@@ -1,7 +1,7 @@
 package rdb
 
-// MaxInFlight is how many round trips a Committer has under way at most.
-const MaxInFlight = 1
+// MaxInFlight is maxInFlight, for tests.
+const MaxInFlight = maxInFlight
 
 // Queued returns how many calls wait for a round trip.
 func (c *Committer) Queued() int {
