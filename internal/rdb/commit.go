@@ -35,7 +35,7 @@ type Committer struct {
 	mu       sync.Mutex
 	queue    []*request
 	inFlight int           // round trips under way
-	idle     chan struct{} // closed when inFlight drops to 0
+	idle     chan struct{} // made by Wait, closed when inFlight drops to 0
 }
 
 type request struct {
@@ -63,7 +63,7 @@ func (c *Committer) Do(ctx context.Context, call Call) (any, error) {
 	c.mu.Lock()
 	if c.inFlight < maxInFlight {
 		// The queue is empty: every round trip that ends takes it.
-		c.start()
+		c.inFlight++
 		c.mu.Unlock()
 		if ctx.Done() == nil {
 			// Nothing to give up on: run it here, without a goroutine.
@@ -94,6 +94,9 @@ func (c *Committer) Wait(ctx context.Context) error {
 		c.mu.Unlock()
 		return nil
 	}
+	if c.idle == nil {
+		c.idle = make(chan struct{})
+	}
 	idle := c.idle
 	c.mu.Unlock()
 	select {
@@ -102,14 +105,6 @@ func (c *Committer) Wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// start counts a new round trip; c.mu is held.
-func (c *Committer) start() {
-	if c.inFlight == 0 {
-		c.idle = make(chan struct{})
-	}
-	c.inFlight++
 }
 
 // next hands the queue to a new goroutine after a caller ran its own call,
@@ -156,8 +151,9 @@ func (c *Committer) take() []*request {
 	}
 	c.queue = nil
 	c.inFlight--
-	if c.inFlight == 0 {
+	if c.inFlight == 0 && c.idle != nil {
 		close(c.idle)
+		c.idle = nil
 	}
 	return nil
 }
