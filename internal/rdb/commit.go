@@ -59,22 +59,22 @@ func (c *Committer) Do(ctx context.Context, call Call) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r := &request{ctx: ctx, call: call}
 	c.mu.Lock()
-	if c.inFlight < maxInFlight {
-		// The queue is empty: every round trip that ends takes it.
+	if c.inFlight < maxInFlight && ctx.Done() == nil {
+		// The queue is empty (every round trip that ends takes it), and
+		// ctx cannot end: run the call here, without a goroutine.
 		c.inFlight++
 		c.mu.Unlock()
-		if ctx.Done() == nil {
-			// Nothing to give up on: run it here, without a goroutine.
-			r.val, r.err = c.script.Run(ctx, c.rdb, call.Keys, call.Args...).Result()
-			c.next()
-			return r.val, r.err
-		}
-		r.done = make(chan struct{})
+		val, err := c.script.Run(ctx, c.rdb, call.Keys, call.Args...).Result()
+		c.next()
+		return val, err
+	}
+	r := &request{ctx: ctx, call: call, done: make(chan struct{})}
+	if c.inFlight < maxInFlight {
+		c.inFlight++
+		c.mu.Unlock()
 		go c.loop([]*request{r})
 	} else {
-		r.done = make(chan struct{})
 		c.queue = append(c.queue, r)
 		c.mu.Unlock()
 	}
