@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"time"
 
@@ -28,16 +29,17 @@ func (g *Group) heartbeat(ctx context.Context) error {
 	for i, l := range g.listeners {
 		calls[i] = rdb.Call{Keys: []string{keys.ForTopic(g.cfg.Prefix, l.Topic()).Consumers()}, Args: []any{g.cid}}
 	}
-	cmds, err := rdb.RunPipelined(ctx, g.rdb, heartbeatScript, calls)
-	if err != nil {
+	cmds := rdb.RunPipelined(ctx, g.rdb, heartbeatScript, calls)
+	if err := rdb.NoReply(cmds); err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
 	}
+	var errs []error
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil {
-			return fmt.Errorf("heartbeat %s: %w", g.listeners[i].Topic(), err)
+			errs = append(errs, fmt.Errorf("heartbeat %s: %w", g.listeners[i].Topic(), err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func (g *Group) heartbeatLoop(ctx context.Context) {

@@ -9,7 +9,7 @@
 -- ARGV[6] -> absolute due time, unix ms, or empty
 -- ARGV[7] -> most jobs this pool may hold
 -- ARGV[8] -> wake channel
--- ARGV[9] -> wake message
+-- ARGV[9] -> wake message, published when the job becomes the bucket's first
 -- Returns {0, due ms} when added, {1} when the id exists, {2} when the pool is full.
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -27,9 +27,11 @@ else
   -- Round now up to the next ms so the job is never due early.
   due = math.ceil(now_us / 1000) + tonumber(ARGV[5])
 end
-local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[2], due, ARGV[2])
-if first[1] == nil or due < tonumber(first[2]) then
+-- Wake the mover when the job became the bucket's first member. Reading
+-- the head after ZADD costs O(1) and returns no score to format and parse;
+-- a job tied with the earliest that sorts first wakes it too, harmlessly.
+if redis.call('ZRANGE', KEYS[2], 0, 0)[1] == ARGV[2] then
   redis.call('PUBLISH', ARGV[8], ARGV[9])
 end
 return {0, due}

@@ -81,7 +81,8 @@ func (s *Store) addCall(job *Job, at Placement) rdb.Call {
 }
 
 // Add stores a validated job with an id and returns its due time.
-// Concurrent Adds share pipelines.
+// Concurrent Adds share pipelines. When ctx ends first, Add returns ctx's
+// error and the job may or may not have been stored; Get tells.
 func (s *Store) Add(ctx context.Context, job *Job, at Placement) (time.Time, error) {
 	v, err := s.adds.Do(ctx, s.addCall(job, at))
 	if err != nil {
@@ -96,8 +97,11 @@ func (s *Store) Add(ctx context.Context, job *Job, at Placement) (time.Time, err
 const PipelineChunk = 256
 
 // AddMany stores validated jobs with ids in pipelines of PipelineChunk;
-// errs[i] is the outcome of jobs[i]. The error is a failure of a pipeline
-// as a whole: the chunks before it were stored.
+// errs[i] is the outcome of jobs[i], its own command's reply (on a cluster
+// one node may fail while the others store their jobs). The error is a
+// failure of a whole pipeline, when no reply of a chunk arrived: the
+// chunks before it were sent, and the failed chunk's jobs may or may not
+// have been stored.
 func (s *Store) AddMany(ctx context.Context, jobs []*Job, at []Placement) (errs []error, err error) {
 	errs = make([]error, len(jobs))
 	for start := 0; start < len(jobs); start += PipelineChunk {
@@ -106,8 +110,8 @@ func (s *Store) AddMany(ctx context.Context, jobs []*Job, at []Placement) (errs 
 		for i := start; i < end; i++ {
 			calls = append(calls, s.addCall(jobs[i], at[i]))
 		}
-		cmds, err := rdb.RunPipelined(ctx, s.rdb, addScript, calls)
-		if err != nil {
+		cmds := rdb.RunPipelined(ctx, s.rdb, addScript, calls)
+		if err := rdb.NoReply(cmds); err != nil {
 			return nil, fmt.Errorf("add jobs %d..%d of %d: %w", start, end-1, len(jobs), err)
 		}
 		for k, cmd := range cmds {

@@ -112,7 +112,8 @@ func (c *Client) ensureTopic(ctx context.Context, topic string) error {
 // server's clock. An empty ID is replaced by a new UUID, written back into
 // job. It fails with ErrInvalidJob (wrapped with the reason), ErrJobExists,
 // ErrPoolFull or ErrBucketMismatch, and then writes nothing. Add needs no
-// running client.
+// running client. When ctx ends first, Add returns ctx's error and the job
+// may or may not have been stored; Get tells.
 func (c *Client) Add(ctx context.Context, job *Job) error {
 	if ctx == nil {
 		return pool.ErrNilContext

@@ -7,22 +7,35 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// maxCommit bounds the calls one pipeline of a Committer carries.
-const maxCommit = 256
+const (
+	// maxCommit bounds the calls one pipeline of a Committer carries.
+	maxCommit = 256
+	// maxInFlight bounds the round trips a Committer has under way at
+	// once. With one, client and server take turns: the server waits while
+	// the client decodes replies and encodes the next pipeline. Two keep
+	// both busy (one pipeline runs while the next forms), and batch more
+	// than four would, which matters on a server short of CPU.
+	maxInFlight = 2
+)
 
-// Committer runs one script for many concurrent callers, sending the calls
-// that arrive while a round trip is in flight together in the next
-// pipeline (group commit). A lone caller pays one plain EVALSHA; sixteen
-// concurrent callers share round trips instead of queueing for connections.
-// It starts no goroutine: the first caller to find it idle leads, and hands
-// the lead to a waiting caller when its own call is done.
+// Committer runs one script for many concurrent callers (group commit).
+// A caller that finds fewer than maxInFlight round trips under way starts
+// its own, a plain EVALSHA; the others queue, and each round trip that
+// ends takes the whole queue (up to maxCommit calls, oldest first) into
+// one pipeline. Every caller gets its own command's reply or error, and
+// returns when its ctx ends even if its call is still on the wire.
+//
+// A round trip runs on a goroutine of its own, except a lone call whose
+// ctx can never end, which its caller runs itself. Wait tells when none is
+// left.
 type Committer struct {
 	rdb    redis.UniversalClient
 	script *redis.Script
 
-	mu    sync.Mutex
-	queue []*request
-	busy  bool
+	mu       sync.Mutex
+	queue    []*request
+	inFlight int           // round trips under way
+	idle     chan struct{} // made by Wait, closed when inFlight drops to 0
 }
 
 type request struct {
@@ -30,8 +43,7 @@ type request struct {
 	call Call
 	val  any
 	err  error
-	lead bool
-	done chan struct{}
+	done chan struct{} // closed once val and err are set
 }
 
 // NewCommitter returns a Committer of script over c.
@@ -39,74 +51,129 @@ func NewCommitter(c redis.UniversalClient, script *redis.Script) *Committer {
 	return &Committer{rdb: c, script: script}
 }
 
-// Do runs call and returns the script's reply. A call that shares a
-// pipeline runs under go-redis's timeouts rather than ctx, since it also
-// carries other callers' calls.
+// Do runs call and returns the script's reply. When ctx ends first, Do
+// returns ctx's error at once, and the call may or may not have run: a
+// call already sent in a pipeline goes on under go-redis's timeouts, since
+// the pipeline carries other callers' calls too.
 func (c *Committer) Do(ctx context.Context, call Call) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r := &request{ctx: ctx, call: call, done: make(chan struct{})}
 	c.mu.Lock()
-	c.queue = append(c.queue, r)
-	if c.busy {
+	if c.inFlight < maxInFlight && ctx.Done() == nil {
+		// The queue is empty (every round trip that ends takes it), and
+		// ctx cannot end: run the call here, without a goroutine.
+		c.inFlight++
 		c.mu.Unlock()
-		<-r.done
-		if !r.lead {
-			return r.val, r.err
-		}
-		c.mu.Lock() // handed the lead; r is first in the queue
+		val, err := c.script.Run(ctx, c.rdb, call.Keys, call.Args...).Result()
+		c.next()
+		return val, err
 	}
-	c.busy = true
-	for {
-		n := min(len(c.queue), maxCommit)
-		batch := c.queue[:n:n]
-		c.queue = c.queue[n:]
+	r := &request{ctx: ctx, call: call, done: make(chan struct{})}
+	if c.inFlight < maxInFlight {
+		c.inFlight++
 		c.mu.Unlock()
-		c.run(batch, r)
-		c.mu.Lock()
-		mine := false
-		for _, q := range batch {
-			mine = mine || q == r
-		}
-		if len(c.queue) == 0 {
-			c.busy = false
-			c.mu.Unlock()
-			return r.val, r.err
-		}
-		if mine {
-			// Done with our own call: let a waiting caller lead the rest.
-			next := c.queue[0]
-			next.lead = true
-			c.mu.Unlock()
-			close(next.done)
-			return r.val, r.err
-		}
+		go c.loop([]*request{r})
+	} else {
+		c.queue = append(c.queue, r)
+		c.mu.Unlock()
+	}
+	select {
+	case <-r.done:
+		return r.val, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 }
 
-// run sends batch and wakes every caller in it but the leader.
-func (c *Committer) run(batch []*request, leader *request) {
-	if len(batch) == 1 {
-		q := batch[0]
-		q.val, q.err = c.script.Run(q.ctx, c.rdb, q.call.Keys, q.call.Args...).Result()
-	} else {
-		calls := make([]Call, len(batch))
-		for i, q := range batch {
-			calls[i] = q.call
-		}
-		cmds, err := RunPipelined(context.WithoutCancel(leader.ctx), c.rdb, c.script, calls)
-		for i, q := range batch {
-			if err != nil {
+// Wait blocks until no round trip is under way, or ctx ends. A round trip
+// that outlived its callers' contexts ends under go-redis's timeouts.
+func (c *Committer) Wait(ctx context.Context) error {
+	c.mu.Lock()
+	if c.inFlight == 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	if c.idle == nil {
+		c.idle = make(chan struct{})
+	}
+	idle := c.idle
+	c.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// next hands the queue to a new goroutine after a caller ran its own call,
+// or ends the round trip.
+func (c *Committer) next() {
+	c.mu.Lock()
+	batch := c.take()
+	c.mu.Unlock()
+	if batch != nil {
+		go c.loop(batch)
+	}
+}
+
+// loop runs batch, then whatever queued meanwhile, until the queue is empty.
+func (c *Committer) loop(batch []*request) {
+	for batch != nil {
+		c.run(batch)
+		c.mu.Lock()
+		batch = c.take()
+		c.mu.Unlock()
+	}
+}
+
+// take removes the next batch from the queue, dropping the calls whose
+// callers gave up (they are never sent), or, when nothing is left, ends
+// the round trip and returns nil. c.mu is held.
+func (c *Committer) take() []*request {
+	for len(c.queue) > 0 {
+		n := min(len(c.queue), maxCommit)
+		batch := make([]*request, 0, n)
+		for _, q := range c.queue[:n] {
+			if err := q.ctx.Err(); err != nil {
 				q.err = err
-			} else {
-				q.val, q.err = cmds[i].Result()
+				close(q.done)
+				continue
 			}
+			batch = append(batch, q)
+		}
+		clear(c.queue[:n])
+		c.queue = c.queue[n:]
+		if len(batch) > 0 {
+			return batch
 		}
 	}
-	for _, q := range batch {
-		if q != leader {
-			close(q.done)
-		}
+	c.queue = nil
+	c.inFlight--
+	if c.inFlight == 0 && c.idle != nil {
+		close(c.idle)
+		c.idle = nil
+	}
+	return nil
+}
+
+// run sends batch and hands each caller its own command's reply.
+func (c *Committer) run(batch []*request) {
+	if len(batch) == 1 {
+		// Its caller alone waits for it: its own ctx fits.
+		q := batch[0]
+		q.val, q.err = c.script.Run(q.ctx, c.rdb, q.call.Keys, q.call.Args...).Result()
+		close(q.done)
+		return
+	}
+	calls := make([]Call, len(batch))
+	for i, q := range batch {
+		calls[i] = q.call
+	}
+	cmds := RunPipelined(context.WithoutCancel(batch[0].ctx), c.rdb, c.script, calls)
+	for i, q := range batch {
+		q.val, q.err = cmds[i].Result()
+		close(q.done)
 	}
 }

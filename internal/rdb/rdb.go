@@ -4,6 +4,7 @@ package rdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -17,39 +18,53 @@ type Call struct {
 }
 
 // RunPipelined runs script once per call in a single pipeline (split per
-// node on a cluster) and returns the commands in call order. Calls that
-// failed with NOSCRIPT (a restarted or failed-over server) are loaded and
-// run again one by one, so the caller sees script errors only.
-func RunPipelined(ctx context.Context, c redis.UniversalClient, s *redis.Script, calls []Call) ([]*redis.Cmd, error) {
+// node on a cluster) and returns the commands in call order, each with its
+// own reply or error: on a cluster one node can fail while the others
+// answer, and a reply that arrived is never replaced by another command's
+// error. A command that got no reply carries the pipeline's error. Calls
+// that failed with NOSCRIPT (a restarted or failed-over server) are loaded
+// and run again one by one.
+func RunPipelined(ctx context.Context, c redis.UniversalClient, s *redis.Script, calls []Call) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	pipe := c.Pipeline()
 	for i, call := range calls {
 		cmds[i] = s.EvalSha(ctx, pipe, call.Keys, call.Args...)
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !allScriptErrors(cmds) {
-		return nil, err
+	if _, err := pipe.Exec(ctx); err != nil {
+		for _, cmd := range cmds {
+			// A hook may end a pipeline without touching its commands.
+			if cmd.Err() == nil && cmd.Val() == nil {
+				cmd.SetErr(err)
+			}
+		}
 	}
 	for i, cmd := range cmds {
-		if cmd.Err() != nil && isNoScript(cmd.Err()) {
+		if isNoScript(cmd.Err()) {
 			cmds[i] = s.Run(ctx, c, calls[i].Keys, calls[i].Args...)
 		}
 	}
-	return cmds, nil
+	return cmds
 }
 
-// allScriptErrors reports whether each failed command failed with a Redis
-// error reply (as opposed to a network fault), which callers read per command.
-func allScriptErrors(cmds []*redis.Cmd) bool {
+// NoReply returns the error of a pipeline that failed as a whole: every
+// command failed and none with a Redis error reply, so the connection (or
+// every node's) failed. It returns nil when any reply arrived.
+func NoReply(cmds []*redis.Cmd) error {
+	var first error
 	for _, cmd := range cmds {
 		err := cmd.Err()
 		if err == nil || err == redis.Nil {
-			continue
+			return nil
 		}
-		if _, ok := err.(redis.Error); !ok {
-			return false
+		var rerr redis.Error
+		if errors.As(err, &rerr) {
+			return nil
+		}
+		if first == nil {
+			first = err
 		}
 	}
-	return true
+	return first
 }
 
 func isNoScript(err error) bool {

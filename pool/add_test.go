@@ -1,0 +1,159 @@
+package pool_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/pool"
+)
+
+// TestAddWakesOnEarliest: Add wakes the bucket's mover exactly when the
+// new job becomes the bucket's earliest, and stores the due time asked.
+func TestAddWakesOnEarliest(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			prefix := testutil.Prefix(t)
+			s := pool.NewStore(c, prefix)
+			ps := c.Subscribe(ctx, keys.WakeChannel(prefix))
+			defer ps.Close()
+			_, err := ps.Receive(ctx) // subscribed
+			require.NoError(t, err)
+
+			base := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+			at := pool.Placement{Bucket: 0, Limit: 100}
+			for i, off := range []time.Duration{10, 20, 5, 30, 1} {
+				job := &pool.Job{Topic: "t", ID: fmt.Sprint("j", i), Body: []byte("b"), RunAt: base.Add(off * time.Second)}
+				due, err := s.Add(ctx, job, at)
+				require.NoError(t, err)
+				require.Equal(t, job.RunAt, due)
+			}
+			// A mark published from the bucket's node arrives after its wakes.
+			pub := redis.Cmdable(c)
+			if cc, ok := c.(*redis.ClusterClient); ok {
+				pub, err = cc.MasterForKey(ctx, keys.ForBucket(prefix, "t", 0).Pool())
+				require.NoError(t, err)
+			}
+			require.NoError(t, pub.Publish(ctx, keys.WakeChannel(prefix), "end").Err())
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			var got []string
+			for {
+				m, err := ps.ReceiveMessage(rctx)
+				require.NoError(t, err)
+				if m.Payload == "end" {
+					break
+				}
+				got = append(got, m.Payload)
+			}
+			addr := keys.Address("t", 0)
+			require.Equal(t, []string{addr, addr, addr}, got, "jobs due at +10s, +5s and +1s are each the earliest")
+		})
+	}
+}
+
+var errLost = errors.New("connection lost")
+
+// TestAddManyOwnReplies: when the node of some jobs' bucket fails, AddMany
+// reports those jobs only; the others are stored and reported so.
+func TestAddManyOwnReplies(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			prefix := testutil.Prefix(t)
+			okBucket, lostBucket := loseBucket(t, c, prefix, "t")
+			s := pool.NewStore(c, prefix)
+			var jobs []*pool.Job
+			var at []pool.Placement
+			for i := range 6 {
+				jobs = append(jobs, &pool.Job{Topic: "t", ID: fmt.Sprint("j", i), Body: []byte("b"), Delay: time.Hour})
+				at = append(at, pool.Placement{Bucket: []int{okBucket, lostBucket}[i%2], Limit: 100})
+			}
+			errs, err := s.AddMany(ctx, jobs, at)
+			require.NoError(t, err, "some replies arrived")
+			for i, job := range jobs {
+				if i%2 == 1 {
+					require.ErrorIs(t, errs[i], errLost, i)
+					continue
+				}
+				require.NoError(t, errs[i], i)
+				_, err := s.Get(ctx, "t", job.ID, okBucket)
+				require.NoError(t, err)
+			}
+		})
+	}
+}
+
+// loseBucket returns two buckets of topic (on different masters of a
+// cluster) and makes the connection to the second one's fail with errLost:
+// on a cluster its node fails its share of each pipeline unsent; elsewhere
+// the replies of the scripts on its keys are lost after they ran.
+func loseBucket(t *testing.T, c redis.UniversalClient, prefix, topic string) (ok, lost int) {
+	lostKey := keys.ForBucket(prefix, topic, 1).Pool()
+	isLost := func(cmds []redis.Cmder) bool {
+		for _, cmd := range cmds {
+			if args := cmd.Args(); len(args) > 3 && args[3] == lostKey {
+				return true
+			}
+		}
+		return false
+	}
+	cc, isCluster := c.(*redis.ClusterClient)
+	if !isCluster {
+		c.AddHook(pipelineHook(func(cmds []redis.Cmder, next func() error) error {
+			err := next()
+			for _, cmd := range cmds {
+				if isLost([]redis.Cmder{cmd}) {
+					cmd.SetErr(errLost)
+					err = errLost
+				}
+			}
+			return err
+		}))
+		return 0, 1
+	}
+	cc.OnNewNode(func(n *redis.Client) { // before the first command
+		n.AddHook(pipelineHook(func(cmds []redis.Cmder, next func() error) error {
+			if isLost(cmds) {
+				for _, cmd := range cmds {
+					cmd.SetErr(errLost)
+				}
+				return errLost
+			}
+			return next()
+		}))
+	})
+	ctx := context.Background()
+	lostNode, err := cc.MasterForKey(ctx, lostKey)
+	require.NoError(t, err)
+	for b := 2; b < 64; b++ {
+		n, err := cc.MasterForKey(ctx, keys.ForBucket(prefix, topic, b).Pool())
+		require.NoError(t, err)
+		if n.Options().Addr != lostNode.Options().Addr {
+			return b, 1
+		}
+	}
+	t.Fatal("no bucket on another master")
+	return 0, 0
+}
+
+// pipelineHook runs fn around every pipeline of a client.
+type pipelineHook func(cmds []redis.Cmder, next func() error) error
+
+func (h pipelineHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return h(cmds, func() error { return next(ctx, cmds) })
+	}
+}
