@@ -10,7 +10,9 @@
 -- KEYS[5] -> seq STRING (delivery counter)
 -- ARGV[1] -> most ids to fetch (at most 256)
 -- ARGV[2] -> consumer id
--- Returns {id, token, envelope, id, token, envelope, ...}.
+-- Returns {id, token, envelope, id, token, envelope, ...}; nothing while the
+-- topic is paused (state field "\0paused", keys.PausedField, is set).
+if redis.call('HGET', KEYS[4], '\0paused') then return {} end
 local ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 if #ids == 0 then return {} end
 local envs = redis.call('HMGET', KEYS[3], unpack(ids))
