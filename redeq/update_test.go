@@ -255,4 +255,3 @@ func TestUpdateAndPutRerunSafe(t *testing.T) {
 		require.EqualValues(t, 1, stats(t, c, "t").Pool)
 	})
 }
-
