@@ -158,6 +158,21 @@ func (r *runner) unhold(b int, outs []ack.Outcome) {
 	r.heldMu.Unlock()
 }
 
+// idle reports that the runner holds no delivery: none running, none
+// waiting for its outcome to be applied. Only then may it take a
+// quarantined job, so that if that job kills the process, nothing else is
+// in flight with it.
+func (r *runner) idle() bool {
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	for _, h := range r.held {
+		if len(h) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func (r *runner) holds(b int) func(member string) bool {
 	return func(member string) bool {
 		r.heldMu.Lock()
@@ -220,7 +235,7 @@ func (r *runner) dispatch(ctx context.Context) {
 			}
 		}
 		free := r.capacity - int(r.busy.Load())
-		if r.alone && r.busy.Load() == 0 {
+		if r.alone && r.idle() {
 			r.alone = false
 		}
 		// Fetch in batches: wait until half the workers are free, unless
@@ -240,7 +255,7 @@ func (r *runner) dispatch(ctx context.Context) {
 				}
 				var stopped bool
 				if err == nil {
-					items, stopped, err = ready.Fetch(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, want, r.busy.Load() == 0)
+					items, stopped, err = ready.Fetch(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, want, r.idle())
 					if err != nil {
 						r.suspect[b] = true
 					}
@@ -515,6 +530,7 @@ func (r *runner) flush(batch []settleReq) {
 			applied, err := r.g.settler.Settle(ctx, r.topic, b, outs)
 			if err == nil {
 				r.unhold(b, outs)
+				signal(r.freed) // a runner waiting to be idle may go on
 				for i, ok := range applied {
 					if !ok {
 						log.Info("redeq: outcome dropped: job deleted or recovered by another consumer", "id", outs[i].ID, "op", string(outs[i].Op))

@@ -201,6 +201,15 @@ func ParseHeaders(b []byte) (map[string]string, error) {
 	return out, nil
 }
 
+// Payload is what follows a job's header line: its headers block, then its
+// body. Without headers it is the body itself, not a copy.
+func Payload(j *Job) []byte {
+	if len(j.Headers) == 0 {
+		return j.Body
+	}
+	return append(AppendHeaders(make([]byte, 0, 64+len(j.Body)), j.Headers), j.Body...)
+}
+
 // HeaderOf returns the header a new job is stored with; its headers block
 // is AppendHeaders(nil, j.Headers).
 func HeaderOf(j *Job) Header {

@@ -67,11 +67,7 @@ func (s *Store) addCall(job *Job, at Placement) rdb.Call {
 	if !job.RunAt.IsZero() {
 		runAt = strconv.FormatInt(UnixMs(job.RunAt), 10)
 	}
-	body := job.Body
-	if len(job.Headers) > 0 {
-		// The headers block precedes the body (one copy, for jobs with headers).
-		body = append(AppendHeaders(make([]byte, 0, 64+len(job.Body)), job.Headers), job.Body...)
-	}
+	body := Payload(job) // the headers block precedes the body
 	return rdb.Call{
 		Keys: []string{k.Pool(), k.Scheduled()},
 		Args: []any{job.ID, Member(job.ID, job.Broadcast), tail, body,

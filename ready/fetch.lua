@@ -19,7 +19,9 @@
 -- ARGV[3] -> recoveries from which a job is quarantined
 -- ARGV[4] -> "1" when the consumer runs nothing
 -- Returns {stopped at a quarantined job: 1 or 0, then per job: id, token,
--- envelope, last error or false}.
+-- envelope, last error or false}; nothing ({0}) while the topic is paused
+-- (state field "\0paused", keys.PausedField, is set).
+if redis.call('HGET', KEYS[4], '\0paused') then return {0} end
 local ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 if #ids == 0 then return {0} end
 local envs = redis.call('HMGET', KEYS[3], unpack(ids))

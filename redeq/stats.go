@@ -22,10 +22,12 @@ type Stats struct {
 	Dead      int64 // retries ran out
 	Consumers int64 // consumers that heartbeat for the topic
 	Buckets   int   // the topic's recorded bucket count
+	Paused    bool  // listeners do not fetch (see Pause)
 }
 
-// Stats counts the jobs of topic in one pipelined round trip (after one
-// that lists its consumers).
+// Stats counts the jobs of topic in one pipelined round trip (after two
+// that read its meta and list its consumers). ErrUnknownTopic for a topic
+// nobody used.
 func (c *Client) Stats(ctx context.Context, topic string) (Stats, error) {
 	if ctx == nil {
 		return Stats{}, pool.ErrNilContext
@@ -33,7 +35,7 @@ func (c *Client) Stats(ctx context.Context, topic string) (Stats, error) {
 	if err := pool.CheckTopic(topic); err != nil {
 		return Stats{}, err
 	}
-	n, err := c.reg.Count(ctx, topic, c.cfg.Concurrency)
+	n, paused, err := c.topicMeta(ctx, topic) // ErrUnknownTopic for a topic nobody used
 	if err != nil {
 		return Stats{}, err
 	}
@@ -56,7 +58,7 @@ func (c *Client) Stats(ctx context.Context, topic string) (Stats, error) {
 	if _, err := pipe.Exec(ctx); err != nil {
 		return Stats{}, fmt.Errorf("stats %s: %w", topic, err)
 	}
-	st := Stats{Consumers: int64(len(cids)), Buckets: n}
+	st := Stats{Consumers: int64(len(cids)), Buckets: n, Paused: paused}
 	for _, r := range rows {
 		st.Pool += r.pool.Val()
 		st.Scheduled += r.sched.Val()

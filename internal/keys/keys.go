@@ -139,3 +139,16 @@ func ParseAddress(s string) (topic string, n int, ok bool) {
 	}
 	return "", 0, false
 }
+
+// PausedField is the field of a bucket's State HASH that is present while
+// its topic is paused: the fetch script returns nothing while it is set.
+// Ids have no control characters, so it never names a job. The topic's
+// Meta HASH holds the same flag as field "paused" for readers outside the
+// bucket's slot.
+const PausedField = "\x00paused"
+
+// PauseSeqField is the field of a bucket's State HASH holding the number
+// of the last Pause or Resume applied to the bucket, so that a slower
+// older call never undoes a newer one. Meta holds the counter as field
+// "pauseseq".
+const PauseSeqField = "\x00pauseseq"

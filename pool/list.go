@@ -1,0 +1,127 @@
+package pool
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/rdb"
+)
+
+var (
+	//go:embed list.lua
+	listSource string
+	listScript = redis.NewScript(listSource)
+)
+
+// ErrUnknownTopic is a topic with no recorded bucket count: nobody ever
+// added to it.
+var ErrUnknownTopic = errors.New("redeq: unknown topic")
+
+// ListSlack is how many entries beyond the jobs asked for one listing
+// call may read, so that a few stale entries do not cut a page short.
+const ListSlack = 64
+
+// MaxListSets bounds the in-flight sets (one per consumer) one listing
+// call reads.
+const MaxListSets = 64
+
+// Position is where a listing of one bucket ended: the next listing starts
+// after it.
+type Position struct {
+	// Set indexes the consumers given to ListBucket (in-flight listings);
+	// 0 otherwise.
+	Set int
+	// At is the ZSET score or ready-list index of the last entry read; ""
+	// means the start of Set.
+	At string
+	// Member is the ZSET member or id at At.
+	Member string
+}
+
+// ListBucket reads at most limit jobs of bucket n of topic in state, after
+// from, reading at most limit+ListSlack entries. For StateInFlight it reads
+// the in-flight sets of consumers (at most MaxListSets) in order, from.Set
+// indexing them. done reports that the sources were read to their end;
+// otherwise next is where the following call starts. Stale entries (of the
+// ready list and in-flight sets) are skipped; a corrupt envelope is listed
+// with its topic and id only, so that it can be found and deleted.
+func (s *Store) ListBucket(ctx context.Context, topic string, n int, state State, consumers []string,
+	from Position, limit int) (jobs []*Job, next Position, done bool, err error) {
+	k := keys.ForBucket(s.prefix, topic, n)
+	ks := []string{k.Pool(), k.State(), k.Reasons()}
+	args := []any{string(state), limit, limit + ListSlack, from.At, from.Member}
+	total := 0
+	switch state {
+	case StateScheduled:
+		ks = append(ks, k.Scheduled())
+	case StateReady:
+		ks = append(ks, k.Ready())
+	case StateUnAck:
+		ks = append(ks, k.UnAck())
+	case StateDead:
+		ks = append(ks, k.Dead())
+	case StateInFlight:
+		if from.Set >= len(consumers) {
+			return nil, Position{}, true, nil
+		}
+		total = len(consumers)
+		consumers = consumers[from.Set:min(total, from.Set+MaxListSets)]
+		for _, cid := range consumers {
+			ks = append(ks, k.InFlight(cid))
+			args = append(args, cid)
+		}
+	default:
+		return nil, Position{}, false, fmt.Errorf("list %s: unknown state %q", keys.Address(topic, n), state)
+	}
+	v, err := listScript.Run(ctx, s.rdb, ks, args...).Result()
+	if err != nil {
+		return nil, Position{}, false, fmt.Errorf("list %s of %s: %w", state, keys.Address(topic, n), err)
+	}
+	r, err := rdb.Slice(v)
+	if err != nil || len(r) < 4 || (len(r)-4)%4 != 0 {
+		return nil, Position{}, false, fmt.Errorf("list %s of %s: bad reply %v", state, keys.Address(topic, n), v)
+	}
+	done = r[0] == int64(1)
+	if !done {
+		set, _ := rdb.Int(r[1])
+		next.At, _ = rdb.Str(r[2])
+		next.Member, _ = rdb.Str(r[3])
+		next.Set = int(set) - 1
+		if state == StateInFlight {
+			next.Set += from.Set
+		}
+	}
+	for i := 4; i < len(r); i += 4 {
+		id, _ := rdb.Str(r[i])
+		env, _ := rdb.Str(r[i+1])
+		job, err := JobOf(topic, id, []byte(env))
+		if err != nil {
+			job = &Job{Topic: topic, ID: id}
+		}
+		job.State = state
+		if score, ok := rdb.Str(r[i+2]); ok {
+			ms, _ := strconv.ParseFloat(score, 64)
+			job.RunAt = time.UnixMilli(int64(ms))
+		}
+		if extra, ok := rdb.Str(r[i+3]); ok {
+			if state == StateDead {
+				job.Reason = extra
+			} else {
+				job.Consumer = extra
+			}
+		}
+		jobs = append(jobs, job)
+	}
+	if state == StateInFlight && done && from.Set+len(consumers) < total {
+		// The next call reads the following consumers' sets.
+		done, next = false, Position{Set: from.Set + len(consumers)}
+	}
+	return jobs, next, done, nil
+}

@@ -1,0 +1,64 @@
+-- Adds a job, or replaces the job of that id with it unless that one is
+-- in flight: a scheduled, ready, parked or dead job of the id gives way to
+-- the new one (fresh attempts and created time, new due time). A replaced
+-- ready job's list entry turns stale and is dropped by the next fetch.
+-- O(log n).
+-- KEYS[1] -> pool HASH
+-- KEYS[2] -> bucket ZSET
+-- KEYS[3] -> state HASH
+-- KEYS[4] -> unack ZSET
+-- KEYS[5] -> dead ZSET
+-- KEYS[6] -> reasons HASH
+-- KEYS[7] -> op STRING: this call's reply, kept for a rerun
+-- ARGV[1] -> job id
+-- ARGV[2] -> its ZSET member: the id, or the broadcast mark and the id
+-- ARGV[3] -> broadcast mark
+-- ARGV[4] -> the envelope header after the created time, newline included
+-- ARGV[5] -> body
+-- ARGV[6] -> delay, ms (used when ARGV[7] is empty)
+-- ARGV[7] -> absolute due time, unix ms, or empty
+-- ARGV[8] -> most jobs this pool may hold
+-- ARGV[9] -> wake channel
+-- ARGV[10] -> wake message
+-- ARGV[11] -> how long to keep the reply, ms
+-- Returns {0, due ms, 1 if it replaced a job else 0} when stored (now or
+-- by an earlier run of the same call), {2} when the pool is full, {3}
+-- when the id is in flight.
+local done = redis.call('GET', KEYS[7])
+if done ~= false then
+  local due, replaced = string.match(done, '^(%d+):(%d)$')
+  return {0, tonumber(due), tonumber(replaced)}
+end
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local replaced = 0
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  local st = redis.call('HGET', KEYS[3], ARGV[1])
+  if st ~= false and st ~= 'r' then return {3} end
+  replaced = 1
+elseif redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[8]) then
+  return {2}
+end
+if replaced == 1 then
+  redis.call('HDEL', KEYS[3], ARGV[1])
+  redis.call('ZREM', KEYS[2], ARGV[1], ARGV[3] .. ARGV[1])
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  redis.call('ZREM', KEYS[5], ARGV[1])
+  redis.call('HDEL', KEYS[6], ARGV[1])
+end
+local created = math.floor(now_us / 1000)
+redis.call('HSET', KEYS[1], ARGV[1], '1|' .. string.format('%d', created) .. ARGV[4] .. ARGV[5])
+local due
+if ARGV[7] ~= '' then
+  due = tonumber(ARGV[7])
+else
+  -- Round now up to the next ms so the job is never due early.
+  due = math.ceil(now_us / 1000) + tonumber(ARGV[6])
+end
+local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+redis.call('ZADD', KEYS[2], due, ARGV[2])
+if first[1] == nil or due < tonumber(first[2]) then
+  redis.call('PUBLISH', ARGV[9], ARGV[10])
+end
+redis.call('SET', KEYS[7], string.format('%d', due) .. ':' .. replaced, 'PX', tonumber(ARGV[11]))
+return {0, due, replaced}

@@ -1,0 +1,266 @@
+package redeq
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redeq-go/redeq/config"
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/pool"
+)
+
+// TopicInfo describes a topic, as Topics lists it. Stats counts its jobs.
+type TopicInfo struct {
+	Name    string
+	Buckets int  // the topic's recorded bucket count
+	Paused  bool // listeners do not fetch its jobs (see Pause)
+	// Consumers is the number of consumers that heartbeat for the topic:
+	// running listeners, and silent ones until the reaper forgets them.
+	Consumers int64
+}
+
+// Topics lists every topic ever added to, sorted by name, in two round
+// trips (the topic set, then one pipeline over the topics' meta and
+// consumer sets).
+func (c *Client) Topics(ctx context.Context) ([]TopicInfo, error) {
+	if ctx == nil {
+		return nil, invalidArg("nil context")
+	}
+	names, err := c.rdb.SMembers(ctx, keys.Topics(c.cfg.Prefix)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list topics: %w", err)
+	}
+	names = slices.DeleteFunc(names, func(t string) bool { return pool.CheckTopic(t) != nil })
+	slices.Sort(names)
+	type row struct {
+		meta      *redis.SliceCmd
+		consumers *redis.IntCmd
+	}
+	rows := make([]row, len(names))
+	pipe := c.rdb.Pipeline()
+	for i, t := range names {
+		k := keys.ForTopic(c.cfg.Prefix, t)
+		rows[i] = row{pipe.HMGet(ctx, k.Meta(), "buckets", "paused"), pipe.ZCard(ctx, k.Consumers())}
+	}
+	if len(names) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("list topics: %w", err)
+		}
+	}
+	out := make([]TopicInfo, 0, len(names))
+	for i, t := range names {
+		n, paused, err := parseMeta(t, rows[i].meta.Val())
+		if errors.Is(err, ErrUnknownTopic) {
+			continue // in the set, meta not written: not usable yet
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, TopicInfo{Name: t, Buckets: n, Paused: paused, Consumers: rows[i].consumers.Val()})
+	}
+	return out, nil
+}
+
+// topicMeta reads the recorded bucket count of topic and its pause flag:
+// ErrUnknownTopic when nobody ever used the topic.
+func (c *Client) topicMeta(ctx context.Context, topic string) (buckets int, paused bool, err error) {
+	v, err := c.rdb.HMGet(ctx, keys.ForTopic(c.cfg.Prefix, topic).Meta(), "buckets", "paused").Result()
+	if err != nil {
+		return 0, false, fmt.Errorf("read topic %q: %w", topic, err)
+	}
+	return parseMeta(topic, v)
+}
+
+func parseMeta(topic string, v []any) (buckets int, paused bool, err error) {
+	s, ok := v[0].(string)
+	if !ok {
+		return 0, false, fmt.Errorf("topic %q: %w", topic, ErrUnknownTopic)
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > config.MaxConcurrency || n&(n-1) != 0 {
+		return 0, false, fmt.Errorf("read topic %q: bad bucket count %q", topic, s)
+	}
+	return n, v[1] != nil, nil
+}
+
+// ListOptions selects a page of List.
+type ListOptions struct {
+	// Limit is the most jobs a page holds, from 1 to MaxListLimit (1,000).
+	// 0 means DefaultListLimit (100).
+	Limit int
+	// Cursor is the Next of the previous page, "" for the first page.
+	Cursor string
+}
+
+// The bounds of List.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+	// listVisits bounds the bucket reads (one script each) of a page.
+	listVisits = 16
+)
+
+// Page is one page of List.
+type Page struct {
+	Jobs []*Job
+	// Next is the cursor of the following page; "" on the last page.
+	Next string
+}
+
+// List returns a page of the jobs of topic in state, each with its State,
+// CreatedAt, Attempt and Recoveries; RunAt is the due time of a scheduled
+// job and when an un_acked or dead job was parked; Reason says why a dead
+// job died; Consumer names the holder of an in-flight job.
+//
+// Jobs come bucket by bucket; within a bucket scheduled jobs by due time,
+// ready jobs in the order consumers will take them (stale entries of the
+// ready list skipped), in-flight jobs by consumer id then fetch time,
+// un_acked and dead jobs by when they were parked.
+//
+// Cost: a page reads the topic's meta (and, in flight, its consumer set),
+// then runs at most 16 bucket scripts, each reading at most Limit+64
+// entries (plus 65 to find its place again in a ready list), whatever the
+// sizes. So a page may hold fewer than Limit jobs, even none, while Next
+// is not "": stale entries skipped, or buckets left to read.
+//
+// Consistency: a page reflects each bucket as it was when that page read
+// it. Jobs move between states and buckets' lists change between pages, so
+// a job may show on no page or on two; a job that stays where it is is
+// listed once. (A ready list is read by position: when consumers take
+// more than 64 jobs from its head between two pages, the next page starts
+// 64 places before where the previous one ended, and may skip jobs.)
+//
+// ErrUnknownTopic for a topic nobody used; ErrInvalidArgument for a bad
+// state, limit, topic name or cursor (a cursor of another topic or state).
+func (c *Client) List(ctx context.Context, topic string, state State, opt ListOptions) (Page, error) {
+	if ctx == nil {
+		return Page{}, invalidArg("nil context")
+	}
+	if err := config.CheckName("topic", topic); err != nil {
+		return Page{}, invalidArg("list: %v", err)
+	}
+	switch state {
+	case StateScheduled, StateReady, StateInFlight, StateUnAck, StateDead:
+	default:
+		return Page{}, invalidArg("list: state %q is not one of %s, %s, %s, %s, %s", state,
+			StateScheduled, StateReady, StateInFlight, StateUnAck, StateDead)
+	}
+	limit := opt.Limit
+	if limit == 0 {
+		limit = DefaultListLimit
+	}
+	if limit < 0 || limit > MaxListLimit {
+		return Page{}, invalidArg("list: Limit %d is out of range 1..%d", opt.Limit, MaxListLimit)
+	}
+	cur, err := decodeCursor(opt.Cursor, topic, state)
+	if err != nil {
+		return Page{}, err
+	}
+	n, _, err := c.topicMeta(ctx, topic)
+	if err != nil {
+		return Page{}, err
+	}
+	if cur.bucket >= n {
+		return Page{}, invalidArg("list: cursor names bucket %d of %d", cur.bucket, n)
+	}
+	var consumers []string
+	if state == StateInFlight {
+		// One entry per running client: ordered by name, so that a page
+		// can resume at a consumer whatever their heartbeats did.
+		consumers, err = c.rdb.ZRange(ctx, keys.ForTopic(c.cfg.Prefix, topic).Consumers(), 0, -1).Result()
+		if err != nil {
+			return Page{}, fmt.Errorf("list %s of %s: %w", state, topic, err)
+		}
+		slices.Sort(consumers)
+		i, found := slices.BinarySearch(consumers, cur.consumer)
+		cur.pos.Set = i
+		if !found {
+			cur.pos.At, cur.pos.Member = "", "" // that consumer left: start at the next one
+		}
+	}
+	var page Page
+	b, pos := cur.bucket, cur.pos
+	for visits := 0; b < n; visits++ {
+		if len(page.Jobs) == limit || visits == listVisits {
+			next := cursor{bucket: b, pos: pos}
+			if state == StateInFlight && pos.Set < len(consumers) {
+				next.consumer = consumers[pos.Set]
+			}
+			page.Next = next.encode(topic, state)
+			break
+		}
+		jobs, next, done, err := c.store.ListBucket(ctx, topic, b, state, consumers, pos, limit-len(page.Jobs))
+		if err != nil {
+			return Page{}, err
+		}
+		page.Jobs = append(page.Jobs, jobs...)
+		if done {
+			b, pos = b+1, pool.Position{}
+		} else {
+			pos = next
+		}
+	}
+	return page, nil
+}
+
+// cursor is where a page of List starts: a bucket, and a position in it.
+type cursor struct {
+	bucket   int
+	consumer string // in-flight listings: the consumer whose set pos is in
+	pos      pool.Position
+}
+
+const cursorVersion = "1"
+
+// encode makes the opaque Next of a page: base64 of the fields, the topic
+// and state included so that a cursor is not used for another listing.
+func (c cursor) encode(topic string, state State) string {
+	s := strings.Join([]string{cursorVersion, topic, string(state), strconv.Itoa(c.bucket),
+		c.consumer, c.pos.At, c.pos.Member}, "\n")
+	return base64.RawURLEncoding.EncodeToString([]byte(s))
+}
+
+func decodeCursor(s, topic string, state State) (cursor, error) {
+	if s == "" {
+		return cursor{}, nil
+	}
+	bad := func(why string) (cursor, error) {
+		return cursor{}, invalidArg("list: cursor %.40q: %s", s, why)
+	}
+	if len(s) > 2048 {
+		return bad("too long")
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return bad("not a cursor of List")
+	}
+	f := strings.Split(string(raw), "\n")
+	if len(f) != 7 || f[0] != cursorVersion {
+		return bad("not a cursor of List")
+	}
+	if f[1] != topic || f[2] != string(state) {
+		return bad(fmt.Sprintf("made for topic %q, state %q", f[1], f[2]))
+	}
+	b, err := strconv.Atoi(f[3])
+	if err != nil || b < 0 {
+		return bad("bad bucket")
+	}
+	if f[5] != "" {
+		if state == StateReady {
+			if i, err := strconv.Atoi(f[5]); err != nil || i < 0 {
+				return bad("bad position")
+			}
+		} else if x, err := strconv.ParseFloat(f[5], 64); err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+			return bad("bad position")
+		}
+	}
+	return cursor{bucket: b, consumer: f[4], pos: pool.Position{At: f[5], Member: f[6]}}, nil
+}
