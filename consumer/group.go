@@ -39,6 +39,9 @@ type Group struct {
 	cid     string
 	settler *ack.Settler
 
+	// reaps, when set, names the topics this client's reaper looks at.
+	reaps func(topic string) bool
+
 	listeners []Listener
 	runners   map[string]*runner
 	bcast     map[string][]BroadcastListener
@@ -111,6 +114,11 @@ func (g *Group) RegisterBroadcast(bl BroadcastListener) error {
 	}
 	return nil
 }
+
+// ShareReaping makes the reaper look only at the topics owns reports, so
+// that the started clients share the topics out instead of each looking
+// at every topic. Call it before Start.
+func (g *Group) ShareReaping(owns func(topic string) bool) { g.reaps = owns }
 
 // HasBroadcast reports whether any broadcast listener is registered.
 func (g *Group) HasBroadcast() bool { return len(g.bcast) > 0 }

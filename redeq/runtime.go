@@ -90,8 +90,8 @@ func (c *Client) RegisterBroadcast(bl BroadcastListener) error {
 
 // Start subscribes to redeq's notifications and starts, in this order, the
 // consumer group (heartbeat, reaper, broadcast dispatcher, listeners) and
-// the movers of every known topic. Every started client moves every topic,
-// whether or not it listens to it. ctx bounds the start-up calls and its
+// the movers. The started clients share out the buckets of every known
+// topic, whether or not they listen to it. ctx bounds the start-up calls and its
 // values reach the handlers; cancelling it later does not stop the client:
 // Shutdown does.
 func (c *Client) Start(ctx context.Context) error {
@@ -116,14 +116,17 @@ func (c *Client) Start(ctx context.Context) error {
 		ps.Close()
 		return fmt.Errorf("redeq: subscribe: %w", err)
 	}
+	fleet := bucket.NewFleet(c.rdb, c.cfg.Prefix, c.group.ID(), c.cfg.ScanInterval)
+	c.group.ShareReaping(fleet.Owns)
 	if err := c.group.Start(ctx); err != nil {
 		ps.Close()
 		return err
 	}
 	r := &runtime{ps: ps}
-	r.mover = bucket.NewMover(c.rdb, c.locker, c.reg, bucket.MoverConfig{
+	r.mover = bucket.NewMover(c.rdb, c.locker, c.reg, fleet, bucket.MoverConfig{
 		Prefix: c.cfg.Prefix, ScanInterval: c.cfg.ScanInterval,
 		MoveBatch: c.cfg.MoveBatch, LockExpiry: c.cfg.LockExpiry,
+		RetireAfter: c.cfg.RetireAfter,
 	}, c.env, c.group.Notify)
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.cancel = cancel
@@ -134,11 +137,26 @@ func (c *Client) Start(ctx context.Context) error {
 }
 
 // listen routes pub/sub messages until the subscription is closed.
-// go-redis reconnects and resubscribes by itself; messages lost meanwhile
-// are covered by the movers' and fetchers' fallback scans.
+// go-redis reconnects and resubscribes by itself; messages may have been
+// lost meanwhile, so each (re)subscription makes the movers rescan their
+// buckets and the listeners look at every ready list once. Messages lost
+// otherwise are covered by the movers' idle scans, which also repeat the
+// ready notification of a ready list that still holds jobs.
 func (c *Client) listen(r *runtime) {
 	wake, rdy := keys.WakeChannel(c.cfg.Prefix), keys.ReadyChannel(c.cfg.Prefix)
-	for msg := range r.ps.Channel() {
+	for m := range r.ps.ChannelWithSubscriptions() {
+		msg, ok := m.(*redis.Message)
+		if !ok {
+			if sub, ok := m.(*redis.Subscription); ok && sub.Kind == "subscribe" && sub.Channel == wake {
+				r.mover.Rescan()
+				for _, topic := range c.group.Topics() {
+					for n := range c.cfg.Concurrency {
+						c.group.Notify(topic, n)
+					}
+				}
+			}
+			continue
+		}
 		switch msg.Channel {
 		case wake:
 			r.mover.Wake(msg.Payload)
