@@ -175,11 +175,19 @@ func (m *Mover) Run(ctx context.Context) {
 		} else {
 			bo.Reset()
 		}
+		if err == nil && m.cfg.RetireAfter > 0 {
+			if retired := m.tend(ctx, t, topics, now); len(retired) > 0 {
+				// Unknown from now on: a wake-up naming one records it again.
+				m.mu.Lock()
+				for _, topic := range retired {
+					delete(topics, topic)
+				}
+				m.mu.Unlock()
+				changed = true
+			}
+		}
 		if changed {
 			m.assign(ctx, &wg, topics)
-		}
-		if err == nil && m.cfg.RetireAfter > 0 {
-			m.tend(ctx, t, topics, now)
 		}
 		if !timer.Stop() {
 			select {

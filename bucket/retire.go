@@ -35,22 +35,29 @@ func (c MoverConfig) retireEvery() time.Duration {
 // tend retires the idle topics this client owns and looks again at the
 // topics retired long enough ago. A topic is owned by one client (Owner
 // of its name), so each is checked once per pass of the fleet.
-func (m *Mover) tend(ctx context.Context, t *tender, topics map[string]int, now time.Time) {
+// It returns the topics it retired.
+func (m *Mover) tend(ctx context.Context, t *tender, topics map[string]int, now time.Time) []string {
 	if now.Before(t.next) {
-		return
+		return nil
 	}
 	t.next = now.Add(m.cfg.retireEvery())
+	var retired []string
 	for topic, n := range topics {
 		if !m.fleet.Owns(topic) {
 			continue
 		}
-		if err := m.retireIfIdle(ctx, topic, n); err != nil {
+		done, err := m.retireIfIdle(ctx, topic, n)
+		if err != nil {
 			m.env.Logger.Warn("redeq: cannot check whether a topic is idle", "topic", topic, "err", err)
+		}
+		if done {
+			retired = append(retired, topic)
 		}
 	}
 	if err := m.recheckRetired(ctx); err != nil {
 		m.env.Logger.Warn("redeq: cannot look at retired topics", "err", err)
 	}
+	return retired
 }
 
 // unused reports whether topic holds no job in any of its n buckets and
@@ -82,10 +89,10 @@ func (m *Mover) unused(ctx context.Context, topic string, n int) (bool, error) {
 // stranded: the producer's Add wakes the movers, which record the topic
 // again (Wake), producers record their topics again every RecordEvery,
 // and recheckRetired looks at every retired topic once more after that.
-func (m *Mover) retireIfIdle(ctx context.Context, topic string, n int) error {
+func (m *Mover) retireIfIdle(ctx context.Context, topic string, n int) (bool, error) {
 	empty, err := m.unused(ctx, topic, n)
 	if err != nil {
-		return err
+		return false, err
 	}
 	meta := keys.ForTopic(m.cfg.Prefix, topic).Meta()
 	flag := "0"
@@ -94,44 +101,47 @@ func (m *Mover) retireIfIdle(ctx context.Context, topic string, n int) error {
 	}
 	v, err := idleScript.Run(ctx, m.rdb, []string{meta}, flag).Int64Slice()
 	if err != nil || len(v) != 2 {
-		return fmt.Errorf("check topic %q: %v %w", topic, v, err)
+		return false, fmt.Errorf("check topic %q: %v %w", topic, v, err)
 	}
 	if !empty || time.Duration(v[0])*time.Millisecond < m.cfg.RetireAfter {
-		return nil
+		return false, nil
 	}
 	if err := m.rdb.ZAdd(ctx, keys.Retired(m.cfg.Prefix), redis.Z{Score: float64(v[1]), Member: topic}).Err(); err != nil {
-		return fmt.Errorf("retire topic %q: %w", topic, err)
+		return false, fmt.Errorf("retire topic %q: %w", topic, err)
 	}
 	if err := m.rdb.SRem(ctx, keys.Topics(m.cfg.Prefix), topic).Err(); err != nil {
-		return fmt.Errorf("retire topic %q: %w", topic, err)
+		return false, fmt.Errorf("retire topic %q: %w", topic, err)
 	}
 	// An Add that raced the first look has landed by now: look again.
 	if empty, err = m.unused(ctx, topic, n); err != nil || !empty {
 		if _, rerr := m.reg.Restore(ctx, topic); rerr != nil {
-			return fmt.Errorf("retire topic %q: undo: %w", topic, rerr)
+			return false, fmt.Errorf("retire topic %q: undo: %w", topic, rerr)
 		}
-		return err
+		return false, err
 	}
 	if err := m.rdb.HDel(ctx, meta, "idle").Err(); err != nil {
-		return fmt.Errorf("retire topic %q: %w", topic, err)
+		return true, fmt.Errorf("retire topic %q: %w", topic, err)
 	}
 	m.env.Logger.Info("redeq: retired an idle topic", "topic", topic, "idle_for", time.Duration(v[0])*time.Millisecond)
-	return nil
+	return true, nil
 }
 
-// recheckRetired looks once more at the topics this client owns that were
-// retired more than twice RecordEvery ago: by then every producer that
-// knew such a topic before its retirement has recorded it again if it
-// added to it, so a job found there now was added by one that did not
-// (its wake-up was lost). It records such a topic again; either way the
-// topic leaves the retired set.
+// recheckRetired looks again, at each pass, at the retired topics this
+// client owns: one found holding a job (added by a producer that still
+// knew the topic, whose wake-up was lost or reached a client that had not
+// yet dropped the topic) is recorded again. A topic retired more than
+// twice RecordEvery ago and still empty is forgotten: by then every
+// producer that knew it before its retirement records it again when it
+// adds to it.
 func (m *Mover) recheckRetired(ctx context.Context) error {
-	names, err := retiredScript.Run(ctx, m.rdb, []string{keys.Retired(m.cfg.Prefix)},
-		(2 * m.reg.RecordEvery).Milliseconds(), retiredBatch).StringSlice()
+	v, err := retiredScript.Run(ctx, m.rdb, []string{keys.Retired(m.cfg.Prefix)},
+		(2 * m.reg.RecordEvery).Milliseconds(), retiredBatch).Slice()
 	if err != nil {
 		return fmt.Errorf("list retired topics: %w", err)
 	}
-	for _, topic := range names {
+	for i := 0; i+1 < len(v); i += 2 {
+		topic, _ := v[i].(string)
+		old, _ := v[i+1].(int64)
 		if !m.fleet.Owns(topic) {
 			continue
 		}
@@ -149,11 +159,13 @@ func (m *Mover) recheckRetired(ctx context.Context) error {
 			if _, err := m.reg.Restore(ctx, topic); err != nil {
 				return err
 			}
-			m.env.Logger.Warn("redeq: recorded a retired topic again: it holds jobs", "topic", topic)
+			m.env.Logger.Info("redeq: recorded a retired topic again: it holds jobs or has consumers", "topic", topic)
 			continue
 		}
-		if err := m.rdb.ZRem(ctx, keys.Retired(m.cfg.Prefix), topic).Err(); err != nil {
-			return fmt.Errorf("forget retired topic %q: %w", topic, err)
+		if old == 1 {
+			if err := m.rdb.ZRem(ctx, keys.Retired(m.cfg.Prefix), topic).Err(); err != nil {
+				return fmt.Errorf("forget retired topic %q: %w", topic, err)
+			}
 		}
 	}
 	return nil

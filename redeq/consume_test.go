@@ -393,7 +393,8 @@ func TestAddsDoNotRereadTopics(t *testing.T) {
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
-			cfg.ScanInterval = time.Hour
+			cfg.ScanInterval = 30 * time.Minute
+			cfg.LockExpiry = time.Hour
 			cfg.ConsumerTimeout = time.Hour
 			e := setup(t, be, cfg)
 			ctx := context.Background()

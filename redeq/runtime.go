@@ -117,7 +117,9 @@ func (c *Client) Start(ctx context.Context) error {
 		return fmt.Errorf("redeq: subscribe: %w", err)
 	}
 	fleet := bucket.NewFleet(c.rdb, c.cfg.Prefix, c.group.ID(), c.cfg.ScanInterval)
-	c.group.ShareReaping(fleet.Owns)
+	// Two clients look at each topic: a consumer whose heartbeats stall
+	// while it still announces itself cannot reap its own jobs.
+	c.group.ShareReaping(func(topic string) bool { return fleet.AmongFirst(topic, 2) })
 	if err := c.group.Start(ctx); err != nil {
 		ps.Close()
 		return err
