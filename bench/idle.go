@@ -18,6 +18,10 @@ import (
 // commands per second it causes (script-inner commands included), with
 // and without a listener on every topic.
 func (b *bench) idle() {
+	if *fleetClients != "" {
+		b.fleet()
+		return
+	}
 	const topics, buckets = 50, 4
 	window := 20 * time.Second
 	if *quick {

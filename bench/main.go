@@ -31,7 +31,7 @@ var (
 	quick    = flag.Bool("quick", false, "smaller sizes, for a fast look")
 	jsonOut  = flag.String("json", "../docs/bench-results.json", "where to write the figures")
 	svgOut   = flag.String("svg", "../docs/lateness.svg", "where to draw the lateness chart")
-	only     = flag.String("only", "", "comma-separated measurements to run (enqueue,memory,drain,lateness,growth,recovery,idle,burst)")
+	only     = flag.String("only", "", "comma-separated measurements to run (enqueue,memory,drain,lateness,growth,recovery,idle,burst); idle with -clients measures fleets")
 	recovery = flag.Duration("recovery-timeout", 4*time.Minute, "how long to wait for a killed consumer's jobs")
 	child    = flag.String("child", "", "internal: run as a consumer process of this system")
 	which    = flag.String("systems", "redeq,asynq", "systems to measure (a ratio needs both)")

@@ -33,6 +33,9 @@ type MoveResult struct {
 	Next time.Time
 	// Now is the Redis server's time when the script ran.
 	Now time.Time
+	// Ready is the length of the bucket's ready list after the move; the
+	// script announced it on the ready channel when not zero.
+	Ready int
 }
 
 // Move runs one bounded move of bucket n of topic: at most batch due ids.
@@ -50,13 +53,14 @@ func moveOverdue(ctx context.Context, c redis.UniversalClient, prefix, topic str
 		return MoveResult{}, fmt.Errorf("move %s: %w", keys.Address(topic, n), err)
 	}
 	r, err := rdb.Slice(v)
-	if err != nil || len(r) != 3 {
+	if err != nil || len(r) != 4 {
 		return MoveResult{}, fmt.Errorf("move %s: bad reply %v", keys.Address(topic, n), v)
 	}
 	moved, _ := rdb.Int(r[0])
 	next, _ := rdb.Int(r[1])
 	now, _ := rdb.Int(r[2])
-	res := MoveResult{Moved: int(moved), Now: time.UnixMilli(now)}
+	waiting, _ := rdb.Int(r[3])
+	res := MoveResult{Moved: int(moved), Now: time.UnixMilli(now), Ready: int(waiting)}
 	if next >= 0 {
 		res.Next = time.UnixMilli(next)
 	}

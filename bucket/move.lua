@@ -16,14 +16,22 @@
 -- ARGV[6] -> grace, ms: move only jobs overdue by more than this (0 for the
 --   lock holder; a non-holder moves what a dead holder left behind)
 -- ARGV[7] -> broadcast retention, ms: how long sent envelopes are kept
--- Returns {ids moved, next due time in unix ms or -1, now in unix ms}.
+-- Returns {ids moved, next due time in unix ms or -1, now in unix ms,
+-- length of the ready list}. Whenever the ready list holds ids, moved now
+-- or earlier, it announces them on the ready channel: a notification lost
+-- earlier is repeated at the next scan, so fetchers need not poll.
 local t = redis.call('TIME')
 local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
 local upto = now - tonumber(ARGV[6])
+local function announce()
+  local waiting = redis.call('LLEN', KEYS[2])
+  if waiting > 0 then redis.call('PUBLISH', ARGV[3], ARGV[5]) end
+  return waiting
+end
 -- The idle case, one look: nothing due yet.
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if first[1] == nil then return {0, -1, now} end
-if tonumber(first[2]) > upto then return {0, tonumber(first[2]), now} end
+if first[1] == nil then return {0, -1, now, announce()} end
+if tonumber(first[2]) > upto then return {0, tonumber(first[2]), now, announce()} end
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upto, 'LIMIT', 0, tonumber(ARGV[1]))
 local ready = {}
 local sent = 0
@@ -72,9 +80,8 @@ if #ready > 0 then
     redis.call('HSET', KEYS[7], unpack(st))
   end
   redis.call('RPUSH', KEYS[2], unpack(ready))
-  redis.call('PUBLISH', ARGV[3], ARGV[5])
 end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local due = -1
 if nxt[1] ~= nil then due = tonumber(nxt[2]) end
-return {#ids, due, now}
+return {#ids, due, now, announce()}

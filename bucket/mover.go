@@ -18,54 +18,99 @@ type MoverConfig struct {
 	ScanInterval time.Duration
 	MoveBatch    int
 	LockExpiry   time.Duration
+	// RetireAfter is how long a topic stays without jobs and consumers
+	// before it is retired; 0 or less: never.
+	RetireAfter time.Duration
 }
 
-// Mover carries due jobs from every known topic's buckets to their ready
-// lists. For each bucket it tries the bucket's lock; the holder moves due
-// jobs in bounded batches, sleeps until the next due time, and is woken
-// early by Wake. A non-holder retries the lock every LockExpiry/4 and, on
-// every other scan, moves the jobs overdue by more than two ScanIntervals:
-// none while the holder lives, and a dead holder's due jobs within seconds
-// rather than after its lock expires. Moves are atomic, so two movers
-// never move a job twice.
+// Mover carries due jobs from the buckets this client owns to their ready
+// lists. The started clients share out the buckets of every known topic
+// (see Fleet); for each bucket it owns, a client tries the bucket's lock.
+// The holder moves due jobs in bounded batches, sleeps until the next due
+// time (at most IdleScan), and is woken early by Wake. An owner that cannot
+// take the lock (the previous owner's lock lives on) retries it every
+// ScanInterval and meanwhile moves the jobs overdue by more than two
+// ScanIntervals: a dead holder's due jobs move within seconds rather than
+// after its lock expires. Moves are atomic, so two movers never move a
+// job twice.
 type Mover struct {
 	rdb     redis.UniversalClient
 	locker  *lock.Locker
 	reg     *Registry
+	fleet   *Fleet
 	cfg     MoverConfig
 	env     env.Env
 	onReady func(topic string, n int)
 
 	mu      sync.Mutex
-	loops   map[string]chan struct{} // bucket address -> wake signal
+	loops   map[string]*loop // bucket address -> its running loop
+	known   map[string]int   // topics of the last reread
+	unknown map[string]bool  // topics named by a wake-up but not known
 	refresh chan struct{}
 }
 
-// NewMover returns a Mover. onReady, if not nil, is called after a move put
-// jobs on a ready list, so local fetchers need not wait for pub/sub.
-func NewMover(c redis.UniversalClient, locker *lock.Locker, reg *Registry, cfg MoverConfig, e env.Env, onReady func(topic string, n int)) *Mover {
+type loop struct {
+	wake   chan struct{}
+	cancel context.CancelFunc
+}
+
+// NewMover returns a Mover that shares the buckets out with the rest of
+// fleet. onReady, if not nil, is called after a move left jobs on a ready
+// list, so local fetchers need not wait for pub/sub.
+func NewMover(c redis.UniversalClient, locker *lock.Locker, reg *Registry, fleet *Fleet, cfg MoverConfig, e env.Env, onReady func(topic string, n int)) *Mover {
 	return &Mover{
-		rdb: c, locker: locker, reg: reg, cfg: cfg, env: e, onReady: onReady,
-		loops:   map[string]chan struct{}{},
+		rdb: c, locker: locker, reg: reg, fleet: fleet, cfg: cfg, env: e, onReady: onReady,
+		loops:   map[string]*loop{},
+		known:   map[string]int{},
+		unknown: map[string]bool{},
 		refresh: make(chan struct{}, 1),
 	}
 }
 
-// Wake asks the holder of the bucket at address (topic#n) to move now. An
-// unknown topic makes the mover reread the topic set.
+// IdleScan is the longest an owner waits between two scans of a bucket
+// that has nothing due sooner: five ScanIntervals, and no more than a
+// third of LockExpiry, so each scan can also keep the lock. Wake-ups
+// from Add, not scans, start the moves of new jobs; the scan covers a
+// lost wake-up, and repeats a lost ready notification.
+func (c MoverConfig) IdleScan() time.Duration {
+	return min(5*c.ScanInterval, c.LockExpiry/3)
+}
+
+// Wake asks the owner of the bucket at address (topic#n) to move now. A
+// topic this client does not know makes it reread the topic set, and
+// record the topic again when it was retired or lost.
 func (m *Mover) Wake(address string) {
+	topic, _, ok := keys.ParseAddress(address)
+	if !ok {
+		return
+	}
 	m.mu.Lock()
-	ch, ok := m.loops[address]
+	l, running := m.loops[address]
+	_, known := m.known[topic]
+	if !known {
+		m.unknown[topic] = true
+	}
 	m.mu.Unlock()
-	if ok {
-		signal(ch)
-	} else {
+	switch {
+	case running:
+		signal(l.wake)
+	case !known:
 		signal(m.refresh)
 	}
 }
 
 // Refresh makes the mover reread the topic set soon.
 func (m *Mover) Refresh() { signal(m.refresh) }
+
+// Rescan makes every bucket loop scan now: after the subscription
+// reconnected, wake-ups may have been lost.
+func (m *Mover) Rescan() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, l := range m.loops {
+		signal(l.wake)
+	}
+}
 
 func signal(ch chan struct{}) {
 	select {
@@ -74,14 +119,32 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// Run moves every known topic until ctx ends, then releases its locks and
-// returns once every bucket loop has stopped.
+// Run announces this client every ScanInterval, rereads the topic set
+// every five, runs a loop for each bucket this client owns, and tends the
+// retirement of idle topics, until ctx ends. Then it stops its loops,
+// which release their locks, leaves the fleet, and returns once every
+// loop has ended.
 func (m *Mover) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	every := 5 * m.cfg.ScanInterval
+	defer func() {
+		m.mu.Lock()
+		for addr, l := range m.loops {
+			l.cancel()
+			delete(m.loops, addr)
+		}
+		m.mu.Unlock()
+		wg.Wait()
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		if err := m.fleet.Leave(lctx); err != nil {
+			m.env.Logger.Warn("redeq: mover cannot leave the fleet", "err", err)
+		}
+	}()
 	var bo env.Backoff
-	bo.Max = every
+	bo.Max = 5 * m.cfg.ScanInterval
+	var topics map[string]int
+	var reread time.Time // when the topic set is next read
+	t := &tender{}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -90,30 +153,41 @@ func (m *Mover) Run(ctx context.Context) {
 			return
 		case <-timer.C:
 		case <-m.refresh:
+			reread = time.Time{}
 		}
-		wait := every
-		topics, err := m.reg.Topics(ctx)
+		now := m.env.Clock.Now()
+		wait := m.cfg.ScanInterval
+		changed, err := m.fleet.Announce(ctx)
+		if err == nil && !now.Before(reread) {
+			var got map[string]int
+			if got, err = m.reg.Topics(ctx); err == nil {
+				topics, changed = got, true
+				reread = now.Add(5 * m.cfg.ScanInterval)
+				err = m.recordUnknown(ctx, topics)
+			}
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			wait = bo.Next()
-			m.env.Logger.Warn("redeq: mover cannot list topics", "err", err, "retry_in", wait)
+			m.env.Logger.Warn("redeq: mover cannot reach redis", "err", err, "retry_in", wait)
 		} else {
 			bo.Reset()
-			for topic, n := range topics {
-				for b := range n {
-					addr := keys.Address(topic, b)
-					m.mu.Lock()
-					_, running := m.loops[addr]
-					if !running {
-						wake := make(chan struct{}, 1)
-						m.loops[addr] = wake
-						wg.Go(func() { m.runBucket(ctx, topic, b, wake) })
-					}
-					m.mu.Unlock()
+		}
+		if err == nil && m.cfg.RetireAfter > 0 {
+			if retired := m.tend(ctx, t, topics, now); len(retired) > 0 {
+				// Unknown from now on: a wake-up naming one records it again.
+				m.mu.Lock()
+				for _, topic := range retired {
+					delete(topics, topic)
 				}
+				m.mu.Unlock()
+				changed = true
 			}
+		}
+		if changed {
+			m.assign(ctx, &wg, topics)
 		}
 		if !timer.Stop() {
 			select {
@@ -125,7 +199,65 @@ func (m *Mover) Run(ctx context.Context) {
 	}
 }
 
-// runBucket is the loop of one bucket.
+// recordUnknown records again the topics that wake-ups named but the
+// topic set lacks: a producer that still knew a retired (or lost) topic
+// added a job to it.
+func (m *Mover) recordUnknown(ctx context.Context, topics map[string]int) error {
+	m.mu.Lock()
+	var names []string
+	for topic := range m.unknown {
+		if _, ok := topics[topic]; !ok {
+			names = append(names, topic)
+		}
+	}
+	clear(m.unknown)
+	m.known = topics
+	m.mu.Unlock()
+	for _, topic := range names {
+		n, err := m.reg.Restore(ctx, topic)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			m.env.Logger.Info("redeq: recorded a topic again: a job was added to it after it was retired or lost", "topic", topic)
+			topics[topic] = n
+		}
+	}
+	return nil
+}
+
+// assign starts a loop for each bucket this client owns and stops the
+// loops of the buckets it no longer owns; a stopped loop releases its
+// lock, so the new owner takes it at once.
+func (m *Mover) assign(ctx context.Context, wg *sync.WaitGroup, topics map[string]int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	want := map[string]bool{}
+	for topic, n := range topics {
+		for b := range n {
+			addr := keys.Address(topic, b)
+			if !m.fleet.Owns(addr) {
+				continue
+			}
+			want[addr] = true
+			if _, running := m.loops[addr]; running {
+				continue
+			}
+			lctx, cancel := context.WithCancel(ctx)
+			l := &loop{wake: make(chan struct{}, 1), cancel: cancel}
+			m.loops[addr] = l
+			wg.Go(func() { m.runBucket(lctx, topic, b, l.wake) })
+		}
+	}
+	for addr, l := range m.loops {
+		if !want[addr] {
+			l.cancel()
+			delete(m.loops, addr)
+		}
+	}
+}
+
+// runBucket is the loop of one owned bucket.
 func (m *Mover) runBucket(ctx context.Context, topic string, n int, wake chan struct{}) {
 	log := m.env.Logger.With("topic", topic, "bucket", n)
 	mu := m.locker.NewMutex(keys.ForBucket(m.cfg.Prefix, topic, n).Lock(), lock.WithExpiry(m.cfg.LockExpiry))
@@ -179,27 +311,28 @@ func (m *Mover) step(ctx context.Context, topic string, n int, mu *lock.Mutex, l
 	var err error
 	held := mu.Held(now)
 	switch {
-	case !held && now.Sub(*lastTry) >= m.cfg.LockExpiry/4:
+	case !held && now.Sub(*lastTry) >= m.cfg.ScanInterval:
+		// Only the bucket's owner tries, so trying often costs little
+		// and hands the bucket over quickly when its last owner leaves.
 		*lastTry = now
 		held, err = mu.TryLock(ctx)
-	case !held:
+	case mu.ExtendDue(now):
+		held, err = mu.Extend(ctx)
+	}
+	if err == nil && !held {
 		// Someone else holds the lock: only pick up what it leaves behind.
 		var res MoveResult
 		if res, err = moveOverdue(ctx, m.rdb, m.cfg.Prefix, topic, n, m.cfg.MoveBatch, 2*m.cfg.ScanInterval); err == nil {
 			bo.Reset()
 			if res.Moved > 0 {
 				log.Warn("redeq: moved jobs the bucket's lock holder left overdue", "jobs", res.Moved)
-				if m.onReady != nil {
-					m.onReady(topic, n)
-				}
 			}
+			m.ready(topic, n, res)
 			if res.Moved >= m.cfg.MoveBatch {
 				return 0, false
 			}
 			return m.cfg.ScanInterval, false
 		}
-	case mu.ExtendDue(now):
-		held, err = mu.Extend(ctx)
 	}
 	if err == nil && held {
 		var res MoveResult
@@ -209,27 +342,28 @@ func (m *Mover) step(ctx context.Context, topic string, n int, mu *lock.Mutex, l
 				log.Info("redeq: mover recovered")
 			}
 			bo.Reset()
-			if res.Moved > 0 && m.onReady != nil {
-				m.onReady(topic, n)
-			}
+			m.ready(topic, n, res)
 			if res.Moved >= m.cfg.MoveBatch {
 				return 0, true
 			}
-			wait := m.cfg.ScanInterval
+			wait := m.cfg.IdleScan()
 			if !res.Next.IsZero() {
 				wait = min(wait, max(res.Next.Sub(res.Now), time.Millisecond))
 			}
 			return wait, true
 		}
 	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return m.cfg.ScanInterval, held
-		}
-		wait := bo.Next()
-		log.Warn("redeq: mover failed", "err", err, "retry_in", wait)
-		return wait, held
+	if ctx.Err() != nil {
+		return m.cfg.ScanInterval, held
 	}
-	bo.Reset()
-	return m.cfg.ScanInterval, false
+	wait := bo.Next()
+	log.Warn("redeq: mover failed", "err", err, "retry_in", wait)
+	return wait, held
+}
+
+// ready tells local fetchers that a bucket's ready list holds jobs.
+func (m *Mover) ready(topic string, n int, res MoveResult) {
+	if res.Ready > 0 && m.onReady != nil {
+		m.onReady(topic, n)
+	}
 }

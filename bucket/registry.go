@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redeq-go/redeq/internal/env"
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/pool"
 )
@@ -20,30 +22,46 @@ var (
 	metaScript = redis.NewScript(metaSource)
 )
 
+// RecordEveryDefault is how long Ensure trusts that a topic it recorded is
+// still in the topic set.
+const RecordEveryDefault = 2 * time.Minute
+
 // Registry records topics and their bucket counts, and caches what it has
 // seen: a topic's count never changes once recorded.
 type Registry struct {
 	rdb    redis.UniversalClient
 	prefix string
+	clock  env.Clock
 
-	mu    sync.Mutex
-	known map[string]int // topic -> recorded bucket count
+	// RecordEvery is how long Ensure trusts its cache: after it, Ensure
+	// records the topic again, so a topic retired (or lost in a failover)
+	// while this process still added to it returns to the topic set.
+	// Set it before use. Defaults to RecordEveryDefault.
+	RecordEvery time.Duration
+
+	mu       sync.Mutex
+	known    map[string]int       // topic -> recorded bucket count
+	recorded map[string]time.Time // topic -> when Ensure last recorded it
 }
 
 // NewRegistry returns a Registry over c.
 func NewRegistry(c redis.UniversalClient, prefix string) *Registry {
-	return &Registry{rdb: c, prefix: prefix, known: map[string]int{}}
+	return &Registry{rdb: c, prefix: prefix, clock: env.System, RecordEvery: RecordEveryDefault,
+		known: map[string]int{}, recorded: map[string]time.Time{}}
 }
 
 // Ensure records topic with n buckets on its first use and adds it to the
-// topic set; fresh reports that this call was the first for topic in this
-// process. It returns a *pool.MismatchError (matching
-// pool.ErrBucketMismatch) when the topic was recorded with another count.
+// topic set, again every RecordEvery; fresh reports that this call was the
+// first for topic in this process. It returns a *pool.MismatchError
+// (matching pool.ErrBucketMismatch) when the topic was recorded with
+// another count.
 func (r *Registry) Ensure(ctx context.Context, topic string, n int) (fresh bool, err error) {
+	now := r.clock.Now()
 	r.mu.Lock()
-	stored, ok := r.known[topic]
+	stored := r.known[topic]
+	at, recorded := r.recorded[topic]
 	r.mu.Unlock()
-	if !ok {
+	if !recorded || now.Sub(at) >= r.RecordEvery {
 		got, err := metaScript.Run(ctx, r.rdb, []string{keys.ForTopic(r.prefix, topic).Meta()}, n).Int()
 		if err != nil {
 			return false, fmt.Errorf("record topic %q: %w", topic, err)
@@ -54,8 +72,11 @@ func (r *Registry) Ensure(ctx context.Context, topic string, n int) (fresh bool,
 				return false, fmt.Errorf("record topic %q: %w", topic, err)
 			}
 		}
-		stored, fresh = got, true
+		stored, fresh = got, !recorded
 		r.remember(topic, stored)
+		r.mu.Lock()
+		r.recorded[topic] = now
+		r.mu.Unlock()
 	}
 	if stored != n {
 		return false, &pool.MismatchError{Topic: topic, Configured: n, Stored: stored}
@@ -88,6 +109,35 @@ func (r *Registry) Count(ctx context.Context, topic string, fallback int) (int, 
 	n, err = strconv.Atoi(s)
 	if err != nil || n < 1 || n&(n-1) != 0 {
 		return 0, fmt.Errorf("read topic %q: bad bucket count %q", topic, s)
+	}
+	r.remember(topic, n)
+	return n, nil
+}
+
+// Restore puts topic back in the topic set when it has a recorded bucket
+// count (a producer added to it after it was retired or lost), and takes
+// it out of the retired set. It returns the count, 0 when none is
+// recorded (nothing is written then).
+func (r *Registry) Restore(ctx context.Context, topic string) (int, error) {
+	if pool.CheckTopic(topic) != nil {
+		return 0, nil
+	}
+	s, err := r.rdb.HGet(ctx, keys.ForTopic(r.prefix, topic).Meta(), "buckets").Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("restore topic %q: %w", topic, err)
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n&(n-1) != 0 {
+		return 0, fmt.Errorf("restore topic %q: bad bucket count %q", topic, s)
+	}
+	if err := r.rdb.SAdd(ctx, keys.Topics(r.prefix), topic).Err(); err != nil {
+		return 0, fmt.Errorf("restore topic %q: %w", topic, err)
+	}
+	if err := r.rdb.ZRem(ctx, keys.Retired(r.prefix), topic).Err(); err != nil {
+		return 0, fmt.Errorf("restore topic %q: %w", topic, err)
 	}
 	r.remember(topic, n)
 	return n, nil

@@ -24,6 +24,7 @@ const (
 	ShutdownTimeoutDefault   = 10 * time.Second
 	DeadRetentionDefault     = 10_000
 	MaxRecoveriesDefault     = 5
+	RetireAfterDefault       = 24 * time.Hour
 )
 
 // Bounds on sizes a caller controls.
@@ -76,6 +77,14 @@ const (
 	MaxTimeout = 24 * time.Hour
 	// MaxRetryInterval is the longest retry interval.
 	MaxRetryInterval = 365 * 24 * time.Hour
+	// MinRetireAfter is the shortest RetireAfter: a topic that is only
+	// idle between two bursts should not leave the topic set each time.
+	MinRetireAfter = time.Second
+	// MaxRetireAfter is the longest RetireAfter.
+	MaxRetireAfter = 365 * 24 * time.Hour
+	// RetireNever, as RetireAfter, keeps every topic for good (as does
+	// any negative RetireAfter).
+	RetireNever = time.Duration(-1)
 )
 
 // RetryIntervalsDefault is the default retry schedule: 5s, 30s, 5m.
@@ -172,6 +181,12 @@ type Config struct {
 	// consumer before it is treated as poison and moved to the dead set, at
 	// least 1. Defaults to 5.
 	MaxRecoveries int `yaml:"max_recoveries"`
+	// RetireAfter is how long a topic may hold no job and have no consumer
+	// before the movers retire it: it leaves the topic set and costs
+	// nothing more. Adding to it (or listening to it) records it again.
+	// From MinRetireAfter (1s) to MaxRetireAfter (a year); a negative
+	// value (RetireNever, "-1s") keeps every topic. Defaults to 24h.
+	RetireAfter time.Duration `yaml:"retire_after"`
 	// Redis is the connection Open makes. New ignores it: it takes a
 	// client built by the caller. Empty by default.
 	Redis RedisConfig `yaml:"redis"`
@@ -201,6 +216,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.ShutdownTimeout, ShutdownTimeoutDefault)
 	setDefault(&c.DeadRetention, DeadRetentionDefault)
 	setDefault(&c.MaxRecoveries, MaxRecoveriesDefault)
+	setDefault(&c.RetireAfter, RetireAfterDefault)
 	if c.RetryIntervals == nil {
 		c.RetryIntervals = RetryIntervalsDefault()
 	} else {

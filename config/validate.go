@@ -139,6 +139,9 @@ func (c Config) problems(name func(string) string) []*FieldError {
 	if c.MaxRecoveries < 1 {
 		bad("MaxRecoveries", "%d must be positive", c.MaxRecoveries)
 	}
+	if c.RetireAfter >= 0 { // negative: never
+		inRange("RetireAfter", c.RetireAfter, MinRetireAfter, MaxRetireAfter)
+	}
 	c.Redis.problems(bad, name)
 	return out
 }

@@ -37,6 +37,9 @@ type Group struct {
 	cid     string
 	settler *ack.Settler
 
+	// reaps, when set, names the topics this client's reaper looks at.
+	reaps func(topic string) bool
+
 	listeners  []Listener
 	middleware []Middleware
 	runners    map[string]*runner
@@ -100,6 +103,11 @@ func (g *Group) Use(mw ...Middleware) error {
 	g.middleware = append(g.middleware, mw...)
 	return nil
 }
+
+// ShareReaping makes the reaper look only at the topics owns reports, so
+// that the started clients share the topics out instead of each looking
+// at every topic. Call it before Start.
+func (g *Group) ShareReaping(owns func(topic string) bool) { g.reaps = owns }
 
 // Topics returns the topics this group listens to.
 func (g *Group) Topics() []string {

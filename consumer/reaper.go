@@ -115,9 +115,15 @@ func (g *Group) reap(ctx context.Context, act bool) (int, error) {
 	cmds := make([]*redis.Cmd, 0, len(topics))
 	pipe := g.rdb.Pipeline()
 	for t := range topics {
+		if g.reaps != nil && !g.reaps(t) {
+			continue // another client reaps it
+		}
 		names = append(names, t)
 		cmds = append(cmds, silentScript.EvalSha(ctx, pipe,
 			[]string{keys.ForTopic(g.cfg.Prefix, t).Consumers()}, g.cfg.ConsumerTimeout.Milliseconds(), silentBatch))
+	}
+	if len(cmds) == 0 {
+		return 0, nil
 	}
 	// Each command carries its own reply or error (a cluster splits the
 	// pipeline per node): read them one by one.

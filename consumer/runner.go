@@ -55,6 +55,9 @@ type runner struct {
 	// lost, hiding the loss). Only the dispatcher touches it.
 	suspect   []bool
 	lastSweep time.Time
+	// fetched marks the buckets fetched from since the last sweep: only
+	// they can hide a lost reply. Only the dispatcher touches it.
+	fetched []bool
 	// held is, per bucket, the deliveries (in-flight members) this runner
 	// knows it holds: from their fetch until their outcome is settled.
 	heldMu sync.Mutex
@@ -104,6 +107,7 @@ func newRunner(g *Group, l Listener, buckets int) *runner {
 		consumeTimeout: g.cfg.ConsumeTimeout,
 		maybe:          make([]atomic.Bool, buckets),
 		suspect:        make([]bool, buckets),
+		fetched:        make([]bool, buckets),
 		held:           make([]map[string]bool, buckets),
 		notify:         make(chan struct{}, 1),
 		freed:          make(chan struct{}, 1),
@@ -213,12 +217,16 @@ func signal(ch chan struct{}) {
 }
 
 // dispatch fetches ready jobs for the workers until ctx ends, then closes
-// the jobs channel.
+// the jobs channel. It fetches from the buckets flagged by wake: it does
+// not poll. A bucket's owner repeats the ready notification at each scan
+// while the ready list holds jobs, and every bucket is flagged when the
+// subscription reconnects, so a lost notification delays a job, never
+// strands it.
 func (r *runner) dispatch(ctx context.Context) {
 	defer close(r.jobs)
 	log := r.g.env.Logger.With("topic", r.topic)
-	poll := time.NewTimer(r.g.cfg.PollTimeout)
-	defer poll.Stop()
+	sweep := time.NewTimer(r.g.cfg.ConsumerTimeout)
+	defer sweep.Stop()
 	// linger bounds how long a free worker waits for others to free up,
 	// so that fetches come in batches without idling workers for long.
 	linger := time.NewTimer(time.Hour)
@@ -230,8 +238,14 @@ func (r *runner) dispatch(ctx context.Context) {
 		if now := r.g.env.Clock.Now(); now.Sub(r.lastSweep) >= r.g.cfg.ConsumerTimeout {
 			r.lastSweep = now
 			for i := range r.suspect {
-				r.suspect[i] = true
-				r.maybe[i].Store(true)
+				if !r.fetched[i] {
+					continue // nothing fetched here since the last sweep: nothing to hide
+				}
+				r.fetched[i] = false
+				if err := r.reconcile(ctx, i); err != nil {
+					r.suspect[i] = true // reconciled before the next fetch
+					r.maybe[i].Store(true)
+				}
 			}
 		}
 		free := r.capacity - int(r.busy.Load())
@@ -255,6 +269,7 @@ func (r *runner) dispatch(ctx context.Context) {
 				}
 				var stopped bool
 				if err == nil {
+					r.fetched[b] = true
 					items, stopped, err = ready.Fetch(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, want, r.idle())
 					if err != nil {
 						r.suspect[b] = true
@@ -307,12 +322,8 @@ func (r *runner) dispatch(ctx context.Context) {
 			lingering, lingered = false, true
 		case <-r.notify:
 		case <-r.freed:
-		case <-poll.C:
-			// Pub/sub may have lost a notification: look everywhere.
-			for i := range r.maybe {
-				r.maybe[i].Store(true)
-			}
-			poll.Reset(r.g.cfg.PollTimeout)
+		case <-sweep.C:
+			sweep.Reset(r.g.cfg.ConsumerTimeout) // the sweep runs at the top of the loop
 		}
 	}
 }

@@ -114,13 +114,15 @@ func runPoisonChild() {
 }
 
 // runMoverChild starts a client with no listener and a 30s lock expiry,
-// prints "started", and moves jobs until killed.
+// prints "started" and then "id <its client id>", and moves jobs until
+// killed.
 func runMoverChild() {
 	c := childClient(func(c *config.Config) { c.LockExpiry = 30 * time.Second })
 	for c.Start(context.Background()) != nil {
 		time.Sleep(100 * time.Millisecond)
 	}
 	fmt.Println("started")
+	fmt.Println("id", c.ConsumerID())
 	select {}
 }
 

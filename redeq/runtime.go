@@ -91,8 +91,8 @@ func (c *Client) RegisterBroadcast(bl BroadcastListener) error {
 
 // Start subscribes to redeq's notifications and starts, in this order, the
 // consumer group (heartbeat, reaper, broadcast dispatcher, listeners) and
-// the movers of every known topic. Every started client moves every topic,
-// whether or not it listens to it. ctx bounds the start-up calls and its
+// the movers. The started clients share out the buckets of every known
+// topic, whether or not they listen to it. ctx bounds the start-up calls and its
 // values reach the handlers; cancelling it later does not stop the client:
 // Shutdown does.
 func (c *Client) Start(ctx context.Context) error {
@@ -117,14 +117,19 @@ func (c *Client) Start(ctx context.Context) error {
 		ps.Close()
 		return fmt.Errorf("redeq: subscribe: %w", err)
 	}
+	fleet := bucket.NewFleet(c.rdb, c.cfg.Prefix, c.group.ID(), c.cfg.ScanInterval)
+	// Two clients look at each topic: a consumer whose heartbeats stall
+	// while it still announces itself cannot reap its own jobs.
+	c.group.ShareReaping(func(topic string) bool { return fleet.AmongFirst(topic, 2) })
 	if err := c.group.Start(ctx); err != nil {
 		ps.Close()
 		return err
 	}
 	r := &runtime{ps: ps}
-	r.mover = bucket.NewMover(c.rdb, c.locker, c.reg, bucket.MoverConfig{
+	r.mover = bucket.NewMover(c.rdb, c.locker, c.reg, fleet, bucket.MoverConfig{
 		Prefix: c.cfg.Prefix, ScanInterval: c.cfg.ScanInterval,
 		MoveBatch: c.cfg.MoveBatch, LockExpiry: c.cfg.LockExpiry,
+		RetireAfter: c.cfg.RetireAfter,
 	}, c.env, c.group.Notify)
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.cancel = cancel
@@ -136,13 +141,28 @@ func (c *Client) Start(ctx context.Context) error {
 
 // listen routes pub/sub messages until the subscription is closed. Nothing
 // it calls blocks, so a slow broadcast listener never holds up wake-ups.
-// go-redis reconnects and resubscribes by itself; wake-ups lost meanwhile
-// are covered by the movers' and fetchers' fallback scans, broadcast
+// go-redis reconnects and resubscribes by itself; messages may have been
+// lost meanwhile, so each (re)subscription makes the movers rescan their
+// buckets and the listeners look at every ready list once. Wake-ups lost
+// otherwise are covered by the movers' idle scans, which also repeat the
+// ready notification of a ready list that still holds jobs; broadcast
 // notices are not replayed.
 func (c *Client) listen(r *runtime) {
 	wake, rdy := keys.WakeChannel(c.cfg.Prefix), keys.ReadyChannel(c.cfg.Prefix)
 	bcast := keys.BroadcastChannel(c.cfg.Prefix)
-	for msg := range r.ps.Channel() {
+	for m := range r.ps.ChannelWithSubscriptions() {
+		msg, ok := m.(*redis.Message)
+		if !ok {
+			if sub, ok := m.(*redis.Subscription); ok && sub.Kind == "subscribe" && sub.Channel == wake {
+				r.mover.Rescan()
+				for _, topic := range c.group.Topics() {
+					for n := range c.cfg.Concurrency {
+						c.group.Notify(topic, n)
+					}
+				}
+			}
+			continue
+		}
 		switch msg.Channel {
 		case wake:
 			r.mover.Wake(msg.Payload)

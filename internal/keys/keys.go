@@ -152,3 +152,14 @@ const PausedField = "\x00paused"
 // older call never undoes a newer one. Meta holds the counter as field
 // "pauseseq".
 const PauseSeqField = "\x00pauseseq"
+
+// Movers is a ZSET: client id -> when the client last announced that it
+// is alive, unix ms (Redis clock). The started clients share out the
+// buckets among the live ones.
+func Movers(prefix string) string { return prefix + ":movers" }
+
+// Retired is a ZSET: topic -> when it was retired (taken out of Topics
+// because it stayed empty and unused), unix ms (Redis clock). Movers look
+// at a retired topic once more after a while, in case a producer that
+// still knew it added a job meanwhile.
+func Retired(prefix string) string { return prefix + ":retired" }

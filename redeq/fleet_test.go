@@ -1,0 +1,160 @@
+package redeq_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/bucket"
+	"github.com/redeq-go/redeq/config"
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// TestKilledOwnerHandsItsBucketsOver: the client that owns a bucket (and
+// holds its lock) is a separate process, killed with SIGKILL. The other
+// client takes the bucket over once the owner stops announcing itself,
+// and moves its due jobs within seconds, while the dead owner's lock
+// still lives.
+func TestKilledOwnerHandsItsBucketsOver(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		ids := make(chan string, 1)
+		owner := startChildKind(t, "mover", e.be, e.cfg.Prefix, "", func(line string) {
+			if id, ok := strings.CutPrefix(line, "id "); ok {
+				ids <- id
+			}
+		})
+		var ownerID string
+		select {
+		case ownerID = <-ids:
+		case <-time.After(10 * time.Second):
+			t.Fatal("mover process did not start")
+		}
+		survivor := e.another(t, func(c *config.Config) { c.LockExpiry = 30 * time.Second })
+		// A topic whose only bucket the child owns once both announce.
+		topic := ""
+		for i := 0; topic == ""; i++ {
+			if name := fmt.Sprint("t", i); bucket.Owner([]string{ownerID, survivor.ConsumerID()}, keys.Address(name, 0)) == ownerID {
+				topic = name
+			}
+		}
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: "later", Delay: time.Hour})) // records the topic
+		l := newListener(topic, nil)
+		startWith(t, survivor, l)
+		lockKey := keys.ForBucket(e.cfg.Prefix, topic, 0).Lock()
+		waitFor(t, 10*time.Second, "the child owns the bucket and holds its lock", func() bool {
+			return e.rdb.Exists(ctx, lockKey).Val() == 1 && e.rdb.PTTL(ctx, lockKey).Val() > 20*time.Second
+		})
+		owner.kill()
+		for i := range 10 {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: fmt.Sprint(i), Delay: 100 * time.Millisecond}))
+		}
+		waitFor(t, 10*time.Second, "due jobs moved by the new owner", func() bool { return len(l.byID()) == 10 })
+		require.Greater(t, e.rdb.PTTL(ctx, lockKey).Val(), time.Duration(0), "the dead owner's lock was still there")
+	})
+}
+
+// TestLostNotificationsStrandNothing: fetchers do not poll, so a due job
+// whose wake-up and ready notification never arrive must still run: the
+// owner's idle scan finds it and repeats the ready notification while
+// the ready list holds it. The owner is another client than the
+// listener's, so only pub/sub can tell the listener.
+func TestLostNotificationsStrandNothing(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		mover := e.another(t, nil)
+		topic := ""
+		for i := 0; topic == ""; i++ {
+			if name := fmt.Sprint("t", i); bucket.Owner([]string{mover.ConsumerID(), e.c.ConsumerID()}, keys.Address(name, 0)) == mover.ConsumerID() {
+				topic = name
+			}
+		}
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: "first"}))
+		require.NoError(t, mover.Start(ctx))
+		l := newListener(topic, nil)
+		startWith(t, e.c, l)
+		waitFor(t, 5*time.Second, "the first job", func() bool { return len(l.byID()) == 1 })
+		waitFor(t, 5*time.Second, "settled", func() bool { return stats(t, e.c, topic).Pool == 0 })
+		lockKey := keys.ForBucket(e.cfg.Prefix, topic, 0).Lock()
+		waitFor(t, 5*time.Second, "the other client owns the bucket", func() bool {
+			return e.rdb.Exists(ctx, lockKey).Val() == 1 &&
+				e.rdb.ZCard(ctx, keys.Movers(e.cfg.Prefix)).Val() == 2
+		})
+
+		// Written without the scripts, so nothing is published: a job in
+		// the ready list (a lost ready notification), then one in the
+		// bucket (a lost wake-up).
+		k := keys.ForBucket(e.cfg.Prefix, topic, 0)
+		env := "1|0|0|0|||\n"
+		require.NoError(t, e.rdb.HSet(ctx, k.Pool(), "notified", env).Err())
+		require.NoError(t, e.rdb.HSet(ctx, k.State(), "notified", "r").Err())
+		require.NoError(t, e.rdb.RPush(ctx, k.Ready(), "notified").Err())
+		waitFor(t, 10*time.Second, "the job whose notification was lost ran", func() bool { return len(l.byID()) == 2 })
+		require.NoError(t, e.rdb.HSet(ctx, k.Pool(), "woken", env).Err())
+		require.NoError(t, e.rdb.ZAdd(ctx, k.Scheduled(), redisZ("woken")).Err())
+		waitFor(t, 10*time.Second, "the job whose wake-up was lost ran", func() bool { return len(l.byID()) == 3 })
+	})
+}
+
+// TestResubscribeLooksEverywhere: the subscription is killed on the
+// server; jobs added while it reconnects still run.
+func TestResubscribeLooksEverywhere(t *testing.T) {
+	for _, be := range testutil.RealBackends(t) {
+		if be.Name == "cluster" {
+			continue // CLIENT KILL reaches one node; the single server shows the same
+		}
+		t.Run(be.Name, func(t *testing.T) {
+			e := setup(t, be, testutil.Config(t))
+			ctx := context.Background()
+			l := newListener("t", nil)
+			startWith(t, e.c, l)
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "first"}))
+			waitFor(t, 5*time.Second, "the first job", func() bool { return len(l.byID()) == 1 })
+			for i := range 3 {
+				require.NoError(t, e.rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err())
+				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint(i)}))
+			}
+			waitFor(t, 10*time.Second, "the jobs added meanwhile ran", func() bool { return len(l.byID()) == 4 })
+		})
+	}
+}
+
+// TestIdleTopicRetires: a topic with no jobs and no consumers leaves the
+// topic set after RetireAfter; a topic holding a job stays. A producer
+// that still knows the retired topic adds to it without recording it
+// again (its cache is fresh): its wake-up (or, when the wake-up reached
+// a loop not stopped yet, the next look at the retired topics) makes the
+// movers record the topic again, and the job is moved.
+func TestIdleTopicRetires(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		cfg := e.cfg
+		cfg.RetireAfter = config.MinRetireAfter
+		mover, err := redeq.New(e.be.New(t), cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = mover.Shutdown(context.Background()) })
+
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "idle", ID: "x"}))
+		_, err = e.c.Delete(ctx, "idle", "x")
+		require.NoError(t, err)
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "busy", ID: "x", Delay: time.Hour}))
+		require.NoError(t, mover.Start(ctx))
+
+		topics := keys.Topics(e.cfg.Prefix)
+		waitFor(t, 10*time.Second, "the idle topic retired", func() bool {
+			return !e.rdb.SIsMember(ctx, topics, "idle").Val()
+		})
+		require.True(t, e.rdb.SIsMember(ctx, topics, "busy").Val(), "a topic holding a job retired")
+
+		// e.c recorded "idle" moments ago: this Add does not record it.
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "idle", ID: "late"}))
+		waitFor(t, 10*time.Second, "the late job moved", func() bool { return stats(t, e.c, "idle").Ready == 1 })
+		waitFor(t, 10*time.Second, "the topic recorded again", func() bool { return e.rdb.SIsMember(ctx, topics, "idle").Val() })
+	})
+}
