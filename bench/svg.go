@@ -29,9 +29,10 @@ func latenessSVG(late map[string][]float64) string {
 		py := y(f)
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/><text x="%d" y="%.1f" text-anchor="end">%g%%</text>`+"\n", left, py, w-right, py, left-6, py+4, f*100)
 	}
-	colors := map[string]string{"redeq": "#d62728", "asynq": "#1f77b4"}
+	colors := map[string]string{"redeq": "#d62728", "asynq": "#1f77b4", asynqTuned: "#2ca02c"}
+	labels := map[string]string{"redeq": "redeq", "asynq": "asynq, defaults", asynqTuned: "asynq, 100 ms checks"}
 	ly := top + 20
-	for _, name := range []string{"redeq", "asynq"} {
+	for _, name := range []string{"redeq", "asynq", asynqTuned} {
 		data := late[name]
 		if len(data) == 0 {
 			continue
@@ -41,7 +42,7 @@ func latenessSVG(late map[string][]float64) string {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(v), y(float64(i+1)/float64(len(data)))))
 		}
 		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", colors[name], strings.Join(pts, " "))
-		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="14" height="4" fill="%s"/><text x="%d" y="%d">%s (p99 %.1f ms)</text>`+"\n", left+10, ly-4, colors[name], left+30, ly, name, pct(data, 99))
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="14" height="4" fill="%s"/><text x="%d" y="%d">%s (p99 %.1f ms)</text>`+"\n", left+10, ly-4, colors[name], left+30, ly, labels[name], pct(data, 99))
 		ly += 18
 	}
 	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">lateness (log scale; early or under 0.1 ms drawn at 0.1 ms)</text>`+"\n", (w+left)/2, h-10)
