@@ -23,6 +23,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -110,6 +111,7 @@ type measured struct {
 	LoadStart string  `json:"load_start"`
 	LoadEnd   string  `json:"load_end"`
 	Failed    string  `json:"failed,omitempty"`
+	Leftover  string  `json:"leftover,omitempty"` // library goroutines it left running
 }
 
 // measurement is one named part of the run.
@@ -306,11 +308,14 @@ func readResults(path string) (*results, error) {
 }
 
 func writeResults(path string, res *results) error {
-	data, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(res); err != nil {
 		return fmt.Errorf("encode results: %w", err)
 	}
-	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
@@ -357,6 +362,9 @@ func (b *bench) run(m measurement) (ok bool) {
 	defer func() {
 		r := recover()
 		b.cleanup.run()
+		if rec.Leftover = leftover(); rec.Leftover != "" {
+			fmt.Fprintf(os.Stderr, "bench: after %s, %s\n", m.name, rec.Leftover)
+		}
 		rec.Seconds = time.Since(start).Seconds()
 		rec.LoadEnd = loadAvg()
 		ok = r == nil

@@ -171,6 +171,9 @@ func (d docs) label(r row) string {
 	case "ratio", "jobs", "retries", "":
 		return l
 	}
+	if i := strings.LastIndex(l, " ("); i >= 0 && strings.HasSuffix(l, ")") {
+		return l[:i] + " (" + r.Unit + "; " + l[i+2:]
+	}
 	return l + " (" + r.Unit + ")"
 }
 

@@ -93,7 +93,8 @@ func tryServer(bin string) (*server, error) {
 
 // stop shuts the server down and removes its folder.
 func (s *server) stop() {
-	rdb := redis.NewClient(&redis.Options{Addr: s.addr})
+	// No retries: the server closing the connection is SHUTDOWN working.
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1})
 	_ = rdb.ShutdownNoSave(context.Background()).Err()
 	rdb.Close()
 	_ = s.cmd.Process.Signal(syscall.SIGKILL) // in case SHUTDOWN did not reach it
