@@ -21,7 +21,7 @@ import (
 func renderDocs(res *results, perfPath, readmePath string) error {
 	d := docs{res}
 	if err := fillBlocks(perfPath, map[string]string{
-		"header":   d.header(),
+		"header":   wrap(d.header()),
 		"results":  d.comparison(),
 		"lateness": d.lateness(),
 		"alone":    d.alone(),
@@ -30,7 +30,7 @@ func renderDocs(res *results, perfPath, readmePath string) error {
 	}); err != nil {
 		return err
 	}
-	return fillBlocks(readmePath, map[string]string{"summary": d.summary()})
+	return fillBlocks(readmePath, map[string]string{"summary": wrap(d.summary())})
 }
 
 // fillBlocks replaces the body of each named block of the file at path.
@@ -53,6 +53,39 @@ func fillBlocks(path string, blocks map[string]string) error {
 		return fmt.Errorf("render: %w", err)
 	}
 	return nil
+}
+
+// wrap refills a paragraph to lines of at most 76 characters where words
+// allow, never breaking a `code span`.
+func wrap(text string) string {
+	var words []string
+	open := false
+	for _, w := range strings.Fields(text) {
+		if open {
+			words[len(words)-1] += " " + w
+		} else {
+			words = append(words, w)
+		}
+		if strings.Count(w, "`")%2 == 1 {
+			open = !open
+		}
+	}
+	var b strings.Builder
+	n := 0
+	for _, w := range words {
+		switch {
+		case n == 0:
+		case n+1+len(w) > 76:
+			b.WriteString("\n")
+			n = 0
+		default:
+			b.WriteString(" ")
+			n++
+		}
+		b.WriteString(w)
+		n += len(w)
+	}
+	return b.String() + "\n"
 }
 
 type docs struct{ res *results }
