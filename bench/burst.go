@@ -42,7 +42,7 @@ func (b *bench) burst() {
 	stop := s.Consume(16, func(ctx context.Context, id string, body []byte, attempt int) { cnt.add(id) })
 	time.Sleep(time.Until(at))
 	start := time.Now()
-	if err := cnt.wait(5 * time.Minute); err != nil {
+	if err := cnt.wait(2 * time.Minute); err != nil {
 		fail("burst: %v", err)
 	}
 	elapsed := time.Since(start)

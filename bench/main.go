@@ -639,7 +639,7 @@ func (b *bench) drainOnce(s system, n int) drainCost {
 	before, cpuBefore := b.commands(), b.serverCPU()
 	start := time.Now()
 	stop := s.Consume(16, func(ctx context.Context, id string, body []byte, attempt int) { cnt.add(id) })
-	if err := cnt.wait(5 * time.Minute); err != nil {
+	if err := cnt.wait(2 * time.Minute); err != nil {
 		fail("%s drain: %v", s.Name(), err)
 	}
 	elapsed := time.Since(start)
