@@ -7,13 +7,34 @@
 #   source .ci/redis.sh && redis_up && env | grep REDIS_
 set -u
 
+# redis_install installs redis-server and redis-tools with apt-get when
+# either is missing, through sudo unless running as root, and checks the
+# version: the cluster needs Redis 7 or later (--cluster-port).
 redis_install() {
-  if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
-    return 0
+  if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+    echo "== installing redis-server and redis-tools"
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+      if ! command -v sudo >/dev/null; then
+        echo "redis-server or redis-cli is missing, and installing them needs root or sudo" >&2
+        return 1
+      fi
+      sudo="sudo"
+    fi
+    if ! command -v apt-get >/dev/null; then
+      echo "redis-server or redis-cli is missing and there is no apt-get: install Redis 7 or later yourself" >&2
+      return 1
+    fi
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+      $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null || return 1
   fi
-  echo "== installing redis-server and redis-tools"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq redis-server redis-tools >/dev/null
+  local version
+  version=$(redis-server --version | sed -n 's/.* v=\([0-9][0-9.]*\).*/\1/p')
+  if [ -z "$version" ] || [ "${version%%.*}" -lt 7 ]; then
+    echo "redis-server ${version:-of unknown version} is too old: the tests' cluster needs Redis 7 or later" \
+      "(redis-server --cluster-port). Install Redis 7 (Debian 12 / Ubuntu 24.04 apt, or packages.redis.io)." >&2
+    return 1
+  fi
 }
 
 # free_port START: the first port from START on that nothing listens on.

@@ -160,13 +160,3 @@ func (b *bench) commandStats() (int64, map[string]int64) {
 	return total, by
 }
 
-// serverCPU is the CPU time the server has used, user and system, in s.
-func (b *bench) serverCPU() float64 {
-	s, err := b.admin.Info(b.ctx, "cpu").Result()
-	if err != nil {
-		fail("info: %v", err)
-	}
-	sys, _ := strconv.ParseFloat(field(s, "used_cpu_sys"), 64)
-	user, _ := strconv.ParseFloat(field(s, "used_cpu_user"), 64)
-	return sys + user
-}

@@ -1,17 +1,17 @@
 module github.com/redeq-go/redeq/bench
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/hibiken/asynq v0.26.0
 	github.com/redeq-go/redeq v0.0.0
+	github.com/redis/go-redis/v9 v9.23.0
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/go-redsync/redsync/v4 v4.18.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/robfig/cron/v3 v3.0.1 // indirect
 	github.com/spf13/cast v1.10.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect

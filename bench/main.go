@@ -1,20 +1,36 @@
 // Command bench measures redeq and asynq side by side on one redis-server,
 // alternating between them, and prints one table of figures and ratios.
 //
-//	cd bench && go run . -redis 127.0.0.1:6379
+// One command regenerates every published figure:
+//
+//	cd bench && go run . -all
+//
+// starts a dedicated redis-server (no persistence) on a free loopback
+// port, runs every measurement, writes ../docs/bench-results.json and
+// ../docs/lateness.svg, renders the generated parts of
+// ../docs/performance.md and ../README.md from that JSON, and stops the
+// server. Against a server of your own, measuring only some things and
+// writing no file unless -json is given:
+//
+//	cd bench && go run . -redis 127.0.0.1:6379 [-quick] [-only drain,lateness]
 //
 // It uses database -db (15 by default) and flushes it between
 // measurements: point it at a server with nothing you need in that
 // database. Both libraries run with their defaults except the worker count
-// (16 for both in the drain, as asked of the comparison).
+// (16 for both); the lateness measurement adds asynq with its polling
+// intervals tuned to 100 ms. A measurement that fails prints why, is
+// recorded as failed, and the run goes on.
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -25,17 +41,25 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+const (
+	docsJSON   = "../docs/bench-results.json"
+	docsSVG    = "../docs/lateness.svg"
+	docsPerf   = "../docs/performance.md"
+	docsReadme = "../README.md"
+)
+
 var (
-	addr     = flag.String("redis", "127.0.0.1:6379", "redis-server address")
+	addr     = flag.String("redis", "127.0.0.1:6379", "redis-server address (ignored with -all, which starts its own)")
 	db       = flag.Int("db", 15, "database the bench owns and flushes")
 	quick    = flag.Bool("quick", false, "smaller sizes, for a fast look")
-	jsonOut  = flag.String("json", "../docs/bench-results.json", "where to write the figures")
-	svgOut   = flag.String("svg", "../docs/lateness.svg", "where to draw the lateness chart")
-	only     = flag.String("only", "", "comma-separated measurements to run (enqueue,memory,drain,lateness,growth,recovery,idle,burst); idle with -clients measures fleets")
+	all      = flag.Bool("all", false, "start a dedicated redis-server, run every measurement, write the JSON and the chart to docs/ and render the docs from them")
+	jsonOut  = flag.String("json", "", "where to write the figures (-all and -render: "+docsJSON+")")
+	svgOut   = flag.String("svg", "", "where to draw the lateness chart (-all and -render: "+docsSVG+")")
+	only     = flag.String("only", "", "comma-separated measurements to run ("+strings.Join(measurementNames(), ",")+"); idle with -clients measures fleets")
 	recovery = flag.Duration("recovery-timeout", 4*time.Minute, "how long to wait for a killed consumer's jobs")
 	child    = flag.String("child", "", "internal: run as a consumer process of this system")
 	which    = flag.String("systems", "redeq,asynq", "systems to measure (a ratio needs both)")
-	replot   = flag.Bool("replot", false, "redraw the chart from -json and print its table, measuring nothing")
+	render   = flag.Bool("render", false, "measure nothing: redraw the chart and render the docs from the JSON")
 	cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the whole run (both systems) here")
 )
 
@@ -52,116 +76,272 @@ func sizesFor(quick bool) sizes {
 	return sizes{Enqueue: 20000, Memory: 100_000, Drain: 20000, Lateness: 2000, Growth: 1_000_000, Held: 20, Spread: 5 * time.Second}
 }
 
-// row is one line of the table: the figure of each system and their ratio.
+// row is one line of the table: the figure of each system. A row whose
+// measurement failed carries the reason in Failed and no figures.
 type row struct {
-	Name    string  `json:"name"`
-	Unit    string  `json:"unit"`
-	Redeq   float64 `json:"redeq"`
-	Asynq   float64 `json:"asynq"`
-	Better  string  `json:"better"` // "higher" or "lower"
-	Solo    bool    `json:"redeq_only,omitempty"`
-	Comment string  `json:"comment,omitempty"`
+	Name       string   `json:"name"`
+	Unit       string   `json:"unit"`
+	Redeq      float64  `json:"redeq"`
+	Asynq      float64  `json:"asynq"`
+	AsynqTuned *float64 `json:"asynq_tuned,omitempty"` // asynq with 100 ms polling, where measured
+	Better     string   `json:"better"`                // "higher" or "lower"
+	Solo       bool     `json:"redeq_only,omitempty"`
+	Comment    string   `json:"comment,omitempty"`
+	Failed     string   `json:"failed,omitempty"`
 }
 
+// results is everything one run measured, and where and how.
 type results struct {
-	When     time.Time            `json:"when"`
-	Server   string               `json:"server"`
-	Sizes    sizes                `json:"sizes"`
-	Rows     []row                `json:"rows"`
-	Lateness map[string][]float64 `json:"lateness_ms"`
+	When         time.Time            `json:"when"` // start of the run
+	Command      string               `json:"command"`
+	Server       string               `json:"server"` // Redis version
+	Machine      machine              `json:"machine"`
+	Sizes        sizes                `json:"sizes"`
+	Measurements []measured           `json:"measurements"`
+	Rows         []row                `json:"rows"`
+	Ceiling      []ceilingRow         `json:"ceiling,omitempty"`
+	Lateness     map[string][]float64 `json:"lateness_ms"`
+}
+
+// measured is one measurement's run: how long it took, the load average
+// around it, and why it failed if it did.
+type measured struct {
+	Name      string  `json:"name"`
+	Seconds   float64 `json:"seconds"`
+	LoadStart string  `json:"load_start"`
+	LoadEnd   string  `json:"load_end"`
+	Failed    string  `json:"failed,omitempty"`
+	Leftover  string  `json:"leftover,omitempty"` // library goroutines it left running
+}
+
+// measurement is one named part of the run.
+type measurement struct {
+	name string
+	run  func(b *bench)
+}
+
+var measurements = []measurement{
+	{"enqueue", (*bench).enqueue},
+	{"memory", (*bench).memory},
+	{"drain", (*bench).drain},
+	{"lateness", (*bench).lateness},
+	{"growth", (*bench).growth},
+	{"recovery", (*bench).recovery},
+	{"idle", (*bench).idle},
+	{"burst", (*bench).burst},
+	{"ceiling", (*bench).ceiling},
+}
+
+func measurementNames() []string {
+	var names []string
+	for _, m := range measurements {
+		names = append(names, m.name)
+	}
+	return names
 }
 
 func main() {
 	flag.Parse()
-	newClient := func() redis.UniversalClient {
-		return redis.NewClient(&redis.Options{Addr: *addr, DB: *db, PoolSize: 64})
-	}
 	if *child != "" {
-		runChild(*child, newClient)
+		runChild(*child, func() redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Addr: *addr, DB: *db, PoolSize: 64})
+		})
 		return
 	}
-	if *replot {
-		var res results
-		data, err := os.ReadFile(*jsonOut)
-		if err == nil {
-			err = json.Unmarshal(data, &res)
+	if *all || *render {
+		if *jsonOut == "" {
+			*jsonOut = docsJSON
 		}
+		if *svgOut == "" {
+			*svgOut = docsSVG
+		}
+	}
+	if *render {
+		res, err := readResults(*jsonOut)
 		if err != nil {
-			fail("read %s: %v", *jsonOut, err)
+			fatal("%v", err)
 		}
-		printTable(&res)
-		if err := os.WriteFile(*svgOut, []byte(latenessSVG(res.Lateness)), 0o644); err != nil {
-			fail("write %s: %v", *svgOut, err)
+		printTable(res)
+		if err := publish(res); err != nil {
+			fatal("%v", err)
 		}
 		return
 	}
+	if *all && *only != "" {
+		fatal("-all runs every measurement, so that the published figures come from one run; use -only against a server of your own (-redis)")
+	}
+	if *only != "" {
+		for _, name := range strings.Split(*only, ",") {
+			if !isMeasurement(name) {
+				fatal("-only: unknown measurement %q (known: %s)", name, strings.Join(measurementNames(), ","))
+			}
+		}
+	}
+	os.Exit(runMeasurements())
+}
+
+// runMeasurements starts the server of a -all run and the CPU profile,
+// measures, and stops them again; it returns the exit code.
+func runMeasurements() int {
+	started := time.Now().UTC()
 	if *cpuprof != "" {
 		f, err := os.Create(*cpuprof)
 		if err != nil {
-			fail("%v", err)
+			fatal("%v", err)
 		}
 		if err := pprof.StartCPUProfile(f); err != nil {
-			fail("%v", err)
+			fatal("%v", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *all {
+		srv, err := startServer()
+		if err != nil {
+			fatal("%v", err)
+		}
+		atFatal = srv.stop
+		defer srv.stop()
+		stopOnSignal(srv)
+		*addr = srv.addr
+		fmt.Printf("dedicated redis-server %s on %s (no persistence)\n", srv.version, srv.addr)
+	}
+	return measure(started)
+}
+
+// measure runs the measurements against *addr and writes the results; it
+// returns the exit code (1 when a measurement failed).
+func measure(started time.Time) int {
+	newClient := func() redis.UniversalClient {
+		return redis.NewClient(&redis.Options{Addr: *addr, DB: *db, PoolSize: 64})
 	}
 	ctx := context.Background()
 	admin := newClient()
 	defer admin.Close()
 	if err := admin.Ping(ctx).Err(); err != nil {
-		fail("connect to %s: %v", *addr, err)
+		fatal("connect to %s: %v", *addr, err)
 	}
-	info, _ := admin.Info(ctx, "server").Result()
+	info, err := admin.Info(ctx, "server").Result()
+	if err != nil {
+		fatal("info: %v", err)
+	}
 	sz := sizesFor(*quick)
-	res := &results{When: time.Now().UTC(), Server: field(info, "redis_version"), Sizes: sz, Lateness: map[string][]float64{}}
-	b := &bench{ctx: ctx, admin: admin, newClient: newClient, sz: sz, res: res}
-
-	want := func(name string) bool { return *only == "" || strings.Contains(","+*only+",", ","+name+",") }
-	if want("enqueue") {
-		b.enqueue()
+	res := &results{
+		When:     started,
+		Command:  "cd bench && go run . " + strings.Join(os.Args[1:], " "),
+		Server:   field(info, "redis_version"),
+		Machine:  thisMachine(),
+		Sizes:    sz,
+		Lateness: map[string][]float64{},
 	}
-	if want("memory") {
-		b.memory()
-	}
-	if want("drain") {
-		b.drain()
-	}
-	if want("lateness") {
-		b.lateness()
-	}
-	if want("growth") {
-		b.growth()
-	}
-	if want("recovery") {
-		b.recovery()
-	}
-	if want("idle") {
-		b.idle()
-	}
-	if want("burst") {
-		b.burst()
-	}
-	b.flush()
-	printTable(res)
-	data, _ := json.MarshalIndent(res, "", "  ")
-	if err := os.WriteFile(*jsonOut, data, 0o644); err != nil {
-		fail("write %s: %v", *jsonOut, err)
-	}
-	if len(res.Lateness) > 0 && *svgOut != "" {
-		if err := os.WriteFile(*svgOut, []byte(latenessSVG(res.Lateness)), 0o644); err != nil {
-			fail("write %s: %v", *svgOut, err)
+	b := &bench{ctx: ctx, admin: admin, newClient: newClient, sz: sz, res: res, cleanup: &cleanup{}}
+	failed := 0
+	for _, m := range measurements {
+		if *only != "" && !strings.Contains(","+*only+",", ","+m.name+",") {
+			continue
+		}
+		if !b.run(m) {
+			failed++
+		}
+		// Written after every measurement, so a crash keeps what was measured.
+		if *jsonOut != "" {
+			if err := writeResults(*jsonOut, res); err != nil {
+				fatal("%v", err)
+			}
 		}
 	}
-	fmt.Printf("\nfigures in %s", *jsonOut)
-	if len(res.Lateness) > 0 {
-		fmt.Printf(", lateness chart in %s", *svgOut)
+	res.Machine.LoadEnd = loadAvg()
+	printTable(res)
+	if *jsonOut != "" {
+		if err := writeResults(*jsonOut, res); err != nil {
+			fatal("%v", err)
+		}
+		fmt.Printf("\nfigures in %s\n", *jsonOut)
 	}
-	fmt.Println()
+	if *svgOut != "" && len(res.Lateness) > 0 {
+		if err := os.WriteFile(*svgOut, []byte(latenessSVG(res.Lateness)), 0o644); err != nil {
+			fatal("write %s: %v", *svgOut, err)
+		}
+		fmt.Printf("lateness chart in %s\n", *svgOut)
+	}
+	if *all {
+		if err := renderDocs(res, docsPerf, docsReadme); err != nil {
+			fatal("%v", err)
+		}
+		fmt.Printf("rendered %s and %s\n", docsPerf, docsReadme)
+	}
+	if failed > 0 {
+		fmt.Fprintf(os.Stderr, "bench: %d measurement(s) failed; their rows say why\n", failed)
+		return 1
+	}
+	return 0
 }
 
+func isMeasurement(name string) bool {
+	for _, m := range measurements {
+		if m.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// publish redraws the chart and renders the docs from res (-render).
+func publish(res *results) error {
+	if len(res.Lateness) > 0 {
+		if err := os.WriteFile(*svgOut, []byte(latenessSVG(res.Lateness)), 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", *svgOut, err)
+		}
+	}
+	return renderDocs(res, docsPerf, docsReadme)
+}
+
+func readResults(path string) (*results, error) {
+	var res results
+	data, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(data, &res)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return &res, nil
+}
+
+func writeResults(path string, res *results) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(res); err != nil {
+		return fmt.Errorf("encode results: %w", err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// failure is what fail panics with: the measurement running stops, is
+// recorded as failed, and the run goes on.
+type failure struct{ msg string }
+
+func (f failure) Error() string { return f.msg }
+
+// fail ends the current measurement with a reason.
 func fail(format string, args ...any) {
+	panic(failure{fmt.Sprintf(format, args...)})
+}
+
+// atFatal, when set, is called before fatal exits: it stops the server.
+var atFatal func()
+
+// fatal ends the whole run.
+func fatal(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
-	os.Exit(1)
+	if atFatal != nil {
+		atFatal()
+	}
+	os.Exit(2)
 }
 
 type bench struct {
@@ -171,21 +351,88 @@ type bench struct {
 	sz        sizes
 	res       *results
 	round     int
+	cleanup   *cleanup
 }
 
-// systems returns both systems, in alternating order from one
-// measurement to the next, so neither always runs on a warmer server.
-func (b *bench) systems() []system {
+// run runs one measurement. If it fails, what it started is stopped, the
+// reason printed and recorded in a failed row, and run reports false.
+func (b *bench) run(m measurement) (ok bool) {
+	rec := measured{Name: m.name, LoadStart: loadAvg()}
+	start := time.Now()
+	defer func() {
+		r := recover()
+		b.cleanup.run()
+		if rec.Leftover = leftover(); rec.Leftover != "" {
+			fmt.Fprintf(os.Stderr, "bench: after %s, %s\n", m.name, rec.Leftover)
+		}
+		rec.Seconds = time.Since(start).Seconds()
+		rec.LoadEnd = loadAvg()
+		ok = r == nil
+		if r != nil {
+			var f failure
+			if err, isErr := r.(error); isErr && errors.As(err, &f) {
+				rec.Failed = f.msg
+			} else {
+				rec.Failed = fmt.Sprintf("panic: %v\n%s", r, debug.Stack())
+			}
+			fmt.Fprintf(os.Stderr, "bench: %s failed: %s\n", m.name, rec.Failed)
+			b.res.Rows = append(b.res.Rows, row{Name: m.name, Failed: rec.Failed})
+		}
+		b.res.Measurements = append(b.res.Measurements, rec)
+	}()
+	m.run(b)
+	return true
+}
+
+// cleanup holds what a measurement started and must stop even when it
+// fails midway: consumers, clients, child processes.
+type cleanup struct {
+	mu  sync.Mutex
+	fns []func()
+}
+
+// add registers f and returns it made idempotent, to call early as well.
+func (c *cleanup) add(f func()) func() {
+	var once sync.Once
+	g := func() { once.Do(f) }
+	if c == nil {
+		return g
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fns = append(c.fns, g)
+	return g
+}
+
+// run calls what was registered, latest first, and forgets it.
+func (c *cleanup) run() {
+	c.mu.Lock()
+	fns := c.fns
+	c.fns = nil
+	c.mu.Unlock()
+	for i := len(fns) - 1; i >= 0; i-- {
+		fns[i]()
+	}
+}
+
+// systems returns the systems compared (with tuned, asynq tuned for low
+// latency too), rotating their order from one measurement to the next, so
+// none always runs on a warmer server.
+func (b *bench) systems(tuned bool) []system {
 	var s []system
 	if strings.Contains(*which, "redeq") {
-		s = append(s, newRedeq(b.newClient))
+		s = append(s, newRedeq(b.newClient, b.cleanup))
 	}
 	if strings.Contains(*which, "asynq") {
-		s = append(s, newAsynq(b.newClient))
+		s = append(s, newAsynq(b.newClient, b.cleanup, false))
+		if tuned {
+			s = append(s, newAsynq(b.newClient, b.cleanup, true))
+		}
 	}
 	b.round++
-	if b.round%2 == 0 && len(s) == 2 {
-		s[0], s[1] = s[1], s[0]
+	if len(s) > 1 {
+		k := b.round % len(s)
+		s = append(s[k:], s[:k]...)
 	}
 	return s
 }
@@ -197,9 +444,17 @@ func (b *bench) flush() {
 	time.Sleep(100 * time.Millisecond) // let lazy frees finish before memory readings
 }
 
+// add records a row from each system's figure; "asynq-tuned", when
+// present, goes beside asynq's.
 func (b *bench) add(name, unit, better, comment string, figures map[string]float64) {
-	b.res.Rows = append(b.res.Rows, row{Name: name, Unit: unit, Redeq: figures["redeq"], Asynq: figures["asynq"], Better: better, Comment: comment})
-	fmt.Printf("  %-40s redeq %12.1f  asynq %12.1f %s\n", name, figures["redeq"], figures["asynq"], unit)
+	r := row{Name: name, Unit: unit, Redeq: figures["redeq"], Asynq: figures["asynq"], Better: better, Comment: comment}
+	tuned := ""
+	if v, ok := figures[asynqTuned]; ok {
+		r.AsynqTuned = &v
+		tuned = fmt.Sprintf("  asynq tuned %12.1f", v)
+	}
+	b.res.Rows = append(b.res.Rows, r)
+	fmt.Printf("  %-40s redeq %12.1f  asynq %12.1f%s %s\n", name, figures["redeq"], figures["asynq"], tuned, unit)
 }
 
 // commands is the number of commands the server has executed, those run
@@ -219,6 +474,24 @@ func (b *bench) commands() int64 {
 		total += n
 	}
 	return total
+}
+
+// serverCPU is the CPU time the redis-server process has used, user plus
+// system, in seconds (INFO used_cpu_user + used_cpu_sys). Unlike a count
+// of commands it charges a batch for its size and a round trip for its
+// network work; unlike the commandstats times it does not count a
+// script's inner commands twice.
+func (b *bench) serverCPU() float64 {
+	s, err := b.admin.Info(b.ctx, "cpu").Result()
+	if err != nil {
+		fail("info: %v", err)
+	}
+	user, err1 := strconv.ParseFloat(field(s, "used_cpu_user"), 64)
+	sys, err2 := strconv.ParseFloat(field(s, "used_cpu_sys"), 64)
+	if err1 != nil || err2 != nil {
+		fail("info cpu: no used_cpu_user / used_cpu_sys in %q", s)
+	}
+	return user + sys
 }
 
 func (b *bench) usedMemory() int64 {
@@ -249,6 +522,28 @@ func ids(prefix string, n int) []string {
 	return out
 }
 
+// firstErr keeps the first error of several goroutines, so that the
+// measurement fails on its own goroutine, where run can recover it.
+type firstErr struct {
+	once sync.Once
+	err  error
+	bad  atomic.Bool
+}
+
+func (f *firstErr) set(err error) {
+	f.once.Do(func() { f.err = err; f.bad.Store(true) })
+}
+
+func (f *firstErr) failed() bool { return f.bad.Load() }
+
+// check fails the measurement with the first error, once the goroutines
+// are done.
+func (f *firstErr) check() {
+	if f.failed() {
+		fail("%v", f.err)
+	}
+}
+
 // enqueueRate adds n delayed jobs with g goroutines (batch: in batches of
 // 100) and returns jobs per second.
 func (b *bench) enqueueRate(s system, n, g int, batch bool, prefix string) float64 {
@@ -256,17 +551,18 @@ func (b *bench) enqueueRate(s system, n, g int, batch bool, prefix string) float
 	at := time.Now().Add(time.Hour)
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	var errs firstErr
 	start := time.Now()
 	for range g {
 		wg.Go(func() {
-			for {
+			for !errs.failed() {
 				if batch {
 					i := int(next.Add(100)) - 100
 					if i >= n {
 						return
 					}
 					if err := s.EnqueueBatch(b.ctx, list[i:min(i+100, n)], body100, at); err != nil {
-						fail("%s enqueue: %v", s.Name(), err)
+						errs.set(fmt.Errorf("%s enqueue: %w", s.Name(), err))
 					}
 					continue
 				}
@@ -275,23 +571,26 @@ func (b *bench) enqueueRate(s system, n, g int, batch bool, prefix string) float
 					return
 				}
 				if err := s.Enqueue(b.ctx, list[i], body100, at); err != nil {
-					fail("%s enqueue: %v", s.Name(), err)
+					errs.set(fmt.Errorf("%s enqueue: %w", s.Name(), err))
 				}
 			}
 		})
 	}
 	wg.Wait()
+	errs.check()
 	return float64(n) / time.Since(start).Seconds()
 }
 
 func (b *bench) enqueue() {
 	fmt.Println("enqueue of delayed jobs, 100-byte body")
-	one, sixteen, batch := map[string]float64{}, map[string]float64{}, map[string]float64{}
-	for _, s := range b.systems() {
+	one, sixteen, batch, cpu := map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}
+	for _, s := range b.systems(false) {
 		b.flush()
 		one[s.Name()] = b.enqueueRate(s, b.sz.Enqueue/4, 1, false, "e1")
 		b.flush()
+		before := b.serverCPU()
 		sixteen[s.Name()] = b.enqueueRate(s, b.sz.Enqueue, 16, false, "e16")
+		cpu[s.Name()] = (b.serverCPU() - before) / float64(b.sz.Enqueue) * 1e6
 		b.flush()
 		if s.Name() == "redeq" {
 			batch[s.Name()] = b.enqueueRate(s, b.sz.Enqueue*2, 1, true, "eb")
@@ -303,12 +602,13 @@ func (b *bench) enqueue() {
 	b.add("enqueue, 1 goroutine", "jobs/s", "higher", "", one)
 	b.add("enqueue, 16 goroutines", "jobs/s", "higher", "", sixteen)
 	b.add("enqueue, batch of 100 (redeq AddBatch)", "jobs/s", "higher", "asynq has no batch call: its 16-goroutine figure", batch)
+	b.add("Redis CPU per enqueued job, 16 goroutines", "µs", "lower", "INFO used_cpu_user + used_cpu_sys delta", cpu)
 }
 
 func (b *bench) memory() {
 	fmt.Printf("memory per pending job, %d jobs, 100-byte body, ids like m-0000001\n", b.sz.Memory)
 	per := map[string]float64{}
-	for _, s := range b.systems() {
+	for _, s := range b.systems(false) {
 		b.flush()
 		before := b.usedMemory()
 		b.enqueueRate(s, b.sz.Memory, 16, s.Name() == "redeq", "m")
@@ -319,10 +619,16 @@ func (b *bench) memory() {
 	b.add("memory per pending job", "bytes", "lower", "INFO used_memory delta", per)
 }
 
+// drainCost is what draining n due jobs cost.
+type drainCost struct {
+	rate  float64 // jobs per second
+	cmds  float64 // commands Redis executed per job, script-inner included
+	cpuUS float64 // Redis CPU per job, microseconds
+}
+
 // drainOnce adds n due jobs with no consumer running, then starts one
-// consumer with 16 workers and times it until every job ran. It returns
-// jobs per second and commands per job.
-func (b *bench) drainOnce(s system, n int) (rate, perJob float64) {
+// consumer with 16 workers and times it until every job ran.
+func (b *bench) drainOnce(s system, n int) drainCost {
 	list := ids("d", n)
 	for i := 0; i < n; i += 100 {
 		if err := s.EnqueueBatch(b.ctx, list[i:min(i+100, n)], body100, time.Time{}); err != nil {
@@ -330,26 +636,28 @@ func (b *bench) drainOnce(s system, n int) (rate, perJob float64) {
 		}
 	}
 	cnt := newCounter(n)
-	before := b.commands()
+	before, cpuBefore := b.commands(), b.serverCPU()
 	start := time.Now()
 	stop := s.Consume(16, func(ctx context.Context, id string, body []byte, attempt int) { cnt.add(id) })
-	if err := cnt.wait(5 * time.Minute); err != nil {
+	if err := cnt.wait(2 * time.Minute); err != nil {
 		fail("%s drain: %v", s.Name(), err)
 	}
 	elapsed := time.Since(start)
-	cmds := b.commands() - before
+	cmds, cpu := b.commands()-before, b.serverCPU()-cpuBefore
 	stop()
-	return float64(n) / elapsed.Seconds(), float64(cmds) / float64(n)
+	return drainCost{rate: float64(n) / elapsed.Seconds(), cmds: float64(cmds) / float64(n), cpuUS: cpu / float64(n) * 1e6}
 }
 
 func (b *bench) drain() {
 	fmt.Printf("drain of %d due jobs, no-op handler, 16 workers, one consumer\n", b.sz.Drain)
-	rate, cmds := map[string]float64{}, map[string]float64{}
-	for _, s := range b.systems() {
+	rate, cmds, cpu := map[string]float64{}, map[string]float64{}, map[string]float64{}
+	for _, s := range b.systems(false) {
 		b.flush()
-		rate[s.Name()], cmds[s.Name()] = b.drainOnce(s, b.sz.Drain)
+		c := b.drainOnce(s, b.sz.Drain)
+		rate[s.Name()], cmds[s.Name()], cpu[s.Name()] = c.rate, c.cmds, c.cpuUS
 		s.Close()
 	}
 	b.add("drain", "jobs/s", "higher", "", rate)
 	b.add("redis commands per drained job", "cmds", "lower", "INFO commandstats, script-inner commands included", cmds)
+	b.add("Redis CPU per drained job", "µs", "lower", "INFO used_cpu_user + used_cpu_sys delta", cpu)
 }
