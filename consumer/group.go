@@ -173,8 +173,10 @@ func (g *Group) Notify(topic string, n int) {
 // waits a short grace for them. It applies the outcomes handlers returned,
 // rolls every job still in this consumer's in-flight lists back to its
 // bucket due now (with CrashRollback; otherwise the reaper recovers them
-// later), and stops the heartbeat and the reaper. It returns ctx.Err() when
-// ctx ended before the handlers finished, or the error of the rollback.
+// later), and stops the heartbeat and the reaper. When it had to cancel
+// handlers it returns an error wrapping ctx.Err() (or
+// context.DeadlineExceeded after ShutdownTimeout), joined with any error
+// of the rollback.
 // A handler that ignores its context keeps its goroutine until it returns;
 // its outcome is then dropped, and its job was rolled back.
 func (g *Group) Shutdown(ctx context.Context) error {
@@ -230,8 +232,13 @@ func (g *Group) Shutdown(ctx context.Context) error {
 		g.leave(lctx)
 		cancel()
 	}
-	if err == nil && !finished {
-		err = ctx.Err()
+	if !finished {
+		// Like net/http.Server.Shutdown: say that handlers were abandoned.
+		cause := ctx.Err()
+		if cause == nil {
+			cause = context.DeadlineExceeded // ShutdownTimeout passed
+		}
+		err = errors.Join(fmt.Errorf("redeq: shutdown canceled handlers still running (their jobs were rolled back): %w", cause), err)
 	}
 	return err
 }

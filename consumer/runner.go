@@ -66,6 +66,12 @@ type runner struct {
 	freed  chan struct{}
 	busy   atomic.Int64
 	rr     int
+	// unacked counts the jobs parked in un_ack; the warning about them is
+	// rate-limited.
+	unacked     atomic.Int64
+	unackMu     sync.Mutex
+	unackLogged time.Time
+	unackQuiet  int64
 	// alone is set while the runner must fetch nothing until it runs
 	// nothing: it holds a quarantined job, or a fetch stopped at one.
 	// Only the dispatcher touches it.
@@ -422,8 +428,29 @@ func (r *runner) handle(d delivery) {
 		out.Op = ack.OpAck
 	default:
 		out.Op = ack.OpUnAck
+		r.warnUnAck(job.ID)
 	}
 	r.submit(d.bucket, out)
+}
+
+// unackLogEvery bounds the warnings about jobs parked in un_ack.
+const unackLogEvery = 10 * time.Second
+
+// warnUnAck tells, at most once per unackLogEvery, that a handler returned
+// nil without Ack or Rejoin: the job waits in un_ack until someone requeues
+// or processes it, which surprises those who expected an ack.
+func (r *runner) warnUnAck(id string) {
+	r.unacked.Add(1)
+	now := r.g.env.Clock.Now()
+	r.unackMu.Lock()
+	defer r.unackMu.Unlock()
+	if now.Sub(r.unackLogged) < unackLogEvery {
+		r.unackQuiet++
+		return
+	}
+	r.g.env.Logger.Warn("redeq: handler returned nil without Ack or Rejoin: job parked in un_ack (set AutoAck, call ch.Ack(), or use Typed)",
+		"topic", r.topic, "id", id, "parked_since_last_warning", r.unackQuiet+1, "parked_total", r.unacked.Load())
+	r.unackLogged, r.unackQuiet = now, 0
 }
 
 // fail applies the retry policy to a failed delivery.

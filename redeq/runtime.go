@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -48,6 +49,10 @@ var (
 // SkipRetry wraps err so that the job is not retried.
 func SkipRetry(err error) error { return retry.Skip(err) }
 
+// StartPingTimeout bounds the PING with which Start checks that Redis
+// answers before it starts anything.
+const StartPingTimeout = 5 * time.Second
+
 // runtime is what Start runs.
 type runtime struct {
 	mover  *bucket.Mover
@@ -72,6 +77,11 @@ func (c *Client) Register(l Listener) error {
 	}
 	if c.run != nil {
 		return ErrStarted
+	}
+	if l != nil {
+		if err := checkListener(l); err != nil {
+			return fmt.Errorf("register listener: %w", err)
+		}
 	}
 	return c.group.Register(l)
 }
@@ -106,6 +116,14 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	if c.run != nil {
 		return ErrStarted
+	}
+	// Fail fast, with a clear error, when Redis does not answer: the
+	// subscription below would otherwise retry until ctx ends.
+	pctx, cancel := context.WithTimeout(ctx, StartPingTimeout)
+	err := c.rdb.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		return fmt.Errorf("redeq: start: redis does not answer: %w", err)
 	}
 	chans := []string{keys.WakeChannel(c.cfg.Prefix), keys.ReadyChannel(c.cfg.Prefix)}
 	if c.group.HasBroadcast() {
@@ -180,12 +198,14 @@ func (c *Client) listen(r *runtime) {
 // stops fetching, waits for running handlers until ctx ends or
 // ShutdownTimeout passes, cancels the handlers still running, applies the
 // outcomes handlers returned, and rolls every job still in this client's
-// in-flight lists back to its bucket due now, without spending an attempt
+// in-flight sets back to its bucket due now, without spending an attempt
 // (with CrashRollback; otherwise the reaper recovers them after
 // ConsumerTimeout). Then it stops the heartbeat, the reaper, the movers
-// and the subscription, and returns once their goroutines have ended. It
-// returns ctx.Err() when ctx ended before the handlers finished, an error
-// of the rollback, or nil. A Shutdown of a client never started just
+// and the subscription, and returns once their goroutines have ended.
+// When it had to cancel running handlers, it returns an error wrapping
+// ctx.Err(), or context.DeadlineExceeded when ShutdownTimeout passed
+// first (the rollback still happened); else an error of the rollback, or
+// nil. A Shutdown of a client never started just
 // closes it. Later calls to Shutdown, Start and Register return
 // ErrClientClosed; Add, Get and Delete keep working, except on a client
 // from Open, whose Redis connection Shutdown closes last.

@@ -1,0 +1,258 @@
+package redeq
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/redeq-go/redeq/consumer"
+	"github.com/redeq-go/redeq/retry"
+)
+
+// Handler runs one job, as a listener's OnJob does: middleware receives
+// and returns Handlers.
+type Handler = consumer.Handler
+
+// Middleware wraps a Handler, for logging, tracing, tenants, metrics or
+// panics. It sees the job with its Headers and the Channel.
+type Middleware = func(Handler) Handler
+
+// Use adds client-wide middleware, before Start. It wraps every
+// listener's handler (typed listeners' too), outside the listener's own
+// middleware; the first given is the outermost.
+func (c *Client) Use(mw ...Middleware) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClientClosed
+	}
+	if c.run != nil {
+		return ErrStarted
+	}
+	return c.group.Use(mw...)
+}
+
+// ListenerOption sets a listener's own policy, overriding the client's
+// config for that listener. A job's own MaxRetries and RetryIntervals
+// still win.
+type ListenerOption func(*listenerSettings)
+
+type listenerSettings struct {
+	opts  consumer.Options
+	codec Codec
+	final func(ctx context.Context, job *Job)
+}
+
+// WithWorkers sets the listener's handler goroutines (1..10,000).
+func WithWorkers(n int) ListenerOption {
+	return func(s *listenerSettings) { s.opts.Workers = n }
+}
+
+// WithRetry sets the listener's retries after a failed delivery (-1 never
+// retries) and, when given, its retry intervals (the last repeats). With
+// intervals and retries 0, each interval is used once.
+func WithRetry(retries int, intervals ...time.Duration) ListenerOption {
+	return func(s *listenerSettings) {
+		s.opts.MaxRetries = retries
+		if len(intervals) > 0 {
+			s.opts.RetryIntervals = intervals
+		}
+	}
+}
+
+// WithBackoff computes the wait before the retry that follows failed
+// delivery number attempt (from 1) with err, instead of the intervals.
+// The number of retries still comes from WithRetry or the config.
+func WithBackoff(f func(attempt int, err error) time.Duration) ListenerOption {
+	return func(s *listenerSettings) { s.opts.Backoff = f }
+}
+
+// WithConsumeTimeout bounds one handler call of the listener.
+func WithConsumeTimeout(d time.Duration) ListenerOption {
+	return func(s *listenerSettings) { s.opts.ConsumeTimeout = d }
+}
+
+// WithMiddleware wraps the listener's handler, inside the client's
+// middleware; the first given is the outermost.
+func WithMiddleware(mw ...Middleware) ListenerOption {
+	return func(s *listenerSettings) { s.opts.Middleware = append(s.opts.Middleware, mw...) }
+}
+
+// WithFinalRetry is called once when a job's retries run out, with
+// job.LastError set, while the job is still in flight; the job moves to
+// the dead set when it returns.
+func WithFinalRetry(f func(ctx context.Context, job *Job)) ListenerOption {
+	return func(s *listenerSettings) { s.final = f }
+}
+
+// WithCodec decodes a typed listener's bodies with c instead of JSON.
+func WithCodec(c Codec) ListenerOption {
+	return func(s *listenerSettings) { s.codec = c }
+}
+
+// Codec turns values into job bodies and back.
+type Codec interface {
+	Marshal(v any) ([]byte, error)
+	Unmarshal(data []byte, v any) error
+}
+
+// JSON is the default Codec: encoding/json.
+var JSON Codec = jsonCodec{}
+
+type jsonCodec struct{}
+
+func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
+func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
+
+// funcListener is a Listener built from a Handler and options.
+type funcListener struct {
+	topic string
+	h     Handler
+	s     listenerSettings
+}
+
+func (l *funcListener) Topic() string { return l.topic }
+
+func (l *funcListener) OnJob(ctx context.Context, job *Job, ch *Channel) error {
+	return l.h(ctx, job, ch)
+}
+
+func (l *funcListener) ListenerOptions() consumer.Options { return l.s.opts }
+
+// finalListener adds FinalRetry to a funcListener that has one.
+type finalListener struct{ *funcListener }
+
+func (l finalListener) FinalRetry(ctx context.Context, job *Job) { l.s.final(ctx, job) }
+
+func newFuncListener(topic string, h Handler, opts []ListenerOption) (Listener, error) {
+	l := &funcListener{topic: topic, h: h, s: listenerSettings{codec: JSON}}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: listener of %q: nil option", ErrInvalidArgument, topic)
+		}
+		o(&l.s)
+	}
+	switch o := l.s.opts; {
+	case h == nil:
+		return nil, fmt.Errorf("%w: listener of %q: nil handler", ErrInvalidArgument, topic)
+	case o.Workers < 0 || o.Workers > 10_000:
+		return nil, fmt.Errorf("%w: listener of %q: workers %d is out of range 1..10000", ErrInvalidArgument, topic, o.Workers)
+	case o.MaxRetries < -1 || o.MaxRetries > 1000:
+		return nil, fmt.Errorf("%w: listener of %q: retries %d is out of range -1..1000", ErrInvalidArgument, topic, o.MaxRetries)
+	case o.ConsumeTimeout < 0:
+		return nil, fmt.Errorf("%w: listener of %q: negative ConsumeTimeout %v", ErrInvalidArgument, topic, o.ConsumeTimeout)
+	case l.s.codec == nil:
+		return nil, fmt.Errorf("%w: listener of %q: nil codec", ErrInvalidArgument, topic)
+	}
+	for i, d := range l.s.opts.RetryIntervals {
+		if d < time.Millisecond || d > 365*24*time.Hour {
+			return nil, fmt.Errorf("%w: listener of %q: retry interval %d = %v is outside 1ms..1 year", ErrInvalidArgument, topic, i, d)
+		}
+	}
+	for i, m := range l.s.opts.Middleware {
+		if m == nil {
+			return nil, fmt.Errorf("%w: listener of %q: middleware %d is nil", ErrInvalidArgument, topic, i)
+		}
+	}
+	if l.s.final != nil {
+		return finalListener{l}, nil
+	}
+	return l, nil
+}
+
+// invalidListener is what the constructors return for bad arguments: its
+// error surfaces at Register, which refuses it.
+type invalidListener struct {
+	topic string
+	err   error
+}
+
+func (l invalidListener) Topic() string { return l.topic }
+
+func (l invalidListener) OnJob(context.Context, *Job, *Channel) error { return l.err }
+
+// Invalid reports why the listener cannot be registered.
+func (l invalidListener) Invalid() error { return l.err }
+
+func listenerOrInvalid(topic string, h Handler, opts []ListenerOption) Listener {
+	l, err := newFuncListener(topic, h, opts)
+	if err != nil {
+		return invalidListener{topic: topic, err: err}
+	}
+	return l
+}
+
+// ListenerFunc returns a listener of topic that runs h, with opts. The
+// Channel semantics are the brief's: Ack to finish, Rejoin to run again,
+// neither (nil error) parks the job in un_ack unless AutoAck.
+func ListenerFunc(topic string, h Handler, opts ...ListenerOption) Listener {
+	return listenerOrInvalid(topic, h, opts)
+}
+
+// Typed returns a listener of topic that decodes each job's body into a T
+// (JSON unless WithCodec) and calls fn with it. nil acks the job; an
+// error retries it on its schedule (wrap it with SkipRetry to give up at
+// once). A body that cannot be decoded into a T will not decode on a
+// retry either: the job goes to the dead set at once, with the decoding
+// error as its reason. The job itself, with its headers, is available to
+// middleware; use TypedWithChannel for the job and the Channel.
+func Typed[T any](topic string, fn func(ctx context.Context, v T) error, opts ...ListenerOption) Listener {
+	if fn == nil {
+		return invalidListener{topic: topic, err: fmt.Errorf("%w: typed listener of %q: nil function", ErrInvalidArgument, topic)}
+	}
+	return TypedWithChannel(topic, func(ctx context.Context, job *Job, v T, ch *Channel) error {
+		if err := fn(ctx, v); err != nil {
+			return err
+		}
+		ch.Ack()
+		return nil
+	}, opts...)
+}
+
+// TypedWithChannel is Typed for handlers that answer through the Channel
+// (Ack, Rejoin) and want the job: the brief's semantics apply.
+func TypedWithChannel[T any](topic string, fn func(ctx context.Context, job *Job, v T, ch *Channel) error, opts ...ListenerOption) Listener {
+	if fn == nil {
+		return invalidListener{topic: topic, err: fmt.Errorf("%w: typed listener of %q: nil function", ErrInvalidArgument, topic)}
+	}
+	var codec Codec = JSON
+	for _, o := range opts {
+		if o != nil {
+			var s listenerSettings
+			o(&s)
+			if s.codec != nil {
+				codec = s.codec
+			}
+		}
+	}
+	h := func(ctx context.Context, job *Job, ch *Channel) error {
+		var v T
+		if err := codec.Unmarshal(job.Body, &v); err != nil {
+			return retry.Skip(fmt.Errorf("redeq: decode job %q of %q into %T: %w", job.ID, job.Topic, v, err))
+		}
+		return fn(ctx, job, v, ch)
+	}
+	return listenerOrInvalid(topic, h, opts)
+}
+
+// AddTyped encodes v as JSON and adds it as the body of job id of topic,
+// due after delay. id "" gets a UUID.
+func AddTyped[T any](ctx context.Context, c *Client, topic, id string, v T, delay time.Duration) error {
+	if c == nil {
+		return fmt.Errorf("%w: add typed job: nil client", ErrInvalidArgument)
+	}
+	body, err := JSON.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("%w: add job %q to %q: encode %T: %v", ErrInvalidJob, id, topic, v, err)
+	}
+	return c.Add(ctx, &Job{Topic: topic, ID: id, Body: body, Delay: delay})
+}
+
+// checkListener refuses a listener built with bad arguments.
+func checkListener(l Listener) error {
+	if il, ok := l.(interface{ Invalid() error }); ok {
+		return il.Invalid()
+	}
+	return nil
+}
