@@ -159,4 +159,3 @@ func (b *bench) commandStats() (int64, map[string]int64) {
 	}
 	return total, by
 }
-
