@@ -171,7 +171,7 @@ func (m *Mover) Run(ctx context.Context) {
 				return
 			}
 			wait = bo.Next()
-			m.env.Logger.Warn("redeq: mover cannot reach redis", "err", err, "retry_in", wait)
+			m.env.Failure("redeq: mover cannot reach redis", "err", err, "retry_in", wait)
 		} else {
 			bo.Reset()
 		}
@@ -357,7 +357,7 @@ func (m *Mover) step(ctx context.Context, topic string, n int, mu *lock.Mutex, l
 		return m.cfg.ScanInterval, held
 	}
 	wait := bo.Next()
-	log.Warn("redeq: mover failed", "err", err, "retry_in", wait)
+	m.env.Failure("redeq: mover failed", "topic", topic, "bucket", n, "err", err, "retry_in", wait)
 	return wait, held
 }
 

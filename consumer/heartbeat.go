@@ -54,7 +54,7 @@ func (g *Group) heartbeatLoop(ctx context.Context) {
 		}
 		if err := g.heartbeat(ctx); err != nil {
 			if ctx.Err() == nil {
-				g.env.Logger.Warn("redeq: heartbeat failed", "err", err)
+				g.env.Failure("redeq: heartbeat failed", "err", err)
 			}
 			failing = true
 		} else if failing {

@@ -77,7 +77,7 @@ func (g *Group) reapLoop(ctx context.Context) {
 				healthySince = last
 			}
 			wait = bo.Next()
-			g.env.Logger.Warn("redeq: reaper failed", "err", err, "retry_in", wait)
+			g.env.Failure("redeq: reaper failed", "err", err, "retry_in", wait)
 		}
 		t.Reset(wait)
 	}

@@ -287,7 +287,7 @@ func (r *runner) dispatch(ctx context.Context) {
 						return
 					}
 					wait := bo.Next()
-					log.Warn("redeq: fetch failed", "bucket", b, "err", err, "retry_in", wait)
+					r.g.env.Failure("redeq: fetch failed", "topic", r.topic, "bucket", b, "err", err, "retry_in", wait)
 					sleep(ctx, wait)
 					break
 				}
@@ -581,7 +581,7 @@ func (r *runner) flush(batch []settleReq) {
 				break
 			}
 			wait := bo.Next()
-			log.Warn("redeq: settle failed", "bucket", b, "err", err, "retry_in", wait)
+			r.g.env.Failure("redeq: settle failed", "topic", r.topic, "bucket", b, "err", err, "retry_in", wait)
 			sleep(ctx, wait)
 		}
 	}

@@ -6,6 +6,9 @@
 // due id once (the first ZREM wins), and two reapers hand each in-flight id
 // back once (the first LRANGE+DEL wins). The lock only keeps clients from
 // doing the same work twice.
+//
+// It is a building block of package redeq (github.com/redeq-go/redeq/redeq),
+// which services import; its API may change between minor versions.
 package lock
 
 import (

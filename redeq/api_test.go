@@ -313,3 +313,31 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestOutageLogsAHandful: while Redis is down, the client's loops (movers
+// of many buckets, fetchers, reaper, heartbeat) log a handful of lines,
+// not one per bucket per retry.
+func TestOutageLogsAHandful(t *testing.T) {
+	srv := testutil.StartServer(t)
+	ctx := context.Background()
+	var buf syncBuffer
+	cfg := testutil.Config(t)
+	cfg.Concurrency = 16
+	cfg.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := redeq.New(srv.Client(&redis.Options{MaxRetries: -1}), cfg)
+	require.NoError(t, err)
+	for _, topic := range []string{"a", "b", "c", "d"} {
+		require.NoError(t, c.Add(ctx, &redeq.Job{Topic: topic, ID: "j", Delay: time.Hour}))
+		require.NoError(t, c.Register(newListener(topic, nil)))
+	}
+	require.NoError(t, c.Start(ctx))
+	time.Sleep(300 * time.Millisecond) // the loops settle down
+	srv.Stop()
+	time.Sleep(3 * time.Second) // 64 buckets' movers and 4 fetchers retry throughout
+	lines := strings.Count(buf.String(), "\n")
+	srv.Start()
+	shut, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	_ = c.Shutdown(shut)
+	require.LessOrEqual(t, lines, 12, "%s", buf.String())
+}

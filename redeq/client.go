@@ -1,6 +1,24 @@
 // Package redeq runs delayed jobs on Redis. A service adds jobs by id with a
 // delay, registers one listener per topic, and redeq delivers each job to
 // one listener instance at its due time, never before, at least once.
+//
+// Import it as github.com/redeq-go/redeq/redeq, with
+// github.com/redeq-go/redeq/config for the settings; the other packages of
+// the module are its building blocks and need not be imported.
+//
+//	c, _ := redeq.New(rdb, config.Default())     // or redeq.Open(ctx, "redeq.yaml")
+//	c.Use(logging)                               // middleware: func(Handler) Handler
+//	c.Register(redeq.Typed("order.close", func(ctx context.Context, o Order) error {
+//		return closeIfUnpaid(ctx, o) // nil acks; an error retries
+//	}))
+//	redeq.AddTyped(ctx, c, "order.close", "42", Order{ID: 42}, 30*time.Minute)
+//	c.Run(ctx)                                   // Start; Shutdown on ctx done or SIGTERM
+//
+// Producers: Add, AddBatch, AddTyped, Put (upsert), Get, Delete,
+// Reschedule, Update. Consumers: Register (a Listener, ListenerFunc,
+// Typed, TypedWithChannel), RegisterBroadcast, Use, Start, Run, Shutdown.
+// Operators: Stats, Topics, List, UnAcked, ProcessUnAck, RequeueUnAck,
+// DeadJobs, RequeueDead, Pause, Resume.
 package redeq
 
 import (
@@ -21,7 +39,22 @@ import (
 	"github.com/redeq-go/redeq/pool"
 )
 
-// Job is a unit of delayed work.
+// Job is a unit of delayed work. Its fields (defined in package pool):
+//
+//	Topic, ID      string             // ID "" -> a UUID is assigned and written back
+//	Body           []byte             // the payload, stored as given
+//	Headers        map[string]string  // producer metadata, kept through retries and recovery;
+//	                                  //   at most 32 entries and 4 KiB
+//	Delay          time.Duration      // from now (the Redis clock); ignored when RunAt is set
+//	RunAt          time.Time          // absolute due time (at most the year 9999)
+//	MaxRetries     int                // 0 -> the listener's or config's; -1 -> never retry
+//	RetryIntervals []time.Duration    // nil -> the listener's or config's; with MaxRetries 0,
+//	                                  //   one retry per interval
+//	Broadcast      bool               // run on every client listening, not on one
+//
+// Set by redeq: Attempt (failed deliveries so far), Recoveries (crashes of
+// its consumers survived), CreatedAt, State, Consumer (the holder while in
+// flight), LastError (the last handler error), Reason (why it went dead).
 type Job = pool.Job
 
 // State is where a job waits.

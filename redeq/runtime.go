@@ -29,7 +29,15 @@ type BroadcastListener = consumer.BroadcastListener
 // WorkerCounter is a Listener with its own worker count.
 type WorkerCounter = consumer.WorkerCounter
 
-// Channel carries a handler's ack and rejoin bits.
+// Channel carries a handler's answer about its job; it counts when the
+// handler returns nil. Its methods (defined in package ack):
+//
+//	ch.Ack()          // done: the job is removed
+//	ch.Rejoin(delay)  // run again after delay, attempts unchanged
+//
+// Both: acked, then added again fresh after delay. Neither: the job is
+// parked in un_ack (unless AutoAck). An error, a panic or a timeout is a
+// failure: the job is retried on its schedule.
 type Channel = ack.Channel
 
 // Errors of the consuming side.

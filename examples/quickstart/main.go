@@ -1,5 +1,5 @@
-// Quickstart: add a few delayed jobs, look at what is stored, run them with
-// a listener, and shut down cleanly.
+// Quickstart: a typed handler with logging middleware, a few delayed jobs,
+// a look at what is stored, and Run until the work is done.
 //
 //	go run ./examples/quickstart
 package main
@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -15,23 +16,25 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// greeter is the listener of topic "greet".
-type greeter struct {
-	start time.Time
-	wg    *sync.WaitGroup
+// Greeting is the payload of topic "greet", stored as JSON.
+type Greeting struct {
+	Name string `json:"name"`
 }
 
-func (greeter) Topic() string { return "greet" }
-
-func (g greeter) OnJob(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-	fmt.Printf("%6s  ran job %s: %s\n", time.Since(g.start).Round(10*time.Millisecond), job.ID, job.Body)
-	ch.Ack()
-	g.wg.Done()
-	return nil
+// logged is middleware: it sees every job (with its headers) before the
+// handler, and the handler's error after.
+func logged(next redeq.Handler) redeq.Handler {
+	return func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+		start := time.Now()
+		err := next(ctx, job, ch)
+		slog.Info("job", "topic", job.Topic, "id", job.ID, "request", job.Headers["request-id"], "took", time.Since(start), "err", err)
+		return err
+	}
 }
 
 func main() {
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	rdb, closeRedis := demo.Redis()
 	defer closeRedis()
 
@@ -39,28 +42,40 @@ func main() {
 	cfg.Prefix = "quickstart"
 	c, err := redeq.New(rdb, cfg)
 	demo.Check(err)
+	demo.Check(c.Use(logged))
 
+	// A typed handler: nil acks the job, an error retries it.
 	var wg sync.WaitGroup
 	start := time.Now()
-	demo.Check(c.Register(greeter{start: start, wg: &wg}))
-	demo.Check(c.Start(ctx))
+	demo.Check(c.Register(redeq.Typed("greet", func(ctx context.Context, g Greeting) error {
+		fmt.Printf("%6s  hello, %s\n", time.Since(start).Round(10*time.Millisecond), g.Name)
+		wg.Done()
+		return nil
+	})))
 
-	for i, d := range []time.Duration{300 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond} {
+	for i, name := range []string{"Ada", "Grace", "Barbara"} {
 		id := fmt.Sprintf("hello-%d", i)
 		_, _ = c.Delete(ctx, "greet", id) // a rerun against a real server starts clean
 		wg.Add(1)
-		demo.Check(c.Add(ctx, &redeq.Job{Topic: "greet", ID: id, Body: []byte(fmt.Sprintf("due after %v", d)), Delay: d}))
+		delay := time.Duration(300-100*i) * time.Millisecond
+		demo.Check(redeq.AddTyped(ctx, c, "greet", id, Greeting{Name: name}, delay))
 	}
-	st, err := c.Stats(ctx, "greet")
-	demo.Check(err)
-	fmt.Printf("stored: %d jobs, %d scheduled\n", st.Pool, st.Scheduled)
+	// A job with headers (a request id, a trace context, a tenant): they
+	// travel with the job, and middleware reads them.
+	_, _ = c.Delete(ctx, "greet", "with-headers")
+	wg.Add(1)
+	demo.Check(c.Add(ctx, &redeq.Job{Topic: "greet", ID: "with-headers", Body: []byte(`{"name":"Edsger"}`),
+		Delay: 50 * time.Millisecond, Headers: map[string]string{"request-id": "r-42"}}))
 	job, err := c.Get(ctx, "greet", "hello-1")
 	demo.Check(err)
 	fmt.Printf("job %s is %s, due %s after it was created\n", job.ID, job.State, job.RunAt.Sub(job.CreatedAt))
 
-	wg.Wait()
-	demo.Check(c.Shutdown(ctx))
-	st, err = c.Stats(ctx, "greet")
+	// Run serves until ctx is done or SIGINT/SIGTERM, then shuts down
+	// gracefully; here ctx ends once every greeting ran.
+	go func() { wg.Wait(); cancel() }()
+	demo.Check(c.Run(ctx))
+
+	st, err := c.Stats(context.Background(), "greet")
 	demo.Check(err)
 	fmt.Printf("done: %d jobs left\n", st.Pool)
 }

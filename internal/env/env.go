@@ -8,6 +8,7 @@ package env
 
 import (
 	"log/slog"
+	"sync"
 	"time"
 )
 
@@ -27,6 +28,7 @@ var System Clock = systemClock{}
 type Env struct {
 	Clock  Clock
 	Logger *slog.Logger
+	limit  *limiter
 }
 
 // New returns an Env with the system clock and logger (slog.Default when nil).
@@ -34,7 +36,7 @@ func New(logger *slog.Logger) Env {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return Env{Clock: System, Logger: logger}
+	return Env{Clock: System, Logger: logger, limit: &limiter{last: map[string]time.Time{}, quiet: map[string]int{}}}
 }
 
 // Backoff is the wait after consecutive failures of a background loop:
@@ -63,3 +65,38 @@ func (b *Backoff) Failing() bool { return b.fails > 0 }
 
 // Reset records a success.
 func (b *Backoff) Reset() { b.fails = 0 }
+
+// failureLogEvery bounds how often one kind of background failure is
+// logged: during a Redis outage every loop of every bucket fails at once.
+const failureLogEvery = 10 * time.Second
+
+// limiter remembers when each kind of failure was last logged.
+type limiter struct {
+	mu    sync.Mutex
+	last  map[string]time.Time
+	quiet map[string]int
+}
+
+// Failure logs msg at Warn, at most once per 10s for each msg across the
+// client's loops, counting the ones it kept quiet in between ("repeats").
+func (e Env) Failure(msg string, args ...any) {
+	if e.limit == nil {
+		e.Logger.Warn(msg, args...)
+		return
+	}
+	now := e.Clock.Now()
+	l := e.limit
+	l.mu.Lock()
+	if t, ok := l.last[msg]; ok && now.Sub(t) < failureLogEvery {
+		l.quiet[msg]++
+		l.mu.Unlock()
+		return
+	}
+	n := l.quiet[msg]
+	l.last[msg], l.quiet[msg] = now, 0
+	l.mu.Unlock()
+	if n > 0 {
+		args = append(args, "repeats", n)
+	}
+	e.Logger.Warn(msg, args...)
+}
