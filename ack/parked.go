@@ -55,7 +55,7 @@ const MaxList = 10_000
 // first, each with RunAt set to when it was parked.
 func List(ctx context.Context, c redis.UniversalClient, prefix, topic string, buckets int, p Parking, limit int) ([]*pool.Job, error) {
 	if limit <= 0 || limit > MaxList {
-		return nil, fmt.Errorf("%w: limit %d is out of range 1..%d", pool.ErrInvalidJob, limit, MaxList)
+		return nil, fmt.Errorf("%w: list %s of %q: limit %d is out of range 1..%d", pool.ErrInvalidArgument, p.state(), topic, limit, MaxList)
 	}
 	var out []*pool.Job
 	for b := range buckets {

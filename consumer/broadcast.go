@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/internal/env"
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/pool"
@@ -82,8 +83,8 @@ func (g *Group) RegisterBroadcast(bl BroadcastListener) error {
 	}
 	seen := make(map[string]bool, len(topics))
 	for _, t := range topics {
-		if err := pool.CheckTopic(t); err != nil {
-			return fmt.Errorf("register broadcast listener: %w", err)
+		if err := config.CheckName("topic", t); err != nil {
+			return fmt.Errorf("%w: register broadcast listener: %v", pool.ErrInvalidArgument, err)
 		}
 		if seen[t] {
 			return fmt.Errorf("%w: broadcast listener names topic %q twice", pool.ErrInvalidArgument, t)
@@ -274,7 +275,7 @@ func (g *Group) closeBroadcasts() {
 // then cancels their context and waits a short grace. It reports whether
 // they all returned. A handler that ignores its context keeps its
 // goroutine until it returns, but Shutdown does not wait for it.
-func (g *Group) endBroadcasts(ctx context.Context) bool {
+func (g *Group) endBroadcasts(ctx, cleanup context.Context) bool {
 	if g.bc.cancel == nil {
 		return true
 	}
@@ -283,7 +284,8 @@ func (g *Group) endBroadcasts(ctx context.Context) bool {
 		return true
 	}
 	g.bc.cancel()
-	grace, cancel := context.WithTimeout(context.Background(), time.Second)
+	grace, cancel := context.WithTimeout(cleanup, handlerGrace)
 	defer cancel()
-	return waitFor(grace, &g.bc.wg)
+	waitFor(grace, &g.bc.wg)
+	return false
 }

@@ -77,8 +77,8 @@ func (g *Group) Register(l Listener) error {
 		return ErrStarted
 	}
 	topic := l.Topic()
-	if err := pool.CheckTopic(topic); err != nil {
-		return fmt.Errorf("register listener: %w", err)
+	if err := config.CheckName("topic", topic); err != nil {
+		return fmt.Errorf("%w: register listener: %v", pool.ErrInvalidArgument, err)
 	}
 	for _, have := range g.listeners {
 		if have.Topic() == topic {
@@ -188,15 +188,21 @@ func (g *Group) Shutdown(ctx context.Context) error {
 	waitCtx, cancel := context.WithTimeout(ctx, g.cfg.ShutdownTimeout)
 	defer cancel()
 	finished := waitFor(waitCtx, &g.workerWG)
+	// From here on every step shares one budget (see cleanupContext), so
+	// that Shutdown returns soon after ctx ends even when Redis hangs.
+	cleanup, cancelCleanup := g.cleanupContext(ctx)
+	defer cancelCleanup()
 	if !finished {
 		g.handlerCancel()
-		grace, cancelGrace := context.WithTimeout(context.Background(), time.Second)
+		// A short grace: a handler that returns as soon as it is canceled
+		// ends here; its job is rolled back below either way.
+		grace, cancelGrace := context.WithTimeout(cleanup, handlerGrace)
 		waitFor(grace, &g.workerWG)
 		cancelGrace()
 	}
 	g.handlerCancel()
-	finished = g.endBroadcasts(waitCtx) && finished
-	g.fetchWG.Wait() // dispatchers have ended with fetchCtx; settlers end below
+	finished = g.endBroadcasts(waitCtx, cleanup) && finished
+	waitFor(cleanup, &g.fetchWG) // dispatchers end with fetchCtx; settlers end below
 	for _, r := range g.runners {
 		close(r.stopSettle)
 	}
@@ -209,28 +215,23 @@ func (g *Group) Shutdown(ctx context.Context) error {
 	}()
 	select {
 	case <-settled:
-	case <-time.After(5 * time.Second):
-		g.settleCancel()
-		<-settled
+	case <-cleanup.Done():
+		g.settleCancel() // outcomes not applied run again: at least once
 	}
 	g.settleCancel()
 
 	var err error
 	clean := true
 	if g.cfg.Rollback() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		err = g.rollback(rctx)
-		cancel()
+		err = g.rollback(cleanup)
 		clean = err == nil
 	} else {
 		clean = false
 	}
 	g.bgCancel()
-	g.bgWG.Wait()
+	waitFor(cleanup, &g.bgWG)
 	if clean {
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		g.leave(lctx)
-		cancel()
+		g.leave(cleanup)
 	}
 	if !finished {
 		// Like net/http.Server.Shutdown: say that handlers were abandoned.
@@ -241,6 +242,32 @@ func (g *Group) Shutdown(ctx context.Context) error {
 		err = errors.Join(fmt.Errorf("redeq: shutdown canceled handlers still running (their jobs were rolled back): %w", cause), err)
 	}
 	return err
+}
+
+const (
+	// handlerGrace is how long Shutdown waits for handlers it canceled.
+	handlerGrace = 100 * time.Millisecond
+	// cleanupMin is the least time Shutdown gives itself, after its ctx
+	// ended, to apply outcomes and roll back: a healthy Redis needs
+	// milliseconds, and the jobs then run again at once rather than after
+	// the reaper's ConsumerTimeout.
+	cleanupMin = 500 * time.Millisecond
+)
+
+// cleanupContext is the budget of Shutdown's steps after the handlers:
+// until ctx's deadline, but at least cleanupMin from now; without a
+// deadline, ShutdownTimeout. A step still waiting on Redis when it ends is
+// abandoned: its jobs stay in flight and the reaper recovers them.
+func (g *Group) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	base := context.WithoutCancel(ctx)
+	until := g.env.Clock.Now().Add(g.cfg.ShutdownTimeout)
+	if d, ok := ctx.Deadline(); ok {
+		until = d
+	}
+	if least := g.env.Clock.Now().Add(cleanupMin); until.Before(least) {
+		until = least
+	}
+	return context.WithDeadline(base, until)
 }
 
 // waitFor waits for wg until ctx ends; it reports whether wg finished.

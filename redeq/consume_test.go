@@ -362,7 +362,7 @@ func TestRegisterRules(t *testing.T) {
 	e := setup(t, testutil.Backends(t)[0], testutil.Config(t))
 	require.NoError(t, e.c.Register(newListener("t", nil)))
 	require.ErrorIs(t, e.c.Register(newListener("t", nil)), redeq.ErrDuplicateListener)
-	require.ErrorIs(t, e.c.Register(newListener("a b", nil)), redeq.ErrInvalidJob)
+	require.ErrorIs(t, e.c.Register(newListener("a b", nil)), redeq.ErrInvalidArgument)
 	require.Error(t, e.c.Register(nil))
 	require.NoError(t, e.c.Start(context.Background()))
 	require.ErrorIs(t, e.c.Register(newListener("u", nil)), redeq.ErrStarted)
