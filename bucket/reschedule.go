@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -22,10 +23,19 @@ var (
 // Reschedule gives the waiting job id a new due time at. A job that is in
 // flight, parked in un_ack or dead is not waiting: pool.ErrJobNotWaiting.
 func Reschedule(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, at time.Time) error {
+	return reschedule(ctx, c, prefix, topic, id, bucket, strconv.FormatInt(pool.UnixMs(at), 10), 0)
+}
+
+// RescheduleIn is Reschedule to delay from now by the Redis server's clock.
+func RescheduleIn(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, delay time.Duration) error {
+	return reschedule(ctx, c, prefix, topic, id, bucket, "", pool.DurationMs(delay))
+}
+
+func reschedule(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, at string, delayMs int64) error {
 	k := keys.ForBucket(prefix, topic, bucket)
 	code, err := rescheduleScript.Run(ctx, c, []string{k.Pool(), k.Scheduled(), k.State(), k.Op(uuid.NewString())},
-		id, keys.BroadcastMark, pool.UnixMs(at), keys.WakeChannel(prefix), keys.Address(topic, bucket),
-		pool.OpTTL.Milliseconds()).Int()
+		id, keys.BroadcastMark, at, keys.WakeChannel(prefix), keys.Address(topic, bucket),
+		pool.OpTTL.Milliseconds(), delayMs).Int()
 	if err != nil {
 		return fmt.Errorf("reschedule job %q: %w", id, err)
 	}

@@ -7,10 +7,13 @@
 -- KEYS[4] -> op STRING: this call's reply, kept for a rerun
 -- ARGV[1] -> job id
 -- ARGV[2] -> broadcast mark
--- ARGV[3] -> new due time, unix ms
+-- ARGV[3] -> new due time, unix ms, or '' to count ARGV[7] from now
+--   (the server's clock)
 -- ARGV[4] -> wake channel
 -- ARGV[5] -> wake message
 -- ARGV[6] -> how long to keep the reply, ms
+-- ARGV[7] -> delay from now, ms, when ARGV[3] is ''
+
 -- Returns 0 when rescheduled (now or by an earlier run of the same call),
 -- 1 when the job is absent, 2 when it is not waiting.
 if redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
@@ -24,7 +27,13 @@ if redis.call('ZSCORE', KEYS[2], member) == false then
     redis.call('HDEL', KEYS[3], member)
   end
 end
-local due = tonumber(ARGV[3])
+local due
+if ARGV[3] ~= '' then
+  due = tonumber(ARGV[3])
+else
+  local t = redis.call('TIME')
+  due = math.min(math.ceil((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000) + tonumber(ARGV[7]), 253402300799999)
+end
 local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[2], due, member)
 if first[1] == nil or first[1] == member or due < tonumber(first[2]) then

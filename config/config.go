@@ -141,9 +141,11 @@ type Config struct {
 	// Workers is the number of handler goroutines per listener, from 1 to
 	// MaxWorkers (10,000). Defaults to 8.
 	Workers int `yaml:"workers"`
-	// PollTimeout is how long an idle fetcher waits for a ready notification
-	// before it polls its ready lists anyway. From MinInterval (1ms) to
-	// MaxInterval (1h). Defaults to 2s.
+	// PollTimeout is no longer used: fetchers do not poll (the bucket's
+	// owner repeats the ready notification of a non-empty ready list at
+	// each of its scans, and every resubscription makes listeners look at
+	// every bucket). Kept so that existing files load. From MinInterval
+	// (1ms) to MaxInterval (1h). Defaults to 2s.
 	PollTimeout time.Duration `yaml:"poll_timeout"`
 	// LockExpiry is the lifetime of a mover's or reaper's lock; the holder
 	// extends it every third of it. Other clients try to take a bucket's

@@ -388,3 +388,23 @@ func unpauseAll(c redis.UniversalClient) {
 	}
 	_ = c.Do(ctx, "CLIENT", "UNPAUSE").Err()
 }
+
+// TestRescheduleInUsesServerClock: RescheduleIn counts from the Redis
+// server's clock, whatever the caller's.
+func TestRescheduleInUsesServerClock(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j", Delay: time.Hour}))
+		before, err := e.rdb.Time(ctx).Result()
+		require.NoError(t, err)
+		require.NoError(t, e.c.RescheduleIn(ctx, "t", "j", 10*time.Minute))
+		after, err := e.rdb.Time(ctx).Result()
+		require.NoError(t, err)
+		job, err := e.c.Get(ctx, "t", "j")
+		require.NoError(t, err)
+		require.False(t, job.RunAt.Before(before.Add(10*time.Minute).Truncate(time.Millisecond)), "early: %v", job.RunAt)
+		require.False(t, job.RunAt.After(after.Add(10*time.Minute+time.Millisecond)), "late: %v", job.RunAt)
+		require.ErrorIs(t, e.c.RescheduleIn(ctx, "t", "j", -time.Second), redeq.ErrInvalidArgument)
+		require.ErrorIs(t, e.c.RescheduleIn(ctx, "t", "nope", time.Second), redeq.ErrJobNotFound)
+	})
+}

@@ -249,8 +249,10 @@ func (c *Client) Delete(ctx context.Context, topic, id string) (*Job, error) {
 }
 
 // Reschedule gives a waiting job (scheduled, or due and not yet fetched) the
-// new due time at. ErrJobNotFound when absent; ErrJobNotWaiting when it is
-// in flight, parked in un_ack or dead.
+// new due time at, an absolute time by the caller's clock (RescheduleIn
+// uses the server's). ErrJobNotFound when absent; ErrJobNotWaiting when it
+// is in flight, parked in un_ack or dead. A rerun after a lost reply
+// succeeds again.
 func (c *Client) Reschedule(ctx context.Context, topic, id string, at time.Time) error {
 	if err := checkRef(ctx, topic, id); err != nil {
 		return err
@@ -267,4 +269,21 @@ func (c *Client) Reschedule(ctx context.Context, topic, id string, at time.Time)
 		return err
 	}
 	return bucket.Reschedule(ctx, c.rdb, c.cfg.Prefix, topic, id, b, at)
+}
+
+// RescheduleIn gives a waiting job the due time delay from now by the Redis
+// server's clock, so a caller whose clock is off cannot make it run early.
+// Errors as Reschedule; a negative delay is ErrInvalidArgument.
+func (c *Client) RescheduleIn(ctx context.Context, topic, id string, delay time.Duration) error {
+	if err := checkRef(ctx, topic, id); err != nil {
+		return err
+	}
+	if delay < 0 {
+		return fmt.Errorf("%w: reschedule job %q of topic %q: negative delay %v", ErrInvalidArgument, id, topic, delay)
+	}
+	b, err := c.bucketOf(ctx, topic, id)
+	if err != nil {
+		return err
+	}
+	return bucket.RescheduleIn(ctx, c.rdb, c.cfg.Prefix, topic, id, b, delay)
 }

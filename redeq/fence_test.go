@@ -66,7 +66,7 @@ func TestManyInFlightNotLost(t *testing.T) {
 			require.EqualValues(t, jobs, stats(t, e.c, "t").InFlight)
 			close(release)
 			waitFor(t, 60*time.Second, "the acks applied", func() bool { return stats(t, e.c, "t").Pool == jobs/2 })
-			require.NoError(t, c.Shutdown(ctx))
+			require.ErrorIs(t, c.Shutdown(ctx), context.DeadlineExceeded, "handlers were canceled")
 
 			st := stats(t, e.c, "t")
 			require.EqualValues(t, jobs/2, st.Pool)
@@ -105,7 +105,7 @@ func TestRollbackDoesNotDoubleAReaddedJob(t *testing.T) {
 		// The new job falls due and waits in the ready list: the old
 		// consumer's only worker is busy.
 		waitFor(t, 5*time.Second, "the new job ready", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
-		require.NoError(t, a.Shutdown(ctx))
+		require.ErrorIs(t, a.Shutdown(ctx), context.DeadlineExceeded, "the old handler was canceled")
 
 		tl := newTally()
 		fresh := newListener("t", tl.handle)
