@@ -22,15 +22,7 @@ type Middleware = func(Handler) Handler
 // listener's handler (typed listeners' too), outside the listener's own
 // middleware; the first given is the outermost.
 func (c *Client) Use(mw ...Middleware) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return ErrClientClosed
-	}
-	if c.run != nil {
-		return ErrStarted
-	}
-	return c.group.Use(mw...)
+	return c.beforeStart(func() error { return c.group.Use(mw...) })
 }
 
 // ListenerOption sets a listener's own policy, overriding the client's

@@ -92,24 +92,24 @@ func (c *Client) runtime() *runtime {
 // Register adds the listener of one topic. Call it before Start; a second
 // listener for a topic is ErrDuplicateListener.
 func (c *Client) Register(l Listener) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return ErrClientClosed
-	}
-	if c.run != nil {
-		return ErrStarted
-	}
-	if l != nil {
-		if err := checkListener(l); err != nil {
-			return fmt.Errorf("register listener: %w", err)
+	return c.beforeStart(func() error {
+		if l != nil {
+			if err := checkListener(l); err != nil {
+				return fmt.Errorf("register listener: %w", err)
+			}
 		}
-	}
-	return c.group.Register(l)
+		return c.group.Register(l)
+	})
 }
 
 // RegisterBroadcast adds a broadcast listener. Call it before Start.
 func (c *Client) RegisterBroadcast(bl BroadcastListener) error {
+	return c.beforeStart(func() error { return c.group.RegisterBroadcast(bl) })
+}
+
+// beforeStart runs f under the client's lock, unless the client is closed
+// (ErrClientClosed) or started (ErrStarted).
+func (c *Client) beforeStart(f func() error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -118,7 +118,7 @@ func (c *Client) RegisterBroadcast(bl BroadcastListener) error {
 	if c.run != nil {
 		return ErrStarted
 	}
-	return c.group.RegisterBroadcast(bl)
+	return f()
 }
 
 // Start subscribes to redeq's notifications and starts, in this order, the
