@@ -90,10 +90,10 @@ func statsCmd(o *opts) *cobra.Command {
 				}
 				return writeJSON(cmd.OutOrStdout(), out)
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprintln(tw, "TOPIC\tSCHEDULED\tREADY\tINFLIGHT\tUNACK\tDEAD\tPOOL\tCONSUMERS\tPAUSED\t")
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TOPIC\tSCHEDULED\tREADY\tINFLIGHT\tUNACK\tDEAD\tPOOL\tCONSUMERS\tPAUSED")
 			for _, s := range out {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%v\t\n", s.Topic, s.Scheduled, s.Ready, s.InFlight, s.UnAck, s.Dead, s.Pool, s.Consumers, s.Paused)
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%v\n", s.Topic, s.Scheduled, s.Ready, s.InFlight, s.UnAck, s.Dead, s.Pool, s.Consumers, s.Paused)
 			}
 			return tw.Flush()
 		}),
