@@ -1,0 +1,144 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// jobJSON is a job as -o json writes it: the body as text when it is
+// printable UTF-8, else in base64.
+type jobJSON struct {
+	Topic      string            `json:"topic"`
+	ID         string            `json:"id"`
+	State      redeq.State       `json:"state,omitempty"`
+	Attempt    int               `json:"attempt"`
+	Recoveries int               `json:"recoveries"`
+	CreatedAt  *time.Time        `json:"created_at,omitempty"`
+	RunAt      *time.Time        `json:"run_at,omitempty"`
+	Consumer   string            `json:"consumer,omitempty"`
+	Reason     string            `json:"reason,omitempty"`
+	LastError  string            `json:"last_error,omitempty"`
+	Headers    map[string]string `json:"headers,omitempty"`
+	Body       *string           `json:"body,omitempty"`
+	BodyBase64 *string           `json:"body_base64,omitempty"`
+	Size       int               `json:"size"`
+}
+
+func toJSON(j *redeq.Job, withBody bool) jobJSON {
+	out := jobJSON{Topic: j.Topic, ID: j.ID, State: j.State, Attempt: j.Attempt, Recoveries: j.Recoveries,
+		CreatedAt: timePtr(j.CreatedAt), RunAt: timePtr(j.RunAt), Consumer: j.Consumer, Reason: j.Reason,
+		LastError: j.LastError, Headers: j.Headers, Size: len(j.Body)}
+	if withBody {
+		if printable(j.Body) {
+			s := string(j.Body)
+			out.Body = &s
+		} else {
+			s := base64.StdEncoding.EncodeToString(j.Body)
+			out.BodyBase64 = &s
+		}
+	}
+	return out
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// writeJob prints one job for a person.
+func writeJob(w io.Writer, j *redeq.Job) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row("topic", j.Topic)
+	row("id", j.ID)
+	row("state", string(j.State))
+	row("attempt", fmt.Sprint(j.Attempt))
+	row("recoveries", fmt.Sprint(j.Recoveries))
+	row("created", fmtTime(j.CreatedAt))
+	row("due", fmtTime(j.RunAt))
+	if j.Consumer != "" {
+		row("consumer", j.Consumer)
+	}
+	if j.Reason != "" {
+		row("reason", j.Reason)
+	}
+	if j.LastError != "" {
+		row("last error", j.LastError)
+	}
+	keys := make([]string, 0, len(j.Headers))
+	for k := range j.Headers {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		row("header "+k, j.Headers[k])
+	}
+	_ = tw.Flush()
+	if printable(j.Body) {
+		fmt.Fprintf(w, "body (%d bytes):\n%s\n", len(j.Body), j.Body)
+	} else {
+		fmt.Fprintf(w, "body (%d bytes, hex):\n%s", len(j.Body), hex.Dump(j.Body))
+	}
+}
+
+// writeJobs prints a list of jobs as a table.
+func writeJobs(w io.Writer, jobs []*redeq.Job) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tATTEMPT\tCREATED\tDUE/SINCE\tREASON")
+	for _, j := range jobs {
+		reason := j.Reason
+		if reason == "" {
+			reason = j.LastError
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.State, j.Attempt, fmtTime(j.CreatedAt), fmtTime(j.RunAt), oneLine(reason))
+	}
+	_ = tw.Flush()
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 80 {
+		s = s[:77] + "..."
+	}
+	return s
+}
+
+// printable reports whether b is UTF-8 text a terminal shows as is.
+func printable(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for _, r := range string(b) {
+		if !unicode.IsPrint(r) && r != '\n' && r != '\r' && r != '\t' {
+			return false
+		}
+	}
+	return true
+}

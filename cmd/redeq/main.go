@@ -1,0 +1,52 @@
+// Command redeq inspects and operates redeq's queues: topics and their
+// counts, jobs by state, one job with its body, and the admin actions
+// (add, delete, reschedule, requeue, pause, resume), plus the web
+// dashboard.
+//
+//	go install github.com/redeq-go/redeq/cmd/redeq@latest
+//	redeq --redis redis://localhost:6379 stats
+//	redeq --config redeq.yaml list orders dead -o json
+//
+// Exit codes: 0 ok, 1 error, 2 usage, 3 not found (a job or a topic).
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func main() {
+	// go-redis logs each failed dial; the command reports the error once.
+	redis.SetLogger(quietLogger{})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// run executes one command line and returns its exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root := newRoot(stdin)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetIn(stdin)
+	err := root.ExecuteContext(ctx)
+	code := exitCode(err)
+	if err != nil {
+		_, _ = io.WriteString(stderr, "redeq: "+err.Error()+"\n")
+		if code == exitUsage {
+			_, _ = io.WriteString(stderr, "Run 'redeq --help' for usage.\n")
+		}
+	}
+	return code
+}

@@ -1,0 +1,19 @@
+// Package dashboard is a web page for the operators of redeq: every topic
+// with its counts, a topic's jobs by state, one job with its body, and the
+// admin actions (delete, run now, requeue, pause, resume).
+//
+// It is an http.Handler built on the redeq client's public API and the
+// standard library only; its templates and stylesheet are embedded, so it
+// works offline and runs no script in the browser.
+//
+//	h := dashboard.New(c, dashboard.Options{Token: os.Getenv("REDEQ_DASHBOARD_TOKEN"), Path: "/redeq"})
+//	http.Handle("/redeq/", h)
+//
+// It is safe by default where it can be: with Token or Username set every
+// request must carry them; ReadOnly refuses every action on the server,
+// not only by hiding buttons; actions need a CSRF token bound to the
+// browser session and a same-origin request; every id, body and error is
+// escaped; and each page reads at most MaxPageSize jobs. With no Token and
+// no Username anyone who reaches it can act on the queues: mount it behind
+// the service's own authentication, or set one.
+package dashboard
