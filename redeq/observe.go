@@ -1,6 +1,8 @@
 package redeq
 
 import (
+	"time"
+
 	"github.com/redeq-go/redeq/consumer"
 )
 
@@ -66,5 +68,37 @@ func (c *Client) added(topic string, n int) {
 	}
 	for range n {
 		c.observer.JobAdded(topic)
+	}
+}
+
+// Observers returns an Observer that tells each of os, in order, what it
+// hears; those that are ReturnObservers also hear of returned jobs.
+func Observers(os ...Observer) ReturnObserver { return fanout(os) }
+
+type fanout []Observer
+
+func (f fanout) JobAdded(topic string) {
+	for _, o := range f {
+		o.JobAdded(topic)
+	}
+}
+
+func (f fanout) JobDelivered(job *Job, lateness time.Duration) {
+	for _, o := range f {
+		o.JobDelivered(job, lateness)
+	}
+}
+
+func (f fanout) JobDone(job *Job, outcome Outcome, took time.Duration, err error) {
+	for _, o := range f {
+		o.JobDone(job, outcome, took, err)
+	}
+}
+
+func (f fanout) JobsReturned(topic string, n int, recovered bool) {
+	for _, o := range f {
+		if ro, ok := o.(ReturnObserver); ok {
+			ro.JobsReturned(topic, n, recovered)
+		}
 	}
 }
