@@ -16,7 +16,8 @@
 //
 // Producers: Add, AddBatch, AddTyped, Put (upsert), Get, Delete,
 // Reschedule, Update. Consumers: Register (a Listener, ListenerFunc,
-// Typed, TypedWithChannel), RegisterBroadcast, Use, Start, Run, Shutdown.
+// Typed, TypedWithChannel), RegisterBroadcast, Use, Observe, Start, Run,
+// Shutdown.
 // Operators: Stats, Topics, List, UnAcked, ProcessUnAck, RequeueUnAck,
 // DeadJobs, RequeueDead, Pause, Resume.
 package redeq
