@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
@@ -137,5 +138,36 @@ func TestObserveRejectsNilAndLate(t *testing.T) {
 		require.ErrorIs(t, e.c.Observe(nil), redeq.ErrInvalidArgument)
 		require.NoError(t, e.c.Start(context.Background()))
 		require.ErrorIs(t, e.c.Observe(newRecorder()), redeq.ErrStarted)
+	})
+}
+
+// A handler canceled by Shutdown is reported interrupted, and the rollback
+// that returns its job is reported to a ReturnObserver.
+func TestObserverSeesShutdownRollback(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		rec := newRecorder()
+		c := e.another(t, func(c *config.Config) { c.ShutdownTimeout = 50 * time.Millisecond })
+		require.NoError(t, c.Observe(rec))
+		running := make(chan struct{}, 2)
+		require.NoError(t, c.Register(redeq.ListenerFunc("held", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			running <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		})))
+		require.NoError(t, c.AddBatch(ctx, []*redeq.Job{{Topic: "held", ID: "1"}, {Topic: "held", ID: "2"}}))
+		require.NoError(t, c.Start(ctx))
+		<-running
+		<-running
+		_ = c.Shutdown(ctx) // reports the canceled handlers
+
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		require.Equal(t, map[redeq.Outcome]int{redeq.OutcomeInterrupted: 2}, rec.outcomes)
+		require.Equal(t, 2, rec.returned)
+		j, err := e.c.Get(ctx, "held", "1")
+		require.NoError(t, err)
+		require.Contains(t, []redeq.State{redeq.StateScheduled, redeq.StateReady}, j.State, "rolled back")
+		require.Zero(t, j.Attempt, "unspent")
 	})
 }
