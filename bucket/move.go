@@ -46,7 +46,7 @@ func Move(ctx context.Context, c redis.UniversalClient, prefix, topic string, n,
 // moveOverdue moves at most batch ids overdue by more than grace.
 func moveOverdue(ctx context.Context, c redis.UniversalClient, prefix, topic string, n, batch int, grace time.Duration) (MoveResult, error) {
 	k := keys.ForBucket(prefix, topic, n)
-	v, err := moveScript.Run(ctx, c, []string{k.Scheduled(), k.Ready(), k.Pool(), k.Sent(), k.SentAt(), k.SentSeq(), k.State()},
+	v, err := moveScript.Run(ctx, c, []string{k.Scheduled(), k.Ready(), k.Pool(), k.Sent(), k.SentAt(), k.SentSeq(), k.State(), k.Due()},
 		batch, keys.BroadcastMark, keys.ReadyChannel(prefix), keys.BroadcastChannel(prefix),
 		keys.Address(topic, n), grace.Milliseconds(), BroadcastRetention.Milliseconds()).Result()
 	if err != nil {

@@ -8,6 +8,8 @@
 -- KEYS[5] -> sent-at ZSET (id "\n" seq -> published, unix ms)
 -- KEYS[6] -> sent-seq STRING (last sequence number given)
 -- KEYS[7] -> state HASH (a moved id's state becomes "r")
+-- KEYS[8] -> due HASH (a moved id -> its due time, unix ms, for the fetch
+--   to report lateness; not part of the delivery fence)
 -- ARGV[1] -> most ids to move
 -- ARGV[2] -> broadcast mark
 -- ARGV[3] -> ready channel
@@ -32,7 +34,12 @@ end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if first[1] == nil then return {0, -1, now, announce()} end
 if tonumber(first[2]) > upto then return {0, tonumber(first[2]), now, announce()} end
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upto, 'LIMIT', 0, tonumber(ARGV[1]))
+local rows = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upto, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
+local ids, dues = {}, {}
+for i = 1, #rows, 2 do
+  ids[#ids + 1] = rows[i]
+  dues[rows[i]] = rows[i + 1]
+end
 local ready = {}
 local sent = 0
 for _, m in ipairs(ids) do
@@ -72,12 +79,15 @@ if #ready > 0 then
   -- The state marks each id as fetchable; chunked to stay within unpack's
   -- limit (MoveBatch may be 5,000, two values per id).
   for i = 1, #ready, 1000 do
-    local st = {}
+    local st, du = {}, {}
     for j = i, math.min(i + 999, #ready) do
       st[#st + 1] = ready[j]
       st[#st + 1] = 'r'
+      du[#du + 1] = ready[j]
+      du[#du + 1] = dues[ready[j]]
     end
     redis.call('HSET', KEYS[7], unpack(st))
+    redis.call('HSET', KEYS[8], unpack(du))
   end
   redis.call('RPUSH', KEYS[2], unpack(ready))
 end

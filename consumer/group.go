@@ -42,6 +42,7 @@ type Group struct {
 
 	listeners  []Listener
 	middleware []Middleware
+	observer   Observer // nil: nothing observed
 	runners    map[string]*runner
 	bc         broadcasts
 
@@ -291,9 +292,11 @@ func (g *Group) rollback(ctx context.Context) error {
 	var errs []error
 	for topic, r := range g.runners {
 		for b := range r.buckets {
-			if _, _, err := g.recoverList(ctx, topic, b, g.cid, modeRollback); err != nil {
+			n, _, err := g.recoverList(ctx, topic, b, g.cid, modeRollback)
+			if err != nil {
 				errs = append(errs, err)
 			}
+			g.returned(topic, n, false)
 		}
 	}
 	return errors.Join(errs...)

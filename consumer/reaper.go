@@ -206,6 +206,7 @@ func (g *Group) reapTopic(ctx context.Context, topic string, buckets int, cids [
 			}
 		}
 		total += recovered
+		g.returned(topic, recovered, true)
 		if recovered > 0 {
 			g.env.Logger.Info("redeq: recovered the jobs of a silent consumer", "topic", topic, "consumer", cid, "jobs", recovered)
 		}

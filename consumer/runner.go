@@ -87,6 +87,7 @@ type runner struct {
 type delivery struct {
 	bucket int
 	item   ready.Item
+	at     time.Time // when fetched, set only for an Observer
 }
 
 type settleReq struct {
@@ -308,8 +309,12 @@ func (r *runner) dispatch(ctx context.Context) {
 				r.hold(b, items)
 				r.busy.Add(int64(len(items)))
 				free -= len(items)
+				var at time.Time
+				if r.g.observer != nil {
+					at = r.g.env.Clock.Now()
+				}
 				for _, it := range items {
-					r.jobs <- delivery{bucket: b, item: it}
+					r.jobs <- delivery{bucket: b, item: it, at: at}
 				}
 			}
 			r.rr++
@@ -400,18 +405,27 @@ func (r *runner) handle(d delivery) {
 	if r.consumeTimeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, r.consumeTimeout)
 	}
+	var start time.Time
+	if g.observer != nil {
+		start = r.observeStart(d, job)
+	}
 	err = r.call(ctx, job, ch)
+	var took time.Duration
+	if g.observer != nil {
+		took = g.env.Clock.Now().Sub(start)
+	}
 	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
 	cancel()
 	interrupted := g.handlerCtx.Err() != nil
 	if interrupted && (err != nil || timedOut) {
+		r.observeDone(took, job, OutcomeInterrupted, err)
 		return // canceled by Shutdown: the rollback returns it unspent
 	}
 	if err == nil && timedOut {
 		err = ErrConsumeTimeout
 	}
 	if err != nil {
-		r.fail(d.bucket, job, h, token, err)
+		r.observeDone(took, job, r.fail(d.bucket, job, h, token, err), err)
 		return
 	}
 	acked, rejoined, delay := ch.State()
@@ -430,7 +444,36 @@ func (r *runner) handle(d delivery) {
 		out.Op = ack.OpUnAck
 		r.warnUnAck(job.ID)
 	}
+	r.observeDone(took, job, outcomeOf(out.Op), nil)
 	r.submit(d.bucket, out)
+}
+
+// observeStart tells the observer a handler starts; its lateness is the
+// fetch's (Redis clock) plus the wait since (local clock).
+func (r *runner) observeStart(d delivery, job *pool.Job) time.Time {
+	now := r.g.env.Clock.Now()
+	late := time.Duration(-1)
+	if d.item.Late >= 0 {
+		late = d.item.Late + max(now.Sub(d.at), 0)
+	}
+	r.g.observer.JobDelivered(job, late)
+	return now
+}
+
+func (r *runner) observeDone(took time.Duration, job *pool.Job, o Outcome, err error) {
+	if r.g.observer != nil {
+		r.g.observer.JobDone(job, o, took, err)
+	}
+}
+
+func outcomeOf(op ack.Op) Outcome {
+	switch op {
+	case ack.OpRejoin:
+		return OutcomeRejoin
+	case ack.OpUnAck:
+		return OutcomeUnAck
+	}
+	return OutcomeAck // OpAck, OpAckRejoin
 }
 
 // unackLogEvery bounds the warnings about jobs parked in un_ack.
@@ -453,8 +496,8 @@ func (r *runner) warnUnAck(id string) {
 	r.unackLogged, r.unackQuiet = now, 0
 }
 
-// fail applies the retry policy to a failed delivery.
-func (r *runner) fail(bucket int, job *pool.Job, h pool.Header, token string, cause error) {
+// fail applies the retry policy to a failed delivery and tells which.
+func (r *runner) fail(bucket int, job *pool.Job, h pool.Header, token string, cause error) Outcome {
 	g := r.g
 	h.Attempt++
 	policy := retry.For(h.MaxRetries, job.RetryIntervals, r.retries, r.intervals)
@@ -468,7 +511,7 @@ func (r *runner) fail(bucket int, job *pool.Job, h pool.Header, token string, ca
 	if again {
 		g.env.Logger.Debug("redeq: job failed, retrying", "topic", r.topic, "id", job.ID, "attempt", h.Attempt, "retry_in", delay, "err", cause)
 		r.submit(bucket, ack.Outcome{ID: job.ID, Token: token, Op: ack.OpRetry, Delay: delay, Header: ack.HeaderFor(ack.OpRetry, h), Err: cause.Error()})
-		return
+		return OutcomeRetry
 	}
 	g.env.Logger.Warn("redeq: job failed for the last time", "topic", r.topic, "id", job.ID, "attempt", h.Attempt, "err", cause)
 	if fr, ok := r.l.(FinalRetryListener); ok {
@@ -479,6 +522,7 @@ func (r *runner) fail(bucket int, job *pool.Job, h pool.Header, token string, ca
 	}
 	r.submit(bucket, ack.Outcome{ID: job.ID, Token: token, Op: ack.OpDead, Header: ack.HeaderFor(ack.OpDead, h),
 		Reason: fmt.Sprintf("failed %d times; last: %v", h.Attempt, cause), Err: cause.Error()})
+	return OutcomeDead
 }
 
 // call runs the handler, turning a panic into an error.

@@ -14,12 +14,15 @@
 -- KEYS[4] -> state HASH (id -> "r" or "<token>@<consumer>")
 -- KEYS[5] -> seq STRING (delivery counter)
 -- KEYS[6] -> errors HASH (id -> last handler error)
+-- KEYS[7] -> due HASH (id -> due ms, written by the mover; read and removed
+--   here for every id the fetch consumes; not part of the delivery fence)
 -- ARGV[1] -> most ids to fetch (at most 256)
 -- ARGV[2] -> consumer id
 -- ARGV[3] -> recoveries from which a job is quarantined
 -- ARGV[4] -> "1" when the consumer runs nothing
 -- Returns {stopped at a quarantined job: 1 or 0, then per job: id, token,
--- envelope, last error or false}; nothing ({0}) while the topic is paused
+-- envelope, last error or false, ms since its due time or false when the
+-- mover did not record it}; nothing ({0}) while the topic is paused
 -- (state field "\0paused", keys.PausedField, is set).
 if redis.call('HGET', KEYS[4], '\0paused') then return {0} end
 local ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
@@ -65,6 +68,9 @@ if #take > 0 then
     local got = redis.call('HMGET', KEYS[6], unpack(tids))
     for j, k in ipairs(pos) do errs[k] = got[j] end
   end
+  local due = {}
+  for k, i in ipairs(take) do due[k] = ids[i] end
+  due = redis.call('HMGET', KEYS[7], unpack(due))
   local base = redis.call('INCRBY', KEYS[5], #take) - #take
   local st, fl = {}, {}
   for k, i in ipairs(take) do
@@ -78,10 +84,15 @@ if #take > 0 then
     out[#out + 1] = token
     out[#out + 1] = envs[i]
     out[#out + 1] = errs[k] or false
+    out[#out + 1] = due[k] and (now - tonumber(due[k])) or false
   end
   redis.call('HSET', KEYS[4], unpack(st))
   redis.call('ZADD', KEYS[2], unpack(fl))
 end
 if #gone > 0 then redis.call('HDEL', KEYS[4], unpack(gone)) end
-if consumed > 0 then redis.call('LTRIM', KEYS[1], consumed, -1) end
+if consumed > 0 then
+  -- An id consumed is taken or stale: its due time is used or void.
+  redis.call('HDEL', KEYS[7], unpack(ids, 1, consumed))
+  redis.call('LTRIM', KEYS[1], consumed, -1)
+end
 return out

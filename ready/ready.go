@@ -11,6 +11,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -41,6 +42,10 @@ type Item struct {
 	Envelope string
 	// LastError is the error of the job's last failed delivery, if any.
 	LastError string
+	// Late is how long after its due time the fetch took it (Redis
+	// clock), or -1 when unknown: the job reached the ready list other
+	// than by the mover (crash recovery, a lost fetch reply).
+	Late time.Duration
 }
 
 // Member is the in-flight set member of the delivery.
@@ -72,23 +77,27 @@ func Fetch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n
 	if idle {
 		flag = "1"
 	}
-	v, err := fetchScript.Run(ctx, c, []string{k.Ready(), k.InFlight(cid), k.Pool(), k.State(), k.Seq(), k.Errors()},
+	v, err := fetchScript.Run(ctx, c, []string{k.Ready(), k.InFlight(cid), k.Pool(), k.State(), k.Seq(), k.Errors(), k.Due()},
 		min(max, MaxFetch), cid, Quarantine, flag).Result()
 	if err != nil {
 		return nil, false, fmt.Errorf("fetch %s: %w", keys.Address(topic, n), err)
 	}
 	r, err := rdb.Slice(v)
-	if err != nil || len(r)%4 != 1 {
+	if err != nil || len(r)%5 != 1 {
 		return nil, false, fmt.Errorf("fetch %s: bad reply %v", keys.Address(topic, n), v)
 	}
 	first, _ := rdb.Int(r[0])
 	r = r[1:]
-	items = make([]Item, len(r)/4)
+	items = make([]Item, len(r)/5)
 	for i := range items {
-		items[i].ID, _ = rdb.Str(r[4*i])
-		items[i].Token, _ = rdb.Str(r[4*i+1])
-		items[i].Envelope, _ = rdb.Str(r[4*i+2])
-		items[i].LastError, _ = rdb.Str(r[4*i+3])
+		items[i].ID, _ = rdb.Str(r[5*i])
+		items[i].Token, _ = rdb.Str(r[5*i+1])
+		items[i].Envelope, _ = rdb.Str(r[5*i+2])
+		items[i].LastError, _ = rdb.Str(r[5*i+3])
+		items[i].Late = -1
+		if ms, err := rdb.Int(r[5*i+4]); err == nil {
+			items[i].Late = time.Duration(ms) * time.Millisecond
+		}
 	}
 	return items, first == 1, nil
 }

@@ -16,7 +16,8 @@
 //
 // Producers: Add, AddBatch, AddTyped, Put (upsert), Get, Delete,
 // Reschedule, Update. Consumers: Register (a Listener, ListenerFunc,
-// Typed, TypedWithChannel), RegisterBroadcast, Use, Start, Run, Shutdown.
+// Typed, TypedWithChannel), RegisterBroadcast, Use, Observe, Start, Run,
+// Shutdown.
 // Operators: Stats, Topics, List, UnAcked, ProcessUnAck, RequeueUnAck,
 // DeadJobs, RequeueDead, Pause, Resume.
 package redeq
@@ -79,7 +80,8 @@ type Client struct {
 	reg    *bucket.Registry
 	locker *lock.Locker
 
-	group *consumer.Group
+	group    *consumer.Group
+	observer Observer // set by Observe before use; nil: nothing observed
 
 	mu     sync.Mutex
 	run    *runtime // nil until Start
@@ -155,6 +157,9 @@ func (c *Client) Add(ctx context.Context, job *Job) error {
 		return err
 	}
 	_, err := c.store.Add(ctx, job, c.placement(job.ID))
+	if err == nil {
+		c.added(job.Topic, 1)
+	}
 	return err
 }
 
@@ -191,6 +196,8 @@ func (c *Client) AddBatch(ctx context.Context, jobs []*Job) error {
 		for k, err := range got {
 			if err != nil {
 				errs[where[k]], failed = err, true
+			} else {
+				c.added(valid[k].Topic, 1)
 			}
 		}
 	}

@@ -150,6 +150,9 @@ func (c *Client) Put(ctx context.Context, job *Job) error {
 	if err := c.prepare(ctx, job); err != nil {
 		return err
 	}
-	_, err := c.store.Put(ctx, job, c.placement(job.ID))
+	replaced, err := c.store.Put(ctx, job, c.placement(job.ID))
+	if err == nil && !replaced {
+		c.added(job.Topic, 1)
+	}
 	return err
 }

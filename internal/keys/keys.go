@@ -40,6 +40,12 @@ func (b Bucket) InFlight(cid string) string { return b.tag + "inflight:" + cid }
 // the entry still names its delivery.
 func (b Bucket) State() string { return b.tag + "state" }
 
+// Due is a HASH: job id -> the due time, unix ms, at which the mover put
+// it in the ready list. The fetch reads and removes it, for the lateness
+// an Observer sees; entries of stale ready ids leave when the fetch drops
+// them. It is not part of the delivery fence.
+func (b Bucket) Due() string { return b.tag + "due" }
+
 // Seq is a STRING counter that numbers the bucket's deliveries: each fetch
 // takes the next tokens from it.
 func (b Bucket) Seq() string { return b.tag + "seq" }

@@ -1,0 +1,266 @@
+// Package redeqotel traces and measures redeq jobs with OpenTelemetry.
+//
+// A producer span wraps each Add and its W3C trace context travels in the
+// job's Headers; each delivery runs in a consumer span, a child of the
+// producer span (retries and recoveries too: the headers stay with the
+// job). Counters and histograms come from a redeq.Observer.
+//
+//	in, err := redeqotel.Instrument(c, redeqotel.Options{}) // middleware + Observer
+//	err = in.Add(ctx, c, &redeq.Job{Topic: "order.close", ID: "42", Delay: 30 * time.Minute})
+//
+// Span attributes follow the OpenTelemetry messaging conventions where
+// they fit (messaging.system = "redeq", messaging.destination.name = the
+// topic, messaging.message.id = the job id, messaging.operation.*), plus
+// redeq.attempt, redeq.lateness_ms and redeq.outcome. See
+// docs/observability.md for every metric and attribute.
+package redeqotel
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// ScopeName is the instrumentation scope of the tracer and meter.
+const ScopeName = "github.com/redeq-go/redeq/contrib/otel"
+
+// Attribute keys.
+const (
+	AttrSystem        = attribute.Key("messaging.system")
+	AttrDestination   = attribute.Key("messaging.destination.name")
+	AttrMessageID     = attribute.Key("messaging.message.id")
+	AttrOperationName = attribute.Key("messaging.operation.name")
+	AttrOperationType = attribute.Key("messaging.operation.type")
+	AttrBodySize      = attribute.Key("messaging.message.body.size")
+	AttrAttempt       = attribute.Key("redeq.attempt")
+	AttrLatenessMS    = attribute.Key("redeq.lateness_ms")
+	AttrOutcome       = attribute.Key("redeq.outcome")
+	AttrFirstAttempt  = attribute.Key("redeq.first_attempt")
+	AttrReason        = attribute.Key("redeq.reason")
+)
+
+var system = AttrSystem.String("redeq")
+
+// LatenessBoundaries are the lateness histogram's bucket bounds, seconds:
+// from a millisecond to ten minutes.
+var LatenessBoundaries = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+
+// DurationBoundaries are the handler duration histogram's bucket bounds, seconds.
+var DurationBoundaries = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+// Options chooses the providers. Zero values take the global ones, and the
+// W3C trace context propagator.
+type Options struct {
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
+	Propagator     propagation.TextMapPropagator
+}
+
+// Instrumentation traces and measures one client's jobs. It is a
+// redeq.ReturnObserver; its Middleware starts the consumer spans.
+type Instrumentation struct {
+	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
+
+	added, processed, returned metric.Int64Counter
+	lateness, duration         metric.Float64Histogram
+
+	// live holds what is known of each running delivery, by the job
+	// pointer the Observer and the handler share.
+	live sync.Map // *redeq.Job -> *delivery
+}
+
+type delivery struct {
+	lateness time.Duration
+	span     trace.Span // set by the middleware; nil without it
+}
+
+// New returns an Instrumentation. Register it with Instrument, or pass
+// Middleware to Client.Use and the Instrumentation to Client.Observe
+// (combined with another Observer by redeq.Observers).
+func New(opts Options) (*Instrumentation, error) {
+	if opts.TracerProvider == nil {
+		opts.TracerProvider = otel.GetTracerProvider()
+	}
+	if opts.MeterProvider == nil {
+		opts.MeterProvider = otel.GetMeterProvider()
+	}
+	if opts.Propagator == nil {
+		opts.Propagator = propagation.TraceContext{}
+	}
+	in := &Instrumentation{tracer: opts.TracerProvider.Tracer(ScopeName), prop: opts.Propagator}
+	m := opts.MeterProvider.Meter(ScopeName)
+	var errs [5]error
+	in.added, errs[0] = m.Int64Counter("redeq.jobs.added", metric.WithUnit("{job}"),
+		metric.WithDescription("Jobs stored by Add, AddBatch, AddTyped or a Put that added."))
+	in.processed, errs[1] = m.Int64Counter("redeq.jobs.processed", metric.WithUnit("{job}"),
+		metric.WithDescription("Deliveries by outcome: ack, rejoin, retry, dead, unack, interrupted."))
+	in.returned, errs[2] = m.Int64Counter("redeq.jobs.returned", metric.WithUnit("{job}"),
+		metric.WithDescription("In-flight jobs returned unspent: recovered from a silent consumer, or rolled back at shutdown."))
+	in.lateness, errs[3] = m.Float64Histogram("redeq.job.lateness", metric.WithUnit("s"),
+		metric.WithDescription("Handler start minus the job's due time."), metric.WithExplicitBucketBoundaries(LatenessBoundaries...))
+	in.duration, errs[4] = m.Float64Histogram("redeq.job.duration", metric.WithUnit("s"),
+		metric.WithDescription("How long handlers ran."), metric.WithExplicitBucketBoundaries(DurationBoundaries...))
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// Instrument returns an Instrumentation installed on c, before Start: its
+// middleware (client-wide, outermost of those given to Use after it) and
+// its Observer. A client that needs another Observer as well uses New,
+// Use and Observe with redeq.Observers instead.
+func Instrument(c *redeq.Client, opts Options) (*Instrumentation, error) {
+	in, err := New(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Use(in.Middleware()); err != nil {
+		return nil, err
+	}
+	if err := c.Observe(in); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// Add stores job with c.Add inside a producer span, whose trace context it
+// writes into job.Headers first. An Add that fails marks the span failed.
+func (in *Instrumentation) Add(ctx context.Context, c *redeq.Client, job *redeq.Job) error {
+	ctx, span := in.StartProducer(ctx, job)
+	defer span.End()
+	err := c.Add(ctx, job)
+	span.SetAttributes(AttrMessageID.String(job.ID)) // an empty ID is assigned by Add
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
+}
+
+// StartProducer starts a producer span for job and injects its context
+// into job.Headers, for producers that store jobs otherwise than with Add
+// (AddBatch, Put). The caller ends the span.
+func (in *Instrumentation) StartProducer(ctx context.Context, job *redeq.Job) (context.Context, trace.Span) {
+	attrs := []attribute.KeyValue{system, AttrDestination.String(job.Topic),
+		AttrOperationName.String("send"), AttrOperationType.String("send"), AttrBodySize.Int(len(job.Body))}
+	if job.ID != "" {
+		attrs = append(attrs, AttrMessageID.String(job.ID))
+	}
+	ctx, span := in.tracer.Start(ctx, "send "+job.Topic, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	in.Inject(ctx, job)
+	return ctx, span
+}
+
+// Inject writes the trace context of ctx into job.Headers.
+func (in *Instrumentation) Inject(ctx context.Context, job *redeq.Job) {
+	if job.Headers == nil {
+		job.Headers = map[string]string{}
+	}
+	in.prop.Inject(ctx, propagation.MapCarrier(job.Headers))
+}
+
+// Extract returns ctx with the trace context carried in job.Headers.
+func (in *Instrumentation) Extract(ctx context.Context, job *redeq.Job) context.Context {
+	if len(job.Headers) == 0 {
+		return ctx
+	}
+	return in.prop.Extract(ctx, propagation.MapCarrier(job.Headers))
+}
+
+// Middleware starts one consumer span per delivery, a child of the
+// producer span found in the job's headers; the Observer ends it with the
+// outcome. Without the Observer the middleware ends it itself, without an
+// outcome.
+func (in *Instrumentation) Middleware() redeq.Middleware {
+	return func(next redeq.Handler) redeq.Handler {
+		return func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			attrs := []attribute.KeyValue{system, AttrDestination.String(job.Topic), AttrMessageID.String(job.ID),
+				AttrOperationName.String("process"), AttrOperationType.String("process"),
+				AttrBodySize.Int(len(job.Body)), AttrAttempt.Int(job.Attempt)}
+			d, observed := in.live.Load(job)
+			if observed && d.(*delivery).lateness >= 0 {
+				attrs = append(attrs, AttrLatenessMS.Int64(d.(*delivery).lateness.Milliseconds()))
+			}
+			// The producer's context is the parent; a trace the handler's
+			// ctx already carries becomes a link.
+			var opts []trace.SpanStartOption
+			if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+			}
+			pctx := in.Extract(trace.ContextWithSpanContext(ctx, trace.SpanContext{}), job)
+			opts = append(opts, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+			_, span := in.tracer.Start(pctx, "process "+job.Topic, opts...)
+			if observed {
+				d.(*delivery).span = span
+			} else {
+				defer span.End()
+			}
+			err := next(trace.ContextWithSpan(ctx, span), job, ch)
+			if err != nil && !observed {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+			}
+			return err
+		}
+	}
+}
+
+// JobAdded implements redeq.Observer.
+func (in *Instrumentation) JobAdded(topic string) {
+	in.added.Add(context.Background(), 1, metric.WithAttributes(system, AttrDestination.String(topic)))
+}
+
+// JobDelivered implements redeq.Observer: it records the lateness, when
+// known, and keeps it for the consumer span.
+func (in *Instrumentation) JobDelivered(job *redeq.Job, lateness time.Duration) {
+	in.live.Store(job, &delivery{lateness: lateness})
+	if lateness < 0 {
+		return
+	}
+	in.lateness.Record(context.Background(), lateness.Seconds(), metric.WithAttributes(system,
+		AttrDestination.String(job.Topic), AttrFirstAttempt.String(strconv.FormatBool(job.Attempt == 0))))
+}
+
+// JobDone implements redeq.Observer: it counts the outcome, records the
+// duration and ends the delivery's span.
+func (in *Instrumentation) JobDone(job *redeq.Job, o redeq.Outcome, took time.Duration, err error) {
+	ctx := context.Background()
+	dest := AttrDestination.String(job.Topic)
+	in.processed.Add(ctx, 1, metric.WithAttributes(system, dest, AttrOutcome.String(string(o))))
+	in.duration.Record(ctx, took.Seconds(), metric.WithAttributes(system, dest))
+	d, ok := in.live.LoadAndDelete(job)
+	if !ok || d.(*delivery).span == nil {
+		return
+	}
+	span := d.(*delivery).span
+	span.SetAttributes(AttrOutcome.String(string(o)))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// JobsReturned implements redeq.ReturnObserver.
+func (in *Instrumentation) JobsReturned(topic string, n int, recovered bool) {
+	reason := "rollback"
+	if recovered {
+		reason = "recovered"
+	}
+	in.returned.Add(context.Background(), int64(n), metric.WithAttributes(system, AttrDestination.String(topic), AttrReason.String(reason)))
+}
+
+var _ redeq.ReturnObserver = (*Instrumentation)(nil)

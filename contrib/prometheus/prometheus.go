@@ -1,0 +1,232 @@
+// Package redeqprom exports redeq's metrics to Prometheus: counters and
+// histograms fed by a redeq.Observer, and per-topic job counts read from
+// Redis at scrape time, cached.
+//
+//	col, err := redeqprom.Register(c, prometheus.DefaultRegisterer, redeqprom.Options{})
+//
+// Metrics (see docs/observability.md for what to alert on):
+//
+//	redeq_jobs_added_total{topic}                      counter
+//	redeq_jobs_processed_total{topic,outcome}          counter
+//	redeq_jobs_returned_total{topic,reason}            counter: recovered | rollback
+//	redeq_job_lateness_seconds{topic,first_attempt}    histogram: handler start - due time
+//	redeq_job_duration_seconds{topic}                  histogram: handler run time
+//	redeq_jobs{topic,state}                            gauge, from Client.Stats at scrape
+//	redeq_consumers{topic}                             gauge, from Client.Stats at scrape
+//	redeq_stats_errors_total                           counter: failed scrape-time reads
+package redeqprom
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// LatenessBuckets are the lateness histogram's upper bounds, seconds: from
+// a millisecond (a healthy mover) to ten minutes (a stalled fleet).
+var LatenessBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+
+// DurationBuckets are the handler duration histogram's upper bounds, seconds.
+var DurationBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+// Options tunes a Collector. Zero values take the defaults.
+type Options struct {
+	// Topics are the topics whose job counts a scrape reads. Defaults to
+	// every topic (Client.Topics), at most MaxTopics of them.
+	Topics []string
+	// MaxTopics bounds the topics a scrape reads, so that a scrape's cost
+	// does not grow with the topics ever used. Defaults to 100.
+	MaxTopics int
+	// CacheFor is how long job counts read at a scrape are reused.
+	// Defaults to 10s.
+	CacheFor time.Duration
+	// Timeout bounds the reads of one scrape. Defaults to 2s.
+	Timeout time.Duration
+}
+
+// Collector is a prometheus.Collector and a redeq.ReturnObserver.
+type Collector struct {
+	c    *redeq.Client
+	opts Options
+
+	added     *prometheus.CounterVec
+	processed *prometheus.CounterVec
+	returned  *prometheus.CounterVec
+	lateness  *prometheus.HistogramVec
+	duration  *prometheus.HistogramVec
+	statsErrs prometheus.Counter
+
+	jobsDesc, consumersDesc *prometheus.Desc
+
+	mu     sync.Mutex // serializes scrape-time reads
+	readAt time.Time
+	stats  map[string]redeq.Stats
+	now    func() time.Time
+}
+
+// New returns a Collector of c's metrics. It observes nothing until it is
+// c's Observer (see Register, or redeq.Observers to combine it).
+func New(c *redeq.Client, opts Options) *Collector {
+	if opts.MaxTopics <= 0 {
+		opts.MaxTopics = 100
+	}
+	if opts.CacheFor <= 0 {
+		opts.CacheFor = 10 * time.Second
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 2 * time.Second
+	}
+	return &Collector{
+		c: c, opts: opts, now: time.Now,
+		added: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redeq_jobs_added_total", Help: "Jobs stored by Add, AddBatch, AddTyped or a Put that added.",
+		}, []string{"topic"}),
+		processed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redeq_jobs_processed_total", Help: "Deliveries by outcome: ack, rejoin, retry, dead, unack, interrupted.",
+		}, []string{"topic", "outcome"}),
+		returned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redeq_jobs_returned_total", Help: "In-flight jobs returned unspent: recovered from a silent consumer, or rolled back at shutdown.",
+		}, []string{"topic", "reason"}),
+		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "redeq_job_lateness_seconds", Help: "Handler start minus the job's due time.", Buckets: LatenessBuckets,
+		}, []string{"topic", "first_attempt"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "redeq_job_duration_seconds", Help: "How long handlers ran.", Buckets: DurationBuckets,
+		}, []string{"topic"}),
+		statsErrs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "redeq_stats_errors_total", Help: "Scrape-time reads of job counts that failed; the last counts read are reported.",
+		}),
+		jobsDesc:      prometheus.NewDesc("redeq_jobs", "Jobs of a topic by state, read from Redis at scrape (cached).", []string{"topic", "state"}, nil),
+		consumersDesc: prometheus.NewDesc("redeq_consumers", "Consumers that heartbeat for a topic, read at scrape (cached).", []string{"topic"}, nil),
+	}
+}
+
+// Register makes a Collector c's Observer and registers it with reg.
+func Register(c *redeq.Client, reg prometheus.Registerer, opts Options) (*Collector, error) {
+	col := New(c, opts)
+	if err := c.Observe(col); err != nil {
+		return nil, err
+	}
+	if err := reg.Register(col); err != nil {
+		return nil, err
+	}
+	return col, nil
+}
+
+// JobAdded implements redeq.Observer.
+func (x *Collector) JobAdded(topic string) { x.added.WithLabelValues(topic).Inc() }
+
+// JobDelivered implements redeq.Observer; an unknown lateness is no sample.
+func (x *Collector) JobDelivered(job *redeq.Job, lateness time.Duration) {
+	if lateness < 0 {
+		return
+	}
+	x.lateness.WithLabelValues(job.Topic, strconv.FormatBool(job.Attempt == 0)).Observe(lateness.Seconds())
+}
+
+// JobDone implements redeq.Observer.
+func (x *Collector) JobDone(job *redeq.Job, o redeq.Outcome, took time.Duration, err error) {
+	x.processed.WithLabelValues(job.Topic, string(o)).Inc()
+	x.duration.WithLabelValues(job.Topic).Observe(took.Seconds())
+}
+
+// JobsReturned implements redeq.ReturnObserver.
+func (x *Collector) JobsReturned(topic string, n int, recovered bool) {
+	reason := "rollback"
+	if recovered {
+		reason = "recovered"
+	}
+	x.returned.WithLabelValues(topic, reason).Add(float64(n))
+}
+
+// Describe implements prometheus.Collector.
+func (x *Collector) Describe(ch chan<- *prometheus.Desc) {
+	x.added.Describe(ch)
+	x.processed.Describe(ch)
+	x.returned.Describe(ch)
+	x.lateness.Describe(ch)
+	x.duration.Describe(ch)
+	x.statsErrs.Describe(ch)
+	ch <- x.jobsDesc
+	ch <- x.consumersDesc
+}
+
+// Collect implements prometheus.Collector. Job counts are read from Redis
+// at most once per CacheFor, one pipelined Stats per topic.
+func (x *Collector) Collect(ch chan<- prometheus.Metric) {
+	x.added.Collect(ch)
+	x.processed.Collect(ch)
+	x.returned.Collect(ch)
+	x.lateness.Collect(ch)
+	x.duration.Collect(ch)
+	stats := x.read()
+	x.statsErrs.Collect(ch)
+	for topic, st := range stats {
+		for _, s := range []struct {
+			state string
+			n     int64
+		}{
+			{"scheduled", st.Scheduled}, {"ready", st.Ready}, {"in_flight", st.InFlight},
+			{"un_ack", st.UnAck}, {"dead", st.Dead},
+		} {
+			ch <- prometheus.MustNewConstMetric(x.jobsDesc, prometheus.GaugeValue, float64(s.n), topic, s.state)
+		}
+		ch <- prometheus.MustNewConstMetric(x.consumersDesc, prometheus.GaugeValue, float64(st.Consumers), topic)
+	}
+}
+
+// read returns the job counts, read again when older than CacheFor. A
+// failed read keeps the last counts of that topic.
+func (x *Collector) read() map[string]redeq.Stats {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.stats != nil && x.now().Sub(x.readAt) < x.opts.CacheFor {
+		return x.stats
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), x.opts.Timeout)
+	defer cancel()
+	topics := x.opts.Topics
+	if topics == nil {
+		infos, err := x.c.Topics(ctx)
+		if err != nil {
+			x.statsErrs.Inc()
+			return x.stats
+		}
+		for _, ti := range infos {
+			topics = append(topics, ti.Name)
+		}
+	}
+	if len(topics) > x.opts.MaxTopics {
+		topics = topics[:x.opts.MaxTopics]
+	}
+	fresh := make(map[string]redeq.Stats, len(topics))
+	for _, t := range topics {
+		st, err := x.c.Stats(ctx, t)
+		if err != nil {
+			x.statsErrs.Inc()
+			if old, ok := x.stats[t]; ok {
+				fresh[t] = old
+			}
+			continue
+		}
+		fresh[t] = st
+	}
+	x.stats, x.readAt = fresh, x.now()
+	return fresh
+}
+
+var _ redeq.ReturnObserver = (*Collector)(nil)
+
+// Added is redeq_jobs_added_total, for tests and custom views.
+func (x *Collector) Added() *prometheus.CounterVec { return x.added }
+
+// Processed is redeq_jobs_processed_total.
+func (x *Collector) Processed() *prometheus.CounterVec { return x.processed }
+
+// StatsErrors is redeq_stats_errors_total.
+func (x *Collector) StatsErrors() prometheus.Counter { return x.statsErrs }
