@@ -260,15 +260,22 @@ const (
 // deadline, ShutdownTimeout. A step still waiting on Redis when it ends is
 // abandoned: its jobs stay in flight and the reaper recovers them.
 func (g *Group) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	base := context.WithoutCancel(ctx)
-	until := g.env.Clock.Now().Add(g.cfg.ShutdownTimeout)
+	return context.WithDeadline(context.WithoutCancel(ctx), g.CleanupDeadline(ctx))
+}
+
+// CleanupDeadline is when Shutdown stops waiting on Redis and on its
+// background goroutines: ctx's deadline, but at least cleanupMin from now;
+// without a deadline, ShutdownTimeout from now.
+func (g *Group) CleanupDeadline(ctx context.Context) time.Time {
+	now := g.env.Clock.Now()
+	until := now.Add(g.cfg.ShutdownTimeout)
 	if d, ok := ctx.Deadline(); ok {
 		until = d
 	}
-	if least := g.env.Clock.Now().Add(cleanupMin); until.Before(least) {
+	if least := now.Add(cleanupMin); until.Before(least) {
 		until = least
 	}
-	return context.WithDeadline(base, until)
+	return until
 }
 
 // waitFor waits for wg until ctx ends; it reports whether wg finished.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redeq-go/redeq/internal/env"
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/rdb"
 	"github.com/redeq-go/redeq/lock"
 )
 
@@ -112,22 +113,23 @@ func (g *Group) reap(ctx context.Context, act bool) (int, error) {
 		return 0, errors.Join(errs...)
 	}
 	names := make([]string, 0, len(topics))
-	cmds := make([]*redis.Cmd, 0, len(topics))
-	pipe := g.rdb.Pipeline()
+	calls := make([]rdb.Call, 0, len(topics))
 	for t := range topics {
 		if g.reaps != nil && !g.reaps(t) {
 			continue // another client reaps it
 		}
 		names = append(names, t)
-		cmds = append(cmds, silentScript.EvalSha(ctx, pipe,
-			[]string{keys.ForTopic(g.cfg.Prefix, t).Consumers()}, g.cfg.ConsumerTimeout.Milliseconds(), silentBatch))
+		calls = append(calls, rdb.Call{
+			Keys: []string{keys.ForTopic(g.cfg.Prefix, t).Consumers()},
+			Args: []any{g.cfg.ConsumerTimeout.Milliseconds(), silentBatch},
+		})
 	}
-	if len(cmds) == 0 {
-		return 0, nil
+	if len(calls) == 0 {
+		return 0, errors.Join(errs...)
 	}
 	// Each command carries its own reply or error (a cluster splits the
 	// pipeline per node): read them one by one.
-	_, _ = pipe.Exec(ctx)
+	cmds := rdb.RunPipelined(ctx, g.rdb, silentScript, calls)
 	stalled := g.env.Clock.Now().Sub(start) > g.ReapInterval()
 	if stalled {
 		act = false
@@ -135,10 +137,6 @@ func (g *Group) reap(ctx context.Context, act bool) (int, error) {
 	total, failed := 0, 0
 	for i, cmd := range cmds {
 		silent, err := cmd.StringSlice()
-		if err != nil && isNoScript(err) {
-			silent, err = silentScript.Run(ctx, g.rdb,
-				[]string{keys.ForTopic(g.cfg.Prefix, names[i]).Consumers()}, g.cfg.ConsumerTimeout.Milliseconds(), silentBatch).StringSlice()
-		}
 		if err != nil {
 			failed++
 			errs = append(errs, fmt.Errorf("reaper %s: %w", names[i], err))
@@ -166,11 +164,6 @@ func (g *Group) reap(ctx context.Context, act bool) (int, error) {
 		return total, errStalled
 	}
 	return total, errors.Join(errs...)
-}
-
-func isNoScript(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr) && len(rerr.Error()) >= 8 && rerr.Error()[:8] == "NOSCRIPT"
 }
 
 // reapTopic recovers the deliveries of the silent consumers cids of topic,

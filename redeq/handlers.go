@@ -117,16 +117,21 @@ type finalListener struct{ *funcListener }
 
 func (l finalListener) FinalRetry(ctx context.Context, job *Job) { l.s.final(ctx, job) }
 
-func newFuncListener(topic string, h Handler, opts []ListenerOption) (Listener, error) {
-	l := &funcListener{topic: topic, h: h, s: listenerSettings{codec: JSON}}
+// newFuncListener applies opts, then builds the handler from the settings
+// (a typed listener needs the codec).
+func newFuncListener(topic string, build func(s *listenerSettings) Handler, opts []ListenerOption) (Listener, error) {
+	l := &funcListener{topic: topic, s: listenerSettings{codec: JSON}}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: listener of %q: nil option", ErrInvalidArgument, topic)
 		}
 		o(&l.s)
 	}
+	if l.s.codec != nil {
+		l.h = build(&l.s)
+	}
 	switch o := l.s.opts; {
-	case h == nil:
+	case l.h == nil && l.s.codec != nil:
 		return nil, fmt.Errorf("%w: listener of %q: nil handler", ErrInvalidArgument, topic)
 	case o.Workers < 0 || o.Workers > 10_000:
 		return nil, fmt.Errorf("%w: listener of %q: workers %d is out of range 1..10000", ErrInvalidArgument, topic, o.Workers)
@@ -167,8 +172,8 @@ func (l invalidListener) OnJob(context.Context, *Job, *Channel) error { return l
 // Invalid reports why the listener cannot be registered.
 func (l invalidListener) Invalid() error { return l.err }
 
-func listenerOrInvalid(topic string, h Handler, opts []ListenerOption) Listener {
-	l, err := newFuncListener(topic, h, opts)
+func listenerOrInvalid(topic string, build func(s *listenerSettings) Handler, opts []ListenerOption) Listener {
+	l, err := newFuncListener(topic, build, opts)
 	if err != nil {
 		return invalidListener{topic: topic, err: err}
 	}
@@ -179,7 +184,7 @@ func listenerOrInvalid(topic string, h Handler, opts []ListenerOption) Listener 
 // Channel semantics are the brief's: Ack to finish, Rejoin to run again,
 // neither (nil error) parks the job in un_ack unless AutoAck.
 func ListenerFunc(topic string, h Handler, opts ...ListenerOption) Listener {
-	return listenerOrInvalid(topic, h, opts)
+	return listenerOrInvalid(topic, func(*listenerSettings) Handler { return h }, opts)
 }
 
 // Typed returns a listener of topic that decodes each job's body into a T
@@ -208,24 +213,16 @@ func TypedWithChannel[T any](topic string, fn func(ctx context.Context, job *Job
 	if fn == nil {
 		return invalidListener{topic: topic, err: fmt.Errorf("%w: typed listener of %q: nil function", ErrInvalidArgument, topic)}
 	}
-	var codec Codec = JSON
-	for _, o := range opts {
-		if o != nil {
-			var s listenerSettings
-			o(&s)
-			if s.codec != nil {
-				codec = s.codec
+	return listenerOrInvalid(topic, func(s *listenerSettings) Handler {
+		codec := s.codec
+		return func(ctx context.Context, job *Job, ch *Channel) error {
+			var v T
+			if err := codec.Unmarshal(job.Body, &v); err != nil {
+				return retry.Skip(fmt.Errorf("redeq: decode job %q of %q into %T: %w", job.ID, job.Topic, v, err))
 			}
+			return fn(ctx, job, v, ch)
 		}
-	}
-	h := func(ctx context.Context, job *Job, ch *Channel) error {
-		var v T
-		if err := codec.Unmarshal(job.Body, &v); err != nil {
-			return retry.Skip(fmt.Errorf("redeq: decode job %q of %q into %T: %w", job.ID, job.Topic, v, err))
-		}
-		return fn(ctx, job, v, ch)
-	}
-	return listenerOrInvalid(topic, h, opts)
+	}, opts)
 }
 
 // AddTyped encodes v as JSON and adds it as the body of job id of topic,

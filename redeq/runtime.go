@@ -57,20 +57,6 @@ var (
 // SkipRetry wraps err so that the job is not retried.
 func SkipRetry(err error) error { return retry.Skip(err) }
 
-// cleanupDeadline is when Shutdown stops waiting for its background
-// goroutines: ctx's deadline, but at least half a second from now; without
-// a deadline, ShutdownTimeout from now.
-func (c *Client) cleanupDeadline(ctx context.Context) time.Time {
-	until := c.env.Clock.Now().Add(c.cfg.ShutdownTimeout)
-	if d, ok := ctx.Deadline(); ok {
-		until = d
-	}
-	if least := c.env.Clock.Now().Add(500 * time.Millisecond); until.Before(least) {
-		until = least
-	}
-	return until
-}
-
 // StartPingTimeout bounds the PING with which Start checks that Redis
 // answers before it starts anything.
 const StartPingTimeout = 5 * time.Second
@@ -253,7 +239,7 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	// The movers release their locks; a mover stuck on a Redis that does
 	// not answer is not waited for past the budget (it ends once go-redis's
 	// read timeout fires).
-	budget, cancel := context.WithDeadline(context.WithoutCancel(ctx), c.cleanupDeadline(ctx))
+	budget, cancel := context.WithDeadline(context.WithoutCancel(ctx), c.group.CleanupDeadline(ctx))
 	defer cancel()
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
