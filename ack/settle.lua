@@ -13,6 +13,9 @@
 -- KEYS[6] -> reasons HASH (why each dead job died)
 -- KEYS[7] -> state HASH
 -- KEYS[8] -> errors HASH (id -> last handler error)
+-- KEYS[9] -> history key prefix: the script appends this minute (server
+--   clock) to it, a STRING of u32 counters written with BITFIELD (see
+--   keys.Bucket.History); same hash tag, same slot
 -- ARGV[1] -> wake channel
 -- ARGV[2] -> wake message
 -- ARGV[3] -> most jobs the dead set keeps
@@ -25,6 +28,10 @@
 --   rejoin: to the bucket fresh, the header after the created time given;
 --   u: park in unack; d: to the dead set.
 -- Returns one value per outcome: 1 applied, 0 dropped.
+-- History costs one command per call that applies an outcome (a BITFIELD
+-- adding to this minute's processed and failed counters), plus an EXPIRE
+-- when that command created the key. It runs last and with pcall: a server
+-- without BITFIELD (miniredis) records no history, never a failed settle.
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.ceil(now_us / 1000)
@@ -102,5 +109,19 @@ if dead then
     redis.call('HDEL', KEYS[8], unpack(old))
     redis.call('ZREMRANGEBYRANK', KEYS[5], 0, over - 1)
   end
+end
+local processed, failed = 0, 0
+for i = 1, n do
+  if out[i] == 1 then
+    processed = processed + 1
+    local op = ARGV[first + (i - 1) * 7 + 2]
+    if op == 'f' or op == 'd' then failed = failed + 1 end
+  end
+end
+if processed > 0 then
+  local key = KEYS[9] .. string.format('%d', math.floor(now_us / 60000000))
+  local r = redis.pcall('BITFIELD', key, 'OVERFLOW', 'SAT', 'INCRBY', 'u32', '#0', 1,
+    'INCRBY', 'u32', '#1', processed, 'INCRBY', 'u32', '#2', failed)
+  if type(r) == 'table' and r[1] == 1 then redis.call('EXPIRE', key, 5400) end
 end
 return out

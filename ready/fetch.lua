@@ -16,6 +16,9 @@
 -- KEYS[6] -> errors HASH (id -> last handler error)
 -- KEYS[7] -> due HASH (id -> due ms, written by the mover; read and removed
 --   here for every id the fetch consumes; not part of the delivery fence)
+-- KEYS[8] -> history key prefix: the script appends this minute (server
+--   clock) to it, a STRING of u32 counters written with BITFIELD (see
+--   keys.Bucket.History); same hash tag, same slot
 -- ARGV[1] -> most ids to fetch (at most 256)
 -- ARGV[2] -> consumer id
 -- ARGV[3] -> recoveries from which a job is quarantined
@@ -24,6 +27,11 @@
 -- envelope, last error or false, ms since its due time or false when the
 -- mover did not record it}; nothing ({0}) while the topic is paused
 -- (state field "\0paused", keys.PausedField, is set).
+-- History costs one command per fetch that takes a job the mover timed (a
+-- BITFIELD adding the jobs to this minute's lateness counters), plus an
+-- EXPIRE when that command created the key. It runs last and with pcall: a
+-- server without BITFIELD (miniredis) records no history, never a failed
+-- fetch.
 if redis.call('HGET', KEYS[4], '\0paused') then return {0} end
 local ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 if #ids == 0 then return {0} end
@@ -94,5 +102,35 @@ if consumed > 0 then
   -- An id consumed is taken or stale: its due time is used or void.
   redis.call('HDEL', KEYS[7], unpack(ids, 1, consumed))
   redis.call('LTRIM', KEYS[1], consumed, -1)
+end
+if #take > 0 then
+  -- Upper bounds in ms of the lateness counters: keys.HistLateBoundsMs.
+  local bounds = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000}
+  local hist, any = {}, false
+  for k = 1, #take do
+    local late = out[1 + 5 * k]
+    if late then
+      local b = #bounds + 1
+      for j = 1, #bounds do
+        if late <= bounds[j] then b = j break end
+      end
+      hist[b] = (hist[b] or 0) + 1
+      any = true
+    end
+  end
+  if any then
+    local key = KEYS[8] .. string.format('%d', math.floor(now / 60000))
+    local args = {'BITFIELD', key, 'OVERFLOW', 'SAT', 'INCRBY', 'u32', '#0', 1}
+    for b = 1, #bounds + 1 do
+      if hist[b] then
+        args[#args + 1] = 'INCRBY'
+        args[#args + 1] = 'u32'
+        args[#args + 1] = '#' .. (2 + b)
+        args[#args + 1] = hist[b]
+      end
+    end
+    local r = redis.pcall(unpack(args))
+    if type(r) == 'table' and r[1] == 1 then redis.call('EXPIRE', key, 5400) end
+  end
 end
 return out

@@ -77,7 +77,7 @@ func Fetch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n
 	if idle {
 		flag = "1"
 	}
-	v, err := fetchScript.Run(ctx, c, []string{k.Ready(), k.InFlight(cid), k.Pool(), k.State(), k.Seq(), k.Errors(), k.Due()},
+	v, err := fetchScript.Run(ctx, c, []string{k.Ready(), k.InFlight(cid), k.Pool(), k.State(), k.Seq(), k.Errors(), k.Due(), k.HistoryPrefix()},
 		min(max, MaxFetch), cid, Quarantine, flag).Result()
 	if err != nil {
 		return nil, false, fmt.Errorf("fetch %s: %w", keys.Address(topic, n), err)

@@ -46,6 +46,48 @@ func (b Bucket) State() string { return b.tag + "state" }
 // them. It is not part of the delivery fence.
 func (b Bucket) Due() string { return b.tag + "due" }
 
+// HistoryPrefix is the name of the bucket's history keys without their
+// minute: the fetch and settle scripts append the minute they read from the
+// server's clock (see History), so the key they write carries the bucket's
+// hash tag and lives in the bucket's slot.
+func (b Bucket) HistoryPrefix() string { return b.tag + "hist:" }
+
+// History is a STRING of the bucket's counters for one minute (unix time /
+// 60 s, server clock), written with BITFIELD as HistoryFields unsigned
+// 32-bit counters (saturating): HistWrites, HistProcessed, HistFailed, then
+// one per lateness bound (HistLate). It expires HistoryTTL after its first
+// write. Readers sum the buckets of a topic.
+func (b Bucket) History(minute int64) string {
+	return b.HistoryPrefix() + strconv.FormatInt(minute, 10)
+}
+
+// The counters of a History key, as BITFIELD offsets "#i" of u32 fields.
+const (
+	// HistWrites counts the scripts that wrote the key; 1 after a write
+	// means the write created it, and the script then sets its expiry.
+	HistWrites = 0
+	// HistProcessed counts outcomes applied (acks, rejoins, parks,
+	// failures): deliveries whose handler ran to an outcome.
+	HistProcessed = 1
+	// HistFailed counts the processed deliveries that failed (an error, a
+	// panic or a timeout), retried or sent to the dead set.
+	HistFailed = 2
+	// HistLate is the first of len(HistLateBoundsMs)+1 lateness counters:
+	// counter HistLate+i counts jobs fetched at most HistLateBoundsMs[i]
+	// ms after their due time (and more than the bound before); the last
+	// counts the jobs later than every bound.
+	HistLate = 3
+	// HistoryFields is the number of counters in a History key.
+	HistoryFields = HistLate + len(HistLateBoundsMs) + 1
+	// HistoryTTLSeconds is how long a History key lives after its first
+	// write (ready/fetch.lua and ack/settle.lua hold the same figure).
+	HistoryTTLSeconds = 90 * 60
+)
+
+// HistLateBoundsMs are the upper bounds, in ms, of the lateness counters of
+// a History key (ready/fetch.lua holds the same list).
+var HistLateBoundsMs = [...]int64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000}
+
 // Seq is a STRING counter that numbers the bucket's deliveries: each fetch
 // takes the next tokens from it.
 func (b Bucket) Seq() string { return b.tag + "seq" }

@@ -49,6 +49,7 @@ func Backends(t testing.TB) []Backend {
 	t.Helper()
 	requireEnv(t, "REDIS_ADDR", "REDIS_CLUSTER_ADDRS")
 	mini := miniredis.RunT(t)
+	require.NoError(t, AddBitfield(mini), "miniredis BITFIELD")
 	out := []Backend{{
 		Name:  "miniredis",
 		Addrs: []string{mini.Addr()},
