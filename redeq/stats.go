@@ -147,3 +147,30 @@ func (c *Client) RequeueDead(ctx context.Context, topic, id string, delay time.D
 	}
 	return ack.Requeue(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.Dead, delay, true)
 }
+
+// PurgeDead removes every job of topic's dead set, for good, and returns
+// how many it removed. It works through the buckets in script calls of at
+// most 500 jobs each; a call rerun after a lost reply does not count its
+// jobs twice. Jobs that die while it runs may be removed too.
+// ErrUnknownTopic for a topic nobody used.
+func (c *Client) PurgeDead(ctx context.Context, topic string) (int, error) {
+	if ctx == nil {
+		return 0, pool.ErrNilContext
+	}
+	if err := pool.CheckTopic(topic); err != nil {
+		return 0, err
+	}
+	n, _, err := c.topicMeta(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for b := range n {
+		got, err := ack.PurgeDead(ctx, c.rdb, c.cfg.Prefix, topic, b)
+		total += got
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
