@@ -51,21 +51,22 @@ func parseTemplates() map[string]*template.Template {
 			}
 			return t.UTC().Format("2006-01-02 15:04:05.000Z")
 		},
-		"count": func(st redeq.Stats, s redeq.State) int64 { return count(st, s) },
-		"ops":   ops,
+		"count":   func(st redeq.Stats, s redeq.State) int64 { return count(st, s) },
+		"ops":     ops,
+		"maxBulk": func() int { return MaxBulk },
 		"btn": func(v view, op, t, id string, state any, back, label string, danger bool) button {
 			return button{Base: v.Base, CSRF: v.CSRF, Op: op, T: t, ID: id, State: fmt.Sprint(state), Back: back, Label: label, Danger: danger}
 		},
 	}
 	out := map[string]*template.Template{}
-	for _, p := range []string{"overview.html", "topic.html", "job.html", "error.html"} {
-		out[p] = template.Must(template.New(p).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+p))
+	for _, p := range []string{"overview.html", "topic.html", "job.html", "error.html", "confirm.html"} {
+		out[p] = template.Must(template.New(p).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/charts.html", "templates/"+p))
 	}
 	return out
 }
 
 func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data any) {
-	v := view{Base: h.opt.Path, ReadOnly: h.opt.ReadOnly, Title: title, Msg: done[r.URL.Query().Get("done")], D: data}
+	v := view{Base: h.opt.Path, ReadOnly: h.opt.ReadOnly, Title: title, Msg: message(r.URL.Query()), D: data}
 	if !h.opt.ReadOnly {
 		v.CSRF = h.csrfToken(w, r)
 	}
@@ -101,6 +102,7 @@ func (h *handler) apiFail(w http.ResponseWriter, r *http.Request, err error) {
 type topicRow struct {
 	redeq.TopicInfo
 	Stats redeq.Stats
+	Hour  redeq.Minute // the last hour, summed
 	Err   string
 }
 
@@ -108,6 +110,7 @@ type overviewData struct {
 	Topics     []topicRow
 	Total      int
 	Prev, Next string
+	Charts     charts // the topics of this page together
 }
 
 func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
@@ -122,15 +125,25 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 	from := min(pg*TopicsPerPage, len(topics))
 	to := min(from+TopicsPerPage, len(topics))
 	d := overviewData{Total: len(topics)}
+	since := time.Now().Add(-ChartWindow)
+	var hist [][]redeq.Minute
 	for _, t := range topics[from:to] {
 		row := topicRow{TopicInfo: t}
 		st, err := h.c.Stats(ctx, t.Name)
+		if err == nil {
+			var ms []redeq.Minute
+			if ms, err = h.c.History(ctx, t.Name, since); err == nil {
+				hist = append(hist, ms)
+				row.Hour = redeq.SumMinutes(ms)
+			}
+		}
 		if err != nil {
 			row.Err = err.Error()
 		}
 		row.Stats = st
 		d.Topics = append(d.Topics, row)
 	}
+	d.Charts = chartsOf(mergeMinutes(hist))
 	if pg > 0 {
 		d.Prev = h.link("/", url.Values{"page": {strconv.Itoa(pg - 1)}})
 	}
@@ -148,13 +161,15 @@ type stateTab struct {
 }
 
 type topicData struct {
-	Topic string
-	State redeq.State
-	Stats redeq.Stats
-	Tabs  []stateTab
-	Jobs  []*redeq.Job
-	First string
-	Next  string
+	Charts charts
+	Topic  string
+	State  redeq.State
+	Stats  redeq.Stats
+	Tabs   []stateTab
+	Jobs   []*redeq.Job
+	First  string
+	Next   string
+	Bulk   []op // actions on the jobs selected
 }
 
 func (h *handler) topic(w http.ResponseWriter, r *http.Request) {
@@ -175,7 +190,12 @@ func (h *handler) topic(w http.ResponseWriter, r *http.Request) {
 		h.apiFail(w, r, err)
 		return
 	}
-	d := topicData{Topic: name, State: state, Stats: st, Jobs: page.Jobs}
+	ms, err := h.c.History(ctx, name, time.Now().Add(-ChartWindow))
+	if err != nil {
+		h.apiFail(w, r, err)
+		return
+	}
+	d := topicData{Topic: name, State: state, Stats: st, Jobs: page.Jobs, Charts: chartsOf(ms), Bulk: bulkOps(state)}
 	for _, s := range states {
 		d.Tabs = append(d.Tabs, stateTab{State: s, Count: count(st, s), On: s == state,
 			Link: h.link("/topic", url.Values{"t": {name}, "state": {string(s)}})})

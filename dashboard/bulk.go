@@ -1,0 +1,155 @@
+package dashboard
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// MaxBulk bounds the jobs one bulk action names (a page lists at most
+// MaxPageSize).
+const MaxBulk = MaxPageSize
+
+// bulkOps are the actions a list of jobs in state offers for the jobs
+// selected on it.
+func bulkOps(state redeq.State) []op {
+	switch state {
+	case redeq.StateDead, redeq.StateUnAck:
+		return []op{{Name: "requeue", Label: "Requeue selected"}, {Name: "delete", Label: "Delete selected", Danger: true}}
+	}
+	return nil
+}
+
+// confirmData is a confirmation page: the question, the jobs it names, and
+// the form that repeats the request with confirm=1.
+type confirmData struct {
+	Question string
+	Action   string // the page the form posts to
+	Fields   url.Values
+	IDs      []string
+	Label    string
+	Cancel   string
+}
+
+// bulk requeues or deletes the jobs selected on a dead or un_ack list:
+// the first POST shows them for confirmation, the second (confirm=1) acts.
+// Jobs that left the list meanwhile are skipped and counted.
+func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
+	t, state, opName := r.PostFormValue("t"), redeq.State(r.PostFormValue("state")), r.PostFormValue("op")
+	if state != redeq.StateDead && state != redeq.StateUnAck {
+		h.fail(w, r, http.StatusBadRequest, "Bulk actions apply to dead and un-acked jobs only.")
+		return
+	}
+	if opName != "requeue" && opName != "delete" {
+		h.fail(w, r, http.StatusBadRequest, "Unknown action.")
+		return
+	}
+	_ = r.ParseForm()
+	var ids []string
+	seen := map[string]bool{}
+	for _, id := range r.PostForm["id"] {
+		if id != "" && !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		h.fail(w, r, http.StatusBadRequest, "No job selected.")
+		return
+	}
+	if len(ids) > MaxBulk {
+		h.fail(w, r, http.StatusBadRequest, fmt.Sprintf("%d jobs selected: at most %d at once.", len(ids), MaxBulk))
+		return
+	}
+	back := url.Values{"t": {t}, "state": {string(state)}}
+	if r.PostFormValue("confirm") != "1" {
+		verb := "Requeue"
+		if opName == "delete" {
+			verb = "Delete"
+		}
+		h.render(w, r, http.StatusOK, "confirm.html", "Confirm", confirmData{
+			Question: fmt.Sprintf("%s these %d %s jobs of topic %s?", verb, len(ids), state, t),
+			Action:   "/bulk", Fields: url.Values{"t": {t}, "state": {string(state)}, "op": {opName}},
+			IDs: ids, Label: fmt.Sprintf("%s %d jobs", verb, len(ids)), Cancel: h.link("/topic", back),
+		})
+		return
+	}
+	ctx := r.Context()
+	done, skipped := 0, 0
+	for _, id := range ids {
+		var err error
+		switch {
+		case opName == "delete":
+			_, err = h.c.Delete(ctx, t, id)
+		case state == redeq.StateDead:
+			err = h.c.RequeueDead(ctx, t, id, 0)
+		default:
+			err = h.c.RequeueUnAck(ctx, t, id, 0)
+		}
+		switch {
+		case err == nil:
+			done++
+		case errors.Is(err, redeq.ErrJobNotFound), errors.Is(err, redeq.ErrJobNotWaiting):
+			skipped++
+		default:
+			h.apiFail(w, r, fmt.Errorf("%d of %d jobs done, then: %w", done, len(ids), err))
+			return
+		}
+	}
+	back.Set("done", "bulk-"+opName)
+	back.Set("n", strconv.Itoa(done))
+	back.Set("skipped", strconv.Itoa(skipped))
+	http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
+}
+
+// purge empties a topic's dead set after a confirmation page.
+func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
+	t := r.PostFormValue("t")
+	back := url.Values{"t": {t}, "state": {string(redeq.StateDead)}}
+	if r.PostFormValue("confirm") != "1" {
+		st, err := h.c.Stats(r.Context(), t)
+		if err != nil {
+			h.apiFail(w, r, err)
+			return
+		}
+		h.render(w, r, http.StatusOK, "confirm.html", "Confirm", confirmData{
+			Question: fmt.Sprintf("Remove every dead job of topic %s, for good (%d now)?", t, st.Dead),
+			Action:   "/purge", Fields: url.Values{"t": {t}},
+			Label: "Purge the dead jobs", Cancel: h.link("/topic", back),
+		})
+		return
+	}
+	n, err := h.c.PurgeDead(r.Context(), t)
+	if err != nil {
+		h.apiFail(w, r, err)
+		return
+	}
+	back.Set("done", "purged")
+	back.Set("n", strconv.Itoa(n))
+	http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
+}
+
+// counted are the outcome codes whose message carries counts.
+var counted = map[string]string{
+	"bulk-requeue": "%d jobs requeued, due now",
+	"bulk-delete":  "%d jobs deleted",
+	"purged":       "%d dead jobs purged",
+}
+
+// message returns the message of an action's outcome code in q.
+func message(q url.Values) string {
+	code := q.Get("done")
+	if f, ok := counted[code]; ok {
+		n, _ := strconv.Atoi(q.Get("n"))
+		s := fmt.Sprintf(f, n)
+		if k, _ := strconv.Atoi(q.Get("skipped")); k > 0 {
+			s += fmt.Sprintf("; %d skipped (no longer there)", k)
+		}
+		return s + "."
+	}
+	return done[code]
+}

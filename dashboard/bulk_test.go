@@ -1,0 +1,241 @@
+package dashboard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/dashboard"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+func (e *env) postTo(t *testing.T, path string, form url.Values) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, e.srv.URL+path, strings.NewReader(form.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := e.hc.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+// work runs a worker over topic "orders" until every job named is in the
+// state its handler sends it to: ids starting with "d" die, "u" are
+// parked, the others are acked.
+func work(t *testing.T, b testutil.Backend, c *redeq.Client, ids ...string) {
+	t.Helper()
+	ctx := context.Background()
+	w, err := redeq.New(b.New(t), c.Config())
+	require.NoError(t, err)
+	require.NoError(t, w.Register(redeq.ListenerFunc("orders", func(_ context.Context, j *redeq.Job, ch *redeq.Channel) error {
+		switch j.ID[0] {
+		case 'd':
+			return redeq.SkipRetry(errors.New("boom"))
+		case 'u':
+			return nil
+		}
+		ch.Ack()
+		return nil
+	})))
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { _ = w.Shutdown(context.Background()) })
+	deadline := time.Now().Add(20 * time.Second)
+	for _, id := range ids {
+		for {
+			j, err := c.Get(ctx, "orders", id)
+			if (id[0] == 'd' && err == nil && j.State == redeq.StateDead) ||
+				(id[0] == 'u' && err == nil && j.State == redeq.StateUnAck) ||
+				(id[0] != 'd' && id[0] != 'u' && errors.Is(err, redeq.ErrJobNotFound)) {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "job %s never settled (last: %v %v)", id, j, err)
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	require.NoError(t, w.Shutdown(ctx))
+}
+
+func state(t *testing.T, c *redeq.Client, id string) redeq.State {
+	t.Helper()
+	j, err := c.Get(context.Background(), "orders", id)
+	if errors.Is(err, redeq.ErrJobNotFound) {
+		return "gone"
+	}
+	require.NoError(t, err)
+	return j.State
+}
+
+// TestBulkActionsAskFirst: jobs selected on the dead or un_ack list are
+// listed on a confirmation page, which changes nothing; its POST requeues
+// or deletes exactly those; a request naming too many jobs, or jobs of
+// another state, is refused.
+func TestBulkActionsAskFirst(t *testing.T) {
+	for _, b := range testutil.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			e := setup(t, b, dashboard.Options{})
+			for _, id := range []string{"d1", "d2", "d3", "u1", "u2"} {
+				add(t, e.c, "orders", id, "x", 0)
+			}
+			work(t, b, e.c, "d1", "d2", "d3", "u1", "u2")
+
+			code, page := e.get(t, "/topic?t=orders&state=dead")
+			require.Equal(t, http.StatusOK, code)
+			require.Contains(t, page, `<input type="checkbox" name="id" value="d1" form="bulk"`)
+			require.Contains(t, page, `id="bulk"`)
+			tok := e.csrf(t, "/topic?t=orders&state=dead")
+
+			form := url.Values{"csrf": {tok}, "t": {"orders"}, "state": {"dead"}, "op": {"requeue"}, "id": {"d1", "d2"}}
+			code, page = e.postTo(t, "/bulk", form)
+			require.Equal(t, http.StatusOK, code, page)
+			list := regexp.MustCompile(`(?s)<ul id="confirm-ids">.*?</ul>`).FindString(page)
+			require.Contains(t, list, "d1")
+			require.Contains(t, list, "d2")
+			require.NotContains(t, list, "d3")
+			require.Contains(t, page, `name="confirm" value="1"`)
+			for _, id := range []string{"d1", "d2", "d3"} {
+				require.Equal(t, redeq.StateDead, state(t, e.c, id), "nothing happens before the confirmation")
+			}
+
+			form.Set("confirm", "1")
+			code, page = e.postTo(t, "/bulk", form)
+			require.Equal(t, http.StatusSeeOther, code, page)
+			for _, id := range []string{"d1", "d2"} {
+				require.Contains(t, []redeq.State{redeq.StateScheduled, redeq.StateReady}, state(t, e.c, id), id)
+			}
+			require.Equal(t, redeq.StateDead, state(t, e.c, "d3"))
+
+			form = url.Values{"csrf": {tok}, "t": {"orders"}, "state": {"unack"}, "op": {"delete"}, "id": {"u1"}, "confirm": {"1"}}
+			code, _ = e.postTo(t, "/bulk", form)
+			require.Equal(t, http.StatusSeeOther, code)
+			require.Equal(t, redeq.State("gone"), state(t, e.c, "u1"))
+			require.Equal(t, redeq.StateUnAck, state(t, e.c, "u2"))
+
+			var many []string
+			for i := range dashboard.MaxBulk + 1 {
+				many = append(many, fmt.Sprint("x", i))
+			}
+			code, _ = e.postTo(t, "/bulk", url.Values{"csrf": {tok}, "t": {"orders"}, "state": {"dead"}, "op": {"delete"}, "id": many, "confirm": {"1"}})
+			require.Equal(t, http.StatusBadRequest, code, "too many")
+			code, _ = e.postTo(t, "/bulk", url.Values{"csrf": {tok}, "t": {"orders"}, "state": {"scheduled"}, "op": {"delete"}, "id": {"d1"}, "confirm": {"1"}})
+			require.Equal(t, http.StatusBadRequest, code, "not a dead or un_ack list")
+			require.NotEqual(t, redeq.State("gone"), state(t, e.c, "d1"))
+		})
+	}
+}
+
+// TestPurgeDeadAsksFirst: the purge button leads to a confirmation page
+// with the count, which changes nothing; its POST empties the dead set.
+func TestPurgeDeadAsksFirst(t *testing.T) {
+	for _, b := range testutil.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			e := setup(t, b, dashboard.Options{})
+			for _, id := range []string{"d1", "d2", "d3"} {
+				add(t, e.c, "orders", id, "x", 0)
+			}
+			add(t, e.c, "orders", "later", "x", time.Hour)
+			work(t, b, e.c, "d1", "d2", "d3")
+			code, page := e.get(t, "/topic?t=orders&state=dead")
+			require.Equal(t, http.StatusOK, code)
+			require.Contains(t, page, `id="purge"`)
+			tok := e.csrf(t, "/topic?t=orders&state=dead")
+
+			code, page = e.postTo(t, "/purge", url.Values{"csrf": {tok}, "t": {"orders"}})
+			require.Equal(t, http.StatusOK, code, page)
+			require.Contains(t, page, "(3 now)")
+			st, err := e.c.Stats(context.Background(), "orders")
+			require.NoError(t, err)
+			require.EqualValues(t, 3, st.Dead, "nothing happens before the confirmation")
+
+			code, _ = e.postTo(t, "/purge", url.Values{"csrf": {tok}, "t": {"orders"}, "confirm": {"1"}})
+			require.Equal(t, http.StatusSeeOther, code)
+			st, err = e.c.Stats(context.Background(), "orders")
+			require.NoError(t, err)
+			require.Zero(t, st.Dead)
+			require.EqualValues(t, 1, st.Pool, "the scheduled job stays")
+			code, page = e.get(t, "/topic?t=orders&state=dead&done=purged&n=3")
+			require.Equal(t, http.StatusOK, code)
+			require.Contains(t, page, "3 dead jobs purged.")
+		})
+	}
+}
+
+// TestReadOnlyAndCSRFGuardTheNewActions: bulk actions and purge are
+// refused by a read-only dashboard (even a direct POST that confirms) and
+// without the session's CSRF token, and change nothing.
+func TestReadOnlyAndCSRFGuardTheNewActions(t *testing.T) {
+	b := testutil.Backends(t)[0]
+	ro := setup(t, b, dashboard.Options{ReadOnly: true})
+	add(t, ro.c, "orders", "d1", "x", 0)
+	work(t, b, ro.c, "d1")
+	code, page := ro.get(t, "/topic?t=orders&state=dead")
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, page, `type="checkbox"`)
+	require.NotContains(t, page, `id="purge"`)
+	tok := strings.Repeat("ab", 32)
+	u, _ := url.Parse(ro.srv.URL)
+	ro.hc.Jar.SetCookies(u, []*http.Cookie{{Name: "redeq_csrf", Value: tok, Path: "/"}})
+	for _, op := range []string{"requeue", "delete"} {
+		code, _ = ro.postTo(t, "/bulk", url.Values{"csrf": {tok}, "t": {"orders"}, "state": {"dead"}, "op": {op}, "id": {"d1"}, "confirm": {"1"}})
+		require.Equal(t, http.StatusForbidden, code, op)
+	}
+	code, _ = ro.postTo(t, "/purge", url.Values{"csrf": {tok}, "t": {"orders"}, "confirm": {"1"}})
+	require.Equal(t, http.StatusForbidden, code)
+	require.Equal(t, redeq.StateDead, state(t, ro.c, "d1"))
+
+	rw := dashboard.New(ro.c, dashboard.Options{})
+	for _, path := range []string{"/bulk", "/purge"} {
+		req := httptestPost(path, url.Values{"t": {"orders"}, "state": {"dead"}, "op": {"delete"}, "id": {"d1"}, "confirm": {"1"}})
+		w := newRecorder()
+		rw.ServeHTTP(w, req)
+		require.Equal(t, http.StatusForbidden, w.Code, "%s without a CSRF token", path)
+	}
+	require.Equal(t, redeq.StateDead, state(t, ro.c, "d1"))
+}
+
+// TestChartsShowTheLastHour: the overview and the topic page count the
+// jobs processed and failed in the last hour and draw them as inline SVG.
+func TestChartsShowTheLastHour(t *testing.T) {
+	for _, b := range testutil.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			e := setup(t, b, dashboard.Options{})
+			for _, id := range []string{"a1", "a2", "a3", "d1"} {
+				add(t, e.c, "orders", id, "x", 0)
+			}
+			work(t, b, e.c, "a1", "a2", "a3", "d1")
+			total := regexp.MustCompile(`<span id="processed-total">(\d+)</span> processed, <span id="failed-total">(\d+)</span> failed`)
+			for _, page := range []string{"/", "/topic?t=orders"} {
+				code, body := e.get(t, page)
+				require.Equal(t, http.StatusOK, code)
+				m := total.FindStringSubmatch(body)
+				require.NotNil(t, m, page)
+				require.Equal(t, []string{"4", "1"}, m[1:], page)
+				require.Contains(t, body, `<svg id="chart-activity"`)
+				require.Contains(t, body, `<rect class="processed"`)
+				require.Contains(t, body, `<svg id="chart-lateness"`)
+				require.NotContains(t, body, "<script")
+			}
+		})
+	}
+}
+
+func httptestPost(path string, form url.Values) *http.Request {
+	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return req
+}
+
+func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
