@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -61,43 +63,83 @@ type statsJSON struct {
 }
 
 func statsCmd(o *opts) *cobra.Command {
-	return &cobra.Command{
+	var watch bool
+	var interval time.Duration
+	cmd := &cobra.Command{
 		Use:   "stats [TOPIC]",
-		Short: "Count the jobs of a topic, or of every topic, by state",
+		Short: "Count the jobs of a topic, or of every topic, by state (--watch: again every --interval)",
 		Args:  args(cobra.MaximumNArgs(1)),
-		RunE: withClient(o, func(ctx context.Context, c *redeq.Client, cmd *cobra.Command, a []string) error {
-			names := a
-			if len(a) == 0 {
-				topics, err := c.Topics(ctx)
-				if err != nil {
-					return err
-				}
-				for _, t := range topics {
-					names = append(names, t.Name)
-				}
+		RunE: func(cmd *cobra.Command, a []string) error {
+			if interval < 100*time.Millisecond {
+				return usagef("--interval %v: want at least 100ms", interval)
 			}
-			out := []statsJSON{}
-			for _, n := range names {
-				s, err := c.Stats(ctx, n)
-				if err != nil {
-					return fmt.Errorf("stats %s: %w", n, err)
+			return withClient(o, func(ctx context.Context, c *redeq.Client, cmd *cobra.Command, a []string) error {
+				if !watch {
+					return printStats(ctx, o, c, cmd, a)
 				}
-				out = append(out, statsJSON{n, s.Pool, s.Scheduled, s.Ready, s.InFlight, s.UnAck, s.Dead, s.Consumers, s.Buckets, s.Paused})
-			}
-			if o.json() {
-				if len(a) == 1 {
-					return writeJSON(cmd.OutOrStdout(), out[0])
+				// Until interrupted: the command's context ends on SIGINT or
+				// SIGTERM, which is a normal end of a watch.
+				t := time.NewTicker(interval)
+				defer t.Stop()
+				for {
+					if !o.json() {
+						fmt.Fprintf(cmd.OutOrStdout(), "%s\n", time.Now().UTC().Format(time.RFC3339))
+					}
+					if err := printStats(ctx, o, c, cmd, a); err != nil {
+						if ctx.Err() != nil {
+							return nil
+						}
+						return err
+					}
+					if !o.json() {
+						fmt.Fprintln(cmd.OutOrStdout())
+					}
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-t.C:
+					}
 				}
-				return writeJSON(cmd.OutOrStdout(), out)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TOPIC\tSCHEDULED\tREADY\tINFLIGHT\tUNACK\tDEAD\tPOOL\tCONSUMERS\tPAUSED")
-			for _, s := range out {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%v\n", s.Topic, s.Scheduled, s.Ready, s.InFlight, s.UnAck, s.Dead, s.Pool, s.Consumers, s.Paused)
-			}
-			return tw.Flush()
-		}),
+			})(cmd, a)
+		},
 	}
+	cmd.Flags().BoolVar(&watch, "watch", false, "print again every --interval until interrupted (JSON: one document a line)")
+	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "how often --watch prints")
+	return cmd
+}
+
+// printStats prints the counts of the topics named, or of every topic.
+func printStats(ctx context.Context, o *opts, c *redeq.Client, cmd *cobra.Command, a []string) error {
+	names := a
+	if len(a) == 0 {
+		topics, err := c.Topics(ctx)
+		if err != nil {
+			return err
+		}
+		for _, t := range topics {
+			names = append(names, t.Name)
+		}
+	}
+	out := []statsJSON{}
+	for _, n := range names {
+		s, err := c.Stats(ctx, n)
+		if err != nil {
+			return fmt.Errorf("stats %s: %w", n, err)
+		}
+		out = append(out, statsJSON{n, s.Pool, s.Scheduled, s.Ready, s.InFlight, s.UnAck, s.Dead, s.Consumers, s.Buckets, s.Paused})
+	}
+	if o.json() {
+		if len(a) == 1 {
+			return writeJSON(cmd.OutOrStdout(), out[0])
+		}
+		return writeJSON(cmd.OutOrStdout(), out)
+	}
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tSCHEDULED\tREADY\tINFLIGHT\tUNACK\tDEAD\tPOOL\tCONSUMERS\tPAUSED")
+	for _, s := range out {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%v\n", s.Topic, s.Scheduled, s.Ready, s.InFlight, s.UnAck, s.Dead, s.Pool, s.Consumers, s.Paused)
+	}
+	return tw.Flush()
 }
 
 func listCmd(o *opts) *cobra.Command {
@@ -310,14 +352,31 @@ func rescheduleCmd(o *opts) *cobra.Command {
 
 func requeueCmd(o *opts) *cobra.Command {
 	var in time.Duration
+	var all bool
 	cmd := &cobra.Command{
-		Use:   "requeue unack|dead TOPIC ID",
-		Short: "Move a parked (unack) or dead job back to its bucket, due now or --in D",
-		Args:  args(cobra.ExactArgs(3)),
+		Use:   "requeue unack|dead TOPIC ID|--all",
+		Short: "Move a parked (unack) or dead job, or --all of them, back to its bucket, due now or --in D",
+		Args:  args(cobra.RangeArgs(2, 3)),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			from := a[0]
 			if from != "unack" && from != "dead" {
 				return usagef("requeue %q: want unack or dead", from)
+			}
+			if all != (len(a) == 2) {
+				return usagef("give a job id or --all, not both")
+			}
+			if all {
+				return withClient(o, func(ctx context.Context, c *redeq.Client, cmd *cobra.Command, _ []string) error {
+					n, err := requeueAll(ctx, c, from, a[1], in)
+					if err != nil {
+						return fmt.Errorf("after requeuing %d jobs: %w", n, err)
+					}
+					if o.json() {
+						return writeJSON(cmd.OutOrStdout(), map[string]any{"done": "requeued", "topic": a[1], "from": from, "count": n})
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "requeued %d jobs of %s from %s\n", n, a[1], from)
+					return nil
+				})(cmd, a)
 			}
 			return withClient(o, func(ctx context.Context, c *redeq.Client, cmd *cobra.Command, _ []string) error {
 				var err error
@@ -334,6 +393,96 @@ func requeueCmd(o *opts) *cobra.Command {
 		},
 	}
 	cmd.Flags().DurationVar(&in, "in", 0, "due this long from now")
+	cmd.Flags().BoolVar(&all, "all", false, "every job of the topic parked there when the command starts")
+	return cmd
+}
+
+// requeueBatch is how many parked jobs requeueAll lists at once.
+const requeueBatch = 500
+
+// requeueAll requeues the jobs of topic parked in from (unack or dead)
+// when it starts, oldest first, a listing of requeueBatch at a time. Jobs
+// parked after it started (a requeued job that fails again at once, for
+// one) are left, so it ends however fast jobs die. Jobs that leave the set
+// meanwhile are skipped.
+func requeueAll(ctx context.Context, c *redeq.Client, from, topic string, in time.Duration) (int, error) {
+	if _, err := c.Stats(ctx, topic); err != nil { // ErrUnknownTopic
+		return 0, err
+	}
+	start := time.Now().Add(time.Second) // parked times are the server's
+	n := 0
+	for {
+		var jobs []*redeq.Job
+		var err error
+		if from == "unack" {
+			jobs, err = c.UnAcked(ctx, topic, requeueBatch)
+		} else {
+			jobs, err = c.DeadJobs(ctx, topic, requeueBatch)
+		}
+		if err != nil {
+			return n, err
+		}
+		moved := 0
+		for _, j := range jobs {
+			if j.RunAt.After(start) {
+				break // oldest first: the rest came later too
+			}
+			if from == "unack" {
+				err = c.RequeueUnAck(ctx, topic, j.ID, in)
+			} else {
+				err = c.RequeueDead(ctx, topic, j.ID, in)
+			}
+			switch {
+			case err == nil:
+				n++
+				moved++
+			case errors.Is(err, redeq.ErrJobNotFound), errors.Is(err, redeq.ErrJobNotWaiting):
+			default:
+				return n, err
+			}
+		}
+		if moved == 0 {
+			return n, nil
+		}
+	}
+}
+
+func purgeCmd(o *opts) *cobra.Command {
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "purge dead TOPIC",
+		Short: "Remove every dead job of a topic, for good (asks first unless --yes)",
+		Args:  args(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			if a[0] != "dead" {
+				return usagef("purge %q: only the dead set can be purged", a[0])
+			}
+			return withClient(o, func(ctx context.Context, c *redeq.Client, cmd *cobra.Command, _ []string) error {
+				topic := a[1]
+				if !yes {
+					st, err := c.Stats(ctx, topic)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.ErrOrStderr(), "Remove the %d dead jobs of %s, for good? [y/N] ", st.Dead, topic)
+					line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+					if ans := strings.ToLower(strings.TrimSpace(line)); ans != "y" && ans != "yes" {
+						return errors.New("not confirmed: nothing removed (--yes skips the question)")
+					}
+				}
+				n, err := c.PurgeDead(ctx, topic)
+				if err != nil {
+					return err
+				}
+				if o.json() {
+					return writeJSON(cmd.OutOrStdout(), map[string]any{"done": "purged", "topic": topic, "count": n})
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "purged %d dead jobs of %s\n", n, topic)
+				return nil
+			})(cmd, a)
+		},
+	}
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask")
 	return cmd
 }
 

@@ -126,7 +126,7 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not found.`,
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
 	root.AddCommand(
 		topicsCmd(o), statsCmd(o), listCmd(o), getCmd(o), addCmd(o), deleteCmd(o),
-		rescheduleCmd(o), requeueCmd(o), pauseCmd(o, true), pauseCmd(o, false), dashboardCmd(o),
+		rescheduleCmd(o), requeueCmd(o), purgeCmd(o), pauseCmd(o, true), pauseCmd(o, false), dashboardCmd(o),
 	)
 	return root
 }
