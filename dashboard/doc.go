@@ -1,6 +1,9 @@
 // Package dashboard is a web page for the operators of redeq: every topic
-// with its counts, a topic's jobs by state, one job with its body, and the
-// admin actions (delete, run now, requeue, pause, resume).
+// with its counts and its last hour charted (jobs processed and failed,
+// lateness p50 and p99, per minute, as SVG drawn on the server), a topic's
+// jobs by state, one job with its body, and the admin actions (delete, run
+// now, requeue, pause, resume; requeue or delete of the dead or un-acked
+// jobs selected, purge of the dead set, each after a confirmation page).
 //
 // It is an http.Handler built on the redeq client's public API and the
 // standard library only; its templates and stylesheet are embedded, so it
