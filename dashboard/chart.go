@@ -68,7 +68,7 @@ func frame(b *strings.Builder, id, title, top string, n int) {
 	fmt.Fprintf(b, `<line class="axis" x1="%d" y1="%d" x2="%d" y2="%d"/>`, chartLeft, chartTop, chartLeft, base)
 	fmt.Fprintf(b, `<text class="lbl" x="%d" y="%d" text-anchor="end">%s</text>`, chartLeft-4, chartTop+8, template.HTMLEscapeString(top))
 	fmt.Fprintf(b, `<text class="lbl" x="%d" y="%d" text-anchor="end">0</text>`, chartLeft-4, base)
-	fmt.Fprintf(b, `<text class="lbl" x="%d" y="%d">-%d min</text>`, chartLeft, chartH-4, n)
+	fmt.Fprintf(b, `<text class="lbl" x="%d" y="%d">-%d min</text>`, chartLeft, chartH-4, max(n-1, 0))
 	fmt.Fprintf(b, `<text class="lbl" x="%d" y="%d" text-anchor="end">now</text>`, chartW, chartH-4)
 }
 

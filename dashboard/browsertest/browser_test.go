@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -233,12 +234,35 @@ func TestScriptBodyIsText(t *testing.T) {
 	require.Zero(t, dialogs.Load())
 
 	if path := os.Getenv("DASHBOARD_SCREENSHOT"); path != "" {
-		screenshot(t, ctx, c, base, path)
+		screenshot(t, ctx, b, c, base, path)
 	}
 }
 
-// screenshot saves a picture of a topic page with a few jobs.
-func screenshot(t *testing.T, ctx context.Context, c *redeq.Client, base, path string) {
+// screenshot saves a picture of a topic page with a few jobs, after a
+// worker ran some (two failing once) so that the charts have bars.
+func screenshot(t *testing.T, ctx context.Context, b testutil.Backend, c *redeq.Client, base, path string) {
+	w, err := redeq.New(b.New(t), c.Config())
+	require.NoError(t, err)
+	var failed sync.Map
+	require.NoError(t, w.Register(redeq.ListenerFunc("order.close", func(_ context.Context, j *redeq.Job, ch *redeq.Channel) error {
+		if strings.HasSuffix(j.ID, "7") {
+			if _, again := failed.LoadOrStore(j.ID, true); !again {
+				return errors.New("payment service timed out")
+			}
+		}
+		ch.Ack()
+		return nil
+	}, redeq.WithRetry(3, 10*time.Millisecond))))
+	require.NoError(t, w.Start(context.Background()))
+	for i := range 24 {
+		require.NoError(t, c.Add(context.Background(), &redeq.Job{Topic: "order.close", ID: fmt.Sprintf("order-%d", 1001+i),
+			Body: fmt.Appendf(nil, `{"order":%d}`, 1001+i)}))
+	}
+	waitFor(t, "the worker to run the due jobs", func() bool {
+		st, err := c.Stats(context.Background(), "order.close")
+		return err == nil && st.Pool == 0
+	})
+	require.NoError(t, w.Shutdown(context.Background()))
 	for i := range 4 {
 		require.NoError(t, c.Add(context.Background(), &redeq.Job{Topic: "order.close", ID: fmt.Sprintf("order-%d", 1041+i),
 			Body: fmt.Appendf(nil, `{"order":%d}`, 1041+i), Delay: time.Duration(i+1) * 10 * time.Minute}))
