@@ -86,10 +86,14 @@ func statsCmd(o *opts) *cobra.Command {
 						fmt.Fprintf(cmd.OutOrStdout(), "%s\n", time.Now().UTC().Format(time.RFC3339))
 					}
 					if err := printStats(ctx, o, c, cmd, a); err != nil {
-						if ctx.Err() != nil {
+						switch {
+						case ctx.Err() != nil:
 							return nil
+						case exitCode(err) != exitError:
+							return err // a topic that is not there will not come
 						}
-						return err
+						// Redis may come back: say so and try again.
+						fmt.Fprintf(cmd.ErrOrStderr(), "redeq: %v\n", err)
 					}
 					if !o.json() {
 						fmt.Fprintln(cmd.OutOrStdout())
