@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/bucket"
@@ -73,5 +75,27 @@ func TestFetchRecordsLatenessHistory(t *testing.T) {
 			require.Zero(t, got[keys.HistProcessed], "a fetch processes nothing")
 			require.Equal(t, int64(5000), keys.HistLateBoundsMs[11])
 		})
+	}
+}
+
+// On a server without BITFIELD (a plain miniredis) a fetch still takes
+// its jobs: history is skipped, never an error.
+func TestFetchWithoutBitfieldRecordsNothing(t *testing.T) {
+	ctx := context.Background()
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	prefix := testutil.Prefix(t)
+	_, err := pool.NewStore(rdb, prefix).Add(ctx, &pool.Job{Topic: "t", ID: "1"}, pool.Placement{Limit: 100})
+	require.NoError(t, err)
+	time.Sleep(2 * time.Millisecond)
+	_, err = bucket.Move(ctx, rdb, prefix, "t", 0, 100)
+	require.NoError(t, err)
+	items, _, err := ready.Fetch(ctx, rdb, prefix, "t", 0, "me", 10, true)
+	require.NoError(t, err)
+	require.Len(t, items, 1)
+	require.GreaterOrEqual(t, items[0].Late, time.Duration(0))
+	for _, k := range m.Keys() {
+		require.NotContains(t, k, ":hist:")
 	}
 }
