@@ -153,7 +153,7 @@ func TestRequeueDeadThenRuns(t *testing.T) {
 
 			ctx := browser(t)
 			require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/topic?t=orders&state=dead")))
-			reason := text(t, ctx, `tr[data-id="call"] td:nth-child(5)`)
+			reason := text(t, ctx, `tr[data-id="call"] td.reason`)
 			require.NoError(t, chromedp.Do(ctx,
 				chromedp.Click(chromedp.CSS(`tr[data-id="call"] button[value="requeue-dead"]`)),
 				chromedp.WaitVisible(chromedp.CSS(`.msg`)),
