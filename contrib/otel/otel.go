@@ -44,6 +44,7 @@ const (
 	AttrOperationType = attribute.Key("messaging.operation.type")
 	AttrBodySize      = attribute.Key("messaging.message.body.size")
 	AttrAttempt       = attribute.Key("redeq.attempt")
+	AttrRecoveries    = attribute.Key("redeq.recoveries")
 	AttrLatenessMS    = attribute.Key("redeq.lateness_ms")
 	AttrOutcome       = attribute.Key("redeq.outcome")
 	AttrFirstAttempt  = attribute.Key("redeq.first_attempt")
@@ -190,6 +191,9 @@ func (in *Instrumentation) Middleware() redeq.Middleware {
 			attrs := []attribute.KeyValue{system, AttrDestination.String(job.Topic), AttrMessageID.String(job.ID),
 				AttrOperationName.String("process"), AttrOperationType.String("process"),
 				AttrBodySize.Int(len(job.Body)), AttrAttempt.Int(job.Attempt)}
+			if job.Recoveries > 0 {
+				attrs = append(attrs, AttrRecoveries.Int(job.Recoveries))
+			}
 			d, observed := in.live.Load(job)
 			if observed && d.(*delivery).lateness >= 0 {
 				attrs = append(attrs, AttrLatenessMS.Int64(d.(*delivery).lateness.Milliseconds()))
