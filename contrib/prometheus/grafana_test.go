@@ -87,7 +87,7 @@ func metricNames(expr string) []string {
 func TestMetricNames(t *testing.T) {
 	for expr, want := range map[string][]string{
 		`histogram_quantile(0.99, sum by (topic, le) (rate(redeq_job_lateness_seconds_bucket{topic=~"$topic", first_attempt="true"}[5m])))`: {"redeq_job_lateness_seconds_bucket"},
-		`max by (topic) (delta(redeq_jobs{state="dead"}[1h])) > 0 and on (topic) redeq_consumers`:                                          {"redeq_jobs", "redeq_consumers"},
+		`max by (topic) (delta(redeq_jobs{state="dead"}[1h])) > 0 and on (topic) redeq_consumers`:                                           {"redeq_jobs", "redeq_consumers"},
 		`rate(a_total[5m]) / ignoring (outcome) rate(b_total{x="rate(c)"}[5m]) * 1e3`:                                                       {"a_total", "b_total"},
 	} {
 		require.Equal(t, want, metricNames(expr), expr)
