@@ -80,3 +80,28 @@ func drain(b *testing.B, c *redeq.Client) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkDelivery is what the integration adds to one delivery, without
+// Redis: JobDelivered, the middleware's span around a no-op handler, and
+// JobDone, with SDK providers (spans recorded, exported nowhere).
+func BenchmarkDelivery(b *testing.B) {
+	ctx := context.Background()
+	tp := sdktrace.NewTracerProvider()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	defer func() { _ = tp.Shutdown(ctx); _ = mp.Shutdown(ctx) }()
+	in, err := redeqotel.New(redeqotel.Options{TracerProvider: tp, MeterProvider: mp})
+	if err != nil {
+		b.Fatal(err)
+	}
+	job := &redeq.Job{Topic: "t", ID: "42", Body: []byte("{}")}
+	_, span := in.StartProducer(ctx, job)
+	span.End()
+	h := in.Middleware()(func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error { return nil })
+	b.ReportAllocs()
+	for b.Loop() {
+		in.JobAdded(job.Topic)
+		in.JobDelivered(job, time.Millisecond)
+		_ = h(ctx, job, nil)
+		in.JobDone(job, redeq.OutcomeAck, time.Millisecond, nil)
+	}
+}
