@@ -22,9 +22,12 @@ import (
 
 // BenchmarkDrain drains b.N due jobs with a no-op handler, 16 workers, on
 // the server at REDIS_ADDR: without instrumentation ("off"), and with both
-// integrations as this example installs them ("both": spans to an
-// in-memory exporter, OpenTelemetry metrics, the Prometheus collector).
-// The ratio of the two is the cost of observing:
+// integrations as this example installs them (OpenTelemetry spans and
+// metrics, the Prometheus collector): "both" exports each span as it ends
+// to an in-memory exporter that keeps them all, "both-batch" hands them to
+// a batch span processor, as a production tracer provider does, whose
+// exporter drops them. The ratio of each to "off" is the cost of
+// observing:
 //
 //	REDIS_ADDR=127.0.0.1:6379 go test -run '^$' -bench Drain -benchtime 20000x -count 10
 func BenchmarkDrain(b *testing.B) {
@@ -32,8 +35,8 @@ func BenchmarkDrain(b *testing.B) {
 	if addr == "" {
 		b.Skip("REDIS_ADDR not set: a drain on miniredis measures miniredis")
 	}
-	for _, on := range []bool{false, true} {
-		b.Run(map[bool]string{false: "off", true: "both"}[on], func(b *testing.B) {
+	for _, mode := range []string{"off", "both", "both-batch"} {
+		b.Run(mode, func(b *testing.B) {
 			ctx := context.Background()
 			rdb := redis.NewClient(&redis.Options{Addr: addr})
 			defer func() { _ = rdb.Close() }()
@@ -44,8 +47,12 @@ func BenchmarkDrain(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if on {
-				tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracetest.NewInMemoryExporter()))
+			if mode != "off" {
+				spans := sdktrace.WithSyncer(tracetest.NewInMemoryExporter())
+				if mode == "both-batch" {
+					spans = sdktrace.WithBatcher(discard{})
+				}
+				tp := sdktrace.NewTracerProvider(spans)
 				mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 				defer func() { _ = tp.Shutdown(ctx); _ = mp.Shutdown(ctx) }()
 				in, err := redeqotel.New(redeqotel.Options{TracerProvider: tp, MeterProvider: mp})
@@ -92,3 +99,9 @@ func BenchmarkDrain(b *testing.B) {
 		})
 	}
 }
+
+// discard is a span exporter that drops what it gets.
+type discard struct{}
+
+func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discard) Shutdown(context.Context) error                             { return nil }
