@@ -19,10 +19,10 @@ var overdueSource string
 
 var overdueScript = redis.NewScript(overdueSource)
 
-// OverdueReadyLook is how many ids at the head of each ready list
+// overdueLook is how many ids at the head of each ready list
 // OldestOverdue looks at: the list is in due order but for the jobs that
 // crash recovery or a rollback put back, whose due time is not kept.
-const OverdueReadyLook = 16
+const overdueLook = 16
 
 // OldestOverdue returns, for each of topics, how long ago the oldest job
 // that is due and not started fell due: a job in its bucket whose due time
@@ -31,7 +31,7 @@ const OverdueReadyLook = 16
 // used is left out. The time is the Redis server's. The cost is bounded:
 // two round trips whatever the number of topics (their meta, then one
 // read-only script per bucket, pipelined), each script reading the head of
-// the bucket's scheduled set and at most OverdueReadyLook ready ids.
+// the bucket's scheduled set and at most overdueLook ready ids.
 func (c *Client) OldestOverdue(ctx context.Context, topics ...string) (map[string]time.Duration, error) {
 	if ctx == nil {
 		return nil, pool.ErrNilContext
@@ -66,7 +66,7 @@ func (c *Client) OldestOverdue(ctx context.Context, topics ...string) (map[strin
 		out[t] = 0
 		for b := range n {
 			k := keys.ForBucket(c.cfg.Prefix, t, b)
-			calls = append(calls, rdb.Call{Keys: []string{k.Scheduled(), k.Ready(), k.Due()}, Args: []any{OverdueReadyLook}})
+			calls = append(calls, rdb.Call{Keys: []string{k.Scheduled(), k.Ready(), k.Due()}, Args: []any{overdueLook}})
 			owner = append(owner, t)
 		}
 	}
