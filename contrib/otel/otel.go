@@ -18,7 +18,7 @@ package redeqotel
 import (
 	"context"
 	"errors"
-	"strconv"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -44,6 +44,7 @@ const (
 	AttrOperationType = attribute.Key("messaging.operation.type")
 	AttrBodySize      = attribute.Key("messaging.message.body.size")
 	AttrAttempt       = attribute.Key("redeq.attempt")
+	AttrRecoveries    = attribute.Key("redeq.recoveries")
 	AttrLatenessMS    = attribute.Key("redeq.lateness_ms")
 	AttrOutcome       = attribute.Key("redeq.outcome")
 	AttrFirstAttempt  = attribute.Key("redeq.first_attempt")
@@ -76,15 +77,65 @@ type Instrumentation struct {
 	added, processed, returned metric.Int64Counter
 	lateness, duration         metric.Float64Histogram
 
+	topics topicCache
+
 	// live holds what is known of each running delivery, by the job
-	// pointer the Observer and the handler share.
-	live sync.Map // *redeq.Job -> *delivery
+	// pointer the Observer and the handler share; sharded, so that workers
+	// seldom wait for each other, and reused, so that a delivery costs no
+	// map entry allocation.
+	live [liveShards]liveShard
+}
+
+const liveShards = 16
+
+type liveShard struct {
+	mu sync.Mutex
+	m  map[*redeq.Job]*delivery
 }
 
 type delivery struct {
 	lateness time.Duration
 	span     trace.Span // set by the middleware; nil without it
 }
+
+var deliveries = sync.Pool{New: func() any { return new(delivery) }}
+
+var liveSeed = maphash.MakeSeed()
+
+func (in *Instrumentation) shard(job *redeq.Job) *liveShard {
+	return &in.live[maphash.Comparable(liveSeed, job)%liveShards]
+}
+
+func (in *Instrumentation) store(job *redeq.Job, d *delivery) {
+	s := in.shard(job)
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = make(map[*redeq.Job]*delivery)
+	}
+	s.m[job] = d
+	s.mu.Unlock()
+}
+
+func (in *Instrumentation) load(job *redeq.Job) *delivery {
+	s := in.shard(job)
+	s.mu.Lock()
+	d := s.m[job]
+	s.mu.Unlock()
+	return d
+}
+
+func (in *Instrumentation) take(job *redeq.Job) *delivery {
+	s := in.shard(job)
+	s.mu.Lock()
+	d, ok := s.m[job]
+	if ok {
+		delete(s.m, job)
+	}
+	s.mu.Unlock()
+	return d
+}
+
+var consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
 
 // New returns an Instrumentation. Register it with Instrument, or pass
 // Middleware to Client.Use and the Instrumentation to Client.Observe
@@ -187,24 +238,32 @@ func (in *Instrumentation) Extract(ctx context.Context, job *redeq.Job) context.
 func (in *Instrumentation) Middleware() redeq.Middleware {
 	return func(next redeq.Handler) redeq.Handler {
 		return func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-			attrs := []attribute.KeyValue{system, AttrDestination.String(job.Topic), AttrMessageID.String(job.ID),
-				AttrOperationName.String("process"), AttrOperationType.String("process"),
-				AttrBodySize.Int(len(job.Body)), AttrAttempt.Int(job.Attempt)}
-			d, observed := in.live.Load(job)
-			if observed && d.(*delivery).lateness >= 0 {
-				attrs = append(attrs, AttrLatenessMS.Int64(d.(*delivery).lateness.Milliseconds()))
+			t := in.topics.get(job.Topic)
+			attrs := make([]attribute.KeyValue, 0, len(t.consumerStart)+5)
+			attrs = append(attrs, t.consumerStart...)
+			attrs = append(attrs, AttrMessageID.String(job.ID), AttrBodySize.Int(len(job.Body)), AttrAttempt.Int(job.Attempt))
+			if job.Recoveries > 0 {
+				attrs = append(attrs, AttrRecoveries.Int(job.Recoveries))
+			}
+			d := in.load(job)
+			observed := d != nil
+			if observed && d.lateness >= 0 {
+				attrs = append(attrs, AttrLatenessMS.Int64(d.lateness.Milliseconds()))
 			}
 			// The producer's context is the parent; a trace the handler's
-			// ctx already carries becomes a link.
-			var opts []trace.SpanStartOption
+			// ctx already carries becomes a link, and not the parent.
+			pctx := ctx
+			var span trace.Span
 			if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+				pctx = in.Extract(trace.ContextWithSpanContext(ctx, trace.SpanContext{}), job)
+				_, span = in.tracer.Start(pctx, t.consumerName, trace.WithLinks(trace.Link{SpanContext: sc}),
+					consumerKind, trace.WithAttributes(attrs...))
+			} else {
+				pctx = in.Extract(ctx, job)
+				_, span = in.tracer.Start(pctx, t.consumerName, consumerKind, trace.WithAttributes(attrs...))
 			}
-			pctx := in.Extract(trace.ContextWithSpanContext(ctx, trace.SpanContext{}), job)
-			opts = append(opts, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
-			_, span := in.tracer.Start(pctx, "process "+job.Topic, opts...)
 			if observed {
-				d.(*delivery).span = span
+				d.span = span
 			} else {
 				defer span.End()
 			}
@@ -220,32 +279,42 @@ func (in *Instrumentation) Middleware() redeq.Middleware {
 
 // JobAdded implements redeq.Observer.
 func (in *Instrumentation) JobAdded(topic string) {
-	in.added.Add(context.Background(), 1, metric.WithAttributes(system, AttrDestination.String(topic)))
+	in.added.Add(context.Background(), 1, in.topics.get(topic).added...)
 }
 
 // JobDelivered implements redeq.Observer: it records the lateness, when
 // known, and keeps it for the consumer span.
 func (in *Instrumentation) JobDelivered(job *redeq.Job, lateness time.Duration) {
-	in.live.Store(job, &delivery{lateness: lateness})
+	d := deliveries.Get().(*delivery)
+	d.lateness = lateness
+	in.store(job, d)
 	if lateness < 0 {
 		return
 	}
-	in.lateness.Record(context.Background(), lateness.Seconds(), metric.WithAttributes(system,
-		AttrDestination.String(job.Topic), AttrFirstAttempt.String(strconv.FormatBool(job.Attempt == 0))))
+	first := 0
+	if job.Attempt == 0 {
+		first = 1
+	}
+	in.lateness.Record(context.Background(), lateness.Seconds(), in.topics.get(job.Topic).lateness[first]...)
 }
 
 // JobDone implements redeq.Observer: it counts the outcome, records the
 // duration and ends the delivery's span.
 func (in *Instrumentation) JobDone(job *redeq.Job, o redeq.Outcome, took time.Duration, err error) {
 	ctx := context.Background()
-	dest := AttrDestination.String(job.Topic)
-	in.processed.Add(ctx, 1, metric.WithAttributes(system, dest, AttrOutcome.String(string(o))))
-	in.duration.Record(ctx, took.Seconds(), metric.WithAttributes(system, dest))
-	d, ok := in.live.LoadAndDelete(job)
-	if !ok || d.(*delivery).span == nil {
+	t := in.topics.get(job.Topic)
+	in.processed.Add(ctx, 1, t.processedOpts(job.Topic, o)...)
+	in.duration.Record(ctx, took.Seconds(), t.durationRec...)
+	d := in.take(job)
+	if d == nil {
 		return
 	}
-	span := d.(*delivery).span
+	span := d.span
+	*d = delivery{}
+	deliveries.Put(d)
+	if span == nil {
+		return
+	}
 	span.SetAttributes(AttrOutcome.String(string(o)))
 	if err != nil {
 		span.RecordError(err)
@@ -256,11 +325,11 @@ func (in *Instrumentation) JobDone(job *redeq.Job, o redeq.Outcome, took time.Du
 
 // JobsReturned implements redeq.ReturnObserver.
 func (in *Instrumentation) JobsReturned(topic string, n int, recovered bool) {
-	reason := "rollback"
+	i := 0
 	if recovered {
-		reason = "recovered"
+		i = 1
 	}
-	in.returned.Add(context.Background(), int64(n), metric.WithAttributes(system, AttrDestination.String(topic), AttrReason.String(reason)))
+	in.returned.Add(context.Background(), int64(n), in.topics.get(topic).returned[i]...)
 }
 
 var _ redeq.ReturnObserver = (*Instrumentation)(nil)

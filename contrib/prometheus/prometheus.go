@@ -13,7 +13,12 @@
 //	redeq_job_duration_seconds{topic}                  histogram: handler run time
 //	redeq_jobs{topic,state}                            gauge, from Client.Stats at scrape
 //	redeq_consumers{topic}                             gauge, from Client.Stats at scrape
+//	redeq_oldest_overdue_seconds{topic}                gauge, from Client.OldestOverdue at scrape
 //	redeq_stats_errors_total                           counter: failed scrape-time reads
+//
+// With Options.AsynqNames it also exports the names of asynq's
+// x/metrics collector, so that dashboards built for asynq work (see
+// docs/observability.md for what maps and what does not).
 package redeqprom
 
 import (
@@ -47,6 +52,10 @@ type Options struct {
 	CacheFor time.Duration
 	// Timeout bounds the reads of one scrape. Defaults to 2s.
 	Timeout time.Duration
+	// AsynqNames adds, beside redeq's own metrics, those of asynq's
+	// x/metrics collector that have a meaning here, labelled by queue =
+	// the topic. Defaults to false.
+	AsynqNames bool
 }
 
 // Collector is a prometheus.Collector and a redeq.ReturnObserver.
@@ -61,12 +70,15 @@ type Collector struct {
 	duration  *prometheus.HistogramVec
 	statsErrs prometheus.Counter
 
-	jobsDesc, consumersDesc *prometheus.Desc
+	jobsDesc, consumersDesc, overdueDesc *prometheus.Desc
 
-	mu     sync.Mutex // serializes scrape-time reads
-	readAt time.Time
-	stats  map[string]redeq.Stats
-	now    func() time.Time
+	asynq *asynqMetrics // nil unless Options.AsynqNames
+
+	mu      sync.Mutex // serializes scrape-time reads
+	readAt  time.Time
+	stats   map[string]redeq.Stats
+	overdue map[string]time.Duration
+	now     func() time.Time
 }
 
 // New returns a Collector of c's metrics. It observes nothing until it is
@@ -81,7 +93,7 @@ func New(c *redeq.Client, opts Options) *Collector {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 2 * time.Second
 	}
-	return &Collector{
+	x := &Collector{
 		c: c, opts: opts, now: time.Now,
 		added: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redeq_jobs_added_total", Help: "Jobs stored by Add, AddBatch, AddTyped or a Put that added.",
@@ -103,7 +115,13 @@ func New(c *redeq.Client, opts Options) *Collector {
 		}),
 		jobsDesc:      prometheus.NewDesc("redeq_jobs", "Jobs of a topic by state, read from Redis at scrape (cached).", []string{"topic", "state"}, nil),
 		consumersDesc: prometheus.NewDesc("redeq_consumers", "Consumers that heartbeat for a topic, read at scrape (cached).", []string{"topic"}, nil),
+		overdueDesc: prometheus.NewDesc("redeq_oldest_overdue_seconds",
+			"How long ago the oldest job that is due and not started fell due; 0 when none waits. Read at scrape (cached).", []string{"topic"}, nil),
 	}
+	if opts.AsynqNames {
+		x.asynq = newAsynqMetrics()
+	}
+	return x
 }
 
 // Register makes a Collector c's Observer and registers it with reg.
@@ -133,6 +151,9 @@ func (x *Collector) JobDelivered(job *redeq.Job, lateness time.Duration) {
 func (x *Collector) JobDone(job *redeq.Job, o redeq.Outcome, took time.Duration, err error) {
 	x.processed.WithLabelValues(job.Topic, string(o)).Inc()
 	x.duration.WithLabelValues(job.Topic).Observe(took.Seconds())
+	if x.asynq != nil {
+		x.asynq.done(job.Topic, o)
+	}
 }
 
 // JobsReturned implements redeq.ReturnObserver.
@@ -154,18 +175,29 @@ func (x *Collector) Describe(ch chan<- *prometheus.Desc) {
 	x.statsErrs.Describe(ch)
 	ch <- x.jobsDesc
 	ch <- x.consumersDesc
+	ch <- x.overdueDesc
+	if x.asynq != nil {
+		x.asynq.describe(ch)
+	}
 }
 
-// Collect implements prometheus.Collector. Job counts are read from Redis
-// at most once per CacheFor, one pipelined Stats per topic.
+// Collect implements prometheus.Collector. Job counts and the oldest
+// overdue job are read from Redis at most once per CacheFor: one Stats per
+// topic and one OldestOverdue for all of them.
 func (x *Collector) Collect(ch chan<- prometheus.Metric) {
 	x.added.Collect(ch)
 	x.processed.Collect(ch)
 	x.returned.Collect(ch)
 	x.lateness.Collect(ch)
 	x.duration.Collect(ch)
-	stats := x.read()
+	stats, overdue := x.read()
 	x.statsErrs.Collect(ch)
+	for topic, d := range overdue {
+		ch <- prometheus.MustNewConstMetric(x.overdueDesc, prometheus.GaugeValue, d.Seconds(), topic)
+	}
+	if x.asynq != nil {
+		x.asynq.collect(ch, stats, overdue)
+	}
 	for topic, st := range stats {
 		for _, s := range []struct {
 			state string
@@ -180,13 +212,14 @@ func (x *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// read returns the job counts, read again when older than CacheFor. A
-// failed read keeps the last counts of that topic.
-func (x *Collector) read() map[string]redeq.Stats {
+// read returns the job counts and the oldest overdue times, read again
+// when older than CacheFor. A failed read keeps the last values of that
+// topic.
+func (x *Collector) read() (map[string]redeq.Stats, map[string]time.Duration) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.stats != nil && x.now().Sub(x.readAt) < x.opts.CacheFor {
-		return x.stats
+		return x.stats, x.overdue
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), x.opts.Timeout)
 	defer cancel()
@@ -195,7 +228,7 @@ func (x *Collector) read() map[string]redeq.Stats {
 		infos, err := x.c.Topics(ctx)
 		if err != nil {
 			x.statsErrs.Inc()
-			return x.stats
+			return x.stats, x.overdue
 		}
 		for _, ti := range infos {
 			topics = append(topics, ti.Name)
@@ -216,8 +249,18 @@ func (x *Collector) read() map[string]redeq.Stats {
 		}
 		fresh[t] = st
 	}
-	x.stats, x.readAt = fresh, x.now()
-	return fresh
+	overdue, err := x.c.OldestOverdue(ctx, topics...)
+	if err != nil {
+		x.statsErrs.Inc()
+		overdue = make(map[string]time.Duration, len(topics))
+		for _, t := range topics {
+			if d, ok := x.overdue[t]; ok {
+				overdue[t] = d
+			}
+		}
+	}
+	x.stats, x.overdue, x.readAt = fresh, overdue, x.now()
+	return fresh, overdue
 }
 
 var _ redeq.ReturnObserver = (*Collector)(nil)

@@ -1,0 +1,91 @@
+package redeqotel
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// maxCachedTopics bounds the per-topic cache; the attributes of further
+// topics are built per call.
+const maxCachedTopics = 1024
+
+// outcomes are the outcomes whose measurement options a topic caches.
+var outcomes = []redeq.Outcome{redeq.OutcomeAck, redeq.OutcomeRejoin, redeq.OutcomeRetry,
+	redeq.OutcomeDead, redeq.OutcomeUnAck, redeq.OutcomeInterrupted}
+
+// topicAttrs is what every measurement and span of a topic shares, built
+// once: attribute sets (so that a measurement does not sort and hash its
+// attributes again), the span name and the span's constant attributes.
+type topicAttrs struct {
+	added         []metric.AddOption
+	durationRec   []metric.RecordOption
+	lateness      [2][]metric.RecordOption // by first attempt: false, true
+	returned      [2][]metric.AddOption    // by recovered: false, true
+	processed     map[redeq.Outcome][]metric.AddOption
+	consumerName  string
+	consumerStart []attribute.KeyValue // never appended to in place
+}
+
+// topicCache maps a topic to its *topicAttrs.
+type topicCache struct {
+	m sync.Map
+	n atomic.Int64
+}
+
+func (c *topicCache) get(topic string) *topicAttrs {
+	if v, ok := c.m.Load(topic); ok {
+		return v.(*topicAttrs)
+	}
+	t := newTopicAttrs(topic)
+	if c.n.Load() >= maxCachedTopics {
+		return t
+	}
+	v, loaded := c.m.LoadOrStore(topic, t)
+	if !loaded {
+		c.n.Add(1)
+	}
+	return v.(*topicAttrs)
+}
+
+func newTopicAttrs(topic string) *topicAttrs {
+	dest := AttrDestination.String(topic)
+	add := func(kv ...attribute.KeyValue) []metric.AddOption {
+		return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(kv...))}
+	}
+	rec := func(kv ...attribute.KeyValue) []metric.RecordOption {
+		return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(kv...))}
+	}
+	t := &topicAttrs{
+		added:       add(system, dest),
+		durationRec: rec(system, dest),
+		lateness: [2][]metric.RecordOption{
+			rec(system, dest, AttrFirstAttempt.String("false")),
+			rec(system, dest, AttrFirstAttempt.String("true")),
+		},
+		returned: [2][]metric.AddOption{
+			add(system, dest, AttrReason.String("rollback")),
+			add(system, dest, AttrReason.String("recovered")),
+		},
+		processed:    make(map[redeq.Outcome][]metric.AddOption, len(outcomes)),
+		consumerName: "process " + topic,
+		consumerStart: []attribute.KeyValue{system, dest,
+			AttrOperationName.String("process"), AttrOperationType.String("process")},
+	}
+	for _, o := range outcomes {
+		t.processed[o] = add(system, dest, AttrOutcome.String(string(o)))
+	}
+	return t
+}
+
+// processedOpts returns the options of redeq.jobs.processed for outcome o.
+func (t *topicAttrs) processedOpts(topic string, o redeq.Outcome) []metric.AddOption {
+	if opts, ok := t.processed[o]; ok {
+		return opts
+	}
+	return []metric.AddOption{metric.WithAttributes(system, AttrDestination.String(topic), AttrOutcome.String(string(o)))}
+}

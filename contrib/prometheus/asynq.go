@@ -1,0 +1,90 @@
+package redeqprom
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// asynqMetrics are the names of asynq's x/metrics collector, fed from
+// redeq's: queue is the topic. Names asynq has and redeq cannot fill
+// (asynq_queue_memory_usage_approx_bytes; the states retry and completed,
+// which redeq does not keep apart or at all) are not exported, so a panel
+// built on them shows "no data" rather than a wrong zero.
+type asynqMetrics struct {
+	processed, failed *prometheus.CounterVec
+
+	enqueuedDesc, sizeDesc, latencyDesc, pausedDesc *prometheus.Desc
+}
+
+// The asynq names this collector exports.
+const (
+	AsynqTasksEnqueued  = "asynq_tasks_enqueued_total"
+	AsynqQueueSize      = "asynq_queue_size"
+	AsynqQueueLatency   = "asynq_queue_latency_seconds"
+	AsynqQueuePaused    = "asynq_queue_paused_total"
+	AsynqTasksProcessed = "asynq_tasks_processed_total"
+	AsynqTasksFailed    = "asynq_tasks_failed_total"
+)
+
+func newAsynqMetrics() *asynqMetrics {
+	return &asynqMetrics{
+		processed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: AsynqTasksProcessed, Help: "Handler runs that ended (succeeded or failed), by this client; asynq's name for redeq_jobs_processed_total without interrupted runs.",
+		}, []string{"queue"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: AsynqTasksFailed, Help: "Handler runs that failed (retry or dead), by this client; asynq's name.",
+		}, []string{"queue"}),
+		enqueuedDesc: prometheus.NewDesc(AsynqTasksEnqueued,
+			"Jobs of a topic by asynq state: active = in_flight, pending = ready, scheduled = scheduled (retries included), archived = dead. A gauge, as in asynq.",
+			[]string{"queue", "state"}, nil),
+		sizeDesc:    prometheus.NewDesc(AsynqQueueSize, "Every job the topic holds (redeq Stats.Pool).", []string{"queue"}, nil),
+		latencyDesc: prometheus.NewDesc(AsynqQueueLatency, "redeq_oldest_overdue_seconds under asynq's name.", []string{"queue"}, nil),
+		pausedDesc:  prometheus.NewDesc(AsynqQueuePaused, "1 while the topic is paused, else 0.", []string{"queue"}, nil),
+	}
+}
+
+func (a *asynqMetrics) done(topic string, o redeq.Outcome) {
+	switch o {
+	case redeq.OutcomeInterrupted: // canceled by Shutdown: asynq does not count it either
+		return
+	case redeq.OutcomeRetry, redeq.OutcomeDead:
+		a.failed.WithLabelValues(topic).Inc()
+	}
+	a.processed.WithLabelValues(topic).Inc()
+}
+
+func (a *asynqMetrics) describe(ch chan<- *prometheus.Desc) {
+	a.processed.Describe(ch)
+	a.failed.Describe(ch)
+	ch <- a.enqueuedDesc
+	ch <- a.sizeDesc
+	ch <- a.latencyDesc
+	ch <- a.pausedDesc
+}
+
+func (a *asynqMetrics) collect(ch chan<- prometheus.Metric, stats map[string]redeq.Stats, overdue map[string]time.Duration) {
+	a.processed.Collect(ch)
+	a.failed.Collect(ch)
+	for topic, st := range stats {
+		for _, s := range []struct {
+			state string
+			n     int64
+		}{
+			{"active", st.InFlight}, {"pending", st.Ready}, {"scheduled", st.Scheduled}, {"archived", st.Dead},
+		} {
+			ch <- prometheus.MustNewConstMetric(a.enqueuedDesc, prometheus.GaugeValue, float64(s.n), topic, s.state)
+		}
+		ch <- prometheus.MustNewConstMetric(a.sizeDesc, prometheus.GaugeValue, float64(st.Pool), topic)
+		paused := 0.0
+		if st.Paused {
+			paused = 1
+		}
+		ch <- prometheus.MustNewConstMetric(a.pausedDesc, prometheus.GaugeValue, paused, topic)
+	}
+	for topic, d := range overdue {
+		ch <- prometheus.MustNewConstMetric(a.latencyDesc, prometheus.GaugeValue, d.Seconds(), topic)
+	}
+}
