@@ -443,7 +443,7 @@ func TestReaperSparesAConsumerThatCameBack(t *testing.T) {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps
 		waitFor(t, 5*time.Second, "due", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
-		// Silent by its heartbeat (score 0), but it has just fetched.
+		// Silent (no heartbeat, joined at time 0), but it has just fetched.
 		crash(t, e, "t", "back", 1)
 		consumers := keys.ForTopic(e.cfg.Prefix, "t").Consumers()
 		// Within a ConsumerTimeout of its fetch it counts as alive...
@@ -453,7 +453,8 @@ func TestReaperSparesAConsumerThatCameBack(t *testing.T) {
 			require.NoError(t, e.rdb.ZScore(ctx, consumers, "back").Err(), "dropped from the consumer set")
 		}
 		// ...and once it heartbeats again it stays, with its job.
-		beat := func() { e.rdb.ZAdd(ctx, consumers, redis.Z{Score: float64(time.Now().UnixMilli()), Member: "back"}) }
+		alive := keys.Alive(e.cfg.Prefix)
+		beat := func() { e.rdb.ZAdd(ctx, alive, redis.Z{Score: float64(time.Now().UnixMilli()), Member: "back"}) }
 		deadline := time.Now().Add(3 * e.cfg.ConsumerTimeout)
 		for time.Now().Before(deadline) {
 			beat()
