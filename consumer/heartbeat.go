@@ -54,14 +54,16 @@ func (g *Group) heartbeat(ctx context.Context) error {
 	return nil
 }
 
-// heard reports whether a heartbeat sent within the last ConsumerTimeout/2
-// got through. Runners fetch only then: a consumer cut off from Redis
-// long enough for a reaper to forget it joins its topics again (at that
-// heartbeat) before it takes more jobs, so that no fetch lands in an
-// in-flight set that no reaper watches. A heartbeat runs every third of
-// ConsumerTimeout at most, so a live consumer always passes.
+// heard reports whether a heartbeat sent within the last two thirds of a
+// ConsumerTimeout got through. Runners fetch only then: a consumer cut
+// off from Redis long enough for a reaper to forget it joins its topics
+// again (at that heartbeat) before it takes more jobs, so that no fetch
+// lands in an in-flight set that no reaper watches. The time is counted
+// from when the heartbeat was sent, before Redis recorded it, so it is
+// never shorter than what a reaper sees. A heartbeat runs every third of
+// ConsumerTimeout at most, so a live consumer passes with a third to spare.
 func (g *Group) heard() bool {
-	return g.env.Clock.Now().Sub(time.Unix(0, g.heardAt.Load())) < g.cfg.ConsumerTimeout/2
+	return g.env.Clock.Now().Sub(time.Unix(0, g.heardAt.Load())) < g.cfg.ConsumerTimeout*2/3
 }
 
 // join records this consumer in the consumer set of every topic it

@@ -176,7 +176,8 @@ func TestNoFetchWhileHeartbeatsFail(t *testing.T) {
 		t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
 		require.NoError(t, e.c.Start(ctx)) // reaps
 		failing.Store(true)
-		// Past the point where the consumer stops trusting its last heartbeat.
+		// Past the point where the consumer stops trusting its last heartbeat
+		// (two thirds of ConsumerTimeout after it was sent).
 		time.Sleep(e.cfg.ConsumerTimeout)
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
 		waitFor(t, 5*time.Second, "due", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })

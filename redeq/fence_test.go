@@ -252,13 +252,20 @@ func TestStaleOutcomeAfterRefetch(t *testing.T) {
 		l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 			switch runs.Add(1) {
 			case 1:
-				// Stall: the heartbeats fail until the job is taken back
-				// and fetched again.
+				// Stall: the heartbeats fail until the job is taken back;
+				// then they get through, and the consumer fetches it again.
 				hb.set(func(context.Context, redis.Cmder, func() error) error { return errors.New("stalled") })
+				for {
+					j, err := e.c.Get(ctx, "t", "j")
+					if err == nil && j.Recoveries > 0 {
+						break
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				hb.set(nil)
 				<-second
 				return errors.New("stale failure")
 			case 2:
-				hb.set(nil)
 				before := settles.Load()
 				close(second)
 				// The stale delivery's outcome is settled first.
