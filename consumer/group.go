@@ -48,6 +48,8 @@ type Group struct {
 
 	started  atomic.Bool
 	stopping atomic.Bool
+	joined   atomic.Bool  // recorded in every listened topic's consumer set
+	heardAt  atomic.Int64 // when the last heartbeat that got through was sent, unix ns
 
 	fetchCancel, handlerCancel, settleCancel, bgCancel context.CancelFunc
 	handlerCtx, settleCtx                              context.Context
@@ -309,11 +311,15 @@ func (g *Group) rollback(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// leave removes this consumer from its topics' consumer sets.
+// leave removes this consumer from its topics' consumer sets and from
+// the alive set.
 func (g *Group) leave(ctx context.Context) {
 	pipe := g.rdb.Pipeline()
 	for topic := range g.runners {
 		pipe.ZRem(ctx, keys.ForTopic(g.cfg.Prefix, topic).Consumers(), g.cid)
+	}
+	if len(g.runners) > 0 {
+		pipe.ZRem(ctx, keys.Alive(g.cfg.Prefix), g.cid)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		g.env.Logger.Warn("redeq: cannot remove consumer from its topics", "err", err)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/redeq-go/redeq/internal/env"
 	"github.com/redeq-go/redeq/internal/keys"
-	"github.com/redeq-go/redeq/internal/rdb"
 	"github.com/redeq-go/redeq/lock"
 )
 
@@ -25,6 +24,9 @@ var (
 	//go:embed forget.lua
 	forgetSource string
 	forgetScript = redis.NewScript(forgetSource)
+	//go:embed gone.lua
+	goneSource string
+	goneScript = redis.NewScript(goneSource)
 )
 
 const (
@@ -32,8 +34,10 @@ const (
 	modeRollback = "rollback"
 	// recoverBatch bounds the deliveries one recover script call handles.
 	recoverBatch = 500
-	// silentBatch bounds the silent consumers one reaper pass handles per topic.
-	silentBatch = 100
+	// maxMembers bounds the consumers of a topic one reaper pass reads.
+	maxMembers = 1000
+	// aliveChunk bounds the consumer ids one heartbeat read sends.
+	aliveChunk = 500
 )
 
 // ReapInterval is how often the reaper looks for silent consumers: a fifth
@@ -109,67 +113,138 @@ func (g *Group) reap(ctx context.Context, act bool) (int, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("reaper: %w", err)) // some topics unreadable: reap the rest
 	}
-	if len(topics) == 0 {
-		return 0, errors.Join(errs...)
-	}
 	names := make([]string, 0, len(topics))
-	calls := make([]rdb.Call, 0, len(topics))
 	for t := range topics {
-		if g.reaps != nil && !g.reaps(t) {
-			continue // another client reaps it
+		if g.reaps == nil || g.reaps(t) {
+			names = append(names, t)
 		}
-		names = append(names, t)
-		calls = append(calls, rdb.Call{
-			Keys: []string{keys.ForTopic(g.cfg.Prefix, t).Consumers()},
-			Args: []any{g.cfg.ConsumerTimeout.Milliseconds(), silentBatch},
-		})
 	}
-	if len(calls) == 0 {
+	if len(names) == 0 {
 		return 0, errors.Join(errs...)
 	}
-	// Each command carries its own reply or error (a cluster splits the
-	// pipeline per node): read them one by one.
-	cmds := rdb.RunPipelined(ctx, g.rdb, silentScript, calls)
-	stalled := g.env.Clock.Now().Sub(start) > g.ReapInterval()
-	if stalled {
-		act = false
+	members, failed, err := g.members(ctx, names)
+	if err != nil {
+		errs = append(errs, err)
 	}
-	total, failed := 0, 0
-	for i, cmd := range cmds {
-		silent, err := cmd.StringSlice()
-		if err != nil {
-			failed++
-			errs = append(errs, fmt.Errorf("reaper %s: %w", names[i], err))
-			continue
-		}
-		var others []string
-		for _, cid := range silent {
-			if cid != g.cid {
-				others = append(others, cid)
+	if failed == len(names) {
+		return 0, fmt.Errorf("%w: %w", errUnreachable, errors.Join(errs...))
+	}
+	silent, err := g.silent(ctx, members)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", errUnreachable, errors.Join(append(errs, err)...))
+	}
+	if g.env.Clock.Now().Sub(start) > g.ReapInterval() {
+		return 0, errors.Join(append(errs, errStalled)...) // heartbeats may be waiting behind the reads
+	}
+	total := 0
+	for i, topic := range names {
+		var found []member
+		for _, m := range members[i] {
+			if silent(m) {
+				found = append(found, m)
 			}
 		}
-		if len(others) == 0 || !act {
+		if len(found) == 0 || !act {
 			continue
 		}
-		n, err := g.reapTopic(ctx, names[i], topics[names[i]], others)
+		n, err := g.reapTopic(ctx, topic, topics[topic], found)
 		total += n
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if failed == len(cmds) {
-		return total, fmt.Errorf("%w: %w", errUnreachable, errors.Join(errs...))
-	}
-	if stalled && len(errs) == 0 {
-		return total, errStalled
-	}
 	return total, errors.Join(errs...)
 }
 
-// reapTopic recovers the deliveries of the silent consumers cids of topic,
-// bucket by bucket, then forgets each consumer that is still silent and
-// whose every bucket was recovered in full.
-func (g *Group) reapTopic(ctx context.Context, topic string, buckets int, cids []string) (int, error) {
+// member is a consumer of a topic, as its consumer set records it.
+type member struct {
+	cid    string
+	joined float64 // when it joined, unix ms (Redis clock)
+}
+
+// members reads the consumer sets of topics (this consumer left out), in
+// one pipeline; failed counts the topics that could not be read.
+func (g *Group) members(ctx context.Context, topics []string) (out [][]member, failed int, err error) {
+	pipe := g.rdb.Pipeline()
+	cmds := make([]*redis.ZSliceCmd, len(topics))
+	for i, t := range topics {
+		cmds[i] = pipe.ZRangeWithScores(ctx, keys.ForTopic(g.cfg.Prefix, t).Consumers(), 0, maxMembers-1)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	out = make([][]member, len(topics))
+	var errs []error
+	for i, cmd := range cmds {
+		zs, err := cmd.Result()
+		if err != nil {
+			failed++
+			errs = append(errs, fmt.Errorf("reaper %s: %w", topics[i], err))
+			continue
+		}
+		for _, z := range zs {
+			if cid, _ := z.Member.(string); cid != g.cid {
+				out[i] = append(out[i], member{cid, z.Score})
+			}
+		}
+	}
+	return out, failed, errors.Join(errs...)
+}
+
+// silent reads the heartbeats of every consumer in members and returns
+// whether a member is silent: its last heartbeat is older than
+// ConsumerTimeout, or it has none (a reaper forgot it, or the entry was
+// lost) and it joined longer ago than that.
+func (g *Group) silent(ctx context.Context, members [][]member) (func(member) bool, error) {
+	seen := map[string]int64{}
+	var cids []string
+	for _, ms := range members {
+		for _, m := range ms {
+			if _, ok := seen[m.cid]; !ok {
+				seen[m.cid] = 0
+				cids = append(cids, m.cid)
+			}
+		}
+	}
+	if len(cids) == 0 {
+		return func(member) bool { return false }, nil
+	}
+	var cut int64
+	alive := keys.Alive(g.cfg.Prefix)
+	for from := 0; from < len(cids); from += aliveChunk {
+		chunk := cids[from:min(len(cids), from+aliveChunk)]
+		args := make([]any, 0, len(chunk)+1)
+		args = append(args, g.cfg.ConsumerTimeout.Milliseconds())
+		for _, cid := range chunk {
+			args = append(args, cid)
+		}
+		v, err := silentScript.Run(ctx, g.rdb, []string{alive}, args...).Int64Slice()
+		if err != nil {
+			return nil, fmt.Errorf("reaper: heartbeats: %w", err)
+		}
+		if len(v) != len(chunk)+1 {
+			return nil, fmt.Errorf("reaper: heartbeats: bad reply %v", v)
+		}
+		cut = v[0]
+		for i, cid := range chunk {
+			seen[cid] = v[i+1]
+		}
+	}
+	return func(m member) bool {
+		switch seen[m.cid] {
+		case 1:
+			return true
+		case 2:
+			return m.joined < float64(cut)
+		}
+		return false
+	}, nil
+}
+
+// reapTopic recovers the deliveries of the silent consumers found of
+// topic, bucket by bucket, then forgets each consumer whose every bucket
+// was recovered in full. It first takes the consumer out of the alive set,
+// while it is still silent: if it comes back, its heartbeat finds itself
+// gone and it joins its topics again.
+func (g *Group) reapTopic(ctx context.Context, topic string, buckets int, found []member) (int, error) {
 	tk := keys.ForTopic(g.cfg.Prefix, topic)
 	mu := g.locker.NewMutex(tk.ReaperLock(), lock.WithExpiry(g.cfg.LockExpiry))
 	held, err := mu.TryLock(ctx)
@@ -186,10 +261,19 @@ func (g *Group) reapTopic(ctx context.Context, topic string, buckets int, cids [
 	}()
 	total := 0
 	var errs []error
-	for _, cid := range cids {
+	timeout := g.cfg.ConsumerTimeout.Milliseconds()
+	for _, m := range found {
+		gone, err := goneScript.Run(ctx, g.rdb, []string{keys.Alive(g.cfg.Prefix)}, m.cid, timeout).Int64()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("reaper %s: %w", topic, err))
+			continue
+		}
+		if gone == 0 {
+			continue // it heartbeat again since the look
+		}
 		clean, recovered := true, 0
 		for b := range buckets {
-			n, busy, err := g.recoverList(ctx, topic, b, cid, modeRecover)
+			n, busy, err := g.recoverList(ctx, topic, b, m.cid, modeRecover)
 			recovered += n
 			if err != nil {
 				errs = append(errs, err)
@@ -201,10 +285,10 @@ func (g *Group) reapTopic(ctx context.Context, topic string, buckets int, cids [
 		total += recovered
 		g.returned(topic, recovered, true)
 		if recovered > 0 {
-			g.env.Logger.Info("redeq: recovered the jobs of a silent consumer", "topic", topic, "consumer", cid, "jobs", recovered)
+			g.env.Logger.Info("redeq: recovered the jobs of a silent consumer", "topic", topic, "consumer", m.cid, "jobs", recovered)
 		}
 		if clean {
-			err := forgetScript.Run(ctx, g.rdb, []string{tk.Consumers()}, cid, g.cfg.ConsumerTimeout.Milliseconds()).Err()
+			err := forgetScript.Run(ctx, g.rdb, []string{tk.Consumers()}, m.cid, int64(m.joined)).Err()
 			if err != nil {
 				errs = append(errs, fmt.Errorf("reaper %s: %w", topic, err))
 			}

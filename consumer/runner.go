@@ -261,7 +261,15 @@ func (r *runner) dispatch(ctx context.Context) {
 		}
 		// Fetch in batches: wait until half the workers are free, unless
 		// nothing is running at all, or fewer have been free for a linger.
-		if !r.alone && (free >= max(1, r.workers/2) || r.busy.Load() == 0 || (free > 0 && lingered)) {
+		ripe := !r.alone && (free >= max(1, r.workers/2) || r.busy.Load() == 0 || (free > 0 && lingered))
+		if ripe && r.anyMaybe() && !r.g.heard() {
+			// Unheard for most of a ConsumerTimeout: a reaper may forget
+			// this consumer; fetch once a heartbeat got through again.
+			r.g.env.Failure("redeq: fetch waits for a heartbeat to get through", "topic", r.topic)
+			sleep(ctx, r.g.cfg.HeartbeatInterval/4)
+			continue
+		}
+		if ripe {
 			lingered = false
 			for i := 0; i < r.buckets && free > 0; i++ {
 				b := (r.rr + i) % r.buckets

@@ -1,13 +1,19 @@
 package redeq_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/config"
@@ -172,10 +178,33 @@ func TestManyClientsExactlyOnce(t *testing.T) {
 		runs := newTally()
 		var ls []*listener
 		var cs []*redeq.Client
+		adds := &sends{sha: scriptSHA(t, "pool/add.lua"), ids: map[string]int{}}
 		for range 3 {
 			// Three service instances that agree on 4 buckets.
-			cs = append(cs, e.another(t, func(c *config.Config) { c.Concurrency = 4 }))
+			rdb := e.be.New(t)
+			if cc, ok := rdb.(*redis.ClusterClient); ok {
+				cc.OnNewNode(func(node *redis.Client) { node.AddHook(adds) }) // dial hooks stay per node
+			} else {
+				rdb.AddHook(adds)
+			}
+			cfg := e.cfg
+			cfg.Concurrency = 4
+			c, err := redeq.New(rdb, cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+			cs = append(cs, c)
 			ls = append(ls, newListener("bulk", runs.handle))
+		}
+		// Loaded beforehand, so that no add is written twice for a NOSCRIPT
+		// reply: every second write of an add is then a resend.
+		src, err := os.ReadFile("../pool/add.lua")
+		require.NoError(t, err)
+		if cc, ok := e.rdb.(*redis.ClusterClient); ok {
+			require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+				return m.ScriptLoad(ctx, string(src)).Err()
+			}))
+		} else {
+			require.NoError(t, e.rdb.ScriptLoad(ctx, string(src)).Err())
 		}
 		for i, c := range cs {
 			startWith(t, c, ls[i])
@@ -196,9 +225,21 @@ func TestManyClientsExactlyOnce(t *testing.T) {
 		for i, l := range ls {
 			t.Logf("client %d ran %d jobs", i, l.count())
 		}
-		n, some := runs.unexplainedRuns()
-		t.Logf("runs beyond the first: %d, of which unexplained by a recovery: %d", runs.extra(), n)
-		require.Zero(t, n, "jobs run more than once without a recovery (job: Recoveries of each run): %v", some)
+		// go-redis sends a script again when its reply does not come within
+		// ReadTimeout (a busy machine under the race detector): an add sent
+		// again after its job ran adds it again. That run is explained by
+		// the second send; see docs/decisions.md.
+		adds.mu.Lock()
+		defer adds.mu.Unlock()
+		resends := 0
+		for _, k := range adds.ids {
+			resends += k - 1
+		}
+		require.Len(t, adds.ids, 3*perClient, "the add of every job was seen on the wire")
+		n, some := runs.unexplainedBeyond(func(id string) int { return adds.ids[id] - 1 })
+		t.Logf("runs beyond the first: %d, of which unexplained by a recovery or a resent add: %d; adds sent again: %d",
+			runs.extra(), n, resends)
+		require.Zero(t, n, "jobs run more than once without a recovery or a resent add (job: Recoveries of each run): %v", some)
 	})
 }
 
@@ -398,4 +439,87 @@ func TestDeadLockHolderStrandsNothing(t *testing.T) {
 		require.Greater(t, ttl, time.Duration(0), "the dead holder's lock was still there")
 		t.Logf("all 10 jobs ran while the dead holder's lock had %v left", ttl.Round(time.Second))
 	})
+}
+
+// sends counts, per job id, the commands written to Redis that run one
+// script whose first argument is a job id. It reads what go-redis writes
+// on its connections, below its retries: go-redis writes a command again
+// when its reply is late or lost, and hooks see it once.
+type sends struct {
+	sha string
+	mu  sync.Mutex
+	ids map[string]int
+}
+
+func (h *sends) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &sendsConn{Conn: c, h: h}, nil
+	}
+}
+
+func (h *sends) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *sends) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// sendsConn parses the commands written on a connection (RESP arrays of
+// bulk strings) and counts those that run h's script.
+type sendsConn struct {
+	net.Conn
+	h   *sends
+	buf []byte
+}
+
+func (c *sendsConn) Write(p []byte) (int, error) {
+	c.buf = append(c.buf, p...)
+	for {
+		args, n := parseCommand(c.buf)
+		if n == 0 {
+			break
+		}
+		c.buf = c.buf[n:]
+		if len(args) > 3 && strings.EqualFold(args[0], "evalsha") && args[1] == c.h.sha {
+			if nkeys, err := strconv.Atoi(args[2]); err == nil && len(args) > 3+nkeys {
+				c.h.mu.Lock()
+				c.h.ids[args[3+nkeys]]++
+				c.h.mu.Unlock()
+			}
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// parseCommand reads one command from the head of b; n is 0 when b does
+// not hold a whole one yet.
+func parseCommand(b []byte) (args []string, n int) {
+	line := func(at int) (string, int) {
+		i := bytes.Index(b[at:], []byte("\r\n"))
+		if i < 0 {
+			return "", -1
+		}
+		return string(b[at : at+i]), at + i + 2
+	}
+	head, at := line(0)
+	if at < 0 || !strings.HasPrefix(head, "*") {
+		return nil, 0
+	}
+	count, _ := strconv.Atoi(head[1:])
+	for range count {
+		var size string
+		if size, at = line(at); at < 0 {
+			return nil, 0
+		}
+		l, _ := strconv.Atoi(strings.TrimPrefix(size, "$"))
+		if at+l+2 > len(b) {
+			return nil, 0
+		}
+		args = append(args, string(b[at:at+l]))
+		at += l + 2
+	}
+	return args, at
 }

@@ -144,7 +144,10 @@ func ForTopic(prefix, topic string) Topic {
 // Meta is a HASH with field "buckets": the bucket count recorded on first use.
 func (t Topic) Meta() string { return t.tag + "meta" }
 
-// Consumers is a ZSET: consumer id -> last heartbeat, unix ms (Redis clock).
+// Consumers is a ZSET: consumer id -> when it joined the topic, unix ms
+// (Redis clock). A consumer joins every topic it listens to when it
+// starts, and again after a reaper forgot it; the reaper reads the set to
+// know whose in-flight sets to watch, and Alive to know who is silent.
 func (t Topic) Consumers() string { return t.tag + "consumers" }
 
 // ReaperLock is the STRING redsync uses as the mutex of this topic's reaper.
@@ -205,6 +208,11 @@ const PauseSeqField = "\x00pauseseq"
 // is alive, unix ms (Redis clock). The started clients share out the
 // buckets among the live ones.
 func Movers(prefix string) string { return prefix + ":movers" }
+
+// Alive is a ZSET: consumer id -> its last heartbeat, unix ms (Redis
+// clock). One entry per started client with listeners, whatever the
+// number of topics it listens to: the heartbeat costs one call per client.
+func Alive(prefix string) string { return prefix + ":alive" }
 
 // Retired is a ZSET: topic -> when it was retired (taken out of Topics
 // because it stayed empty and unused), unix ms (Redis clock). Movers look

@@ -1,0 +1,201 @@
+package redeq_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// consumerWrites counts the commands sent that write a topic's consumer
+// set, in pipelines too.
+type consumerWrites struct{ n atomic.Int64 }
+
+func (h *consumerWrites) count(cmd redis.Cmder) {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return
+	}
+	switch strings.ToLower(fmt.Sprint(args[0])) {
+	case "zadd", "zrem", "evalsha", "eval":
+	default:
+		return // a read
+	}
+	for _, a := range args[1:] {
+		if k, ok := a.(string); ok && strings.HasSuffix(k, "}:consumers") {
+			h.n.Add(1)
+			return
+		}
+	}
+}
+
+func (h *consumerWrites) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *consumerWrites) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *consumerWrites) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestHeartbeatCostsOneCallWhateverTheTopics: a client listening to many
+// topics says it is alive with one call per HeartbeatInterval; it writes
+// the topics' consumer sets when it joins them, not on every heartbeat,
+// so a fleet's idle cost does not grow with clients x topics.
+func TestHeartbeatCostsOneCallWhateverTheTopics(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		hb := newScriptHook(t, "consumer/heartbeat.lua")
+		var beats atomic.Int64
+		hb.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+			beats.Add(1)
+			return next()
+		})
+		writes := &consumerWrites{}
+		rdb := e.be.New(t)
+		rdb.AddHook(hb)
+		rdb.AddHook(writes)
+		c, err := redeq.New(rdb, e.cfg)
+		require.NoError(t, err)
+		const topics = 12
+		for i := range topics {
+			require.NoError(t, c.Register(redeq.ListenerFunc(fmt.Sprintf("t%d", i), func(context.Context, *redeq.Job, *redeq.Channel) error { return nil })))
+		}
+		require.NoError(t, c.Start(ctx))
+		t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+		joined := writes.n.Load()
+		require.Equal(t, int64(topics), joined, "joining writes each topic's consumer set once")
+		start := beats.Load()
+		waitFor(t, 20*e.cfg.HeartbeatInterval+5*time.Second, "heartbeats", func() bool { return beats.Load() >= start+5 })
+		require.Equal(t, joined, writes.n.Load(), "a heartbeat wrote the topics' consumer sets")
+		for i := range topics {
+			require.NoError(t, e.rdb.ZScore(ctx, keys.ForTopic(e.cfg.Prefix, fmt.Sprintf("t%d", i)).Consumers(), c.ConsumerID()).Err())
+		}
+	})
+}
+
+// TestForgottenConsumerJoinsAgain: a consumer that a reaper forgot (it
+// looked silent, then came back) joins its topics again at its next
+// heartbeat, so that its jobs are recovered if it dies later.
+func TestForgottenConsumerJoinsAgain(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		ran := make(chan string, 1)
+		require.NoError(t, e.c.Register(redeq.ListenerFunc("t", func(_ context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			ch.Ack()
+			ran <- job.ID
+			return nil
+		})))
+		require.NoError(t, e.c.Start(ctx))
+		cid := e.c.ConsumerID()
+		consumers, alive := keys.ForTopic(e.cfg.Prefix, "t").Consumers(), keys.Alive(e.cfg.Prefix)
+		require.NoError(t, e.rdb.ZScore(ctx, consumers, cid).Err())
+		require.NoError(t, e.rdb.ZScore(ctx, alive, cid).Err())
+		// What a reaper does to a consumer it found silent.
+		require.NoError(t, e.rdb.ZRem(ctx, alive, cid).Err())
+		require.NoError(t, e.rdb.ZRem(ctx, consumers, cid).Err())
+		waitFor(t, 10*e.cfg.HeartbeatInterval+5*time.Second, "joined again", func() bool {
+			return e.rdb.ZScore(ctx, consumers, cid).Err() == nil
+		})
+		require.NoError(t, e.rdb.ZScore(ctx, alive, cid).Err())
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		select {
+		case id := <-ran:
+			require.Equal(t, "j", id)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the job did not run")
+		}
+	})
+}
+
+// TestSilentAfterLeavingAliveSet: a consumer with jobs in flight whose
+// heartbeats stop is reaped even once its entry left the alive set (a
+// reaper took it out and then failed, or a failover lost it): a member of
+// a topic with no heartbeat at all counts as silent.
+func TestSilentAfterLeavingAliveSet(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		require.NoError(t, e.c.Start(ctx))
+		waitFor(t, 5*time.Second, "due", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+		crash(t, e, "t", "gone", 1) // joined at time 0, never heartbeat
+		require.Error(t, e.rdb.ZScore(ctx, keys.Alive(e.cfg.Prefix), "gone").Err())
+		waitFor(t, 3*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+		waitFor(t, 3*e.cfg.ConsumerTimeout+5*time.Second, "forgotten", func() bool {
+			return e.rdb.ZScore(ctx, keys.ForTopic(e.cfg.Prefix, "t").Consumers(), "gone").Err() == redis.Nil
+		})
+	})
+}
+
+// TestNoFetchWhileHeartbeatsFail: a consumer whose heartbeats do not get
+// through takes no job, even when Redis answers its fetches (the alive
+// set's node is down, or its heartbeats are stuck): a reaper may count it
+// as dead and forget it, and a job it fetched then would sit in an
+// in-flight set nobody watches. Once a heartbeat gets through again, it
+// joins its topics again and runs the job.
+func TestNoFetchWhileHeartbeatsFail(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		hb := newScriptHook(t, "consumer/heartbeat.lua")
+		var failing atomic.Bool
+		hb.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+			if failing.Load() {
+				cmd.SetErr(fmt.Errorf("heartbeat held back"))
+				return cmd.Err()
+			}
+			return next()
+		})
+		rdb := e.be.New(t)
+		rdb.AddHook(hb)
+		c, err := redeq.New(rdb, e.cfg)
+		require.NoError(t, err)
+		ran := make(chan string, 1)
+		require.NoError(t, c.Register(redeq.ListenerFunc("t", func(_ context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			ch.Ack()
+			ran <- job.ID
+			return nil
+		})))
+		require.NoError(t, c.Start(ctx))
+		t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+		require.NoError(t, e.c.Start(ctx)) // reaps
+		failing.Store(true)
+		// Past the point where the consumer stops trusting its last heartbeat
+		// (two thirds of ConsumerTimeout after it was sent).
+		time.Sleep(e.cfg.ConsumerTimeout)
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		waitFor(t, 5*time.Second, "due", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+		deadline := time.Now().Add(2 * e.cfg.ConsumerTimeout)
+		for time.Now().Before(deadline) {
+			select {
+			case <-ran:
+				t.Fatal("a consumer whose heartbeats fail took a job")
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		failing.Store(false)
+		select {
+		case id := <-ran:
+			require.Equal(t, "j", id)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the job did not run after the heartbeats came back")
+		}
+		require.NoError(t, e.rdb.ZScore(ctx, keys.ForTopic(e.cfg.Prefix, "t").Consumers(), c.ConsumerID()).Err(), "not a member of its topic")
+	})
+}
