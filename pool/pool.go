@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -39,6 +40,11 @@ type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
 	adds   *rdb.Committer
+
+	targets struct {
+		sync.RWMutex
+		m map[bucketRef]*addTarget
+	}
 }
 
 // NewStore returns a Store over c.
@@ -61,21 +67,82 @@ func Member(id string, broadcast bool) string {
 	return id
 }
 
+type bucketRef struct {
+	topic  string
+	bucket int
+}
+
+// addTarget is what every add to one bucket sends alike: its keys, its
+// limit, and the wake channel and message, as go-redis arguments. Built
+// once per bucket, it spares each Add the key strings and the boxing.
+type addTarget struct {
+	keys                    []string
+	limit                   int
+	limitArg, channel, wake any
+}
+
+// maxTargets bounds the buckets whose targets a Store keeps: a service
+// that adds to ever new topics drops them all and starts again.
+const maxTargets = 4096
+
+// target returns the addTarget of topic's bucket at.
+func (s *Store) target(topic string, at Placement) *addTarget {
+	ref := bucketRef{topic, at.Bucket}
+	s.targets.RLock()
+	t := s.targets.m[ref]
+	s.targets.RUnlock()
+	if t != nil && t.limit == at.Limit {
+		return t
+	}
+	k := keys.ForBucket(s.prefix, topic, at.Bucket)
+	t = &addTarget{
+		keys:     []string{k.Pool(), k.Scheduled()},
+		limit:    at.Limit,
+		limitArg: at.Limit,
+		channel:  keys.WakeChannel(s.prefix),
+		wake:     keys.Address(topic, at.Bucket),
+	}
+	s.targets.Lock()
+	if s.targets.m == nil || len(s.targets.m) >= maxTargets {
+		s.targets.m = make(map[bucketRef]*addTarget)
+	}
+	s.targets.m[ref] = t
+	s.targets.Unlock()
+	return t
+}
+
+// defaultTail is the header add.lua receives for a job with the config's
+// retry settings, no headers and no broadcast flag: most jobs.
+var defaultTail any = headerTail(Header{})
+
+// headerTail is the header line of h from its second field on: add.lua
+// writes "1|<created>" before it.
+func headerTail(h Header) string {
+	return string(AppendHeader(nil, h)[len(envelopeVersion)+1+1:]) // skip "1|0"
+}
+
+// noRunAt is add.lua's ARGV[6] for a job due after its delay.
+var noRunAt any = ""
+
 func (s *Store) addCall(job *Job, at Placement) rdb.Call {
-	k := keys.ForBucket(s.prefix, job.Topic, at.Bucket)
-	header := AppendHeader(nil, HeaderOf(job))
-	// The script writes "1|<created>", so send the header from its second '|'.
-	tail := header[len(envelopeVersion)+1+1:] // skip "1|0"
-	runAt := ""
+	t := s.target(job.Topic, at)
+	tail := defaultTail
+	if job.MaxRetries != 0 || job.RetryIntervals != nil || job.Broadcast || len(job.Headers) > 0 {
+		tail = headerTail(HeaderOf(job))
+	}
+	id := any(job.ID)
+	member := id
+	if job.Broadcast {
+		member = Member(job.ID, true)
+	}
+	delay, runAt := any(DurationMs(job.Delay)), noRunAt
 	if !job.RunAt.IsZero() {
-		runAt = strconv.FormatInt(UnixMs(job.RunAt), 10)
+		delay, runAt = int64(0), UnixMs(job.RunAt)
 	}
 	body := Payload(job) // the headers block precedes the body
 	return rdb.Call{
-		Keys: []string{k.Pool(), k.Scheduled()},
-		Args: []any{job.ID, Member(job.ID, job.Broadcast), tail, body,
-			DurationMs(job.Delay), runAt, at.Limit,
-			keys.WakeChannel(s.prefix), keys.Address(job.Topic, at.Bucket)},
+		Keys: t.keys,
+		Args: []any{id, member, tail, body, delay, runAt, t.limitArg, t.channel, t.wake},
 	}
 }
 
