@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"context"
+	"runtime"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -122,6 +123,13 @@ func (c *Committer) next() {
 func (c *Committer) loop(batch []*request) {
 	for batch != nil {
 		c.run(batch)
+		// The callers just answered are runnable now, and a busy caller
+		// calls again at once: let them queue before taking the queue, so
+		// that the next pipeline carries them instead of leaving them to
+		// the one after it. Without this yield, on two cores, pipelines
+		// carried 3 to 5 calls from 16 callers, and each call cost its
+		// caller twice the CPU.
+		runtime.Gosched()
 		c.mu.Lock()
 		batch = c.take()
 		c.mu.Unlock()
