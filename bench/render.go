@@ -184,20 +184,21 @@ func (d docs) goalCell(r row) string {
 func (d docs) label(r row) string {
 	p := d.pending()
 	labels := map[string]string{
-		"enqueue, batch of 100 (redeq AddBatch)":           "enqueue, `AddBatch` of 100 (asynq: its 16-goroutine figure, it has no batch call)",
-		"memory per pending job":                           fmt.Sprintf("memory per pending job (%s jobs)", num(float64(d.res.Sizes.Memory))),
-		"drain":                                            fmt.Sprintf("drain of %s due jobs, 16 workers", num(float64(d.res.Sizes.Drain))),
-		"redis commands per drained job":                   "Redis commands per drained job (script-inner included)",
-		"Redis CPU per drained job":                        "Redis CPU per drained job (`used_cpu_user` + `used_cpu_sys`)",
-		"Redis CPU per enqueued job, 16 goroutines":        "Redis CPU per enqueued job, 16 goroutines (`used_cpu_user` + `used_cpu_sys`)",
-		"Redis time per enqueue script run, 16 goroutines": "Redis time per enqueue script run, 16 goroutines (`commandstats` `usec_per_call` of `evalsha`)",
-		"client CPU per enqueued job, 1 goroutine":         "client CPU per enqueued job, 1 goroutine (the bench process's user + sys time)",
-		"client CPU per enqueued job, 16 goroutines":       "client CPU per enqueued job, 16 goroutines (the bench process's user + sys time)",
-		"enqueue " + p + " / none":                         "enqueue with " + p + " / with none",
-		"drain " + p + " / none":                           "drain with " + p + " / with none",
-		"recovery after kill -9":                           "recovery after `kill -9` of a consumer holding jobs",
-		"retries spent by recovered jobs":                  "retries spent by the recovered jobs",
-		"jobs run early":                                   fmt.Sprintf("jobs run early (of %s)", num(float64(d.res.Sizes.Lateness))),
+		"enqueue, batch of 100 (redeq AddBatch)":                  "enqueue, `AddBatch` of 100 (asynq: its 16-goroutine figure, it has no batch call)",
+		"memory per pending job":                                  fmt.Sprintf("memory per pending job (%s jobs)", num(float64(d.res.Sizes.Memory))),
+		"drain":                                                   fmt.Sprintf("drain of %s due jobs, 16 workers", num(float64(d.res.Sizes.Drain))),
+		"redis commands per drained job":                          "Redis commands per drained job (script-inner included)",
+		"Redis CPU per drained job":                               "Redis CPU per drained job (`used_cpu_user` + `used_cpu_sys`)",
+		"Redis CPU per enqueued job, 16 goroutines":               "Redis CPU per enqueued job, 16 goroutines (`used_cpu_user` + `used_cpu_sys`)",
+		"Redis time in the enqueue script per job, 16 goroutines": "Redis time in the enqueue script per job, 16 goroutines (`commandstats` `usec` of `evalsha`)",
+		"Redis time in the enqueue script per job, 1 goroutine":   "Redis time in the enqueue script per job, 1 goroutine (`commandstats` `usec` of `evalsha`)",
+		"client CPU per enqueued job, 1 goroutine":                "client CPU per enqueued job, 1 goroutine (the bench process's user + sys time)",
+		"client CPU per enqueued job, 16 goroutines":              "client CPU per enqueued job, 16 goroutines (the bench process's user + sys time)",
+		"enqueue " + p + " / none":                                "enqueue with " + p + " / with none",
+		"drain " + p + " / none":                                  "drain with " + p + " / with none",
+		"recovery after kill -9":                                  "recovery after `kill -9` of a consumer holding jobs",
+		"retries spent by recovered jobs":                         "retries spent by the recovered jobs",
+		"jobs run early":                                          fmt.Sprintf("jobs run early (of %s)", num(float64(d.res.Sizes.Lateness))),
 	}
 	l, ok := labels[r.Name]
 	if !ok {

@@ -49,7 +49,7 @@ type Store struct {
 
 // NewStore returns a Store over c.
 func NewStore(c redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: c, prefix: prefix, adds: rdb.NewCommitter(c, addScript)}
+	return &Store{rdb: c, prefix: prefix, adds: rdb.NewJoiningCommitter(c, addScript, addShared)}
 }
 
 // Placement is where a job lives: its topic's bucket.
@@ -121,8 +121,12 @@ func headerTail(h Header) string {
 	return string(AppendHeader(nil, h)[len(envelopeVersion)+1+1:]) // skip "1|0"
 }
 
-// noRunAt is add.lua's ARGV[6] for a job due after its delay.
+// noRunAt is add.lua's due time for a job due after its delay.
 var noRunAt any = ""
+
+// addShared is the number of add.lua's arguments that are the same for
+// every job of a bucket, and come first.
+const addShared = 3
 
 func (s *Store) addCall(job *Job, at Placement) rdb.Call {
 	t := s.target(job.Topic, at)
@@ -142,7 +146,7 @@ func (s *Store) addCall(job *Job, at Placement) rdb.Call {
 	body := Payload(job) // the headers block precedes the body
 	return rdb.Call{
 		Keys: t.keys,
-		Args: []any{id, member, tail, body, delay, runAt, t.limitArg, t.channel, t.wake},
+		Args: []any{t.limitArg, t.channel, t.wake, id, member, tail, body, delay, runAt},
 	}
 }
 
@@ -176,40 +180,34 @@ func (s *Store) AddMany(ctx context.Context, jobs []*Job, at []Placement) (errs 
 		for i := start; i < end; i++ {
 			calls = append(calls, s.addCall(jobs[i], at[i]))
 		}
-		cmds := rdb.RunPipelined(ctx, s.rdb, addScript, calls)
-		if err := rdb.NoReply(cmds); err != nil {
+		vals, cerrs, err := rdb.RunJoined(ctx, s.rdb, addScript, calls, addShared)
+		if err != nil {
 			return nil, fmt.Errorf("add jobs %d..%d of %d: %w", start, end-1, len(jobs), err)
 		}
-		for k, cmd := range cmds {
+		for k := range calls {
 			i := start + k
-			v, cerr := cmd.Result()
-			if cerr != nil {
-				errs[i] = fmt.Errorf("add job %q: %w", jobs[i].ID, cerr)
+			if cerrs[k] != nil {
+				errs[i] = fmt.Errorf("add job %q: %w", jobs[i].ID, cerrs[k])
 				continue
 			}
-			_, errs[i] = addResult(jobs[i], v)
+			_, errs[i] = addResult(jobs[i], vals[k])
 		}
 	}
 	return errs, nil
 }
 
 func addResult(job *Job, v any) (time.Time, error) {
-	r, err := rdb.Slice(v)
-	if err != nil || len(r) == 0 {
-		return time.Time{}, fmt.Errorf("add job %q: bad reply %v", job.ID, v)
+	due, err := rdb.Int(v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("add job %q: %w", job.ID, err)
 	}
-	switch code, _ := rdb.Int(r[0]); code {
-	case 0:
-		due, err := rdb.Int(r[1])
-		if err != nil {
-			return time.Time{}, fmt.Errorf("add job %q: %w", job.ID, err)
-		}
-		return time.UnixMilli(due), nil
-	case 1:
+	switch due {
+	case -1:
 		return time.Time{}, fmt.Errorf("add job %q to topic %q: %w", job.ID, job.Topic, ErrJobExists)
-	default:
+	case -2:
 		return time.Time{}, fmt.Errorf("add job %q to topic %q: %w", job.ID, job.Topic, ErrPoolFull)
 	}
+	return time.UnixMilli(due), nil
 }
 
 // OpTTL is how long an admin call's reply is kept for a rerun of the same
