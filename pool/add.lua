@@ -13,27 +13,30 @@
 --   delay, ms (used when the next is empty); absolute due time, unix ms, or empty
 -- Returns one integer per job: its due time, unix ms, when added; -1 when
 -- its id exists; -2 when the pool is full.
+if #ARGV < 9 or (#ARGV - 3) % 6 ~= 0 then
+  return redis.error_reply('add.lua: ' .. #ARGV .. ' arguments, want 3 + 6 per job')
+end
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local created = '1|' .. string.format('%d', math.floor(now_us / 1000))
 -- Now rounded up to the next ms, so that a job is never due early.
 local soon = math.ceil(now_us / 1000)
+-- Every due time first: an argument that is no number fails the run
+-- before it wrote anything, not after the jobs before it.
+local dues = {}
+for i = 4, #ARGV, 6 do
+  dues[#dues + 1] = tonumber(ARGV[i + 5]) or soon + tonumber(ARGV[i + 4])
+end
 local room = tonumber(ARGV[1]) - redis.call('HLEN', KEYS[1])
 local out, ours, added = {}, {}, false
 for i = 4, #ARGV, 6 do
-  local id = ARGV[i]
+  local id, due = ARGV[i], dues[#out + 1]
   if room <= 0 then
     if redis.call('HEXISTS', KEYS[1], id) == 1 then out[#out + 1] = -1 else out[#out + 1] = -2 end
   elseif redis.call('HSETNX', KEYS[1], id, created .. ARGV[i + 2] .. ARGV[i + 3]) == 0 then
     out[#out + 1] = -1
   else
     room = room - 1
-    local due
-    if ARGV[i + 5] ~= '' then
-      due = tonumber(ARGV[i + 5])
-    else
-      due = soon + tonumber(ARGV[i + 4])
-    end
     redis.call('ZADD', KEYS[2], due, ARGV[i + 1])
     ours[ARGV[i + 1]] = true
     added = true
