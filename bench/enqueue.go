@@ -99,12 +99,12 @@ func (b *bench) enqueue() {
 		medianCost(rounds, 16, func(r enqueueRound) map[string]float64 { return r.ServerUS }))
 	b.add("Redis time in the enqueue script per job, 16 goroutines", "µs", "lower", "INFO commandstats, cmdstat_evalsha usec over the jobs, median of the rounds",
 		medianCost(rounds, 16, func(r enqueueRound) map[string]float64 { return r.ScriptUS }))
-	b.add("client CPU per enqueued job, 1 goroutine", "µs", "lower", "the bench process's user + sys time, median of the rounds",
-		medianCost(rounds, 1, func(r enqueueRound) map[string]float64 { return r.ClientUS }))
 	b.add("Redis time in the enqueue script per job, 1 goroutine", "µs", "lower", "INFO commandstats, cmdstat_evalsha usec over the jobs, median of the rounds",
 		medianCost(rounds, 1, func(r enqueueRound) map[string]float64 { return r.ScriptUS }))
 	b.add("client CPU per enqueued job, 16 goroutines", "µs", "lower", "the bench process's user + sys time, median of the rounds",
 		medianCost(rounds, 16, func(r enqueueRound) map[string]float64 { return r.ClientUS }))
+	b.add("client CPU per enqueued job, 1 goroutine", "µs", "lower", "the bench process's user + sys time, median of the rounds",
+		medianCost(rounds, 1, func(r enqueueRound) map[string]float64 { return r.ClientUS }))
 }
 
 func (r enqueueRound) String() string {
