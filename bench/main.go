@@ -61,19 +61,22 @@ var (
 	which    = flag.String("systems", "redeq,asynq", "systems to measure (a ratio needs both)")
 	render   = flag.Bool("render", false, "measure nothing: redraw the chart and render the docs from the JSON")
 	cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the whole run (both systems) here")
+	rounds   = flag.Int("rounds", 0, "interleaved rounds of the enqueue measurement (0: 5, or 3 with -quick)")
 )
 
 // sizes of the measurements.
 type sizes struct {
 	Enqueue, Memory, Drain, Lateness, Growth, Held int
 	Spread                                         time.Duration
+	// Rounds is how many interleaved rounds the enqueue measurement runs.
+	Rounds int
 }
 
 func sizesFor(quick bool) sizes {
 	if quick {
-		return sizes{Enqueue: 5000, Memory: 20000, Drain: 10000, Lateness: 1000, Growth: 100_000, Held: 20, Spread: 5 * time.Second}
+		return sizes{Enqueue: 5000, Memory: 20000, Drain: 10000, Lateness: 1000, Growth: 100_000, Held: 20, Spread: 5 * time.Second, Rounds: 3}
 	}
-	return sizes{Enqueue: 20000, Memory: 100_000, Drain: 20000, Lateness: 2000, Growth: 1_000_000, Held: 20, Spread: 5 * time.Second}
+	return sizes{Enqueue: 20000, Memory: 100_000, Drain: 20000, Lateness: 2000, Growth: 1_000_000, Held: 20, Spread: 5 * time.Second, Rounds: 5}
 }
 
 // row is one line of the table: the figure of each system. A row whose
@@ -100,6 +103,7 @@ type results struct {
 	Measurements []measured           `json:"measurements"`
 	Rows         []row                `json:"rows"`
 	Ceiling      []ceilingRow         `json:"ceiling,omitempty"`
+	Enqueue      []enqueueRound       `json:"enqueue_rounds,omitempty"`
 	Lateness     map[string][]float64 `json:"lateness_ms"`
 }
 
@@ -225,6 +229,9 @@ func measure(started time.Time) int {
 		fatal("info: %v", err)
 	}
 	sz := sizesFor(*quick)
+	if *rounds > 0 {
+		sz.Rounds = *rounds
+	}
 	res := &results{
 		When:     started,
 		Command:  "cd bench && go run . " + strings.Join(os.Args[1:], " "),
@@ -579,30 +586,6 @@ func (b *bench) enqueueRate(s system, n, g int, batch bool, prefix string) float
 	wg.Wait()
 	errs.check()
 	return float64(n) / time.Since(start).Seconds()
-}
-
-func (b *bench) enqueue() {
-	fmt.Println("enqueue of delayed jobs, 100-byte body")
-	one, sixteen, batch, cpu := map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}
-	for _, s := range b.systems(false) {
-		b.flush()
-		one[s.Name()] = b.enqueueRate(s, b.sz.Enqueue/4, 1, false, "e1")
-		b.flush()
-		before := b.serverCPU()
-		sixteen[s.Name()] = b.enqueueRate(s, b.sz.Enqueue, 16, false, "e16")
-		cpu[s.Name()] = (b.serverCPU() - before) / float64(b.sz.Enqueue) * 1e6
-		b.flush()
-		if s.Name() == "redeq" {
-			batch[s.Name()] = b.enqueueRate(s, b.sz.Enqueue*2, 1, true, "eb")
-		} else {
-			batch[s.Name()] = sixteen[s.Name()]
-		}
-		s.Close()
-	}
-	b.add("enqueue, 1 goroutine", "jobs/s", "higher", "", one)
-	b.add("enqueue, 16 goroutines", "jobs/s", "higher", "", sixteen)
-	b.add("enqueue, batch of 100 (redeq AddBatch)", "jobs/s", "higher", "asynq has no batch call: its 16-goroutine figure", batch)
-	b.add("Redis CPU per enqueued job, 16 goroutines", "µs", "lower", "INFO used_cpu_user + used_cpu_sys delta", cpu)
 }
 
 func (b *bench) memory() {

@@ -184,17 +184,21 @@ func (d docs) goalCell(r row) string {
 func (d docs) label(r row) string {
 	p := d.pending()
 	labels := map[string]string{
-		"enqueue, batch of 100 (redeq AddBatch)":    "enqueue, `AddBatch` of 100 (asynq: its 16-goroutine figure, it has no batch call)",
-		"memory per pending job":                    fmt.Sprintf("memory per pending job (%s jobs)", num(float64(d.res.Sizes.Memory))),
-		"drain":                                     fmt.Sprintf("drain of %s due jobs, 16 workers", num(float64(d.res.Sizes.Drain))),
-		"redis commands per drained job":            "Redis commands per drained job (script-inner included)",
-		"Redis CPU per drained job":                 "Redis CPU per drained job (`used_cpu_user` + `used_cpu_sys`)",
-		"Redis CPU per enqueued job, 16 goroutines": "Redis CPU per enqueued job, 16 goroutines",
-		"enqueue " + p + " / none":                  "enqueue with " + p + " / with none",
-		"drain " + p + " / none":                    "drain with " + p + " / with none",
-		"recovery after kill -9":                    "recovery after `kill -9` of a consumer holding jobs",
-		"retries spent by recovered jobs":           "retries spent by the recovered jobs",
-		"jobs run early":                            fmt.Sprintf("jobs run early (of %s)", num(float64(d.res.Sizes.Lateness))),
+		"enqueue, batch of 100 (redeq AddBatch)":                  "enqueue, `AddBatch` of 100 (asynq: its 16-goroutine figure, it has no batch call)",
+		"memory per pending job":                                  fmt.Sprintf("memory per pending job (%s jobs)", num(float64(d.res.Sizes.Memory))),
+		"drain":                                                   fmt.Sprintf("drain of %s due jobs, 16 workers", num(float64(d.res.Sizes.Drain))),
+		"redis commands per drained job":                          "Redis commands per drained job (script-inner included)",
+		"Redis CPU per drained job":                               "Redis CPU per drained job (`used_cpu_user` + `used_cpu_sys`)",
+		"Redis CPU per enqueued job, 16 goroutines":               "Redis CPU per enqueued job, 16 goroutines (`used_cpu_user` + `used_cpu_sys`)",
+		"Redis time in the enqueue script per job, 16 goroutines": "Redis time in the enqueue script per job, 16 goroutines (`commandstats` `usec` of `evalsha`)",
+		"Redis time in the enqueue script per job, 1 goroutine":   "Redis time in the enqueue script per job, 1 goroutine (`commandstats` `usec` of `evalsha`)",
+		"client CPU per enqueued job, 1 goroutine":                "client CPU per enqueued job, 1 goroutine (the bench process's user + sys time)",
+		"client CPU per enqueued job, 16 goroutines":              "client CPU per enqueued job, 16 goroutines (the bench process's user + sys time)",
+		"enqueue " + p + " / none":                                "enqueue with " + p + " / with none",
+		"drain " + p + " / none":                                  "drain with " + p + " / with none",
+		"recovery after kill -9":                                  "recovery after `kill -9` of a consumer holding jobs",
+		"retries spent by recovered jobs":                         "retries spent by the recovered jobs",
+		"jobs run early":                                          fmt.Sprintf("jobs run early (of %s)", num(float64(d.res.Sizes.Lateness))),
 	}
 	l, ok := labels[r.Name]
 	if !ok {
@@ -279,8 +283,34 @@ func (d docs) comparison() string {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", d.label(r), num(r.Redeq), num(r.Asynq), rt, d.goalCell(r))
 	}
+	b.WriteString(d.enqueueRounds())
 	b.WriteString(d.failures("results"))
 	return b.String()
+}
+
+// enqueueRounds says how the single-job enqueue rows were chosen.
+func (d docs) enqueueRounds() string {
+	if len(d.res.Enqueue) == 0 {
+		return ""
+	}
+	one, ok1 := d.row("enqueue, 1 goroutine")
+	sixteen, ok16 := d.row("enqueue, 16 goroutines")
+	if !ok1 || !ok16 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nSingle-job enqueue ran in %d rounds on the same server, the two libraries\n", d.res.Sizes.Rounds)
+	b.WriteString("taking turns within each round and alternating which goes first; each\n")
+	b.WriteString("enqueue row shows the round with the median redeq/asynq ratio, and the\n")
+	b.WriteString("per-job costs are medians over the rounds. Ratios of the rounds, 1\n")
+	fmt.Fprintf(&b, "goroutine: %s; 16 goroutines: %s.\n", roundRatios(one.Comment), roundRatios(sixteen.Comment))
+	return b.String()
+}
+
+// roundRatios is the list of ratios at the end of an enqueue row's comment.
+func roundRatios(comment string) string {
+	_, list, _ := strings.Cut(comment, "ratios ")
+	return strings.ReplaceAll(list, " ", ", ")
 }
 
 func (d docs) lateness() string {

@@ -1,37 +1,54 @@
--- Adds a job to its pool and its bucket, unless the id exists or the pool is full.
+-- Adds jobs to one bucket's pool and ZSET, each unless its id exists or the
+-- pool is full. Go sends one run for the concurrent Adds to a bucket (at
+-- most 64, see rdb.NewJoiningCommitter), so the reads every job needs
+-- (TIME, HLEN, the bucket's head) happen once per run.
 -- KEYS[1] -> pool HASH
 -- KEYS[2] -> bucket ZSET
--- ARGV[1] -> job id
--- ARGV[2] -> ZSET member: the id, or the broadcast mark and the id
--- ARGV[3] -> the envelope header after the created time, newline included
--- ARGV[4] -> body
--- ARGV[5] -> delay, ms (used when ARGV[6] is empty)
--- ARGV[6] -> absolute due time, unix ms, or empty
--- ARGV[7] -> most jobs this pool may hold
--- ARGV[8] -> wake channel
--- ARGV[9] -> wake message, published when the job becomes the bucket's first
--- Returns {0, due ms} when added, {1} when the id exists, {2} when the pool is full.
+-- ARGV[1] -> most jobs this pool may hold
+-- ARGV[2] -> wake channel
+-- ARGV[3] -> wake message, published when a job added becomes the bucket's first
+-- ARGV[4..] -> 6 values per job:
+--   id; ZSET member (the id, or the broadcast mark and the id);
+--   the envelope header after the created time, newline included; body;
+--   delay, ms (used when the next is empty); absolute due time, unix ms, or empty
+-- Returns one integer per job: its due time, unix ms, when added; -1 when
+-- its id exists; -2 when the pool is full.
+if #ARGV < 9 or (#ARGV - 3) % 6 ~= 0 then
+  return redis.error_reply('add.lua: ' .. #ARGV .. ' arguments, want 3 + 6 per job')
+end
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[7]) then
-  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return {1} end
-  return {2}
+local created = '1|' .. string.format('%d', math.floor(now_us / 1000))
+-- Now rounded up to the next ms, so that a job is never due early.
+local soon = math.ceil(now_us / 1000)
+-- Every due time first: an argument that is no number fails the run
+-- before it wrote anything, not after the jobs before it.
+local dues = {}
+for i = 4, #ARGV, 6 do
+  dues[#dues + 1] = tonumber(ARGV[i + 5]) or soon + tonumber(ARGV[i + 4])
 end
-local created = math.floor(now_us / 1000)
-local env = '1|' .. string.format('%d', created) .. ARGV[3] .. ARGV[4]
-if redis.call('HSETNX', KEYS[1], ARGV[1], env) == 0 then return {1} end
-local due
-if ARGV[6] ~= '' then
-  due = tonumber(ARGV[6])
-else
-  -- Round now up to the next ms so the job is never due early.
-  due = math.ceil(now_us / 1000) + tonumber(ARGV[5])
+local room = tonumber(ARGV[1]) - redis.call('HLEN', KEYS[1])
+local out, ours, added = {}, {}, false
+for i = 4, #ARGV, 6 do
+  local id, due = ARGV[i], dues[#out + 1]
+  if room <= 0 then
+    if redis.call('HEXISTS', KEYS[1], id) == 1 then out[#out + 1] = -1 else out[#out + 1] = -2 end
+  elseif redis.call('HSETNX', KEYS[1], id, created .. ARGV[i + 2] .. ARGV[i + 3]) == 0 then
+    out[#out + 1] = -1
+  else
+    room = room - 1
+    redis.call('ZADD', KEYS[2], due, ARGV[i + 1])
+    ours[ARGV[i + 1]] = true
+    added = true
+    out[#out + 1] = due
+  end
 end
-redis.call('ZADD', KEYS[2], due, ARGV[2])
--- Wake the mover when the job became the bucket's first member. Reading
--- the head after ZADD costs O(1) and returns no score to format and parse;
--- a job tied with the earliest that sorts first wakes it too, harmlessly.
-if redis.call('ZRANGE', KEYS[2], 0, 0)[1] == ARGV[2] then
-  redis.call('PUBLISH', ARGV[8], ARGV[9])
+-- Wake the mover when a job added became the bucket's first member: only
+-- the jobs of this run were added meanwhile, so one read of the head after
+-- them tells. Reading the head costs O(1) and returns no score to format
+-- and parse; a job tied with the earliest that sorts first wakes it too,
+-- harmlessly.
+if added and ours[redis.call('ZRANGE', KEYS[2], 0, 0)[1]] then
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
-return {0, due}
+return out

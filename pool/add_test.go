@@ -157,3 +157,81 @@ func (h pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 		return h(cmds, func() error { return next(ctx, cmds) })
 	}
 }
+
+// TestAddManyOneBucket: jobs of one bucket added together (one run of the
+// script) each get their own answer, as if added one by one: an id already
+// in the pool or earlier in the batch exists, the pool fills up at its
+// limit, an existing id is still told apart from a full pool, and the
+// mover is woken once when one of the jobs becomes the bucket's earliest.
+func TestAddManyOneBucket(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			prefix := testutil.Prefix(t)
+			s := pool.NewStore(c, prefix)
+			ps := c.Subscribe(ctx, keys.WakeChannel(prefix))
+			defer ps.Close()
+			_, err := ps.Receive(ctx) // subscribed
+			require.NoError(t, err)
+
+			base := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+			job := func(id string, off time.Duration) *pool.Job {
+				return &pool.Job{Topic: "t", ID: id, Body: []byte("b-" + id), RunAt: base.Add(off * time.Second)}
+			}
+			addMany := func(limit int, jobs ...*pool.Job) []error {
+				at := make([]pool.Placement, len(jobs))
+				for i := range at {
+					at[i] = pool.Placement{Bucket: 0, Limit: limit}
+				}
+				errs, err := s.AddMany(ctx, jobs, at)
+				require.NoError(t, err)
+				return errs
+			}
+			require.Equal(t, []error{nil}, addMany(5, job("old", 10))) // wakes: the bucket's first
+
+			batch := []*pool.Job{job("a", 20), job("old", 1), job("b", 30), job("a", 2), job("c", 40), job("d", 50), job("e", 3), job("old", 4)}
+			errs := addMany(5, batch...)
+			for i, want := range []error{nil, pool.ErrJobExists, nil, pool.ErrJobExists, nil, nil, pool.ErrPoolFull, pool.ErrJobExists} {
+				if want == nil {
+					require.NoError(t, errs[i], i)
+					continue
+				}
+				require.ErrorIs(t, errs[i], want, i)
+			}
+			for _, id := range []string{"old", "a", "b", "c", "d"} {
+				got, err := s.Get(ctx, "t", id, 0)
+				require.NoError(t, err, id)
+				require.Equal(t, "b-"+id, string(got.Body), id)
+			}
+			got, err := s.Get(ctx, "t", "a", 0)
+			require.NoError(t, err)
+			require.Equal(t, base.Add(20*time.Second), got.RunAt, "the first a, not the second")
+			_, err = s.Get(ctx, "t", "e", 0)
+			require.ErrorIs(t, err, pool.ErrJobNotFound)
+
+			require.Equal(t, []error{nil, nil}, addMany(10, job("f", 70), job("g", 5)))                   // g wakes
+			require.Equal(t, []error{nil, nil, nil}, addMany(10, job("h", 2), job("i", 1), job("j", 80))) // once
+
+			pub := redis.Cmdable(c)
+			if cc, ok := c.(*redis.ClusterClient); ok {
+				pub, err = cc.MasterForKey(ctx, keys.ForBucket(prefix, "t", 0).Pool())
+				require.NoError(t, err)
+			}
+			require.NoError(t, pub.Publish(ctx, keys.WakeChannel(prefix), "end").Err())
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			var wakes []string
+			for {
+				m, err := ps.ReceiveMessage(rctx)
+				require.NoError(t, err)
+				if m.Payload == "end" {
+					break
+				}
+				wakes = append(wakes, m.Payload)
+			}
+			addr := keys.Address("t", 0)
+			require.Equal(t, []string{addr, addr, addr}, wakes, "old, then g, then h and i together")
+		})
+	}
+}

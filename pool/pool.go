@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -39,11 +40,16 @@ type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
 	adds   *rdb.Committer
+
+	targets struct {
+		sync.RWMutex
+		m map[bucketRef]*addTarget
+	}
 }
 
 // NewStore returns a Store over c.
 func NewStore(c redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: c, prefix: prefix, adds: rdb.NewCommitter(c, addScript)}
+	return &Store{rdb: c, prefix: prefix, adds: rdb.NewJoiningCommitter(c, addScript, addShared)}
 }
 
 // Placement is where a job lives: its topic's bucket.
@@ -61,21 +67,86 @@ func Member(id string, broadcast bool) string {
 	return id
 }
 
+type bucketRef struct {
+	topic  string
+	bucket int
+}
+
+// addTarget is what every add to one bucket sends alike: its keys, its
+// limit, and the wake channel and message, as go-redis arguments. Built
+// once per bucket, it spares each Add the key strings and the boxing.
+type addTarget struct {
+	keys                    []string
+	limit                   int
+	limitArg, channel, wake any
+}
+
+// maxTargets bounds the buckets whose targets a Store keeps: a service
+// that adds to ever new topics drops them all and starts again.
+const maxTargets = 4096
+
+// target returns the addTarget of topic's bucket at.
+func (s *Store) target(topic string, at Placement) *addTarget {
+	ref := bucketRef{topic, at.Bucket}
+	s.targets.RLock()
+	t := s.targets.m[ref]
+	s.targets.RUnlock()
+	if t != nil && t.limit == at.Limit {
+		return t
+	}
+	k := keys.ForBucket(s.prefix, topic, at.Bucket)
+	t = &addTarget{
+		keys:     []string{k.Pool(), k.Scheduled()},
+		limit:    at.Limit,
+		limitArg: at.Limit,
+		channel:  keys.WakeChannel(s.prefix),
+		wake:     keys.Address(topic, at.Bucket),
+	}
+	s.targets.Lock()
+	if s.targets.m == nil || len(s.targets.m) >= maxTargets {
+		s.targets.m = make(map[bucketRef]*addTarget)
+	}
+	s.targets.m[ref] = t
+	s.targets.Unlock()
+	return t
+}
+
+// defaultTail is the header add.lua receives for a job with the config's
+// retry settings, no headers and no broadcast flag: most jobs.
+var defaultTail any = headerTail(Header{})
+
+// headerTail is the header line of h from its second field on: add.lua
+// writes "1|<created>" before it.
+func headerTail(h Header) string {
+	return string(AppendHeader(nil, h)[len(envelopeVersion)+1+1:]) // skip "1|0"
+}
+
+// noRunAt is add.lua's due time for a job due after its delay.
+var noRunAt any = ""
+
+// addShared is the number of add.lua's arguments that are the same for
+// every job of a bucket, and come first.
+const addShared = 3
+
 func (s *Store) addCall(job *Job, at Placement) rdb.Call {
-	k := keys.ForBucket(s.prefix, job.Topic, at.Bucket)
-	header := AppendHeader(nil, HeaderOf(job))
-	// The script writes "1|<created>", so send the header from its second '|'.
-	tail := header[len(envelopeVersion)+1+1:] // skip "1|0"
-	runAt := ""
+	t := s.target(job.Topic, at)
+	tail := defaultTail
+	if job.MaxRetries != 0 || job.RetryIntervals != nil || job.Broadcast || len(job.Headers) > 0 {
+		tail = headerTail(HeaderOf(job))
+	}
+	id := any(job.ID)
+	member := id
+	if job.Broadcast {
+		member = Member(job.ID, true)
+	}
+	delay, runAt := any(DurationMs(job.Delay)), noRunAt
 	if !job.RunAt.IsZero() {
-		runAt = strconv.FormatInt(UnixMs(job.RunAt), 10)
+		delay, runAt = int64(0), UnixMs(job.RunAt)
 	}
 	body := Payload(job) // the headers block precedes the body
 	return rdb.Call{
-		Keys: []string{k.Pool(), k.Scheduled()},
-		Args: []any{job.ID, Member(job.ID, job.Broadcast), tail, body,
-			DurationMs(job.Delay), runAt, at.Limit,
-			keys.WakeChannel(s.prefix), keys.Address(job.Topic, at.Bucket)},
+		Keys: t.keys,
+		Args: []any{t.limitArg, t.channel, t.wake, id, member, tail, body, delay, runAt},
 	}
 }
 
@@ -109,40 +180,34 @@ func (s *Store) AddMany(ctx context.Context, jobs []*Job, at []Placement) (errs 
 		for i := start; i < end; i++ {
 			calls = append(calls, s.addCall(jobs[i], at[i]))
 		}
-		cmds := rdb.RunPipelined(ctx, s.rdb, addScript, calls)
-		if err := rdb.NoReply(cmds); err != nil {
+		vals, cerrs, err := rdb.RunJoined(ctx, s.rdb, addScript, calls, addShared)
+		if err != nil {
 			return nil, fmt.Errorf("add jobs %d..%d of %d: %w", start, end-1, len(jobs), err)
 		}
-		for k, cmd := range cmds {
+		for k := range calls {
 			i := start + k
-			v, cerr := cmd.Result()
-			if cerr != nil {
-				errs[i] = fmt.Errorf("add job %q: %w", jobs[i].ID, cerr)
+			if cerrs[k] != nil {
+				errs[i] = fmt.Errorf("add job %q: %w", jobs[i].ID, cerrs[k])
 				continue
 			}
-			_, errs[i] = addResult(jobs[i], v)
+			_, errs[i] = addResult(jobs[i], vals[k])
 		}
 	}
 	return errs, nil
 }
 
 func addResult(job *Job, v any) (time.Time, error) {
-	r, err := rdb.Slice(v)
-	if err != nil || len(r) == 0 {
-		return time.Time{}, fmt.Errorf("add job %q: bad reply %v", job.ID, v)
+	due, err := rdb.Int(v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("add job %q: %w", job.ID, err)
 	}
-	switch code, _ := rdb.Int(r[0]); code {
-	case 0:
-		due, err := rdb.Int(r[1])
-		if err != nil {
-			return time.Time{}, fmt.Errorf("add job %q: %w", job.ID, err)
-		}
-		return time.UnixMilli(due), nil
-	case 1:
+	switch due {
+	case -1:
 		return time.Time{}, fmt.Errorf("add job %q to topic %q: %w", job.ID, job.Topic, ErrJobExists)
-	default:
+	case -2:
 		return time.Time{}, fmt.Errorf("add job %q to topic %q: %w", job.ID, job.Topic, ErrPoolFull)
 	}
+	return time.UnixMilli(due), nil
 }
 
 // OpTTL is how long an admin call's reply is kept for a rerun of the same

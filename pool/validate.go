@@ -24,10 +24,9 @@ func Validate(job *Job, maxBody int) error {
 	if job.Delay < 0 {
 		return invalid("job %q: negative Delay %v", job.ID, job.Delay)
 	}
-	if !job.RunAt.IsZero() {
-		if err := CheckDue("job "+quote(job.ID)+": RunAt", job.RunAt); err != nil {
-			return err
-		}
+	if !job.RunAt.IsZero() && job.RunAt.After(MaxDue) {
+		// The field's name is built only for the error: Add is hot.
+		return CheckDue("job "+quote(job.ID)+": RunAt", job.RunAt)
 	}
 	if job.MaxRetries < -1 || job.MaxRetries > config.MaxRetriesLimit {
 		return invalid("job %q: MaxRetries %d is out of range -1..%d", job.ID, job.MaxRetries, config.MaxRetriesLimit)

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// enqueueRound is what one round of the enqueue measurement found for one
+// goroutine count: each system's rate and what a job cost.
+type enqueueRound struct {
+	Goroutines int      `json:"goroutines"`
+	Order      []string `json:"order"` // which system ran first
+	// Rate is jobs per second.
+	Rate map[string]float64 `json:"rate"`
+	// ScriptUS is the server's time in the enqueue script per job, µs
+	// (INFO commandstats, cmdstat_evalsha usec / jobs): a run of redeq's
+	// script may add many jobs.
+	ScriptUS map[string]float64 `json:"script_us"`
+	// ServerUS is the redis-server process's CPU per job, µs
+	// (INFO used_cpu_user + used_cpu_sys): the script plus its round trip.
+	ServerUS map[string]float64 `json:"server_us"`
+	// ClientUS is the bench process's CPU per job, µs (getrusage user +
+	// sys): the library's own cost, which shares the machine's cores with
+	// the server.
+	ClientUS map[string]float64 `json:"client_us"`
+}
+
+func (r enqueueRound) ratio() float64 { return r.Rate["redeq"] / r.Rate["asynq"] }
+
+// enqueue measures single-job enqueue from 1 and from 16 goroutines in
+// Rounds rounds on the same server, the systems taking turns within each
+// round (and which goes first alternating from round to round), so that a
+// burst of load from elsewhere on a shared machine spoils a round rather
+// than one system's figure. The published figures are those of the round
+// with the median ratio, the costs the median over rounds.
+func (b *bench) enqueue() {
+	n1, n16 := b.sz.Enqueue/4, b.sz.Enqueue
+	fmt.Printf("enqueue of delayed jobs, 100-byte body, %d interleaved rounds of %d jobs from 1 goroutine and %d from 16\n",
+		b.sz.Rounds, n1, n16)
+	systems := b.systems(false)
+	defer func() {
+		for _, s := range systems {
+			s.Close()
+		}
+	}()
+	// Load the scripts and fill the connection pools before measuring.
+	for _, s := range systems {
+		b.flush()
+		b.enqueueRate(s, 1000, 16, false, "w")
+	}
+	var rounds []enqueueRound
+	for r := range b.sz.Rounds {
+		for _, g := range []int{1, 16} {
+			n := n1
+			if g == 16 {
+				n = n16
+			}
+			order := systems
+			if r%2 == 1 {
+				order = slices.Clone(systems)
+				slices.Reverse(order)
+			}
+			round := enqueueRound{Goroutines: g, Rate: map[string]float64{}, ScriptUS: map[string]float64{},
+				ServerUS: map[string]float64{}, ClientUS: map[string]float64{}}
+			for _, s := range order {
+				round.Order = append(round.Order, s.Name())
+				b.flush()
+				before := b.costs()
+				round.Rate[s.Name()] = b.enqueueRate(s, n, g, false, fmt.Sprintf("e%d", g))
+				c := b.costs().since(before)
+				round.ScriptUS[s.Name()] = c.scriptUS / float64(n)
+				round.ServerUS[s.Name()] = c.serverS / float64(n) * 1e6
+				round.ClientUS[s.Name()] = c.clientS / float64(n) * 1e6
+			}
+			fmt.Printf("  round %d, %2d goroutine(s): %s\n", r+1, g, round)
+			rounds = append(rounds, round)
+		}
+	}
+	b.res.Enqueue = rounds
+	one, sixteen := medianRound(rounds, 1), medianRound(rounds, 16)
+	batch := map[string]float64{"asynq": sixteen.Rate["asynq"]}
+	for _, s := range systems {
+		if s.Name() == "redeq" {
+			b.flush()
+			batch["redeq"] = b.enqueueRate(s, b.sz.Enqueue*2, 1, true, "eb")
+		}
+	}
+	note := func(g int) string {
+		return fmt.Sprintf("the round with the median ratio of %d; ratios %s", b.sz.Rounds, ratios(rounds, g))
+	}
+	b.add("enqueue, 1 goroutine", "jobs/s", "higher", note(1), one.Rate)
+	b.add("enqueue, 16 goroutines", "jobs/s", "higher", note(16), sixteen.Rate)
+	b.add("enqueue, batch of 100 (redeq AddBatch)", "jobs/s", "higher", "asynq has no batch call: its 16-goroutine figure", batch)
+	b.add("Redis CPU per enqueued job, 16 goroutines", "µs", "lower", "INFO used_cpu_user + used_cpu_sys delta, median of the rounds",
+		medianCost(rounds, 16, func(r enqueueRound) map[string]float64 { return r.ServerUS }))
+	b.add("Redis time in the enqueue script per job, 16 goroutines", "µs", "lower", "INFO commandstats, cmdstat_evalsha usec over the jobs, median of the rounds",
+		medianCost(rounds, 16, func(r enqueueRound) map[string]float64 { return r.ScriptUS }))
+	b.add("Redis time in the enqueue script per job, 1 goroutine", "µs", "lower", "INFO commandstats, cmdstat_evalsha usec over the jobs, median of the rounds",
+		medianCost(rounds, 1, func(r enqueueRound) map[string]float64 { return r.ScriptUS }))
+	b.add("client CPU per enqueued job, 16 goroutines", "µs", "lower", "the bench process's user + sys time, median of the rounds",
+		medianCost(rounds, 16, func(r enqueueRound) map[string]float64 { return r.ClientUS }))
+	b.add("client CPU per enqueued job, 1 goroutine", "µs", "lower", "the bench process's user + sys time, median of the rounds",
+		medianCost(rounds, 1, func(r enqueueRound) map[string]float64 { return r.ClientUS }))
+}
+
+func (r enqueueRound) String() string {
+	var b strings.Builder
+	for _, name := range r.Order {
+		fmt.Fprintf(&b, "%s %7.0f/s (script %5.1f µs, server %5.1f µs, client %5.1f µs per job)  ",
+			name, r.Rate[name], r.ScriptUS[name], r.ServerUS[name], r.ClientUS[name])
+	}
+	if r.Rate["asynq"] > 0 && r.Rate["redeq"] > 0 {
+		fmt.Fprintf(&b, "redeq/asynq %.2fx", r.ratio())
+	}
+	return b.String()
+}
+
+// medianRound returns the round of g goroutines whose ratio is the median
+// (the lower middle one of an even count).
+func medianRound(rounds []enqueueRound, g int) enqueueRound {
+	var of []enqueueRound
+	for _, r := range rounds {
+		if r.Goroutines == g {
+			of = append(of, r)
+		}
+	}
+	if len(of) == 0 || of[0].Rate["asynq"] == 0 {
+		// One system only: the median of its rates.
+		m := medianCost(rounds, g, func(r enqueueRound) map[string]float64 { return r.Rate })
+		return enqueueRound{Goroutines: g, Rate: m}
+	}
+	slices.SortFunc(of, func(a, b enqueueRound) int {
+		switch {
+		case a.ratio() < b.ratio():
+			return -1
+		case a.ratio() > b.ratio():
+			return 1
+		}
+		return 0
+	})
+	return of[(len(of)-1)/2]
+}
+
+// medianCost is, for each system, the median over the rounds of g
+// goroutines of the figure pick returns.
+func medianCost(rounds []enqueueRound, g int, pick func(enqueueRound) map[string]float64) map[string]float64 {
+	all := map[string][]float64{}
+	for _, r := range rounds {
+		if r.Goroutines != g {
+			continue
+		}
+		for name, v := range pick(r) {
+			all[name] = append(all[name], v)
+		}
+	}
+	out := map[string]float64{}
+	for name, vs := range all {
+		slices.Sort(vs)
+		out[name] = vs[(len(vs)-1)/2]
+	}
+	return out
+}
+
+// ratios lists the redeq/asynq ratios of the rounds of g goroutines.
+func ratios(rounds []enqueueRound, g int) string {
+	var out []string
+	for _, r := range rounds {
+		if r.Goroutines == g && r.Rate["asynq"] > 0 {
+			out = append(out, fmt.Sprintf("%.2f", r.ratio()))
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// costs is a reading of what the server and this process have spent.
+type costs struct {
+	scriptUS float64 // time in EVALSHA, µs (cmdstat_evalsha usec)
+	serverS  float64 // redis-server CPU, s
+	clientS  float64 // this process's CPU, s
+}
+
+func (b *bench) costs() costs {
+	s, err := b.admin.Info(b.ctx, "commandstats").Result()
+	if err != nil {
+		fail("info: %v", err)
+	}
+	var c costs
+	if v, ok := strings.CutPrefix(field(s, "cmdstat_evalsha"), "calls="); ok {
+		_, rest, _ := strings.Cut(v, ",usec=")
+		usec, _, _ := strings.Cut(rest, ",")
+		c.scriptUS, _ = strconv.ParseFloat(usec, 64)
+	}
+	c.serverS = b.serverCPU()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		fail("getrusage: %v", err)
+	}
+	c.clientS = tv(ru.Utime) + tv(ru.Stime)
+	return c
+}
+
+func tv(t syscall.Timeval) float64 {
+	return (time.Duration(t.Sec)*time.Second + time.Duration(t.Usec)*time.Microsecond).Seconds()
+}
+
+// since is the cost from before to c.
+func (c costs) since(before costs) costs {
+	return costs{
+		scriptUS: c.scriptUS - before.scriptUS,
+		serverS:  c.serverS - before.serverS,
+		clientS:  c.clientS - before.clientS,
+	}
+}

@@ -1,0 +1,115 @@
+package rdb
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// maxJoin bounds the calls one run of a joining script carries, so that a
+// run stays short next to the other clients' commands.
+const maxJoin = 64
+
+// NewJoiningCommitter returns a Committer of a script that takes many
+// calls in one run: the calls a pipeline would carry that have the same
+// Keys and the same first shared Args go as one run of script (at most
+// maxJoin of them), with the shared Args once, then the rest of each
+// call's Args in turn. The script replies with an array of one element
+// per call, and each caller gets its own element; a lone call is a run of
+// one. One run costs the server one EVALSHA, one argument parse and one
+// set of per-run reads instead of one each per call.
+func NewJoiningCommitter(c redis.UniversalClient, script *redis.Script, shared int) *Committer {
+	return &Committer{rdb: c, script: script, join: true, shared: shared}
+}
+
+// RunJoined runs calls of a joining script (see NewJoiningCommitter) in a
+// single pipeline and returns each call's own reply element or error, in
+// call order, and the error of the pipeline as a whole when no reply came
+// (see NoReply).
+func RunJoined(ctx context.Context, c redis.UniversalClient, s *redis.Script, calls []Call, shared int) (vals []any, errs []error, whole error) {
+	joined, members := join(calls, shared)
+	cmds := RunPipelined(ctx, c, s, joined)
+	vals, errs = make([]any, len(calls)), make([]error, len(calls))
+	for g, cmd := range cmds {
+		split(cmd, members[g], vals, errs)
+	}
+	return vals, errs, NoReply(cmds)
+}
+
+// join groups calls with the same Keys and shared first Args, at most
+// maxJoin to a group, in the order of their first call; members[g] lists
+// the calls of joined[g], in order.
+func join(calls []Call, shared int) (joined []Call, members [][]int) {
+	for i, call := range calls {
+		// The latest group of a target is the one that may have room.
+		g := len(joined) - 1
+		for g >= 0 && !sameTarget(joined[g], call, shared) {
+			g--
+		}
+		if g >= 0 && len(members[g]) >= maxJoin {
+			g = -1
+		}
+		if g < 0 {
+			args := make([]any, shared, shared+(len(call.Args)-shared)*min(len(calls)-i, maxJoin))
+			copy(args, call.Args[:shared])
+			joined = append(joined, Call{Keys: call.Keys, Args: args})
+			members = append(members, nil)
+			g = len(joined) - 1
+		}
+		joined[g].Args = append(joined[g].Args, call.Args[shared:]...)
+		members[g] = append(members[g], i)
+	}
+	return joined, members
+}
+
+// sameTarget tells whether call can join the run j: the same Keys and the
+// same shared Args (strings or integers; anything else never matches).
+func sameTarget(j, call Call, shared int) bool {
+	if !slices.Equal(j.Keys, call.Keys) {
+		return false
+	}
+	for k := range shared {
+		if !sameArg(j.Args[k], call.Args[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameArg(a, b any) bool {
+	switch a := a.(type) {
+	case string:
+		b, ok := b.(string)
+		return ok && a == b
+	case int:
+		b, ok := b.(int)
+		return ok && a == b
+	case int64:
+		b, ok := b.(int64)
+		return ok && a == b
+	}
+	return false
+}
+
+// split hands the calls at idx their elements of one run's reply cmd, or
+// its error.
+func split(cmd *redis.Cmd, idx []int, vals []any, errs []error) {
+	v, err := cmd.Result()
+	if err == nil {
+		r, ok := v.([]any)
+		if !ok || len(r) != len(idx) {
+			err = fmt.Errorf("redeq: script reply %T of %d elements, want %d", v, len(r), len(idx))
+		} else {
+			for k, i := range idx {
+				vals[i] = r[k]
+			}
+		}
+	}
+	if err != nil {
+		for _, i := range idx {
+			errs[i] = err
+		}
+	}
+}
