@@ -178,7 +178,7 @@ func TestManyClientsExactlyOnce(t *testing.T) {
 		runs := newTally()
 		var ls []*listener
 		var cs []*redeq.Client
-		adds := &sends{sha: scriptSHA(t, "pool/add.lua"), ids: map[string]int{}}
+		adds := &sends{sha: scriptSHA(t, "pool/add.lua"), idsOf: addIDs, ids: map[string]int{}}
 		for range 3 {
 			// Three service instances that agree on 4 buckets.
 			rdb := e.be.New(t)
@@ -442,13 +442,24 @@ func TestDeadLockHolderStrandsNothing(t *testing.T) {
 }
 
 // sends counts, per job id, the commands written to Redis that run one
-// script whose first argument is a job id. It reads what go-redis writes
+// script for that job. It reads what go-redis writes
 // on its connections, below its retries: go-redis writes a command again
 // when its reply is late or lost, and hooks see it once.
 type sends struct {
-	sha string
-	mu  sync.Mutex
-	ids map[string]int
+	sha   string
+	idsOf func(argv []string) []string // the job ids a run of the script names
+	mu    sync.Mutex
+	ids   map[string]int
+}
+
+// addIDs are the ids one run of pool/add.lua adds: after 3 arguments, 6
+// per job, the id first.
+func addIDs(argv []string) []string {
+	var ids []string
+	for i := 3; i < len(argv); i += 6 {
+		ids = append(ids, argv[i])
+	}
+	return ids
 }
 
 func (h *sends) DialHook(next redis.DialHook) redis.DialHook {
@@ -486,7 +497,9 @@ func (c *sendsConn) Write(p []byte) (int, error) {
 		if len(args) > 3 && strings.EqualFold(args[0], "evalsha") && args[1] == c.h.sha {
 			if nkeys, err := strconv.Atoi(args[2]); err == nil && len(args) > 3+nkeys {
 				c.h.mu.Lock()
-				c.h.ids[args[3+nkeys]]++
+				for _, id := range c.h.idsOf(args[3+nkeys:]) {
+					c.h.ids[id]++
+				}
 				c.h.mu.Unlock()
 			}
 		}
