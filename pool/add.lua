@@ -4,17 +4,28 @@
 -- (TIME, HLEN, the bucket's head) happen once per run.
 -- KEYS[1] -> pool HASH
 -- KEYS[2] -> bucket ZSET
+-- KEYS[3] -> op STRING of this run: its reply, kept for a rerun
 -- ARGV[1] -> most jobs this pool may hold
 -- ARGV[2] -> wake channel
 -- ARGV[3] -> wake message, published when a job added becomes the bucket's first
--- ARGV[4..] -> 6 values per job:
+-- ARGV[4] -> how long the op key keeps the reply, ms
+-- ARGV[5..] -> 6 values per job:
 --   id; ZSET member (the id, or the broadcast mark and the id);
 --   the envelope header after the created time, newline included; body;
 --   delay, ms (used when the next is empty); absolute due time, unix ms, or empty
 -- Returns one integer per job: its due time, unix ms, when added; -1 when
--- its id exists; -2 when the pool is full.
-if #ARGV < 9 or (#ARGV - 3) % 6 ~= 0 then
-  return redis.error_reply('add.lua: ' .. #ARGV .. ' arguments, want 3 + 6 per job')
+-- its id exists; -2 when the pool is full. A rerun of the same run (go-redis
+-- sends a script again when its reply is late or lost) returns the first
+-- run's reply and writes nothing: it neither reports its own jobs as
+-- existing nor adds again a job that ran and was acked meanwhile.
+if #ARGV < 10 or (#ARGV - 4) % 6 ~= 0 then
+  return redis.error_reply('add.lua: ' .. #ARGV .. ' arguments, want 4 + 6 per job')
+end
+local done = redis.call('GET', KEYS[3])
+if done then
+  local out = {}
+  for v in string.gmatch(done, '[^,]+') do out[#out + 1] = tonumber(v) end
+  return out
 end
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -24,12 +35,12 @@ local soon = math.ceil(now_us / 1000)
 -- Every due time first: an argument that is no number fails the run
 -- before it wrote anything, not after the jobs before it.
 local dues = {}
-for i = 4, #ARGV, 6 do
+for i = 5, #ARGV, 6 do
   dues[#dues + 1] = tonumber(ARGV[i + 5]) or soon + tonumber(ARGV[i + 4])
 end
 local room = tonumber(ARGV[1]) - redis.call('HLEN', KEYS[1])
 local out, ours, added = {}, {}, false
-for i = 4, #ARGV, 6 do
+for i = 5, #ARGV, 6 do
   local id, due = ARGV[i], dues[#out + 1]
   if room <= 0 then
     if redis.call('HEXISTS', KEYS[1], id) == 1 then out[#out + 1] = -1 else out[#out + 1] = -2 end
@@ -51,4 +62,7 @@ end
 if added and ours[redis.call('ZRANGE', KEYS[2], 0, 0)[1]] then
   redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
+local reply = {}
+for k, v in ipairs(out) do reply[k] = string.format('%d', v) end
+redis.call('SET', KEYS[3], table.concat(reply, ','), 'PX', ARGV[4])
 return out

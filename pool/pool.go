@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -40,6 +41,8 @@ type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
 	adds   *rdb.Committer
+	runs   string        // names this Store's add runs: a uuid and "-"
+	runSeq atomic.Uint64 // numbers them
 
 	targets struct {
 		sync.RWMutex
@@ -49,7 +52,15 @@ type Store struct {
 
 // NewStore returns a Store over c.
 func NewStore(c redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: c, prefix: prefix, adds: rdb.NewJoiningCommitter(c, addScript, addShared)}
+	s := &Store{rdb: c, prefix: prefix, runs: uuid.NewString() + "-"}
+	s.adds = rdb.NewJoiningCommitter(c, addScript, addShared, s.runKey)
+	return s
+}
+
+// runKey names the op key of one run of add.lua, beside the run's pool
+// (its first key) in the bucket's slot: a fresh name per run.
+func (s *Store) runKey(k []string) string {
+	return strings.TrimSuffix(k[0], "pool") + "op:" + s.runs + strconv.FormatUint(s.runSeq.Add(1), 36)
 }
 
 // Placement is where a job lives: its topic's bucket.
@@ -126,7 +137,10 @@ var noRunAt any = ""
 
 // addShared is the number of add.lua's arguments that are the same for
 // every job of a bucket, and come first.
-const addShared = 3
+const addShared = 4
+
+// opTTLMs is OpTTL in ms, as add.lua's argument.
+var opTTLMs any = OpTTL.Milliseconds()
 
 func (s *Store) addCall(job *Job, at Placement) rdb.Call {
 	t := s.target(job.Topic, at)
@@ -146,7 +160,7 @@ func (s *Store) addCall(job *Job, at Placement) rdb.Call {
 	body := Payload(job) // the headers block precedes the body
 	return rdb.Call{
 		Keys: t.keys,
-		Args: []any{t.limitArg, t.channel, t.wake, id, member, tail, body, delay, runAt},
+		Args: []any{t.limitArg, t.channel, t.wake, opTTLMs, id, member, tail, body, delay, runAt},
 	}
 }
 
@@ -180,7 +194,7 @@ func (s *Store) AddMany(ctx context.Context, jobs []*Job, at []Placement) (errs 
 		for i := start; i < end; i++ {
 			calls = append(calls, s.addCall(jobs[i], at[i]))
 		}
-		vals, cerrs, err := rdb.RunJoined(ctx, s.rdb, addScript, calls, addShared)
+		vals, cerrs, err := rdb.RunJoined(ctx, s.rdb, addScript, calls, addShared, s.runKey)
 		if err != nil {
 			return nil, fmt.Errorf("add jobs %d..%d of %d: %w", start, end-1, len(jobs), err)
 		}

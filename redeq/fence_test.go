@@ -354,6 +354,55 @@ func TestAdminCallsSurviveARerun(t *testing.T) {
 	})
 }
 
+// TestAddSurvivesARerun: go-redis sends an add again when its reply is late
+// or lost. The rerun must give the first run's answer: not ErrJobExists
+// for the job it just stored, and not a second copy of a job that ran and
+// was acked in between (it used to run twice).
+func TestAddSurvivesARerun(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		runs := newTally()
+		startWith(t, e.c, newListener("t", runs.handle))
+		gone := func(id string) bool {
+			_, err := e.c.Get(ctx, "t", id)
+			return errors.Is(err, redeq.ErrJobNotFound)
+		}
+		h := newScriptHook(t, "pool/add.lua")
+		h.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+			if err := next(); err != nil {
+				return err
+			}
+			// Let the jobs due now run and be acked before the rerun.
+			args := fmt.Sprint(cmd.Args())
+			for _, id := range []string{"now", "b1", "b2"} {
+				if strings.Contains(args, " "+id+" ") {
+					waitFor(t, 10*time.Second, "ran before the rerun", func() bool { return gone(id) })
+				}
+			}
+			return next()
+		})
+		rdb := e.be.New(t)
+		rdb.AddHook(h)
+		c, err := redeq.New(rdb, e.cfg)
+		require.NoError(t, err)
+
+		require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "t", ID: "later", Delay: time.Hour}), "a rerun reported its own job as existing")
+		require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "t", ID: "now"}))
+		require.NoError(t, c.AddBatch(ctx, []*redeq.Job{{Topic: "t", ID: "b1"}, {Topic: "t", ID: "b2"}}))
+		settle(t, e, "t")
+		for _, id := range []string{"now", "b1", "b2"} {
+			require.True(t, gone(id), id)
+			runs.mu.Lock()
+			n := len(runs.runs[id])
+			runs.mu.Unlock()
+			require.Equal(t, 1, n, "job %s ran %d times", id, n)
+		}
+		require.Equal(t, redeq.StateScheduled, state(t, e.c, "t", "later"))
+		// An add of its own for an existing id is still refused.
+		require.ErrorIs(t, c.Add(ctx, &redeq.Job{Topic: "t", ID: "later"}), redeq.ErrJobExists)
+	})
+}
+
 // TestFailedStartCanBeRetried: a Start that fails on a transient error
 // (Redis still loading its data set) leaves the client startable; it used
 // to stay marked started, so every later Start said "already started" and

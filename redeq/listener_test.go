@@ -164,17 +164,11 @@ func (t *tally) unexplained() int {
 // unexplainedRuns is unexplained, with the Recoveries of each run of up to
 // ten of the jobs concerned.
 func (t *tally) unexplainedRuns() (int, map[string][]int) {
-	return t.unexplainedBeyond(func(string) int { return 0 })
-}
-
-// unexplainedBeyond is unexplainedRuns, where readded(id) more runs of a
-// job are explained too: the job was added again after it ran.
-func (t *tally) unexplainedBeyond(readded func(id string) int) (int, map[string][]int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n, some := 0, map[string][]int{}
 	for id, rs := range t.runs {
-		if k := len(rs) - len(slices.Compact(slices.Sorted(slices.Values(rs)))) - readded(id); k > 0 {
+		if k := len(rs) - len(slices.Compact(slices.Sorted(slices.Values(rs)))); k > 0 {
 			n += k
 			if len(some) < 10 {
 				some[id] = rs

@@ -93,8 +93,9 @@ var HistLateBoundsMs = [...]int64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000
 func (b Bucket) Seq() string { return b.tag + "seq" }
 
 // Op is a STRING holding the reply of an admin call (delete, requeue, ...)
-// for a short while, so that a rerun of the call after a lost reply (go-redis
-// retries) returns the same answer instead of "not found".
+// or of one run of add.lua for a short while, so that a rerun of the call
+// after a lost reply (go-redis retries) returns the same answer instead of
+// "not found", "exists", or a second copy of a job that already ran.
 func (b Bucket) Op(id string) string { return b.tag + "op:" + id }
 
 // UnAck is a ZSET: job id -> time it was parked, unix ms.

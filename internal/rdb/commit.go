@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"context"
+	"slices"
 	"runtime"
 	"sync"
 
@@ -33,6 +34,7 @@ type Committer struct {
 	rdb    redis.UniversalClient
 	script *redis.Script
 	join   bool // the script takes many calls in one run (NewJoiningCommitter)
+	runKey func(keys []string) string
 	shared int  // Args the joined calls have in common
 
 	mu       sync.Mutex
@@ -56,10 +58,14 @@ func NewCommitter(c redis.UniversalClient, script *redis.Script) *Committer {
 
 // runOne runs call alone: with a joining script, a run of one.
 func (c *Committer) runOne(ctx context.Context, call Call) (any, error) {
-	cmd := c.script.Run(ctx, c.rdb, call.Keys, call.Args...)
 	if !c.join {
-		return cmd.Result()
+		return c.script.Run(ctx, c.rdb, call.Keys, call.Args...).Result()
 	}
+	keys := call.Keys
+	if c.runKey != nil {
+		keys = append(slices.Clip(keys), c.runKey(keys))
+	}
+	cmd := c.script.Run(ctx, c.rdb, keys, call.Args...)
 	vals, errs := make([]any, 1), make([]error, 1)
 	split(cmd, []int{0}, vals, errs)
 	return vals[0], errs[0]
@@ -194,7 +200,7 @@ func (c *Committer) run(batch []*request) {
 	}
 	ctx := context.WithoutCancel(batch[0].ctx)
 	if c.join {
-		vals, errs, _ := RunJoined(ctx, c.rdb, c.script, calls, c.shared)
+		vals, errs, _ := RunJoined(ctx, c.rdb, c.script, calls, c.shared, c.runKey)
 		for i, q := range batch {
 			q.val, q.err = vals[i], errs[i]
 			close(q.done)

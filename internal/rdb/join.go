@@ -20,16 +20,20 @@ const maxJoin = 64
 // per call, and each caller gets its own element; a lone call is a run of
 // one. One run costs the server one EVALSHA, one argument parse and one
 // set of per-run reads instead of one each per call.
-func NewJoiningCommitter(c redis.UniversalClient, script *redis.Script, shared int) *Committer {
-	return &Committer{rdb: c, script: script, join: true, shared: shared}
+//
+// runKey, when not nil, names a key of one run from the Keys of its calls:
+// it is appended to the run's Keys, a fresh one per run, so that the
+// script can keep its reply there for a rerun of the same run.
+func NewJoiningCommitter(c redis.UniversalClient, script *redis.Script, shared int, runKey func(keys []string) string) *Committer {
+	return &Committer{rdb: c, script: script, join: true, shared: shared, runKey: runKey}
 }
 
 // RunJoined runs calls of a joining script (see NewJoiningCommitter) in a
 // single pipeline and returns each call's own reply element or error, in
 // call order, and the error of the pipeline as a whole when no reply came
 // (see NoReply).
-func RunJoined(ctx context.Context, c redis.UniversalClient, s *redis.Script, calls []Call, shared int) (vals []any, errs []error, whole error) {
-	joined, members := join(calls, shared)
+func RunJoined(ctx context.Context, c redis.UniversalClient, s *redis.Script, calls []Call, shared int, runKey func(keys []string) string) (vals []any, errs []error, whole error) {
+	joined, members := join(calls, shared, runKey)
 	cmds := RunPipelined(ctx, c, s, joined)
 	vals, errs = make([]any, len(calls)), make([]error, len(calls))
 	for g, cmd := range cmds {
@@ -41,7 +45,7 @@ func RunJoined(ctx context.Context, c redis.UniversalClient, s *redis.Script, ca
 // join groups calls with the same Keys and shared first Args, at most
 // maxJoin to a group, in the order of their first call; members[g] lists
 // the calls of joined[g], in order.
-func join(calls []Call, shared int) (joined []Call, members [][]int) {
+func join(calls []Call, shared int, runKey func(keys []string) string) (joined []Call, members [][]int) {
 	for i, call := range calls {
 		// The latest group of a target is the one that may have room.
 		g := len(joined) - 1
@@ -54,7 +58,11 @@ func join(calls []Call, shared int) (joined []Call, members [][]int) {
 		if g < 0 {
 			args := make([]any, shared, shared+(len(call.Args)-shared)*min(len(calls)-i, maxJoin))
 			copy(args, call.Args[:shared])
-			joined = append(joined, Call{Keys: call.Keys, Args: args})
+			keys := call.Keys
+			if runKey != nil {
+				keys = append(slices.Clip(keys), runKey(keys))
+			}
+			joined = append(joined, Call{Keys: keys, Args: args})
 			members = append(members, nil)
 			g = len(joined) - 1
 		}
@@ -67,7 +75,7 @@ func join(calls []Call, shared int) (joined []Call, members [][]int) {
 // sameTarget tells whether call can join the run j: the same Keys and the
 // same shared Args (strings or integers; anything else never matches).
 func sameTarget(j, call Call, shared int) bool {
-	if !slices.Equal(j.Keys, call.Keys) {
+	if len(j.Keys) < len(call.Keys) || !slices.Equal(j.Keys[:len(call.Keys)], call.Keys) {
 		return false
 	}
 	for k := range shared {

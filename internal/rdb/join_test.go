@@ -42,7 +42,7 @@ func TestRunJoined(t *testing.T) {
 				calls = append(calls, rdb.Call{Keys: []string{key}, Args: []any{tag, i}})
 				want[key]++
 			}
-			vals, errs, err := rdb.RunJoined(ctx, c, tagAll, calls, 1)
+			vals, errs, err := rdb.RunJoined(ctx, c, tagAll, calls, 1, nil)
 			require.NoError(t, err)
 			for i, call := range calls {
 				require.NoError(t, errs[i], i)
@@ -59,7 +59,7 @@ func TestRunJoined(t *testing.T) {
 			for i := range 130 {
 				calls = append(calls, rdb.Call{Keys: []string{a}, Args: []any{"z", i}})
 			}
-			vals, errs, err = rdb.RunJoined(ctx, c, tagAll, calls, 1)
+			vals, errs, err = rdb.RunJoined(ctx, c, tagAll, calls, 1, nil)
 			require.NoError(t, err)
 			for i := range calls {
 				require.NoError(t, errs[i], i)
@@ -81,7 +81,7 @@ func TestJoiningCommitter(t *testing.T) {
 			c := be.New(t)
 			ctx := context.Background()
 			key := testutil.Prefix(t) + ":{n}"
-			cm := rdb.NewJoiningCommitter(c, tagAll, 1)
+			cm := rdb.NewJoiningCommitter(c, tagAll, 1, nil)
 			var wg sync.WaitGroup
 			const callers, each = 32, 50
 			for g := range callers {
@@ -110,7 +110,7 @@ func TestJoiningCommitterDeadline(t *testing.T) {
 		t.Run(be.Name, func(t *testing.T) {
 			c := be.New(t)
 			g := holdRoundTrips(c, testutil.Prefix(t)+":{hold}")
-			cm := rdb.NewJoiningCommitter(c, tagAll, 1)
+			cm := rdb.NewJoiningCommitter(c, tagAll, 1, nil)
 			var wg sync.WaitGroup
 			for i := range 16 {
 				wg.Go(func() {
