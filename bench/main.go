@@ -131,6 +131,7 @@ var measurements = []measurement{
 	{"lateness", (*bench).lateness},
 	{"growth", (*bench).growth},
 	{"recovery", (*bench).recovery},
+	{"takeover", (*bench).takeover},
 	{"idle", (*bench).idle},
 	{"burst", (*bench).burst},
 	{"ceiling", (*bench).ceiling},

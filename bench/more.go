@@ -204,6 +204,9 @@ func (b *bench) recovery() {
 // runChild is the consumer process that recovery kills: it holds every job
 // it receives and prints "holding <id>".
 func runChild(name string, newClient func() redis.UniversalClient) {
+	if name == takeoverChild {
+		runMoverChild(newClient())
+	}
 	var s system
 	if name == "redeq" {
 		s = newRedeq(newClient, nil)
