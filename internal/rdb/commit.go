@@ -29,8 +29,9 @@ const (
 // ctx can never end, which its caller runs itself. Wait tells when none is
 // left.
 type Committer struct {
-	rdb    redis.UniversalClient
-	script *redis.Script
+	rdb     redis.UniversalClient
+	script  *redis.Script
+	durable Durability // see durable.go; off by default
 
 	mu       sync.Mutex
 	queue    []*request
@@ -65,7 +66,7 @@ func (c *Committer) Do(ctx context.Context, call Call) (any, error) {
 		// ctx cannot end: run the call here, without a goroutine.
 		c.inFlight++
 		c.mu.Unlock()
-		val, err := c.script.Run(ctx, c.rdb, call.Keys, call.Args...).Result()
+		val, err := c.runOne(ctx, call)
 		c.next()
 		return val, err
 	}
@@ -163,7 +164,7 @@ func (c *Committer) run(batch []*request) {
 	if len(batch) == 1 {
 		// Its caller alone waits for it: its own ctx fits.
 		q := batch[0]
-		q.val, q.err = c.script.Run(q.ctx, c.rdb, q.call.Keys, q.call.Args...).Result()
+		q.val, q.err = c.runOne(q.ctx, q.call)
 		close(q.done)
 		return
 	}
@@ -171,7 +172,7 @@ func (c *Committer) run(batch []*request) {
 	for i, q := range batch {
 		calls[i] = q.call
 	}
-	cmds := RunPipelined(context.WithoutCancel(batch[0].ctx), c.rdb, c.script, calls)
+	cmds := c.runMany(context.WithoutCancel(batch[0].ctx), calls)
 	for i, q := range batch {
 		q.val, q.err = cmds[i].Result()
 		close(q.done)
