@@ -36,9 +36,17 @@ var (
 
 // Store reads and writes the job pools under one key prefix.
 type Store struct {
-	rdb    redis.UniversalClient
-	prefix string
-	adds   *rdb.Committer
+	rdb     redis.UniversalClient
+	prefix  string
+	adds    *rdb.Committer
+	durable rdb.Durability
+}
+
+// SetDurability makes every write of a job wait for replicas (see
+// rdb.Durability). Call it before the Store is used.
+func (s *Store) SetDurability(d rdb.Durability) {
+	s.durable = d
+	s.adds.SetDurability(d)
 }
 
 // NewStore returns a Store over c.
@@ -109,7 +117,12 @@ func (s *Store) AddMany(ctx context.Context, jobs []*Job, at []Placement) (errs 
 		for i := start; i < end; i++ {
 			calls = append(calls, s.addCall(jobs[i], at[i]))
 		}
-		cmds := rdb.RunPipelined(ctx, s.rdb, addScript, calls)
+		var cmds []*redis.Cmd
+		if s.durable.On() {
+			cmds = rdb.RunDurable(ctx, s.rdb, s.durable, addScript, calls)
+		} else {
+			cmds = rdb.RunPipelined(ctx, s.rdb, addScript, calls)
+		}
 		if err := rdb.NoReply(cmds); err != nil {
 			return nil, fmt.Errorf("add jobs %d..%d of %d: %w", start, end-1, len(jobs), err)
 		}

@@ -28,26 +28,17 @@ type Durability struct {
 // On reports whether writes wait for replicas.
 func (d Durability) On() bool { return d.Replicas > 0 }
 
-// CheckReadTimeout reports a client whose read timeout would cut a WAIT
-// short: a pipeline's replies are read under the client's ReadTimeout,
-// WAIT's included.
-func CheckReadTimeout(c redis.UniversalClient, d Durability) error {
-	if !d.On() {
-		return nil
-	}
-	var rt time.Duration
+// ReadTimeout returns the read timeout of a go-redis client, under which
+// a pipeline reads its replies, WAIT's included; ok is false when the
+// client's kind does not tell.
+func ReadTimeout(c redis.UniversalClient) (d time.Duration, ok bool) {
 	switch c := c.(type) {
 	case *redis.Client:
-		rt = c.Options().ReadTimeout
+		return c.Options().ReadTimeout, true
 	case *redis.ClusterClient:
-		rt = c.Options().ReadTimeout
-	default:
-		return nil
+		return c.Options().ReadTimeout, true
 	}
-	if rt > 0 && rt <= d.Timeout {
-		return fmt.Errorf("redeq: WaitTimeout %v must be shorter than the Redis client's ReadTimeout %v", d.Timeout, rt)
-	}
-	return nil
+	return 0, false
 }
 
 // Run runs one script call, and, when d is on, waits for d's replicas
