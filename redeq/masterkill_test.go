@@ -308,7 +308,9 @@ func runMasterKill(t *testing.T, cl *testutil.ReplCluster, jobs, replicas int) {
 	promoted := time.Since(killTime)
 	// The crashed node comes back (empty) as the new master's replica.
 	victim.Start()
-	waitFor(t, 30*time.Second, "old master back as a replica", func() bool { return cl.ReplicaOf(heir.Addr) == victim })
+	waitFor(t, 30*time.Second, "old master back as a replica, in sync", func() bool {
+		return cl.ReplicaOf(heir.Addr) == victim && cl.InSync(victim.Addr)
+	})
 	pw.Wait()
 
 	// Drain: every stored job runs and is acked.

@@ -192,6 +192,10 @@ func (c *ReplCluster) ReplicaOf(addr string) *Server {
 	return nil
 }
 
+// InSync reports whether the node at addr is a replica done with its
+// sync from its master.
+func (c *ReplCluster) InSync(addr string) bool { return linkUp(addr) }
+
 // Promoted reports whether the node at addr is a master and every other
 // live node sees the cluster ok.
 func (c *ReplCluster) Promoted(addr string, down *Server) bool {
