@@ -3,6 +3,7 @@ package redeq_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -107,6 +108,43 @@ func TestDurableAddOnPair(t *testing.T) {
 	plain, err := redeq.New(master, off)
 	require.NoError(t, err)
 	require.NoError(t, plain.Add(ctx, &redeq.Job{Topic: "orders", ID: "6"}), "without the option nothing waits")
+}
+
+// TestDurableSettleWaitsForReplica: an ack the replica does not
+// acknowledge is not taken as applied: the consumer settles it again, with
+// backoff, until the replica is back and has it; Shutdown then has nothing
+// left unsettled.
+func TestDurableSettleWaitsForReplica(t *testing.T) {
+	pair := testutil.StartPair(t)
+	ctx := context.Background()
+	logs := &syncBuffer{}
+	cfg := testutil.Config(t)
+	cfg.WaitReplicas, cfg.WaitTimeout = 1, 100*time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := redeq.New(pair.Master.Client(nil), cfg)
+	require.NoError(t, err)
+	fetched, release := make(chan struct{}, 1), make(chan struct{})
+	startWith(t, c, newListener("orders", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+		fetched <- struct{}{}
+		<-release
+		ch.Ack()
+		return nil
+	}))
+	t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+	require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "orders", ID: "1"}))
+	<-fetched
+
+	pair.Replica.Kill()
+	close(release)
+	waitFor(t, 10*time.Second, "the ack settled again", func() bool {
+		out := logs.String()
+		return strings.Contains(out, "settle failed") && strings.Contains(out, "not acknowledged by enough replicas")
+	})
+	pair.Replica.Start() // empty: it syncs in full, the ack included
+	require.NoError(t, c.Shutdown(ctx))
+	require.NotContains(t, logs.String(), "not applied before shutdown")
+	st := stats(t, c, "orders")
+	require.Zero(t, st.Pool+st.InFlight)
 }
 
 // TestDurableConfigChecksReadTimeout: a WaitTimeout the client's read
