@@ -19,8 +19,7 @@ import (
 )
 
 // replOffsets returns the master's replication offset and the offset its
-// first replica last acknowledged, as the master sees them (the master's
-// own REPLCONF GETACK keeps the second behind the first).
+// first replica last acknowledged, as the master sees them.
 func replOffsets(t *testing.T, master *redis.Client) (own, acked int64) {
 	t.Helper()
 	info, err := master.Info(context.Background(), "replication").Result()
@@ -64,7 +63,6 @@ func TestDurableAddOnPair(t *testing.T) {
 	pair := testutil.StartPair(t, "--enable-debug-command", "yes")
 	ctx := context.Background()
 	master := pair.Master.Client(&redis.Options{ReadTimeout: 10 * time.Second})
-	require.NoError(t, master.ConfigSet(ctx, "repl-ping-replica-period", "3600").Err()) // no pings between offsets
 	cfg := testutil.Config(t)
 	cfg.WaitReplicas, cfg.WaitTimeout = 1, 5*time.Second
 	c, err := redeq.New(master, cfg)
