@@ -81,7 +81,13 @@ type Settler struct {
 	prefix        string
 	cid           string
 	deadRetention int
+	durable       rdb.Durability
 }
+
+// SetDurability makes Settle wait for replicas: an outcome they did not
+// acknowledge is an error wrapping rdb.ErrNotReplicated, and the caller
+// settles again. Call it before the first Settle.
+func (s *Settler) SetDurability(d rdb.Durability) { s.durable = d }
 
 // NewSettler returns a Settler for consumer cid.
 func NewSettler(c redis.UniversalClient, prefix, cid string, deadRetention int) *Settler {
@@ -112,7 +118,7 @@ func (s *Settler) Settle(ctx context.Context, topic string, n int, outs []Outcom
 	for _, o := range outs {
 		args = append(args, o.ID, o.Token, string(o.Op), pool.DurationMs(o.Delay), o.Header, Cut(o.Reason), errArg(o))
 	}
-	v, err := settleScript.Run(ctx, s.rdb,
+	v, err := rdb.Run(ctx, s.rdb, s.durable, settleScript,
 		[]string{k.Pool(), k.InFlight(s.cid), k.Scheduled(), k.UnAck(), k.Dead(), k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix()}, args...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("settle %d jobs of %s: %w", len(outs), keys.Address(topic, n), err)

@@ -25,6 +25,7 @@ const (
 	DeadRetentionDefault     = 10_000
 	MaxRecoveriesDefault     = 5
 	RetireAfterDefault       = 24 * time.Hour
+	WaitTimeoutDefault       = time.Second
 )
 
 // Bounds on sizes a caller controls.
@@ -53,6 +54,8 @@ const (
 	MaxPoolLimit = 1 << 40
 	// MaxWorkers is the largest Workers.
 	MaxWorkers = 10_000
+	// MaxWaitReplicas is the largest WaitReplicas.
+	MaxWaitReplicas = 16
 )
 
 // Bounds on durations. Below the minimums a loop spins or every consumer
@@ -82,6 +85,9 @@ const (
 	MinRetireAfter = time.Second
 	// MaxRetireAfter is the longest RetireAfter.
 	MaxRetireAfter = 365 * 24 * time.Hour
+	// MaxWaitTimeout is the longest WaitTimeout: every write waits up to
+	// it while a replica is down.
+	MaxWaitTimeout = time.Minute
 	// RetireNever, as RetireAfter, keeps every topic for good (as does
 	// any negative RetireAfter).
 	RetireNever = time.Duration(-1)
@@ -189,6 +195,21 @@ type Config struct {
 	// From MinRetireAfter (1s) to MaxRetireAfter (a year); a negative
 	// value (RetireNever, "-1s") keeps every topic. Defaults to 24h.
 	RetireAfter time.Duration `yaml:"retire_after"`
+	// WaitReplicas makes writes durable across a failover: Add, AddBatch,
+	// Put and Update, and every delivery outcome (ack, rejoin, retry,
+	// dead, unack), wait until this many replicas of the master hold the
+	// write (Redis WAIT on the connection that made it). An Add that they
+	// do not acknowledge within WaitTimeout returns ErrNotReplicated (the
+	// job may still be stored); an outcome is then applied again until
+	// they do, and the job stays in flight meanwhile. 0 turns it off and
+	// costs nothing. From 0 to MaxWaitReplicas (16). See "Durability and
+	// failover" in docs/operations.md. Defaults to 0.
+	WaitReplicas int `yaml:"wait_replicas"`
+	// WaitTimeout bounds each wait for replicas when WaitReplicas is set.
+	// From MinInterval (1ms) to MaxWaitTimeout (1m), and shorter than the
+	// Redis client's ReadTimeout (go-redis defaults to 3s), which New
+	// checks. Defaults to 1s.
+	WaitTimeout time.Duration `yaml:"wait_timeout"`
 	// Redis is the connection Open makes. New ignores it: it takes a
 	// client built by the caller. Empty by default.
 	Redis RedisConfig `yaml:"redis"`
@@ -219,6 +240,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.DeadRetention, DeadRetentionDefault)
 	setDefault(&c.MaxRecoveries, MaxRecoveriesDefault)
 	setDefault(&c.RetireAfter, RetireAfterDefault)
+	setDefault(&c.WaitTimeout, WaitTimeoutDefault)
 	if c.RetryIntervals == nil {
 		c.RetryIntervals = RetryIntervalsDefault()
 	} else {

@@ -142,6 +142,10 @@ func (c Config) problems(name func(string) string) []*FieldError {
 	if c.RetireAfter >= 0 { // negative: never
 		inRange("RetireAfter", c.RetireAfter, MinRetireAfter, MaxRetireAfter)
 	}
+	if c.WaitReplicas < 0 || c.WaitReplicas > MaxWaitReplicas {
+		bad("WaitReplicas", "%d is out of range 0..%d (0 is off)", c.WaitReplicas, MaxWaitReplicas)
+	}
+	inRange("WaitTimeout", c.WaitTimeout, MinInterval, MaxWaitTimeout)
 	c.Redis.problems(bad, name)
 	return out
 }

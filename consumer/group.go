@@ -16,6 +16,7 @@ import (
 	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/internal/env"
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/rdb"
 	"github.com/redeq-go/redeq/lock"
 	"github.com/redeq-go/redeq/pool"
 )
@@ -60,9 +61,11 @@ type Group struct {
 // NewGroup returns a Group with a fresh consumer id.
 func NewGroup(c redis.UniversalClient, cfg config.Config, e env.Env, reg *bucket.Registry, locker *lock.Locker) *Group {
 	cid := uuid.NewString()
+	settler := ack.NewSettler(c, cfg.Prefix, cid, cfg.DeadRetention)
+	settler.SetDurability(rdb.Durability{Replicas: cfg.WaitReplicas, Timeout: cfg.WaitTimeout})
 	return &Group{
 		rdb: c, cfg: cfg, env: e, reg: reg, locker: locker, cid: cid,
-		settler: ack.NewSettler(c, cfg.Prefix, cid, cfg.DeadRetention),
+		settler: settler,
 		runners: map[string]*runner{},
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redeq-go/redeq/ack"
 	"github.com/redeq-go/redeq/internal/env"
+	"github.com/redeq-go/redeq/internal/rdb"
 	"github.com/redeq-go/redeq/pool"
 	"github.com/redeq-go/redeq/ready"
 	"github.com/redeq-go/redeq/retry"
@@ -616,13 +617,14 @@ func (r *runner) flush(batch []settleReq) {
 	log := r.g.env.Logger.With("topic", r.topic)
 	for b, outs := range byBucket {
 		var bo env.Backoff
+		unconfirmed := false // applied once, but not by enough replicas
 		for {
 			applied, err := r.g.settler.Settle(ctx, r.topic, b, outs)
 			if err == nil {
 				r.unhold(b, outs)
 				signal(r.freed) // a runner waiting to be idle may go on
 				for i, ok := range applied {
-					if !ok {
+					if !ok && !unconfirmed {
 						log.Info("redeq: outcome dropped: job deleted or recovered by another consumer", "id", outs[i].ID, "op", string(outs[i].Op))
 					}
 				}
@@ -632,6 +634,7 @@ func (r *runner) flush(batch []settleReq) {
 				log.Warn("redeq: outcomes not applied before shutdown; the jobs run again", "count", len(outs), "err", err)
 				break
 			}
+			unconfirmed = unconfirmed || errors.Is(err, rdb.ErrNotReplicated)
 			wait := bo.Next()
 			r.g.env.Failure("redeq: settle failed", "topic", r.topic, "bucket", b, "err", err, "retry_in", wait)
 			sleep(ctx, wait)

@@ -38,16 +38,24 @@ var (
 
 // Store reads and writes the job pools under one key prefix.
 type Store struct {
-	rdb    redis.UniversalClient
-	prefix string
-	adds   *rdb.Committer
-	runs   string        // names this Store's add runs: a uuid and "-"
-	runSeq atomic.Uint64 // numbers them
+	rdb     redis.UniversalClient
+	prefix  string
+	adds    *rdb.Committer
+	durable rdb.Durability
+	runs    string        // names this Store's add runs: a uuid and "-"
+	runSeq  atomic.Uint64 // numbers them
 
 	targets struct {
 		sync.RWMutex
 		m map[bucketRef]*addTarget
 	}
+}
+
+// SetDurability makes every write of a job wait for replicas (see
+// rdb.Durability). Call it before the Store is used.
+func (s *Store) SetDurability(d rdb.Durability) {
+	s.durable = d
+	s.adds.SetDurability(d)
 }
 
 // NewStore returns a Store over c.
@@ -194,7 +202,7 @@ func (s *Store) AddMany(ctx context.Context, jobs []*Job, at []Placement) (errs 
 		for i := start; i < end; i++ {
 			calls = append(calls, s.addCall(jobs[i], at[i]))
 		}
-		vals, cerrs, err := rdb.RunJoined(ctx, s.rdb, addScript, calls, addShared, s.runKey)
+		vals, cerrs, err := rdb.RunJoined(ctx, s.rdb, addScript, calls, addShared, s.runKey, s.durable)
 		if err != nil {
 			return nil, fmt.Errorf("add jobs %d..%d of %d: %w", start, end-1, len(jobs), err)
 		}

@@ -97,7 +97,7 @@ func (s *Store) Replace(ctx context.Context, snap Snapshot, bucket int, env []by
 	default:
 		mode, ms = "at", due.At
 	}
-	code, err := updateScript.Run(ctx, s.rdb, []string{k.Pool(), k.Scheduled(), k.State(), k.Op(uuid.NewString())},
+	code, err := rdb.Run(ctx, s.rdb, s.durable, updateScript, []string{k.Pool(), k.Scheduled(), k.State(), k.Op(uuid.NewString())},
 		j.ID, Member(j.ID, snap.Header.Broadcast), hex.EncodeToString(sum[:]), string(j.State), snap.score,
 		env, mode, ms, keys.WakeChannel(s.prefix), keys.Address(j.Topic, bucket), OpTTL.Milliseconds()).Int()
 	if err != nil {
@@ -127,7 +127,7 @@ func (s *Store) Put(ctx context.Context, job *Job, at Placement) (replaced bool,
 	if !job.RunAt.IsZero() {
 		runAt = strconv.FormatInt(UnixMs(job.RunAt), 10)
 	}
-	v, err := putScript.Run(ctx, s.rdb,
+	v, err := rdb.Run(ctx, s.rdb, s.durable, putScript,
 		[]string{k.Pool(), k.Scheduled(), k.State(), k.UnAck(), k.Dead(), k.Reasons(), k.Op(uuid.NewString())},
 		job.ID, Member(job.ID, job.Broadcast), keys.BroadcastMark, tail, Payload(job),
 		DurationMs(job.Delay), runAt, at.Limit, keys.WakeChannel(s.prefix), keys.Address(job.Topic, at.Bucket),

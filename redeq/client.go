@@ -101,6 +101,9 @@ func New(rdb redis.UniversalClient, cfg config.Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkDurability(rdb, cfg); err != nil {
+		return nil, err
+	}
 	c := &Client{
 		rdb:    rdb,
 		cfg:    cfg,
@@ -109,6 +112,7 @@ func New(rdb redis.UniversalClient, cfg config.Config) (*Client, error) {
 		reg:    bucket.NewRegistry(rdb, cfg.Prefix),
 		locker: lock.New(rdb),
 	}
+	c.store.SetDurability(durability(cfg))
 	c.group = consumer.NewGroup(rdb, cfg, c.env, c.reg, c.locker)
 	return c, nil
 }

@@ -2,8 +2,8 @@ package rdb
 
 import (
 	"context"
-	"slices"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -31,11 +31,12 @@ const (
 // ctx can never end, which its caller runs itself. Wait tells when none is
 // left.
 type Committer struct {
-	rdb    redis.UniversalClient
-	script *redis.Script
-	join   bool // the script takes many calls in one run (NewJoiningCommitter)
-	runKey func(keys []string) string
-	shared int  // Args the joined calls have in common
+	rdb     redis.UniversalClient
+	script  *redis.Script
+	join    bool // the script takes many calls in one run (NewJoiningCommitter)
+	runKey  func(keys []string) string
+	shared  int        // Args the joined calls have in common
+	durable Durability // see durable.go; off by default
 
 	mu       sync.Mutex
 	queue    []*request
@@ -57,15 +58,16 @@ func NewCommitter(c redis.UniversalClient, script *redis.Script) *Committer {
 }
 
 // runOne runs call alone: with a joining script, a run of one.
+// runOne runs one call, waiting for replicas when asked.
 func (c *Committer) runOne(ctx context.Context, call Call) (any, error) {
 	if !c.join {
-		return c.script.Run(ctx, c.rdb, call.Keys, call.Args...).Result()
+		return Run(ctx, c.rdb, c.durable, c.script, call.Keys, call.Args...).Result()
 	}
 	keys := call.Keys
 	if c.runKey != nil {
 		keys = append(slices.Clip(keys), c.runKey(keys))
 	}
-	cmd := c.script.Run(ctx, c.rdb, keys, call.Args...)
+	cmd := Run(ctx, c.rdb, c.durable, c.script, keys, call.Args...)
 	vals, errs := make([]any, 1), make([]error, 1)
 	split(cmd, []int{0}, vals, errs)
 	return vals[0], errs[0]
@@ -200,14 +202,14 @@ func (c *Committer) run(batch []*request) {
 	}
 	ctx := context.WithoutCancel(batch[0].ctx)
 	if c.join {
-		vals, errs, _ := RunJoined(ctx, c.rdb, c.script, calls, c.shared, c.runKey)
+		vals, errs, _ := RunJoined(ctx, c.rdb, c.script, calls, c.shared, c.runKey, c.durable)
 		for i, q := range batch {
 			q.val, q.err = vals[i], errs[i]
 			close(q.done)
 		}
 		return
 	}
-	cmds := RunPipelined(ctx, c.rdb, c.script, calls)
+	cmds := c.runMany(ctx, calls)
 	for i, q := range batch {
 		q.val, q.err = cmds[i].Result()
 		close(q.done)

@@ -29,12 +29,13 @@ func NewJoiningCommitter(c redis.UniversalClient, script *redis.Script, shared i
 }
 
 // RunJoined runs calls of a joining script (see NewJoiningCommitter) in a
-// single pipeline and returns each call's own reply element or error, in
+// single pipeline (waiting for d's replicas when d is on) and returns each
+// call's own reply element or error, in
 // call order, and the error of the pipeline as a whole when no reply came
 // (see NoReply).
-func RunJoined(ctx context.Context, c redis.UniversalClient, s *redis.Script, calls []Call, shared int, runKey func(keys []string) string) (vals []any, errs []error, whole error) {
+func RunJoined(ctx context.Context, c redis.UniversalClient, s *redis.Script, calls []Call, shared int, runKey func(keys []string) string, d Durability) (vals []any, errs []error, whole error) {
 	joined, members := join(calls, shared, runKey)
-	cmds := RunPipelined(ctx, c, s, joined)
+	cmds := runCalls(ctx, c, d, s, joined)
 	vals, errs = make([]any, len(calls)), make([]error, len(calls))
 	for g, cmd := range cmds {
 		split(cmd, members[g], vals, errs)

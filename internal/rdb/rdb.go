@@ -53,7 +53,7 @@ func NoReply(cmds []*redis.Cmd) error {
 	var first error
 	for _, cmd := range cmds {
 		err := cmd.Err()
-		if err == nil || err == redis.Nil {
+		if err == nil || err == redis.Nil || errors.Is(err, ErrNotReplicated) {
 			return nil
 		}
 		var rerr redis.Error

@@ -1,0 +1,35 @@
+package redeq
+
+import (
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redeq-go/redeq/config"
+	"github.com/redeq-go/redeq/internal/rdb"
+)
+
+// ErrNotReplicated is a write that the Redis master applied but that
+// fewer than Config.WaitReplicas replicas acknowledged within
+// Config.WaitTimeout. From Add, AddBatch (per job), Put or Update it means
+// the job may be stored, or lost if the master fails before its replicas
+// have it: Get tells; Put stores it again and waits again. It wraps
+// nothing else.
+var ErrNotReplicated = rdb.ErrNotReplicated
+
+func durability(cfg config.Config) rdb.Durability {
+	return rdb.Durability{Replicas: cfg.WaitReplicas, Timeout: cfg.WaitTimeout}
+}
+
+// checkDurability refuses a client whose ReadTimeout would cut WAIT
+// short: go-redis reads a pipeline's replies, WAIT's included, under it.
+func checkDurability(c redis.UniversalClient, cfg config.Config) error {
+	if cfg.WaitReplicas == 0 {
+		return nil
+	}
+	if rt, ok := rdb.ReadTimeout(c); ok && rt > 0 && rt <= cfg.WaitTimeout {
+		return &config.FieldError{Field: "WaitTimeout", Key: "wait_timeout",
+			Reason: fmt.Sprintf("%v must be shorter than the Redis client's ReadTimeout %v", cfg.WaitTimeout, rt)}
+	}
+	return nil
+}
