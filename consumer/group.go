@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,9 +39,6 @@ type Group struct {
 	cid     string
 	settler *ack.Settler
 
-	// reaps, when set, names the topics this client's reaper looks at.
-	reaps func(topic string) bool
-
 	listeners  []Listener
 	middleware []Middleware
 	observer   Observer // nil: nothing observed
@@ -49,8 +47,11 @@ type Group struct {
 
 	started  atomic.Bool
 	stopping atomic.Bool
-	joined   atomic.Bool  // recorded in every listened topic's consumer set
-	heardAt  atomic.Int64 // when the last heartbeat that got through was sent, unix ns
+	// heardAt is when the last heartbeat that got through was sent, in ns
+	// since base (monotonic: a step of the wall clock does not move it).
+	heardAt   atomic.Int64
+	base      time.Time
+	topicList string // the listened topics, one per line, for the heartbeat
 
 	fetchCancel, handlerCancel, settleCancel, bgCancel context.CancelFunc
 	handlerCtx, settleCtx                              context.Context
@@ -67,6 +68,7 @@ func NewGroup(c redis.UniversalClient, cfg config.Config, e env.Env, reg *bucket
 		rdb: c, cfg: cfg, env: e, reg: reg, locker: locker, cid: cid,
 		settler: settler,
 		runners: map[string]*runner{},
+		base:    e.Clock.Now(),
 	}
 }
 
@@ -109,11 +111,6 @@ func (g *Group) Use(mw ...Middleware) error {
 	g.middleware = append(g.middleware, mw...)
 	return nil
 }
-
-// ShareReaping makes the reaper look only at the topics owns reports, so
-// that the started clients share the topics out instead of each looking
-// at every topic. Call it before Start.
-func (g *Group) ShareReaping(owns func(topic string) bool) { g.reaps = owns }
 
 // Topics returns the topics this group listens to.
 func (g *Group) Topics() []string {
@@ -163,7 +160,11 @@ func (g *Group) announce(ctx context.Context) error {
 	}
 	// In-flight sets must never exist for a consumer the reaper does not
 	// know, so the first heartbeat precedes the first fetch.
-	return g.heartbeat(ctx)
+	g.topicList = strings.Join(g.Topics(), "\n")
+	if err := g.heartbeat(ctx); err != nil {
+		return err
+	}
+	return g.join(ctx)
 }
 
 // Notify tells the listener of topic, if any, that bucket n has ready work.
@@ -304,7 +305,7 @@ func (g *Group) rollback(ctx context.Context) error {
 	var errs []error
 	for topic, r := range g.runners {
 		for b := range r.buckets {
-			n, _, err := g.recoverList(ctx, topic, b, g.cid, modeRollback)
+			n, _, err := g.recoverList(ctx, topic, b, g.cid, modeRollback, "+inf")
 			if err != nil {
 				errs = append(errs, err)
 			}
@@ -323,6 +324,8 @@ func (g *Group) leave(ctx context.Context) {
 	}
 	if len(g.runners) > 0 {
 		pipe.ZRem(ctx, keys.Alive(g.cfg.Prefix), g.cid)
+		pipe.HDel(ctx, keys.AliveTopics(g.cfg.Prefix), g.cid)
+		pipe.HDel(ctx, keys.Dead(g.cfg.Prefix), g.cid)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		g.env.Logger.Warn("redeq: cannot remove consumer from its topics", "err", err)

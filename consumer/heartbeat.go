@@ -18,40 +18,43 @@ var (
 	heartbeatScript = redis.NewScript(heartbeatSource)
 )
 
-// aliveRetention is how long an entry of the alive set outlives its last
-// heartbeat: far longer than any ConsumerTimeout, so that only entries no
-// reaper will ever look at again (a client that died before it joined its
-// topics) are dropped by it.
-const aliveRetention = 24 * time.Hour
-
-// heartbeat records that this consumer is alive: one call, whatever the
-// number of topics it listens to. The first time, and whenever it finds
-// that a reaper forgot it (it looked silent for longer than
-// ConsumerTimeout, then came back), it joins every topic it listens to
-// again, so that the reapers watch its in-flight sets.
+// heartbeat records that this consumer is alive, with the topics it
+// listens to: one call, whatever their number.
 func (g *Group) heartbeat(ctx context.Context) error {
 	if len(g.listeners) == 0 {
 		return nil
 	}
 	sent := g.env.Clock.Now()
-	v, err := heartbeatScript.Run(ctx, g.rdb, []string{keys.Alive(g.cfg.Prefix)}, g.cid, aliveRetention.Milliseconds()).Int64Slice()
+	err := heartbeatScript.Run(ctx, g.rdb, g.aliveKeys(), g.cid, g.topicList).Err()
 	if err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
 	}
-	if len(v) != 2 {
-		return fmt.Errorf("heartbeat: bad reply %v", v)
-	}
-	if v[0] == 1 {
-		g.joined.Store(false)
-	}
-	if !g.joined.Load() {
-		if err := g.join(ctx, v[1]); err != nil {
-			return err
-		}
-		g.joined.Store(true)
-	}
-	g.heardAt.Store(sent.UnixNano())
+	g.heardAt.Store(int64(sent.Sub(g.base)))
 	return nil
+}
+
+// aliveKeys are the keys of the heartbeat and reaper scripts.
+func (g *Group) aliveKeys() []string {
+	return []string{keys.Alive(g.cfg.Prefix), keys.AliveTopics(g.cfg.Prefix), keys.Dead(g.cfg.Prefix)}
+}
+
+// join records this consumer in the consumer set of every topic it
+// listens to, for Stats and List.
+func (g *Group) join(ctx context.Context) error {
+	pipe := g.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, len(g.listeners))
+	now := float64(g.env.Clock.Now().UnixMilli())
+	for i, l := range g.listeners {
+		cmds[i] = pipe.ZAdd(ctx, keys.ForTopic(g.cfg.Prefix, l.Topic()).Consumers(), redis.Z{Score: now, Member: g.cid})
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	var errs []error
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil {
+			errs = append(errs, fmt.Errorf("join %s: %w", g.listeners[i].Topic(), err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // heard reports whether a heartbeat sent within the last two thirds of a
@@ -63,25 +66,7 @@ func (g *Group) heartbeat(ctx context.Context) error {
 // never shorter than what a reaper sees. A heartbeat runs every third of
 // ConsumerTimeout at most, so a live consumer passes with a third to spare.
 func (g *Group) heard() bool {
-	return g.env.Clock.Now().Sub(time.Unix(0, g.heardAt.Load())) < g.cfg.ConsumerTimeout*2/3
-}
-
-// join records this consumer in the consumer set of every topic it
-// listens to, with the Redis time now as its join time.
-func (g *Group) join(ctx context.Context, now int64) error {
-	pipe := g.rdb.Pipeline()
-	cmds := make([]*redis.IntCmd, len(g.listeners))
-	for i, l := range g.listeners {
-		cmds[i] = pipe.ZAdd(ctx, keys.ForTopic(g.cfg.Prefix, l.Topic()).Consumers(), redis.Z{Score: float64(now), Member: g.cid})
-	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
-	var errs []error
-	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil {
-			errs = append(errs, fmt.Errorf("join %s: %w", g.listeners[i].Topic(), err))
-		}
-	}
-	return errors.Join(errs...)
+	return g.env.Clock.Now().Sub(g.base)-time.Duration(g.heardAt.Load()) < g.cfg.ConsumerTimeout*2/3
 }
 
 func (g *Group) heartbeatLoop(ctx context.Context) {

@@ -1,14 +1,17 @@
--- Records that a consumer is alive, by the Redis server's clock, and drops
--- the entries of consumers silent for longer than a day or so: a reaper
--- forgets the silent consumers it finds in a topic, and this catches the
--- rest (a client that died between its first heartbeat and joining its
--- topics). A consumer paused for that long joins its topics again.
--- KEYS[1] -> alive ZSET
+-- Records that a consumer is alive, by the Redis server's clock, with the
+-- topics it listens to, and clears any declaration that it was dead (it
+-- came back). Running it twice does what running it once does. Entries of
+-- consumers that died stay until a reaper has recovered their jobs and
+-- forgets them, however long that takes (a fleet down for days).
+-- KEYS[1] -> alive ZSET (consumer id -> last heartbeat, unix ms)
+-- KEYS[2] -> alive topics HASH (consumer id -> its topics, one per line)
+-- KEYS[3] -> dead HASH (consumer id -> when a reaper declared it dead)
 -- ARGV[1] -> consumer id
--- ARGV[2] -> age, ms, after which a silent entry is dropped
--- Returns {1 when the id was not there (the first heartbeat, or after a
--- reaper forgot it) else 0, now in unix ms}.
+-- ARGV[2] -> its topics, one per line
+-- Returns now, unix ms.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - tonumber(ARGV[2])))
-return {redis.call('ZADD', KEYS[1], now, ARGV[1]), now}
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('HDEL', KEYS[3], ARGV[1])
+return now

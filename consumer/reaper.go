@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,9 +22,6 @@ var (
 	//go:embed silent.lua
 	silentSource string
 	silentScript = redis.NewScript(silentSource)
-	//go:embed forget.lua
-	forgetSource string
-	forgetScript = redis.NewScript(forgetSource)
 	//go:embed gone.lua
 	goneSource string
 	goneScript = redis.NewScript(goneSource)
@@ -34,10 +32,9 @@ const (
 	modeRollback = "rollback"
 	// recoverBatch bounds the deliveries one recover script call handles.
 	recoverBatch = 500
-	// maxMembers bounds the consumers of a topic one reaper pass reads.
-	maxMembers = 1000
-	// aliveChunk bounds the consumer ids one heartbeat read sends.
-	aliveChunk = 500
+	// silentBatch bounds the silent consumers one reaper pass handles; the
+	// next pass takes the rest.
+	silentBatch = 100
 )
 
 // ReapInterval is how often the reaper looks for silent consumers: a fifth
@@ -56,6 +53,7 @@ func (g *Group) reapLoop(ctx context.Context) {
 	var bo env.Backoff
 	bo.Max = g.cfg.ConsumerTimeout
 	healthySince := g.env.Clock.Now()
+	down := false // the last pass failed or stalled
 	last, wait := healthySince, g.ReapInterval()
 	for {
 		select {
@@ -63,23 +61,32 @@ func (g *Group) reapLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if now := g.env.Clock.Now(); now.Sub(last) > wait+2*g.ReapInterval() {
-			healthySince = now // this process itself stalled (a pause, a stop)
+		start := g.env.Clock.Now()
+		if start.Sub(last) > wait+2*g.ReapInterval() {
+			healthySince = start // this process itself stalled (a pause, a stop)
 		}
 		wait = g.ReapInterval()
-		_, err := g.reap(ctx, g.env.Clock.Now().Sub(healthySince) >= g.cfg.ConsumerTimeout)
+		// The first pass that works after a failure only counts from its
+		// own start: live consumers cut off by the same outage get a full
+		// ConsumerTimeout to heartbeat again before anyone reaps.
+		_, err := g.reap(ctx, !down && start.Sub(healthySince) >= g.cfg.ConsumerTimeout)
 		last = g.env.Clock.Now()
 		switch {
 		case err == nil:
+			if down {
+				healthySince, down = start, false
+			}
 			bo.Reset()
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, errStalled):
-			healthySince = last
+			down = true
 			g.env.Logger.Info("redeq: redis answered late; the reaper waits a ConsumerTimeout before reaping")
 		default:
 			if errors.Is(err, errUnreachable) {
-				healthySince = last
+				down = true
+			} else if down {
+				healthySince, down = start, false // heartbeats read: some recoveries failed
 			}
 			wait = bo.Next()
 			g.env.Failure("redeq: reaper failed", "err", err, "retry_in", wait)
@@ -105,49 +112,30 @@ func (g *Group) Reap(ctx context.Context) (int, error) { return g.reap(ctx, true
 
 func (g *Group) reap(ctx context.Context, act bool) (int, error) {
 	start := g.env.Clock.Now()
-	topics, err := g.reg.Topics(ctx)
-	if topics == nil {
+	v, err := silentScript.Run(ctx, g.rdb, g.aliveKeys(), g.cfg.ConsumerTimeout.Milliseconds(), silentBatch).StringSlice()
+	if err != nil {
 		return 0, fmt.Errorf("%w: %w", errUnreachable, err)
 	}
-	var errs []error
-	if err != nil {
-		errs = append(errs, fmt.Errorf("reaper: %w", err)) // some topics unreadable: reap the rest
-	}
-	names := make([]string, 0, len(topics))
-	for t := range topics {
-		if g.reaps == nil || g.reaps(t) {
-			names = append(names, t)
-		}
-	}
-	if len(names) == 0 {
-		return 0, errors.Join(errs...)
-	}
-	members, failed, err := g.members(ctx, names)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	if failed == len(names) {
-		return 0, fmt.Errorf("%w: %w", errUnreachable, errors.Join(errs...))
-	}
-	silent, err := g.silent(ctx, members)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %w", errUnreachable, errors.Join(append(errs, err)...))
-	}
 	if g.env.Clock.Now().Sub(start) > g.ReapInterval() {
-		return 0, errors.Join(append(errs, errStalled)...) // heartbeats may be waiting behind the reads
+		return 0, errStalled // heartbeats may be waiting behind the read
+	}
+	if len(v)%4 != 0 {
+		return 0, fmt.Errorf("reaper: bad reply %q", v)
+	}
+	if !act {
+		return 0, nil
 	}
 	total := 0
-	for i, topic := range names {
-		var found []member
-		for _, m := range members[i] {
-			if silent(m) {
-				found = append(found, m)
-			}
-		}
-		if len(found) == 0 || !act {
+	var errs []error
+	for i := 0; i < len(v); i += 4 {
+		s := silent{cid: v[i], beat: v[i+1], declared: v[i+2]}
+		if s.cid == g.cid {
 			continue
 		}
-		n, err := g.reapTopic(ctx, topic, topics[topic], found)
+		if v[i+3] != "" {
+			s.topics = strings.Split(v[i+3], "\n")
+		}
+		n, err := g.reapConsumer(ctx, s)
 		total += n
 		if err != nil {
 			errs = append(errs, err)
@@ -156,159 +144,96 @@ func (g *Group) reap(ctx context.Context, act bool) (int, error) {
 	return total, errors.Join(errs...)
 }
 
-// member is a consumer of a topic, as its consumer set records it.
-type member struct {
-	cid    string
-	joined float64 // when it joined, unix ms (Redis clock)
+// silent is a consumer silent for longer than ConsumerTimeout, as the
+// heartbeat read found it.
+type silent struct {
+	cid      string
+	beat     string   // its last heartbeat, unix ms, as Redis wrote it
+	declared string   // when a reaper first found it silent, unix ms
+	topics   []string // the topics it listened to
 }
 
-// members reads the consumer sets of topics (this consumer left out), in
-// one pipeline; failed counts the topics that could not be read.
-func (g *Group) members(ctx context.Context, topics []string) (out [][]member, failed int, err error) {
-	pipe := g.rdb.Pipeline()
-	cmds := make([]*redis.ZSliceCmd, len(topics))
-	for i, t := range topics {
-		cmds[i] = pipe.ZRangeWithScores(ctx, keys.ForTopic(g.cfg.Prefix, t).Consumers(), 0, maxMembers-1)
-	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
-	out = make([][]member, len(topics))
-	var errs []error
-	for i, cmd := range cmds {
-		zs, err := cmd.Result()
-		if err != nil {
-			failed++
-			errs = append(errs, fmt.Errorf("reaper %s: %w", topics[i], err))
-			continue
-		}
-		for _, z := range zs {
-			if cid, _ := z.Member.(string); cid != g.cid {
-				out[i] = append(out[i], member{cid, z.Score})
-			}
-		}
-	}
-	return out, failed, errors.Join(errs...)
-}
-
-// silent reads the heartbeats of every consumer in members and returns
-// whether a member is silent: its last heartbeat is older than
-// ConsumerTimeout, or it has none (a reaper forgot it, or the entry was
-// lost) and it joined longer ago than that.
-func (g *Group) silent(ctx context.Context, members [][]member) (func(member) bool, error) {
-	seen := map[string]int64{}
-	var cids []string
-	for _, ms := range members {
-		for _, m := range ms {
-			if _, ok := seen[m.cid]; !ok {
-				seen[m.cid] = 0
-				cids = append(cids, m.cid)
-			}
-		}
-	}
-	if len(cids) == 0 {
-		return func(member) bool { return false }, nil
-	}
-	var cut int64
-	alive := keys.Alive(g.cfg.Prefix)
-	for from := 0; from < len(cids); from += aliveChunk {
-		chunk := cids[from:min(len(cids), from+aliveChunk)]
-		args := make([]any, 0, len(chunk)+1)
-		args = append(args, g.cfg.ConsumerTimeout.Milliseconds())
-		for _, cid := range chunk {
-			args = append(args, cid)
-		}
-		v, err := silentScript.Run(ctx, g.rdb, []string{alive}, args...).Int64Slice()
-		if err != nil {
-			return nil, fmt.Errorf("reaper: heartbeats: %w", err)
-		}
-		if len(v) != len(chunk)+1 {
-			return nil, fmt.Errorf("reaper: heartbeats: bad reply %v", v)
-		}
-		cut = v[0]
-		for i, cid := range chunk {
-			seen[cid] = v[i+1]
-		}
-	}
-	return func(m member) bool {
-		switch seen[m.cid] {
-		case 1:
-			return true
-		case 2:
-			return m.joined < float64(cut)
-		}
-		return false
-	}, nil
-}
-
-// reapTopic recovers the deliveries of the silent consumers found of
-// topic, bucket by bucket, then forgets each consumer whose every bucket
-// was recovered in full. It first takes the consumer out of the alive set,
-// while it is still silent: if it comes back, its heartbeat finds itself
-// gone and it joins its topics again.
-func (g *Group) reapTopic(ctx context.Context, topic string, buckets int, found []member) (int, error) {
-	tk := keys.ForTopic(g.cfg.Prefix, topic)
-	mu := g.locker.NewMutex(tk.ReaperLock(), lock.WithExpiry(g.cfg.LockExpiry))
+// reapConsumer recovers the deliveries a silent consumer fetched before it
+// was declared dead, in every bucket of every topic it listened to, then
+// forgets it if everything was recovered and it has not heartbeat since.
+// One reaper at a time works on a consumer.
+func (g *Group) reapConsumer(ctx context.Context, s silent) (int, error) {
+	mu := g.locker.NewMutex(keys.ReapLock(g.cfg.Prefix, s.cid), lock.WithExpiry(g.reapLockExpiry()))
 	held, err := mu.TryLock(ctx)
 	if err != nil || !held {
 		if err != nil {
-			return 0, fmt.Errorf("reaper %s: %w", topic, err)
+			return 0, fmt.Errorf("reaper %s: %w", s.cid, err)
 		}
-		return 0, nil // another client reaps this topic now
+		return 0, nil // another client reaps it now
 	}
 	defer func() {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 		_ = mu.Unlock(uctx)
 	}()
+	clean := true
 	total := 0
 	var errs []error
-	timeout := g.cfg.ConsumerTimeout.Milliseconds()
-	for _, m := range found {
-		gone, err := goneScript.Run(ctx, g.rdb, []string{keys.Alive(g.cfg.Prefix)}, m.cid, timeout).Int64()
+	for _, topic := range s.topics {
+		buckets, err := g.reg.Count(ctx, topic, 0) // 0: never used, nothing in flight
 		if err != nil {
-			errs = append(errs, fmt.Errorf("reaper %s: %w", topic, err))
+			errs = append(errs, fmt.Errorf("reaper %s: %w", s.cid, err))
+			clean = false
 			continue
 		}
-		if gone == 0 {
-			continue // it heartbeat again since the look
-		}
-		clean, recovered := true, 0
+		recovered := 0
 		for b := range buckets {
-			n, busy, err := g.recoverList(ctx, topic, b, m.cid, modeRecover)
+			n, busy, err := g.recoverList(ctx, topic, b, s.cid, modeRecover, s.declared)
 			recovered += n
 			if err != nil {
 				errs = append(errs, err)
 				clean = false
 			} else if busy {
-				clean = false // it fetched lately: alive, or not quiet long enough yet
+				clean = false // it fetched lately: it came back, or is not quiet long enough yet
 			}
 		}
 		total += recovered
 		g.returned(topic, recovered, true)
 		if recovered > 0 {
-			g.env.Logger.Info("redeq: recovered the jobs of a silent consumer", "topic", topic, "consumer", m.cid, "jobs", recovered)
+			g.env.Logger.Info("redeq: recovered the jobs of a silent consumer", "topic", topic, "consumer", s.cid, "jobs", recovered)
 		}
-		if clean {
-			err := forgetScript.Run(ctx, g.rdb, []string{tk.Consumers()}, m.cid, int64(m.joined)).Err()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("reaper %s: %w", topic, err))
+	}
+	if clean {
+		gone, err := goneScript.Run(ctx, g.rdb, g.aliveKeys(), s.cid, s.beat).Int()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("reaper %s: %w", s.cid, err))
+		} else if gone == 1 {
+			pipe := g.rdb.Pipeline()
+			for _, topic := range s.topics {
+				pipe.ZRem(ctx, keys.ForTopic(g.cfg.Prefix, topic).Consumers(), s.cid)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				g.env.Logger.Warn("redeq: cannot remove a forgotten consumer from its topics", "consumer", s.cid, "err", err)
 			}
 		}
 	}
 	return total, errors.Join(errs...)
 }
 
+// reapLockExpiry bounds how long a reaper that died mid-pass holds up the
+// recovery of a consumer: a third of ConsumerTimeout, at most LockExpiry.
+// A pass that outlives it is harmless: every script it runs is fenced.
+func (g *Group) reapLockExpiry() time.Duration {
+	return min(g.cfg.LockExpiry, g.cfg.ConsumerTimeout/3)
+}
+
 // recoverList empties one in-flight set of consumer cid in bucket b of
 // topic, in bounded script calls, and returns the deliveries handled. In
 // recover mode it does nothing, and reports busy, while the set holds a
 // delivery fetched within the last ConsumerTimeout.
-func (g *Group) recoverList(ctx context.Context, topic string, b int, cid, mode string) (n int, busy bool, err error) {
+func (g *Group) recoverList(ctx context.Context, topic string, b int, cid, mode, declared string) (n int, busy bool, err error) {
 	k := keys.ForBucket(g.cfg.Prefix, topic, b)
 	for {
 		v, err := recoverScript.Run(ctx, g.rdb,
 			[]string{k.InFlight(cid), k.Ready(), k.Pool(), k.Scheduled(), k.Dead(), k.Reasons(), k.State(), k.Errors()},
 			mode, recoverBatch, g.cfg.MaxRecoveries, g.cfg.DeadRetention,
 			keys.ReadyChannel(g.cfg.Prefix), keys.WakeChannel(g.cfg.Prefix), keys.Address(topic, b),
-			cid, g.cfg.ConsumerTimeout.Milliseconds()).Int64Slice()
+			cid, g.cfg.ConsumerTimeout.Milliseconds(), declared).Int64Slice()
 		if err != nil {
 			return n, false, fmt.Errorf("%s %s of %s: %w", mode, keys.Address(topic, b), cid, err)
 		}

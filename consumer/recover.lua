@@ -26,19 +26,30 @@
 -- ARGV[7] -> bucket address
 -- ARGV[8] -> the consumer's id
 -- ARGV[9] -> recover only: quiet time, ms
+-- ARGV[10] -> recover only: when the consumer was declared dead, unix ms;
+--   deliveries fetched later are left alone (it came back and fetched
+--   them) and the set counts as active
 -- Returns {deliveries handled, deliveries left in the set, jobs sent to the
 -- dead set, 1 when skipped because the consumer is active else 0}.
 local t = redis.call('TIME')
 local now = math.ceil((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
 local recover = ARGV[1] == 'recover'
+local members
 if recover then
   local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
   if newest[1] ~= nil and tonumber(newest[2]) > now - tonumber(ARGV[9]) then
     return {0, redis.call('ZCARD', KEYS[1]), 0, 1}
   end
+  members = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[10], 'LIMIT', 0, tonumber(ARGV[2]))
+  if #members == 0 then
+    local left = redis.call('ZCARD', KEYS[1])
+    if left > 0 then return {0, left, 0, 1} end
+    return {0, 0, 0, 0}
+  end
+else
+  members = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+  if #members == 0 then return {0, 0, 0, 0} end
 end
-local members = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
-if #members == 0 then return {0, 0, 0, 0} end
 -- Reads first: nothing below can fail after a write.
 local ids, tokens = {}, {}
 for i, m in ipairs(members) do

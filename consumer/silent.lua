@@ -1,22 +1,24 @@
--- Reads the heartbeats of consumers.
--- KEYS[1] -> alive ZSET
+-- Finds the consumers silent for longer than a timeout, and declares each
+-- dead at the first look (the declaration stays until it heartbeats again
+-- or is forgotten). A reaper recovers only the deliveries a consumer
+-- fetched before its declaration: one that came back and fetched again
+-- keeps those jobs, however late the reaper acts.
+-- KEYS[1] -> alive ZSET (consumer id -> last heartbeat, unix ms)
+-- KEYS[2] -> alive topics HASH (consumer id -> its topics, one per line)
+-- KEYS[3] -> dead HASH (consumer id -> when a reaper declared it dead)
 -- ARGV[1] -> timeout, ms
--- ARGV[2..] -> consumer ids (the caller sends at most aliveChunk)
--- Returns {now - timeout, then per id: 0 when it heartbeat within the
--- timeout, 1 when its last heartbeat is older, 2 when it has none}.
+-- ARGV[2] -> most consumers to return (at most 1000)
+-- Returns {cid, last heartbeat, declared dead at, topics, ...}.
 local t = redis.call('TIME')
-local cut = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(ARGV[1])
-local out = {cut}
-if #ARGV < 2 then return out end
-local scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, 2))
-for i = 1, #ARGV - 1 do
-  local s = scores[i]
-  if s == false then
-    out[i + 1] = 2
-  elseif tonumber(s) < cut then
-    out[i + 1] = 1
-  else
-    out[i + 1] = 0
-  end
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local found = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - tonumber(ARGV[1])), 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+for i = 1, #found, 2 do
+  local cid = found[i]
+  redis.call('HSETNX', KEYS[3], cid, now)
+  out[#out + 1] = cid
+  out[#out + 1] = found[i + 1]
+  out[#out + 1] = redis.call('HGET', KEYS[3], cid)
+  out[#out + 1] = redis.call('HGET', KEYS[2], cid) or ''
 end
 return out

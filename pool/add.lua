@@ -62,7 +62,11 @@ end
 if added and ours[redis.call('ZRANGE', KEYS[2], 0, 0)[1]] then
   redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
-local reply = {}
-for k, v in ipairs(out) do reply[k] = string.format('%d', v) end
-redis.call('SET', KEYS[3], table.concat(reply, ','), 'PX', ARGV[4])
+-- A run that added nothing wrote nothing, and a rerun of it is a run like
+-- any other.
+if added then
+  local reply = {}
+  for k, v in ipairs(out) do reply[k] = string.format('%d', v) end
+  redis.call('SET', KEYS[3], table.concat(reply, ','), 'PX', ARGV[4])
+end
 return out

@@ -154,11 +154,23 @@ func TestRecoveryDoesNotDoubleAReaddedJob(t *testing.T) {
 func crash(t *testing.T, e *env, topic, cid string, n int) []ready.Item {
 	t.Helper()
 	ctx := context.Background()
-	require.NoError(t, e.rdb.ZAdd(ctx, keys.ForTopic(e.cfg.Prefix, topic).Consumers(), redisZ(cid)).Err())
+	silentConsumer(t, e, cid, topic)
 	items, _, err := ready.Fetch(ctx, e.rdb, e.cfg.Prefix, topic, 0, cid, n, true)
 	require.NoError(t, err)
 	require.Len(t, items, n)
 	return items
+}
+
+// silentConsumer records consumer cid as a listener of topics whose last
+// heartbeat was at the epoch: silent, as a consumer that died long ago.
+func silentConsumer(t *testing.T, e *env, cid string, topics ...string) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, e.rdb.ZAdd(ctx, keys.Alive(e.cfg.Prefix), redisZ(cid)).Err())
+	require.NoError(t, e.rdb.HSet(ctx, keys.AliveTopics(e.cfg.Prefix), cid, strings.Join(topics, "\n")).Err())
+	for _, topic := range topics {
+		require.NoError(t, e.rdb.ZAdd(ctx, keys.ForTopic(e.cfg.Prefix, topic).Consumers(), redisZ(cid)).Err())
+	}
 }
 
 // state is the state of a job, or "" when it is absent.
@@ -515,7 +527,10 @@ func TestReaperSparesAConsumerThatCameBack(t *testing.T) {
 		}
 		// ...and once it heartbeats again it stays, with its job.
 		alive := keys.Alive(e.cfg.Prefix)
-		beat := func() { e.rdb.ZAdd(ctx, alive, redis.Z{Score: float64(time.Now().UnixMilli()), Member: "back"}) }
+		beat := func() { // what a heartbeat does
+			e.rdb.ZAdd(ctx, alive, redis.Z{Score: float64(time.Now().UnixMilli()), Member: "back"})
+			e.rdb.HDel(ctx, keys.Dead(e.cfg.Prefix), "back")
+		}
 		deadline := time.Now().Add(3 * e.cfg.ConsumerTimeout)
 		for time.Now().Before(deadline) {
 			beat()

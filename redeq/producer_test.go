@@ -253,7 +253,13 @@ func TestKeyLayout(t *testing.T) {
 				want = append(want, k.Pool(), k.Scheduled())
 			}
 			want = append(want, keys.ForTopic(p, "orders").Meta(), keys.Topics(p))
-			require.ElementsMatch(t, want, testutil.Keys(t, e.rdb, p))
+			var got []string
+			for _, k := range testutil.Keys(t, e.rdb, p) {
+				if !strings.Contains(k, "}:op:") { // replies kept 30 s for reruns
+					got = append(got, k)
+				}
+			}
+			require.ElementsMatch(t, want, got)
 			require.Equal(t, p+":{orders#3}:pool", keys.ForBucket(p, "orders", 3).Pool())
 			n, err := e.rdb.HGet(ctx, keys.ForTopic(p, "orders").Meta(), "buckets").Int()
 			require.NoError(t, err)

@@ -146,7 +146,6 @@ func (c *Client) Start(ctx context.Context) error {
 	fleet := bucket.NewFleet(c.rdb, c.cfg.Prefix, c.group.ID(), c.cfg.ScanInterval)
 	// Two clients look at each topic: a consumer whose heartbeats stall
 	// while it still announces itself cannot reap its own jobs.
-	c.group.ShareReaping(func(topic string) bool { return fleet.AmongFirst(topic, 2) })
 	if err := c.group.Start(ctx); err != nil {
 		ps.Close()
 		return err

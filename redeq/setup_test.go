@@ -20,6 +20,15 @@ type env struct {
 	c   *redeq.Client
 }
 
+// eachReal is each on the real servers only.
+func eachReal(t *testing.T, f func(t *testing.T, e *env)) {
+	for _, be := range testutil.RealBackends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			f(t, setup(t, be, testutil.Config(t)))
+		})
+	}
+}
+
 // each runs f once per backend, each with a fresh prefix and client.
 func each(t *testing.T, f func(t *testing.T, e *env)) {
 	for _, be := range testutil.Backends(t) {

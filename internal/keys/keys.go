@@ -146,13 +146,11 @@ func ForTopic(prefix, topic string) Topic {
 func (t Topic) Meta() string { return t.tag + "meta" }
 
 // Consumers is a ZSET: consumer id -> when it joined the topic, unix ms
-// (Redis clock). A consumer joins every topic it listens to when it
-// starts, and again after a reaper forgot it; the reaper reads the set to
-// know whose in-flight sets to watch, and Alive to know who is silent.
+// (Redis clock), for inspection (Stats, List): a consumer joins every topic
+// it listens to when it starts and leaves when it shuts down or a reaper
+// forgets it. Reapers do not read it: they find silent consumers in Alive.
 func (t Topic) Consumers() string { return t.tag + "consumers" }
 
-// ReaperLock is the STRING redsync uses as the mutex of this topic's reaper.
-func (t Topic) ReaperLock() string { return t.tag + "reaper" }
 
 // Topics is a SET of every topic ever added to.
 func Topics(prefix string) string { return prefix + ":topics" }
@@ -212,8 +210,23 @@ func Movers(prefix string) string { return prefix + ":movers" }
 
 // Alive is a ZSET: consumer id -> its last heartbeat, unix ms (Redis
 // clock). One entry per started client with listeners, whatever the
-// number of topics it listens to: the heartbeat costs one call per client.
-func Alive(prefix string) string { return prefix + ":alive" }
+// number of topics it listens to: the heartbeat costs one call per client,
+// and reapers find the silent consumers in one read. AliveTopics and Dead
+// share its hash tag, so one script reads and writes the three.
+func Alive(prefix string) string { return prefix + ":{alive}" }
+
+// AliveTopics is a HASH: consumer id -> the topics it listens to, one per
+// line, written by each heartbeat: where a reaper looks for its jobs.
+func AliveTopics(prefix string) string { return prefix + ":{alive}:topics" }
+
+// Dead is a HASH: consumer id -> when a reaper first found it silent for
+// longer than ConsumerTimeout, unix ms. Its heartbeat clears it. Reapers
+// recover only the deliveries fetched before it.
+func Dead(prefix string) string { return prefix + ":{alive}:dead" }
+
+// ReapLock is the STRING redsync uses as the mutex of reaping consumer
+// cid: one reaper at a time recovers a silent consumer's jobs.
+func ReapLock(prefix, cid string) string { return prefix + ":{alive}:reap:" + cid }
 
 // Retired is a ZSET: topic -> when it was retired (taken out of Topics
 // because it stayed empty and unused), unix ms (Redis clock). Movers look

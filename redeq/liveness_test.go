@@ -1,0 +1,650 @@
+package redeq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/config"
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// blockingListener runs every job until release is closed (or the client
+// shuts down), counting the runs of each id.
+func blockingListener(topic string, release chan struct{}) *listener {
+	l := newListener(topic, func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+		select {
+		case <-release:
+			ch.Ack()
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	l.workers = 2
+	return l
+}
+
+// TestForgottenConsumerRejoinsAfterHeartbeatRerun: a reaper forgot a
+// consumer (it looked silent), and the consumer's next heartbeat reply is
+// lost and go-redis reruns it. The rerun finds the entry the first run
+// wrote, so the reply says "was there": the consumer must still join its
+// topics again, or a job it fetches afterwards is never recovered when it
+// dies.
+func TestForgottenConsumerRejoinsAfterHeartbeatRerun(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		hb := newScriptHook(t, "consumer/heartbeat.lua")
+		var beats atomic.Int64
+		var mode atomic.Int32 // 0 pass, 1 rerun the next one, 2 fail (the consumer is dead)
+		hb.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+			switch mode.Load() {
+			case 1:
+				mode.Store(0)
+				defer beats.Add(1)
+				return rerun(ctx, cmd, next)
+			case 2:
+				cmd.SetErr(errors.New("dead"))
+				return cmd.Err()
+			}
+			beats.Add(1)
+			return next()
+		})
+		rdb := e.be.New(t)
+		rdb.AddHook(hb)
+		a, err := redeq.New(rdb, e.cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+		release := make(chan struct{})
+		defer close(release)
+		l := blockingListener("t", release)
+		startWith(t, a, l)
+		require.NoError(t, e.c.Start(ctx)) // moves and reaps
+		cid := a.ConsumerID()
+		consumers, alive := keys.ForTopic(e.cfg.Prefix, "t").Consumers(), keys.Alive(e.cfg.Prefix)
+
+		// What a reaper does to a consumer it found silent; its next
+		// heartbeat is run twice.
+		mode.Store(1)
+		require.NoError(t, e.rdb.ZRem(ctx, alive, cid).Err())
+		require.NoError(t, e.rdb.ZRem(ctx, consumers, cid).Err())
+		before := beats.Load()
+		waitFor(t, 5*time.Second, "heartbeats", func() bool { return beats.Load() >= before+3 })
+
+		// It fetches a job, then dies.
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		waitFor(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
+		mode.Store(2)
+		member := e.rdb.ZScore(ctx, consumers, cid).Err()
+		waitFor(t, 10*e.cfg.ConsumerTimeout+5*time.Second, fmt.Sprintf("recovered (consumer-set lookup: %v)", member), func() bool {
+			return state(t, e.c, "t", "j") != redeq.StateInFlight
+		})
+	})
+}
+
+// outage fails every command of the clients that share it, as an
+// unreachable server would, until it is lifted. Set liftAfter and the
+// first command sent by a reaper's loop after that time (on a client whose
+// hook is marked reaper) lifts it for everyone: Redis is back the moment
+// that reaper's pass starts, before the consumers' next heartbeats.
+type outage struct {
+	down      *atomic.Bool
+	liftAfter *atomic.Int64 // unix ns; 0: never lifted by a reaper
+	lifted    chan struct{}
+	reaper    bool
+}
+
+func newOutage() *outage {
+	return &outage{down: new(atomic.Bool), liftAfter: new(atomic.Int64), lifted: make(chan struct{})}
+}
+
+// forReaper returns the same outage, for the reaper's client.
+func (o *outage) forReaper() *outage { c := *o; c.reaper = true; return &c }
+
+func (o *outage) check() error {
+	if !o.down.Load() {
+		return nil
+	}
+	if at := o.liftAfter.Load(); o.reaper && at != 0 && time.Now().UnixNano() >= at &&
+		strings.Contains(string(debug.Stack()), "(*Group).reapLoop") {
+		if o.down.CompareAndSwap(true, false) {
+			close(o.lifted)
+		}
+		return nil
+	}
+	return errors.New("dial tcp: connection refused (simulated outage)")
+}
+
+func (o *outage) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (o *outage) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := o.check(); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (o *outage) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := o.check(); err != nil {
+			for _, cmd := range cmds {
+				cmd.SetErr(err)
+			}
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestReaperWaitsAfterOutageEnds: Redis is unreachable for several
+// ConsumerTimeouts while a consumer runs a long job. The reaper's retries
+// back off to a ConsumerTimeout apart; when Redis answers again its very
+// next pass must not reap: the live consumer has not had the chance to
+// heartbeat since the outage ended. The job must run once.
+func TestReaperWaitsAfterOutageEnds(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		out := newOutage()
+		ardb := e.be.New(t)
+		ardb.AddHook(out)
+		a, err := redeq.New(ardb, e.cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+		release := make(chan struct{})
+		l := blockingListener("t", release)
+		startWith(t, a, l)
+
+		looks := newScriptHook(t, "consumer/silent.lua")
+		var passes atomic.Int64
+		looks.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+			passes.Add(1)
+			return next()
+		})
+		rrdb := e.be.New(t)
+		rrdb.AddHook(out.forReaper())
+		rrdb.AddHook(looks)
+		r, err := redeq.New(rrdb, e.cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+		require.NoError(t, r.Start(ctx)) // moves and reaps, consumes nothing
+
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		waitFor(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
+
+		out.down.Store(true)
+		out.liftAfter.Store(time.Now().Add(4 * e.cfg.ConsumerTimeout).UnixNano())
+		select {
+		case <-out.lifted:
+		case <-time.After(10*e.cfg.ConsumerTimeout + 5*time.Second):
+			t.Fatal("the reaper never came back")
+		}
+		// Give the reaper ample passes after the outage: two ConsumerTimeouts.
+		after := passes.Load()
+		waitFor(t, 20*e.cfg.ConsumerTimeout+5*time.Second, "reaper passes", func() bool { return passes.Load() >= after+10 })
+		close(release)
+		waitFor(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
+		settle(t, e, "t")
+		require.Equal(t, 1, l.count(), "the reaper took a live consumer's job as soon as Redis came back")
+	})
+}
+
+// TestReaperPausedBeforeRecoverSparesConsumerThatCameBack: a reaper finds
+// a consumer silent and takes it out of the alive set, then stalls (its
+// process paused, its call delayed) before it recovers the consumer's
+// in-flight set. The consumer comes back, joins its topics again, fetches
+// a job and runs it, heartbeating, for longer than ConsumerTimeout. When
+// the reaper resumes it must not take that job: it was fetched by a live
+// consumer after the reaper's look.
+func TestReaperPausedBeforeRecoverSparesConsumerThatCameBack(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		hb := newScriptHook(t, "consumer/heartbeat.lua")
+		ardb := e.be.New(t)
+		ardb.AddHook(hb)
+		a, err := redeq.New(ardb, e.cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+		release := make(chan struct{})
+		l := blockingListener("t", release)
+		startWith(t, a, l)
+
+		rec := newScriptHook(t, "consumer/recover.lua")
+		paused, resume := make(chan struct{}), make(chan struct{})
+		var once atomic.Bool
+		rrdb := e.be.New(t)
+		rrdb.AddHook(rec)
+		r, err := redeq.New(rrdb, e.cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+
+		// The consumer falls silent; the reaper stalls at its first recover.
+		hb.set(func(context.Context, redis.Cmder, func() error) error { return errors.New("cut off") })
+		rec.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+			if once.CompareAndSwap(false, true) {
+				close(paused)
+				<-resume
+			}
+			return next()
+		})
+		require.NoError(t, r.Start(ctx)) // moves and reaps, consumes nothing
+		select {
+		case <-paused:
+		case <-time.After(10*e.cfg.ConsumerTimeout + 5*time.Second):
+			t.Fatal("the consumer was never reaped")
+		}
+		dead := keys.Dead(e.cfg.Prefix)
+		require.NoError(t, e.rdb.HGet(ctx, dead, a.ConsumerID()).Err(), "declared dead")
+
+		// The consumer comes back, fetches a job and holds it, alive.
+		hb.set(nil)
+		waitFor(t, 5*time.Second, "heartbeat", func() bool { return e.rdb.HExists(ctx, dead, a.ConsumerID()).Val() == false })
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		waitFor(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
+		time.Sleep(2 * e.cfg.ConsumerTimeout) // a long handler, heartbeating all along
+		close(resume)
+		time.Sleep(2 * e.cfg.ConsumerTimeout) // the window in which a wrong recovery would strike
+		close(release)
+		waitFor(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
+		settle(t, e, "t")
+		require.Equal(t, 1, l.count(), "a reaper that resumed took the job of a consumer that came back")
+	})
+}
+
+// TestLostAliveEntrySparesLiveConsumer: a failover (or a restart without
+// persistence) of the alive set's node loses the heartbeats while the
+// consumer sets, on other slots, survive. A live consumer running a long
+// job must keep it: a reaper that looks before the consumer's next
+// heartbeat must not take a missing entry for a consumer silent for
+// longer than ConsumerTimeout.
+func TestLostAliveEntrySparesLiveConsumer(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		hb := newScriptHook(t, "consumer/heartbeat.lua")
+		ardb := e.be.New(t)
+		ardb.AddHook(hb)
+		a, err := redeq.New(ardb, e.cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+		release := make(chan struct{})
+		l := blockingListener("t", release)
+		startWith(t, a, l)
+
+		passes := &reaperPasses{sha: scriptSHA(t, "consumer/silent.lua")}
+		rrdb := e.be.New(t)
+		rrdb.AddHook(passes)
+		r, err := redeq.New(rrdb, e.cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+		require.NoError(t, r.Start(ctx)) // moves and reaps, consumes nothing
+
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		waitFor(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
+		time.Sleep(e.cfg.ConsumerTimeout) // a long handler
+
+		// The alive set is lost; the consumer's next heartbeat reaches the
+		// server after the reaper's next look.
+		held := make(chan struct{})
+		hb.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+			<-held
+			return next()
+		})
+		require.NoError(t, e.rdb.Del(ctx, keys.Alive(e.cfg.Prefix)).Err())
+		before := passes.n.Load()
+		// Two passes started: the first one after the loss is complete.
+		waitFor(t, 10*e.cfg.ConsumerTimeout, "reaper looked", func() bool { return passes.n.Load() >= before+2 })
+		close(held)
+		hb.set(nil)
+		time.Sleep(2 * e.cfg.ConsumerTimeout) // the window in which a wrong recovery would strike
+		close(release)
+		waitFor(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
+		settle(t, e, "t")
+		require.Equal(t, 1, l.count(), "a live consumer's job was taken after its heartbeat entry was lost")
+	})
+}
+
+// reaperPasses counts the passes of a client's reaper: each starts with
+// one read of the heartbeats (silent.lua).
+type reaperPasses struct {
+	n   atomic.Int64
+	sha string
+}
+
+func (h *reaperPasses) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *reaperPasses) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && strings.EqualFold(fmt.Sprint(args[0]), "evalsha") && fmt.Sprint(args[1]) == h.sha {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *reaperPasses) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestDeadConsumerRecoveredAmongManyLive: a topic with more than a
+// thousand live consumers (a large fleet on one topic). The one that
+// joined last dies holding a job: the job must run again.
+func TestDeadConsumerRecoveredAmongManyLive(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		require.NoError(t, e.c.Start(ctx)) // moves and reaps
+		waitFor(t, 5*time.Second, "due", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+
+		consumers, alive := keys.ForTopic(e.cfg.Prefix, "t").Consumers(), keys.Alive(e.cfg.Prefix)
+		const live = 1000
+		ids := make([]string, live)
+		joined := make([]redis.Z, live)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("live-%d", i)
+			joined[i] = redis.Z{Score: float64(i + 1), Member: ids[i]}
+		}
+		beat := func() error {
+			now := float64(time.Now().UnixMilli())
+			zs := make([]redis.Z, live)
+			for i, id := range ids {
+				zs[i] = redis.Z{Score: now, Member: id}
+			}
+			return e.rdb.ZAdd(ctx, alive, zs...).Err()
+		}
+		require.NoError(t, beat())
+		require.NoError(t, e.rdb.ZAdd(ctx, consumers, joined...).Err())
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() { // the live consumers heartbeat
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(e.cfg.HeartbeatInterval):
+					_ = beat()
+				}
+			}
+		}()
+		defer func() { close(stop); <-done }()
+
+		// The last to join takes the job and dies.
+		require.NoError(t, e.rdb.ZAdd(ctx, consumers, redis.Z{Score: float64(time.Now().UnixMilli()), Member: "late"}).Err())
+		crash(t, e, "t", "late", 1)
+		waitFor(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+	})
+}
+
+// TestReaperScriptsSurviveRerun: go-redis reruns a script whose reply was
+// lost. Every script of the reaper run twice still recovers a dead
+// consumer's job once (one recovery counted, one run) and forgets it, and
+// spares a live consumer holding a job for longer than ConsumerTimeout.
+func TestReaperScriptsSurviveRerun(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		for _, id := range []string{"dead", "long"} {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: id}))
+		}
+		rrdb := e.be.New(t)
+		for _, path := range []string{"consumer/silent.lua", "consumer/gone.lua", "consumer/recover.lua", "consumer/heartbeat.lua"} {
+			h := newScriptHook(t, path)
+			h.set(rerun)
+			rrdb.AddHook(h)
+		}
+		r, err := redeq.New(rrdb, e.cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+		require.NoError(t, r.Start(ctx)) // moves and reaps
+		waitFor(t, 5*time.Second, "due", func() bool { return stats(t, e.c, "t").Ready == 2 })
+		items := crash(t, e, "t", "crashed", 1)
+		dead := items[0].ID
+
+		// A live consumer, its heartbeats rerun too, takes the other job
+		// and holds it for several ConsumerTimeouts.
+		ardb := e.be.New(t)
+		hb := newScriptHook(t, "consumer/heartbeat.lua")
+		hb.set(rerun)
+		ardb.AddHook(hb)
+		a, err := redeq.New(ardb, e.cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+		release := make(chan struct{})
+		l := blockingListener("t", release)
+		startWith(t, a, l)
+		waitFor(t, 5*time.Second, "running", func() bool { return l.count() >= 1 })
+		waitFor(t, 10*e.cfg.ConsumerTimeout, "dead consumer's job recovered and run", func() bool {
+			return l.byID()[dead] == 1
+		})
+		time.Sleep(3 * e.cfg.ConsumerTimeout)
+		close(release)
+		settle(t, e, "t")
+		require.Equal(t, map[string]int{"dead": 1, "long": 1}, l.byID())
+		for _, d := range l.deliveries() {
+			if d.job.ID == dead {
+				require.Equal(t, 1, d.job.Recoveries)
+			}
+		}
+		require.ErrorIs(t, e.rdb.ZScore(ctx, keys.ForTopic(e.cfg.Prefix, "t").Consumers(), "crashed").Err(), redis.Nil, "dead consumer not forgotten")
+	})
+}
+
+// livenessReads counts what a client's reaper reads to find silent
+// consumers: passes (reads of the heartbeats) and the entries they return.
+type livenessReads struct {
+	passes, members, looks atomic.Int64
+	silentSHA              string
+}
+
+func (h *livenessReads) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *livenessReads) count(cmd redis.Cmder) {
+	args := cmd.Args()
+	switch strings.ToLower(fmt.Sprint(args[0])) {
+	case "zrange":
+		if k, _ := args[1].(string); strings.HasSuffix(k, "}:consumers") {
+			if z, ok := cmd.(*redis.ZSliceCmd); ok {
+				h.members.Add(int64(len(z.Val())))
+			}
+		}
+	case "evalsha":
+		if fmt.Sprint(args[1]) == h.silentSHA {
+			h.passes.Add(1)
+			if v, err := cmd.(*redis.Cmd).StringSlice(); err == nil {
+				h.looks.Add(int64(len(v)))
+			}
+		}
+	}
+}
+
+func (h *livenessReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.count(cmd)
+		return err
+	}
+}
+
+func (h *livenessReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.count(cmd)
+		}
+		return err
+	}
+}
+
+// TestIdleLivenessCostLinearInClients: an idle fleet of clients, each
+// listening to every topic. What the fleet reads each ReapInterval to tell
+// live consumers from silent ones (consumer-set entries and heartbeats
+// looked up, summed over the clients' reaper passes) must not grow with
+// clients x topics: four times the topics may not cost four times as much.
+func TestIdleLivenessCostLinearInClients(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		measure := func(clients, topics int) float64 {
+			prefix := fmt.Sprintf("%s-%dx%d", e.cfg.Prefix, clients, topics)
+			cfg := e.cfg
+			cfg.Prefix = prefix
+			var hooks []*livenessReads
+			var cs []*redeq.Client
+			for range clients {
+				h := &livenessReads{silentSHA: scriptSHA(t, "consumer/silent.lua")}
+				rdb := e.be.New(t)
+				rdb.AddHook(h)
+				c, err := redeq.New(rdb, cfg)
+				require.NoError(t, err)
+				for i := range topics {
+					require.NoError(t, c.Register(redeq.ListenerFunc(fmt.Sprintf("t%d", i), func(context.Context, *redeq.Job, *redeq.Channel) error { return nil })))
+				}
+				require.NoError(t, c.Start(ctx))
+				hooks, cs = append(hooks, h), append(cs, c)
+			}
+			// Every client has seen the whole fleet and joined every topic.
+			waitFor(t, 10*time.Second, "fleet", func() bool {
+				for i := range topics {
+					if stats(t, cs[0], fmt.Sprintf("t%d", i)).Consumers != int64(clients) {
+						return false
+					}
+				}
+				return true
+			})
+			time.Sleep(3 * cfg.ScanInterval)
+			var p0, r0 []int64
+			for _, h := range hooks {
+				p0, r0 = append(p0, h.passes.Load()), append(r0, h.members.Load()+h.looks.Load())
+			}
+			waitFor(t, 20*time.Second, "passes", func() bool {
+				for i, h := range hooks {
+					if h.passes.Load() < p0[i]+10 {
+						return false
+					}
+				}
+				return true
+			})
+			fleet := 0.0 // per ReapInterval: the sum of each client's reads per pass
+			for i, h := range hooks {
+				fleet += float64(h.members.Load()+h.looks.Load()-r0[i]) / float64(h.passes.Load()-p0[i])
+			}
+			for _, c := range cs {
+				require.NoError(t, c.Shutdown(ctx))
+			}
+			t.Logf("%d clients x %d topics: %.1f entries read per ReapInterval", clients, topics, fleet)
+			return fleet
+		}
+		small := measure(4, 2)
+		large := measure(4, 8)
+		require.LessOrEqual(t, large, 2*small, "the fleet's liveness reads grow with clients x topics")
+	})
+}
+
+// TestDeadReaperLockDoesNotDelayRecovery: a reaper is killed in the middle
+// of a pass, holding its topic's reaper lock, which lives on for
+// LockExpiry. A consumer of the topic dies: its job must run again within
+// about 1.2 x ConsumerTimeout, not wait for the dead reaper's lock (here
+// LockExpiry is 20 ConsumerTimeouts; by default it is 20s against a 15s
+// ConsumerTimeout).
+func TestDeadReaperLockDoesNotDelayRecovery(t *testing.T) {
+	// miniredis expires keys only when told to: real servers only.
+	eachReal(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		cfg := e.cfg
+		cfg.LockExpiry = 20 * cfg.ConsumerTimeout
+		c := e.another(t, func(c *config.Config) { *c = cfg })
+		require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		require.NoError(t, c.Start(ctx)) // moves and reaps
+		waitFor(t, 5*time.Second, "due", func() bool { return state(t, c, "t", "j") == redeq.StateReady })
+		// The lock a reaper killed while it reaped this consumer left
+		// behind: it lives a third of ConsumerTimeout, whatever LockExpiry.
+		lock := keys.ReapLock(cfg.Prefix, "crashed")
+		require.NoError(t, e.rdb.Set(ctx, lock, "killed-reaper", cfg.ConsumerTimeout/3).Err())
+		crash(t, e, "t", "crashed", 1)
+		waitFor(t, 10*cfg.ConsumerTimeout, "recovered", func() bool { return state(t, c, "t", "j") == redeq.StateReady })
+	})
+}
+
+// TestStoppedConsumerKeepsJobsFetchedAfterContinue: a consumer process
+// stopped with SIGSTOP for several ConsumerTimeouts loses the job it held
+// to the reaper. Continued, it joins its topics again before it fetches:
+// the jobs it takes then are recovered when it is killed afterwards.
+func TestStoppedConsumerKeepsJobsFetchedAfterContinue(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
+		ch := startChild(t, e.be, e.cfg.Prefix, "t")
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "a"}))
+		next := func() string {
+			select {
+			case id := <-ch.held:
+				return id
+			case <-time.After(10 * time.Second):
+				t.Fatal("the child took no job")
+				return ""
+			}
+		}
+		require.Equal(t, "a", next())
+		require.NoError(t, ch.cmd.Process.Signal(syscall.SIGSTOP))
+		waitFor(t, 10*e.cfg.ConsumerTimeout, "recovered while stopped", func() bool { return state(t, e.c, "t", "a") == redeq.StateReady })
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "b"}))
+		require.NoError(t, ch.cmd.Process.Signal(syscall.SIGCONT))
+		got := map[string]bool{next(): true, next(): true}
+		require.Equal(t, map[string]bool{"a": true, "b": true}, got)
+		ch.kill()
+		waitFor(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered after the kill", func() bool {
+			return state(t, e.c, "t", "a") == redeq.StateReady && state(t, e.c, "t", "b") == redeq.StateReady
+		})
+	})
+}
+
+// TestLostConsumerEntryStillRecovered: a failover of a topic's node loses
+// the consumer's entry in the topic's consumer set (its join was the last
+// write before the failover, not yet on the replica), while its heartbeats,
+// on another slot, go on. When that consumer dies later holding a job of
+// the topic, the job must run again.
+func TestLostConsumerEntryStillRecovered(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		hb := newScriptHook(t, "consumer/heartbeat.lua")
+		var beats atomic.Int64
+		var dead atomic.Bool
+		hb.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+			if dead.Load() {
+				cmd.SetErr(errors.New("dead"))
+				return cmd.Err()
+			}
+			beats.Add(1)
+			return next()
+		})
+		rdb := e.be.New(t)
+		rdb.AddHook(hb)
+		a, err := redeq.New(rdb, e.cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+		release := make(chan struct{})
+		defer close(release)
+		l := blockingListener("t", release)
+		startWith(t, a, l)
+		require.NoError(t, e.c.Start(ctx)) // moves and reaps
+
+		require.NoError(t, e.rdb.ZRem(ctx, keys.ForTopic(e.cfg.Prefix, "t").Consumers(), a.ConsumerID()).Err())
+		before := beats.Load()
+		waitFor(t, 5*time.Second, "heartbeats", func() bool { return beats.Load() >= before+3 })
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		waitFor(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
+		dead.Store(true)
+		waitFor(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
+			return state(t, e.c, "t", "j") != redeq.StateInFlight
+		})
+	})
+}
