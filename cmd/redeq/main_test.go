@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -327,4 +329,48 @@ func TestCLIDashboard(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the dashboard did not stop")
 	}
+}
+
+// TestCLISentinel connects through a Sentinel (--redis lists Sentinels,
+// --sentinel names the master) to a master the test starts.
+func TestCLISentinel(t *testing.T) {
+	master := testutil.StartServer(t)
+	port := testutil.FreePort(t)
+	conf := filepath.Join(t.TempDir(), "sentinel.conf")
+	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf(
+		"bind 127.0.0.1\nport %d\nsentinel monitor orders-master 127.0.0.1 %d 1\n", port, master.Port)), 0o600))
+	cmd := exec.Command("redis-server", conf, "--sentinel")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	sentinel := redis.NewSentinelClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = sentinel.Close() })
+	require.Eventually(t, func() bool {
+		a, err := sentinel.GetMasterAddrByName(context.Background(), "orders-master").Result()
+		return err == nil && len(a) == 2
+	}, 10*time.Second, 20*time.Millisecond, "sentinel up")
+
+	prefix := testutil.Config(t).Prefix
+	cli := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		all := append([]string{"--redis", addr, "--sentinel", "orders-master", "--prefix", prefix}, args...)
+		code := run(context.Background(), all, nil, &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	code, _, errs := cli("add", "orders", "42", "--delay", "1h")
+	require.Equal(t, 0, code, errs)
+	code, out, errs := cli("get", "orders", "42")
+	require.Equal(t, 0, code, errs)
+	require.Regexp(t, `(?m)^id:\s+42$`, out)
+	// The job is on the master the Sentinel named.
+	direct := redis.NewClient(&redis.Options{Addr: master.Addr})
+	t.Cleanup(func() { _ = direct.Close() })
+	c, err := redeq.New(direct, func() config.Config { cfg := testutil.Config(t); cfg.Prefix = prefix; return cfg }())
+	require.NoError(t, err)
+	job, err := c.Get(context.Background(), "orders", "42")
+	require.NoError(t, err)
+	require.Equal(t, "42", job.ID)
+
+	code, _, errs = cli("--cluster", "topics")
+	require.Equal(t, 2, code, "--cluster with --sentinel is a usage error: %s", errs)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -54,6 +55,8 @@ func exitCode(err error) int {
 // opts are the flags every command shares.
 type opts struct {
 	redisURL string
+	cluster  bool   // --cluster: the URL is a cluster seed
+	sentinel string // --sentinel NAME: --redis lists Sentinels
 	config   string
 	prefix   string
 	output   string
@@ -70,7 +73,11 @@ func (o *opts) client(ctx context.Context) (*redeq.Client, func(), error) {
 		return nil, nil, err
 	}
 	if o.redisURL != "" {
-		cfg.Redis = config.RedisConfig{URL: o.redisURL}
+		if cfg.Redis, err = redisFromFlags(o.redisURL, o.cluster, o.sentinel); err != nil {
+			return nil, nil, err
+		}
+	} else if o.cluster || o.sentinel != "" {
+		return nil, nil, usagef("--cluster and --sentinel need --redis")
 	}
 	if o.prefix != "" {
 		cfg.Prefix = o.prefix
@@ -98,6 +105,31 @@ func (o *opts) client(ctx context.Context) (*redeq.Client, func(), error) {
 
 func closeRedis(rdb redis.UniversalClient) { _ = rdb.Close() }
 
+// redisFromFlags is the Redis that --redis, --cluster and --sentinel name.
+// A password for Sentinel comes from REDEQ_REDIS_PASSWORD.
+func redisFromFlags(url string, cluster bool, sentinel string) (config.RedisConfig, error) {
+	if sentinel == "" {
+		return config.RedisConfig{URL: url, Cluster: cluster}, nil
+	}
+	if cluster {
+		return config.RedisConfig{}, usagef("--cluster and --sentinel: a Sentinel master or a cluster, not both")
+	}
+	var addrs []string
+	for _, a := range strings.Split(url, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			if strings.Contains(a, "://") {
+				return config.RedisConfig{}, usagef("--sentinel: --redis lists the Sentinels as host:port, not a URL (%q)", a)
+			}
+			addrs = append(addrs, a)
+		}
+	}
+	r := config.RedisConfig{Addrs: addrs, MasterName: sentinel}
+	if os.Getenv("REDEQ_REDIS_PASSWORD") != "" {
+		r.PasswordEnv = "REDEQ_REDIS_PASSWORD"
+	}
+	return r, nil
+}
+
 func newRoot(stdin io.Reader) *cobra.Command {
 	o := &opts{stdin: stdin}
 	root := &cobra.Command{
@@ -120,7 +152,9 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not found.`,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	f := root.PersistentFlags()
-	f.StringVar(&o.redisURL, "redis", "", "Redis URL: redis://[user@]host:port/db, rediss:// for TLS")
+	f.StringVar(&o.redisURL, "redis", "", "Redis URL: redis://[user@]host:port/db, rediss:// for TLS, ?addr=host:port for more cluster seeds; with --sentinel, the Sentinels' host:port list, comma-separated")
+	f.BoolVar(&o.cluster, "cluster", false, "the --redis URL is a Redis Cluster seed (a configuration endpoint)")
+	f.StringVar(&o.sentinel, "sentinel", "", "the Sentinel name of the master: --redis lists the Sentinels (host:port,host:port)")
 	f.StringVar(&o.config, "config", "", "settings file (as redeq.Open reads it), with its redis section")
 	f.StringVar(&o.prefix, "prefix", "", "key prefix, when not the config's (default redeq)")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
