@@ -51,7 +51,8 @@ type Group struct {
 	// since base (monotonic: a step of the wall clock does not move it).
 	heardAt   atomic.Int64
 	base      time.Time
-	topicList string // the listened topics, one per line, for the heartbeat
+	topicList string       // the listened topics, "topic#buckets" one per line, for the heartbeat
+	silentAt  atomic.Int64 // where the reaper's next look at silent consumers starts
 
 	fetchCancel, handlerCancel, settleCancel, bgCancel context.CancelFunc
 	handlerCtx, settleCtx                              context.Context
@@ -160,7 +161,11 @@ func (g *Group) announce(ctx context.Context) error {
 	}
 	// In-flight sets must never exist for a consumer the reaper does not
 	// know, so the first heartbeat precedes the first fetch.
-	g.topicList = strings.Join(g.Topics(), "\n")
+	lines := make([]string, len(g.listeners))
+	for i, l := range g.listeners {
+		lines[i] = keys.Address(l.Topic(), g.cfg.Concurrency)
+	}
+	g.topicList = strings.Join(lines, "\n")
 	if err := g.heartbeat(ctx); err != nil {
 		return err
 	}
@@ -325,7 +330,6 @@ func (g *Group) leave(ctx context.Context) {
 	if len(g.runners) > 0 {
 		pipe.ZRem(ctx, keys.Alive(g.cfg.Prefix), g.cid)
 		pipe.HDel(ctx, keys.AliveTopics(g.cfg.Prefix), g.cid)
-		pipe.HDel(ctx, keys.Dead(g.cfg.Prefix), g.cid)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		g.env.Logger.Warn("redeq: cannot remove consumer from its topics", "err", err)

@@ -35,7 +35,7 @@ func (g *Group) heartbeat(ctx context.Context) error {
 
 // aliveKeys are the keys of the heartbeat and reaper scripts.
 func (g *Group) aliveKeys() []string {
-	return []string{keys.Alive(g.cfg.Prefix), keys.AliveTopics(g.cfg.Prefix), keys.Dead(g.cfg.Prefix)}
+	return []string{keys.Alive(g.cfg.Prefix), keys.AliveTopics(g.cfg.Prefix)}
 }
 
 // join records this consumer in the consumer set of every topic it

@@ -112,28 +112,36 @@ func (g *Group) Reap(ctx context.Context) (int, error) { return g.reap(ctx, true
 
 func (g *Group) reap(ctx context.Context, act bool) (int, error) {
 	start := g.env.Clock.Now()
-	v, err := silentScript.Run(ctx, g.rdb, g.aliveKeys(), g.cfg.ConsumerTimeout.Milliseconds(), silentBatch).StringSlice()
+	v, err := silentScript.Run(ctx, g.rdb, g.aliveKeys(), g.cfg.ConsumerTimeout.Milliseconds(), g.silentAt.Load(), silentBatch).StringSlice()
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", errUnreachable, err)
 	}
 	if g.env.Clock.Now().Sub(start) > g.ReapInterval() {
 		return 0, errStalled // heartbeats may be waiting behind the read
 	}
-	if len(v)%4 != 0 {
+	if len(v)%3 != 1 {
 		return 0, fmt.Errorf("reaper: bad reply %q", v)
+	}
+	// Page through the silent consumers, so that ones that cannot be
+	// finished (their node is down) do not hide those behind them.
+	if found := (len(v) - 1) / 3; found == silentBatch {
+		g.silentAt.Add(int64(found))
+	} else {
+		g.silentAt.Store(0)
 	}
 	if !act {
 		return 0, nil
 	}
+	look := v[0]
 	total := 0
 	var errs []error
-	for i := 0; i < len(v); i += 4 {
-		s := silent{cid: v[i], beat: v[i+1], declared: v[i+2]}
+	for i := 1; i < len(v); i += 3 {
+		s := silent{cid: v[i], beat: v[i+1], look: look}
 		if s.cid == g.cid {
 			continue
 		}
-		if v[i+3] != "" {
-			s.topics = strings.Split(v[i+3], "\n")
+		if v[i+2] != "" {
+			s.topics = strings.Split(v[i+2], "\n")
 		}
 		n, err := g.reapConsumer(ctx, s)
 		total += n
@@ -144,19 +152,19 @@ func (g *Group) reap(ctx context.Context, act bool) (int, error) {
 	return total, errors.Join(errs...)
 }
 
-// silent is a consumer silent for longer than ConsumerTimeout, as the
-// heartbeat read found it.
+// silent is a consumer silent for longer than ConsumerTimeout, as a look
+// at the heartbeats found it.
 type silent struct {
-	cid      string
-	beat     string   // its last heartbeat, unix ms, as Redis wrote it
-	declared string   // when a reaper first found it silent, unix ms
-	topics   []string // the topics it listened to
+	cid    string
+	beat   string   // its last heartbeat, unix ms, as Redis wrote it
+	look   string   // when the look found it silent, unix ms (Redis clock)
+	topics []string // Address(topic, buckets) of the topics it listened to
 }
 
-// reapConsumer recovers the deliveries a silent consumer fetched before it
-// was declared dead, in every bucket of every topic it listened to, then
-// forgets it if everything was recovered and it has not heartbeat since.
-// One reaper at a time works on a consumer.
+// reapConsumer recovers the deliveries a silent consumer fetched up to
+// the look that found it, in every bucket of every topic it listened to,
+// then forgets it if everything was recovered and it has not heartbeat
+// since. One reaper at a time works on a consumer.
 func (g *Group) reapConsumer(ctx context.Context, s silent) (int, error) {
 	mu := g.locker.NewMutex(keys.ReapLock(g.cfg.Prefix, s.cid), lock.WithExpiry(g.reapLockExpiry()))
 	held, err := mu.TryLock(ctx)
@@ -174,22 +182,22 @@ func (g *Group) reapConsumer(ctx context.Context, s silent) (int, error) {
 	clean := true
 	total := 0
 	var errs []error
-	for _, topic := range s.topics {
-		buckets, err := g.reg.Count(ctx, topic, 0) // 0: never used, nothing in flight
-		if err != nil {
-			errs = append(errs, fmt.Errorf("reaper %s: %w", s.cid, err))
+	for _, line := range s.topics {
+		topic, buckets, ok := keys.ParseAddress(line)
+		if !ok || buckets < 1 {
+			errs = append(errs, fmt.Errorf("reaper %s: bad topic entry %q", s.cid, line))
 			clean = false
 			continue
 		}
 		recovered := 0
 		for b := range buckets {
-			n, busy, err := g.recoverList(ctx, topic, b, s.cid, modeRecover, s.declared)
+			n, busy, err := g.recoverList(ctx, topic, b, s.cid, modeRecover, s.look)
 			recovered += n
 			if err != nil {
 				errs = append(errs, err)
 				clean = false
 			} else if busy {
-				clean = false // it fetched lately: it came back, or is not quiet long enough yet
+				clean = false // it fetched lately, or after the look: a later look decides
 			}
 		}
 		total += recovered
@@ -199,13 +207,15 @@ func (g *Group) reapConsumer(ctx context.Context, s silent) (int, error) {
 		}
 	}
 	if clean {
-		gone, err := goneScript.Run(ctx, g.rdb, g.aliveKeys(), s.cid, s.beat).Int()
+		gone, err := goneScript.Run(ctx, g.rdb, g.aliveKeys(), s.cid, s.beat, g.cfg.ConsumerTimeout.Milliseconds()).Int()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("reaper %s: %w", s.cid, err))
 		} else if gone == 1 {
 			pipe := g.rdb.Pipeline()
-			for _, topic := range s.topics {
-				pipe.ZRem(ctx, keys.ForTopic(g.cfg.Prefix, topic).Consumers(), s.cid)
+			for _, line := range s.topics {
+				if topic, _, ok := keys.ParseAddress(line); ok {
+					pipe.ZRem(ctx, keys.ForTopic(g.cfg.Prefix, topic).Consumers(), s.cid)
+				}
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
 				g.env.Logger.Warn("redeq: cannot remove a forgotten consumer from its topics", "consumer", s.cid, "err", err)

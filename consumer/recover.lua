@@ -26,9 +26,10 @@
 -- ARGV[7] -> bucket address
 -- ARGV[8] -> the consumer's id
 -- ARGV[9] -> recover only: quiet time, ms
--- ARGV[10] -> recover only: when the consumer was declared dead, unix ms;
---   deliveries fetched later are left alone (it came back and fetched
---   them) and the set counts as active
+-- ARGV[10] -> recover only: the time of the reaper's look that found the
+--   consumer silent, unix ms; deliveries fetched later are left alone (it
+--   came back and fetched them, or a late fetch landed: a later look
+--   takes those) and the set counts as active
 -- Returns {deliveries handled, deliveries left in the set, jobs sent to the
 -- dead set, 1 when skipped because the consumer is active else 0}.
 local t = redis.call('TIME')

@@ -1,24 +1,22 @@
--- Finds the consumers silent for longer than a timeout, and declares each
--- dead at the first look (the declaration stays until it heartbeats again
--- or is forgotten). A reaper recovers only the deliveries a consumer
--- fetched before its declaration: one that came back and fetched again
--- keeps those jobs, however late the reaper acts.
+-- Finds consumers silent for longer than a timeout, a page at a time.
+-- A reaper recovers only the deliveries fetched up to this look's time:
+-- a consumer that comes back heartbeats before it fetches again (its
+-- fetch gate), so whatever it fetches after the look is newer than the
+-- look, however late a stalled reaper acts on it.
 -- KEYS[1] -> alive ZSET (consumer id -> last heartbeat, unix ms)
--- KEYS[2] -> alive topics HASH (consumer id -> its topics, one per line)
--- KEYS[3] -> dead HASH (consumer id -> when a reaper declared it dead)
+-- KEYS[2] -> alive topics HASH (consumer id -> "topic#buckets" lines)
 -- ARGV[1] -> timeout, ms
--- ARGV[2] -> most consumers to return (at most 1000)
--- Returns {cid, last heartbeat, declared dead at, topics, ...}.
+-- ARGV[2] -> offset of the page in the silent consumers, oldest first
+-- ARGV[3] -> page size (at most 1000)
+-- Returns {now, cid, last heartbeat, topics, ...}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local found = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - tonumber(ARGV[1])), 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
-local out = {}
+local found = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - tonumber(ARGV[1])), 'WITHSCORES',
+  'LIMIT', tonumber(ARGV[2]), tonumber(ARGV[3]))
+local out = {string.format('%d', now)}
 for i = 1, #found, 2 do
-  local cid = found[i]
-  redis.call('HSETNX', KEYS[3], cid, now)
-  out[#out + 1] = cid
+  out[#out + 1] = found[i]
   out[#out + 1] = found[i + 1]
-  out[#out + 1] = redis.call('HGET', KEYS[3], cid)
-  out[#out + 1] = redis.call('HGET', KEYS[2], cid) or ''
+  out[#out + 1] = redis.call('HGET', KEYS[2], found[i]) or ''
 end
 return out

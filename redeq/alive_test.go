@@ -106,12 +106,13 @@ func TestForgottenConsumerComesBack(t *testing.T) {
 		cid := e.c.ConsumerID()
 		alive, topics := keys.Alive(e.cfg.Prefix), keys.AliveTopics(e.cfg.Prefix)
 		require.NoError(t, e.rdb.ZScore(ctx, alive, cid).Err())
-		require.Equal(t, "t", e.rdb.HGet(ctx, topics, cid).Val())
+		line := keys.Address("t", e.cfg.Concurrency)
+		require.Equal(t, line, e.rdb.HGet(ctx, topics, cid).Val())
 		// What a reaper does to a consumer it forgets.
 		require.NoError(t, e.rdb.ZRem(ctx, alive, cid).Err())
 		require.NoError(t, e.rdb.HDel(ctx, topics, cid).Err())
 		waitFor(t, 10*e.cfg.HeartbeatInterval+5*time.Second, "back", func() bool {
-			return e.rdb.ZScore(ctx, alive, cid).Err() == nil && e.rdb.HGet(ctx, topics, cid).Val() == "t"
+			return e.rdb.ZScore(ctx, alive, cid).Err() == nil && e.rdb.HGet(ctx, topics, cid).Val() == line
 		})
 	})
 }
@@ -168,6 +169,6 @@ func TestNoFetchWhileHeartbeatsFail(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the job did not run after the heartbeats came back")
 		}
-		require.Equal(t, "t", e.rdb.HGet(ctx, keys.AliveTopics(e.cfg.Prefix), c.ConsumerID()).Val(), "not watched by reapers")
+		require.Equal(t, keys.Address("t", e.cfg.Concurrency), e.rdb.HGet(ctx, keys.AliveTopics(e.cfg.Prefix), c.ConsumerID()).Val(), "not watched by reapers")
 	})
 }

@@ -167,7 +167,11 @@ func silentConsumer(t *testing.T, e *env, cid string, topics ...string) {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, e.rdb.ZAdd(ctx, keys.Alive(e.cfg.Prefix), redisZ(cid)).Err())
-	require.NoError(t, e.rdb.HSet(ctx, keys.AliveTopics(e.cfg.Prefix), cid, strings.Join(topics, "\n")).Err())
+	lines := make([]string, len(topics))
+	for i, topic := range topics {
+		lines[i] = keys.Address(topic, e.cfg.Concurrency)
+	}
+	require.NoError(t, e.rdb.HSet(ctx, keys.AliveTopics(e.cfg.Prefix), cid, strings.Join(lines, "\n")).Err())
 	for _, topic := range topics {
 		require.NoError(t, e.rdb.ZAdd(ctx, keys.ForTopic(e.cfg.Prefix, topic).Consumers(), redisZ(cid)).Err())
 	}
@@ -529,7 +533,6 @@ func TestReaperSparesAConsumerThatCameBack(t *testing.T) {
 		alive := keys.Alive(e.cfg.Prefix)
 		beat := func() { // what a heartbeat does
 			e.rdb.ZAdd(ctx, alive, redis.Z{Score: float64(time.Now().UnixMilli()), Member: "back"})
-			e.rdb.HDel(ctx, keys.Dead(e.cfg.Prefix), "back")
 		}
 		deadline := time.Now().Add(3 * e.cfg.ConsumerTimeout)
 		for time.Now().Before(deadline) {

@@ -245,12 +245,14 @@ func TestReaperPausedBeforeRecoverSparesConsumerThatCameBack(t *testing.T) {
 		case <-time.After(10*e.cfg.ConsumerTimeout + 5*time.Second):
 			t.Fatal("the consumer was never reaped")
 		}
-		dead := keys.Dead(e.cfg.Prefix)
-		require.NoError(t, e.rdb.HGet(ctx, dead, a.ConsumerID()).Err(), "declared dead")
+		alive := keys.Alive(e.cfg.Prefix)
 
 		// The consumer comes back, fetches a job and holds it, alive.
 		hb.set(nil)
-		waitFor(t, 5*time.Second, "heartbeat", func() bool { return e.rdb.HExists(ctx, dead, a.ConsumerID()).Val() == false })
+		waitFor(t, 5*time.Second, "heartbeat", func() bool {
+			s, err := e.rdb.ZScore(ctx, alive, a.ConsumerID()).Result()
+			return err == nil && s > float64(time.Now().Add(-e.cfg.ConsumerTimeout/2).UnixMilli())
+		})
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
 		waitFor(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
 		time.Sleep(2 * e.cfg.ConsumerTimeout) // a long handler, heartbeating all along

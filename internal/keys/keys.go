@@ -151,7 +151,6 @@ func (t Topic) Meta() string { return t.tag + "meta" }
 // forgets it. Reapers do not read it: they find silent consumers in Alive.
 func (t Topic) Consumers() string { return t.tag + "consumers" }
 
-
 // Topics is a SET of every topic ever added to.
 func Topics(prefix string) string { return prefix + ":topics" }
 
@@ -211,18 +210,14 @@ func Movers(prefix string) string { return prefix + ":movers" }
 // Alive is a ZSET: consumer id -> its last heartbeat, unix ms (Redis
 // clock). One entry per started client with listeners, whatever the
 // number of topics it listens to: the heartbeat costs one call per client,
-// and reapers find the silent consumers in one read. AliveTopics and Dead
-// share its hash tag, so one script reads and writes the three.
+// and reapers find the silent consumers in one read. AliveTopics shares
+// its hash tag, so one script reads and writes both.
 func Alive(prefix string) string { return prefix + ":{alive}" }
 
-// AliveTopics is a HASH: consumer id -> the topics it listens to, one per
-// line, written by each heartbeat: where a reaper looks for its jobs.
+// AliveTopics is a HASH: consumer id -> the topics it listens to, one
+// Address(topic, buckets) per line, written by each heartbeat: where a
+// reaper looks for its jobs, without reading the topics' meta.
 func AliveTopics(prefix string) string { return prefix + ":{alive}:topics" }
-
-// Dead is a HASH: consumer id -> when a reaper first found it silent for
-// longer than ConsumerTimeout, unix ms. Its heartbeat clears it. Reapers
-// recover only the deliveries fetched before it.
-func Dead(prefix string) string { return prefix + ":{alive}:dead" }
 
 // ReapLock is the STRING redsync uses as the mutex of reaping consumer
 // cid: one reaper at a time recovers a silent consumer's jobs.
