@@ -151,21 +151,8 @@ func (b *bench) recovery() {
 		if err := s.EnqueueBatch(b.ctx, list, body100, time.Time{}); err != nil {
 			fail("%s enqueue: %v", s.Name(), err)
 		}
-		cmd := exec.Command(os.Args[0], "-child", s.Name(), "-redis", *addr, "-db", strconv.Itoa(*db))
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			fail("child stdout: %v", err)
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			fail("start child: %v", err)
-		}
-		kill := b.cleanup.add(func() {
-			_ = cmd.Process.Signal(syscall.SIGKILL)
-			_ = cmd.Wait()
-		})
+		sc, kill := b.startChild(s.Name())
 		held := map[string]bool{}
-		sc := bufio.NewScanner(out)
 		for len(held) < 8 && sc.Scan() {
 			if id, ok := strings.CutPrefix(sc.Text(), "holding "); ok {
 				held[id] = true
@@ -203,6 +190,26 @@ func (b *bench) recovery() {
 
 // runChild is the consumer process that recovery kills: it holds every job
 // it receives and prints "holding <id>".
+// startChild starts this program as the -child process name against the
+// bench's server, and returns its output and a kill that sends it SIGKILL
+// and waits for it (also run by the cleanup when the measurement fails).
+func (b *bench) startChild(name string) (*bufio.Scanner, func()) {
+	cmd := exec.Command(os.Args[0], "-child", name, "-redis", *addr, "-db", strconv.Itoa(*db))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		fail("child stdout: %v", err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		fail("start child: %v", err)
+	}
+	kill := b.cleanup.add(func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	return bufio.NewScanner(out), kill
+}
+
 func runChild(name string, newClient func() redis.UniversalClient) {
 	if name == takeoverChild {
 		runMoverChild(newClient())

@@ -1,17 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -60,20 +55,7 @@ func (b *bench) takeover() {
 	var took []float64
 	for round := range rounds {
 		b.flush()
-		cmd := exec.Command(os.Args[0], "-child", takeoverChild, "-redis", *addr, "-db", strconv.Itoa(*db))
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			fail("child stdout: %v", err)
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			fail("start child: %v", err)
-		}
-		kill := b.cleanup.add(func() {
-			_ = cmd.Process.Signal(syscall.SIGKILL)
-			_ = cmd.Wait()
-		})
-		sc := bufio.NewScanner(out)
+		sc, kill := b.startChild(takeoverChild)
 		ownerID := ""
 		for ownerID == "" && sc.Scan() {
 			ownerID, _ = strings.CutPrefix(sc.Text(), "id ")
