@@ -83,22 +83,6 @@ func (f *Fleet) Owns(address string) bool {
 	return Owner(f.live, address) == f.id
 }
 
-// AmongFirst reports whether this client is one of the k live clients
-// with the highest weights for address: k clients share a duty that must
-// go on when one of them stalls without stopping its announcements.
-func (f *Fleet) AmongFirst(address string, k int) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	mine := weight(f.id, address)
-	above := 0
-	for _, id := range f.live {
-		if w := weight(id, address); id != f.id && (w > mine || (w == mine && id > f.id)) {
-			above++
-		}
-	}
-	return above < k
-}
-
 // Size is the number of live clients this client knows of.
 func (f *Fleet) Size() int {
 	f.mu.Lock()

@@ -96,7 +96,7 @@ func (g *Group) reapLoop(ctx context.Context) {
 }
 
 var (
-	// errUnreachable marks a reaper pass that could not read any topic.
+	// errUnreachable marks a reaper pass that could not read the heartbeats.
 	errUnreachable = errors.New("redeq: reaper cannot reach redis")
 	// errStalled marks a pass whose look for silent consumers took longer
 	// than a ReapInterval: Redis was paused or overloaded, and live
@@ -105,9 +105,10 @@ var (
 )
 
 // Reap recovers the in-flight jobs of every consumer silent for longer
-// than ConsumerTimeout, in every known topic, and returns how many jobs it
-// handed back. Each topic is reaped on its own, under its own lock: a topic
-// whose Redis node fails does not hold up the others.
+// than ConsumerTimeout (a page of them), in every bucket of the topics each
+// listened to, and returns how many jobs it handed back. Each consumer is
+// reaped under its own lock; one whose buckets cannot be read is left for
+// a later pass and does not hold up the others.
 func (g *Group) Reap(ctx context.Context) (int, error) { return g.reap(ctx, true) }
 
 func (g *Group) reap(ctx context.Context, act bool) (int, error) {

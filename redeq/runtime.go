@@ -144,8 +144,6 @@ func (c *Client) Start(ctx context.Context) error {
 		return fmt.Errorf("redeq: subscribe: %w", err)
 	}
 	fleet := bucket.NewFleet(c.rdb, c.cfg.Prefix, c.group.ID(), c.cfg.ScanInterval)
-	// Two clients look at each topic: a consumer whose heartbeats stall
-	// while it still announces itself cannot reap its own jobs.
 	if err := c.group.Start(ctx); err != nil {
 		ps.Close()
 		return err
