@@ -1,7 +1,8 @@
 -- Adds jobs to one bucket's pool and ZSET, each unless its id exists or the
 -- pool is full. Go sends one run for the concurrent Adds to a bucket (at
 -- most 64, see rdb.NewJoiningCommitter), so the reads every job needs
--- (TIME, HLEN, the bucket's head) happen once per run.
+-- (TIME, HLEN, the bucket's head) happen once per run, and the writes of
+-- its jobs are one HSET and one ZADD.
 -- KEYS[1] -> pool HASH
 -- KEYS[2] -> bucket ZSET
 -- KEYS[3] -> op STRING of this run: its reply, kept for a rerun
@@ -39,19 +40,49 @@ for i = 5, #ARGV, 6 do
   dues[#dues + 1] = tonumber(ARGV[i + 5]) or soon + tonumber(ARGV[i + 4])
 end
 local room = tonumber(ARGV[1]) - redis.call('HLEN', KEYS[1])
-local out, ours, added = {}, {}, false
-for i = 5, #ARGV, 6 do
-  local id, due = ARGV[i], dues[#out + 1]
+local out, mine, added = {}, {}, false
+if #ARGV == 10 then
+  -- One job: HSETNX tells and writes in one command.
+  local id = ARGV[5]
   if room <= 0 then
-    if redis.call('HEXISTS', KEYS[1], id) == 1 then out[#out + 1] = -1 else out[#out + 1] = -2 end
-  elseif redis.call('HSETNX', KEYS[1], id, created .. ARGV[i + 2] .. ARGV[i + 3]) == 0 then
-    out[#out + 1] = -1
+    if redis.call('HEXISTS', KEYS[1], id) == 1 then out[1] = -1 else out[1] = -2 end
+  elseif redis.call('HSETNX', KEYS[1], id, created .. ARGV[7] .. ARGV[8]) == 0 then
+    out[1] = -1
   else
-    room = room - 1
-    redis.call('ZADD', KEYS[2], due, ARGV[i + 1])
-    ours[ARGV[i + 1]] = true
+    redis.call('ZADD', KEYS[2], dues[1], ARGV[6])
+    mine[ARGV[6]] = true
     added = true
-    out[#out + 1] = due
+    out[1] = dues[1]
+  end
+else
+  -- Many jobs: which ids exist, in one read; then the new jobs in one
+  -- HSET and one ZADD. A command called from a script costs more than
+  -- its work, so a run issues three commands, not two per job.
+  local ids = {}
+  for i = 5, #ARGV, 6 do ids[#ids + 1] = ARGV[i] end
+  local have = redis.call('HMGET', KEYS[1], unpack(ids))
+  local ours, fields, members = {}, {}, {}
+  for k = 1, #ids do
+    local i, id = 5 + (k - 1) * 6, ids[k]
+    if have[k] or ours[id] then
+      out[k] = -1 -- stored already, or earlier in this run
+    elseif room <= 0 then
+      out[k] = -2
+    else
+      room = room - 1
+      ours[id] = true
+      fields[#fields + 1] = id
+      fields[#fields + 1] = created .. ARGV[i + 2] .. ARGV[i + 3]
+      members[#members + 1] = dues[k]
+      members[#members + 1] = ARGV[i + 1]
+      mine[ARGV[i + 1]] = true
+      out[k] = dues[k]
+    end
+  end
+  if #fields > 0 then
+    redis.call('HSET', KEYS[1], unpack(fields))
+    redis.call('ZADD', KEYS[2], unpack(members))
+    added = true
   end
 end
 -- Wake the mover when a job added became the bucket's first member: only
@@ -59,7 +90,7 @@ end
 -- them tells. Reading the head costs O(1) and returns no score to format
 -- and parse; a job tied with the earliest that sorts first wakes it too,
 -- harmlessly.
-if added and ours[redis.call('ZRANGE', KEYS[2], 0, 0)[1]] then
+if added and mine[redis.call('ZRANGE', KEYS[2], 0, 0)[1]] then
   redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
 -- A run that added nothing wrote nothing, and a rerun of it is a run like
