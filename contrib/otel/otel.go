@@ -96,6 +96,7 @@ type liveShard struct {
 type delivery struct {
 	lateness time.Duration
 	span     trace.Span // set by the middleware; nil without it
+	attrs    [jobAttrs]attribute.KeyValue
 }
 
 var deliveries = sync.Pool{New: func() any { return new(delivery) }}
@@ -235,37 +236,36 @@ func (in *Instrumentation) Extract(ctx context.Context, job *redeq.Job) context.
 // producer span found in the job's headers; the Observer ends it with the
 // outcome. Without the Observer the middleware ends it itself, without an
 // outcome.
+//
+// The span starts with the topic's constant attributes, those a sampler
+// may look at (built once per topic); the job's own (id, attempt,
+// lateness, recoveries) are set with the outcome when it ends, in one
+// call: every attribute set on a span costs the SDK a copy at start and
+// again at end, and this way a delivery pays for each once.
 func (in *Instrumentation) Middleware() redeq.Middleware {
 	return func(next redeq.Handler) redeq.Handler {
 		return func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 			t := in.topics.get(job.Topic)
-			attrs := make([]attribute.KeyValue, 0, len(t.consumerStart)+5)
-			attrs = append(attrs, t.consumerStart...)
-			attrs = append(attrs, AttrMessageID.String(job.ID), AttrBodySize.Int(len(job.Body)), AttrAttempt.Int(job.Attempt))
-			if job.Recoveries > 0 {
-				attrs = append(attrs, AttrRecoveries.Int(job.Recoveries))
-			}
 			d := in.load(job)
 			observed := d != nil
-			if observed && d.lateness >= 0 {
-				attrs = append(attrs, AttrLatenessMS.Int64(d.lateness.Milliseconds()))
-			}
 			// The producer's context is the parent; a trace the handler's
 			// ctx already carries becomes a link, and not the parent.
-			pctx := ctx
 			var span trace.Span
 			if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-				pctx = in.Extract(trace.ContextWithSpanContext(ctx, trace.SpanContext{}), job)
+				pctx := in.Extract(trace.ContextWithSpanContext(ctx, trace.SpanContext{}), job)
 				_, span = in.tracer.Start(pctx, t.consumerName, trace.WithLinks(trace.Link{SpanContext: sc}),
-					consumerKind, trace.WithAttributes(attrs...))
+					consumerKind, t.consumerStart)
 			} else {
-				pctx = in.Extract(ctx, job)
-				_, span = in.tracer.Start(pctx, t.consumerName, consumerKind, trace.WithAttributes(attrs...))
+				_, span = in.tracer.Start(in.Extract(ctx, job), t.consumerName, consumerKind, t.consumerStart)
 			}
 			if observed {
 				d.span = span
 			} else {
-				defer span.End()
+				defer func() {
+					var kv [jobAttrs]attribute.KeyValue
+					span.SetAttributes(jobAttributes(&kv, job, -1)...)
+					span.End()
+				}()
 			}
 			err := next(trace.ContextWithSpan(ctx, span), job, ch)
 			if err != nil && !observed {
@@ -275,6 +275,26 @@ func (in *Instrumentation) Middleware() redeq.Middleware {
 			return err
 		}
 	}
+}
+
+// jobAttrs is the most attributes jobAttributes returns, the outcome's
+// included.
+const jobAttrs = 5
+
+// jobAttributes fills kv with the consumer span's attributes of job and
+// its delivery (lateness < 0: unknown) and returns those set.
+func jobAttributes(kv *[jobAttrs]attribute.KeyValue, job *redeq.Job, lateness time.Duration) []attribute.KeyValue {
+	kv[0], kv[1] = AttrMessageID.String(job.ID), AttrAttempt.Int(job.Attempt)
+	n := 2
+	if lateness >= 0 {
+		kv[n] = AttrLatenessMS.Int64(lateness.Milliseconds())
+		n++
+	}
+	if job.Recoveries > 0 {
+		kv[n] = AttrRecoveries.Int(job.Recoveries)
+		n++
+	}
+	return kv[:n]
 }
 
 // JobAdded implements redeq.Observer.
@@ -310,12 +330,15 @@ func (in *Instrumentation) JobDone(job *redeq.Job, o redeq.Outcome, took time.Du
 		return
 	}
 	span := d.span
+	if span != nil {
+		attrs := jobAttributes(&d.attrs, job, d.lateness)
+		span.SetAttributes(append(attrs, AttrOutcome.String(string(o)))...)
+	}
 	*d = delivery{}
 	deliveries.Put(d)
 	if span == nil {
 		return
 	}
-	span.SetAttributes(AttrOutcome.String(string(o)))
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())

@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redeq-go/redeq/redeq"
 )
@@ -28,7 +29,7 @@ type topicAttrs struct {
 	returned      [2][]metric.AddOption    // by recovered: false, true
 	processed     map[redeq.Outcome][]metric.AddOption
 	consumerName  string
-	consumerStart []attribute.KeyValue // never appended to in place
+	consumerStart trace.SpanStartOption // the topic's constant attributes
 }
 
 // topicCache maps a topic to its *topicAttrs.
@@ -73,8 +74,8 @@ func newTopicAttrs(topic string) *topicAttrs {
 		},
 		processed:    make(map[redeq.Outcome][]metric.AddOption, len(outcomes)),
 		consumerName: "process " + topic,
-		consumerStart: []attribute.KeyValue{system, dest,
-			AttrOperationName.String("process"), AttrOperationType.String("process")},
+		consumerStart: trace.WithAttributes(system, dest,
+			AttrOperationName.String("process"), AttrOperationType.String("process")),
 	}
 	for _, o := range outcomes {
 		t.processed[o] = add(system, dest, AttrOutcome.String(string(o)))
