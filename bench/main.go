@@ -106,6 +106,7 @@ type results struct {
 	Rows         []row                `json:"rows"`
 	Ceiling      []ceilingRow         `json:"ceiling,omitempty"`
 	Enqueue      []enqueueRound       `json:"enqueue_rounds,omitempty"`
+	Overhead     []overheadRound      `json:"overhead_rounds,omitempty"`
 	Lateness     map[string][]float64 `json:"lateness_ms"`
 }
 
@@ -137,6 +138,7 @@ var measurements = []measurement{
 	{"idle", (*bench).idle},
 	{"burst", (*bench).burst},
 	{"ceiling", (*bench).ceiling},
+	{"overhead", (*bench).overhead},
 }
 
 func measurementNames() []string {

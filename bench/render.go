@@ -26,6 +26,7 @@ func renderDocs(res *results, perfPath, readmePath string) error {
 		"lateness": d.lateness(),
 		"alone":    d.alone(),
 		"ceiling":  d.ceiling(),
+		"overhead": d.overhead(),
 		"run":      d.run(),
 	}); err != nil {
 		return err
@@ -166,6 +167,7 @@ func (d docs) goals() map[string]goal {
 		"lateness p50":                           {"<= 5 ms", func(r row) bool { return r.Redeq <= 5 }},
 		"lateness p99":                           {"<= 25 ms", func(r row) bool { return r.Redeq <= 25 }},
 		"jobs run early":                         {"0", func(r row) bool { return r.Redeq == 0 }},
+		overheadRatio:                            {">= 0.9", func(r row) bool { return r.Redeq >= 0.9 }},
 	}
 }
 
@@ -224,6 +226,8 @@ func section(measurementOrRow row) string {
 	switch {
 	case measurementOrRow.Name == "lateness" || isLateness(measurementOrRow):
 		return "lateness"
+	case measurementOrRow.Name == "overhead" || strings.Contains(measurementOrRow.Name, "integrations"):
+		return "overhead"
 	case measurementOrRow.Name == "idle" || measurementOrRow.Name == "burst" || measurementOrRow.Solo:
 		return "alone"
 	case measurementOrRow.Name == "ceiling":
@@ -352,6 +356,20 @@ func (d docs) alone() string {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", d.label(r), num(r.Redeq), note)
 	}
 	b.WriteString(d.failures("alone"))
+	return b.String()
+}
+
+// overhead is the table of the overhead measurement.
+func (d docs) overhead() string {
+	var b strings.Builder
+	b.WriteString("| measurement | redeq | goal | note |\n|---|---:|---|---|\n")
+	for _, r := range d.res.Rows {
+		if r.Failed != "" || section(r) != "overhead" {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", d.label(r), num(r.Redeq), d.goalCell(r), strings.ReplaceAll(r.Comment, "|", "\\|"))
+	}
+	b.WriteString(d.failures("overhead"))
 	return b.String()
 }
 

@@ -83,11 +83,20 @@ func (l redeqListener) OnJob(ctx context.Context, job *redeq.Job, ch *redeq.Chan
 }
 
 func (s *redeqSystem) Consume(workers int, handle func(ctx context.Context, id string, body []byte, attempt int)) func() {
+	return s.consume(workers, handle, nil)
+}
+
+// consume starts a consumer client, with setup (when not nil) run on it
+// before it starts.
+func (s *redeqSystem) consume(workers int, handle func(ctx context.Context, id string, body []byte, attempt int), setup func(*redeq.Client)) func() {
 	rdb := s.newClient()
 	closeRDB := s.cleanup.add(func() { rdb.Close() })
 	c, err := redeq.New(rdb, s.cfg)
 	if err != nil {
 		fail("redeq.New: %v", err)
+	}
+	if setup != nil {
+		setup(c)
 	}
 	if err := c.Register(redeqListener{workers: workers, handle: handle}); err != nil {
 		fail("redeq Register: %v", err)
