@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/redeq-go/redeq/config"
 	redeqotel "github.com/redeq-go/redeq/contrib/otel"
@@ -21,17 +23,21 @@ import (
 )
 
 // BenchmarkDrain drains b.N due jobs with a no-op handler, 16 workers, on
-// the server at REDIS_ADDR: without instrumentation ("off"), and with
-// spans and metrics: "otel" exports each span as it ends to an in-memory
-// exporter that keeps them all (under two locks every worker shares),
-// "otel-batch" hands them to a batch span processor, as a production
-// tracer provider does, whose exporter drops them.
+// the server at REDIS_ADDR: without instrumentation ("off"); with a trace
+// context in every job's headers and no instrumentation ("headers", what
+// carrying it costs the core); and with the instrumentation, the jobs
+// carrying a trace context as Add leaves it: "metrics" (spans to a no-op
+// tracer), "spans" (metrics to a no-op meter), and both, "otel" exporting
+// each span as it ends to an in-memory exporter that keeps them all (under
+// two locks every worker shares), "otel-batch" handing them to a batch
+// span processor, as a production tracer provider does, whose exporter
+// drops them.
 func BenchmarkDrain(b *testing.B) {
 	addr := os.Getenv("REDIS_ADDR")
 	if addr == "" {
 		b.Skip("REDIS_ADDR not set: a drain on miniredis measures miniredis")
 	}
-	for _, mode := range []string{"off", "otel", "otel-batch"} {
+	for _, mode := range []string{"off", "headers", "metrics", "spans", "otel", "otel-batch"} {
 		b.Run(mode, func(b *testing.B) {
 			rdb := redis.NewClient(&redis.Options{Addr: addr})
 			defer func() { _ = rdb.Close() }()
@@ -42,22 +48,33 @@ func BenchmarkDrain(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if mode != "off" {
-				spans := sdktrace.WithSyncer(tracetest.NewInMemoryExporter())
-				if mode == "otel-batch" {
-					spans = sdktrace.WithBatcher(discard{})
+			if mode != "off" && mode != "headers" {
+				spans := sdktrace.WithBatcher(discard{})
+				if mode == "otel" {
+					spans = sdktrace.WithSyncer(tracetest.NewInMemoryExporter())
 				}
 				tp := sdktrace.NewTracerProvider(spans)
 				mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 				defer func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) }()
-				if _, err := redeqotel.Instrument(c, redeqotel.Options{TracerProvider: tp, MeterProvider: mp}); err != nil {
+				opts := redeqotel.Options{TracerProvider: tp, MeterProvider: mp}
+				switch mode {
+				case "metrics":
+					opts.TracerProvider = tracenoop.NewTracerProvider()
+				case "spans":
+					opts.MeterProvider = metricnoop.NewMeterProvider()
+				}
+				if _, err := redeqotel.Instrument(c, opts); err != nil {
 					b.Fatal(err)
 				}
 			}
-			drain(b, rdb, c)
+			drain(b, rdb, c, mode != "off")
 		})
 	}
 }
+
+// traceparent is a W3C trace context, as the producer span of Add leaves
+// in a job's headers.
+const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 // discard is a span exporter that drops what it gets.
 type discard struct{}
@@ -65,12 +82,13 @@ type discard struct{}
 func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discard) Shutdown(context.Context) error                             { return nil }
 
-// drain runs c until it has handled b.N jobs. Beside the time per job it
+// drain runs c until it has handled b.N jobs, added first (each with a
+// trace context in its headers when traced). Beside the time per job it
 // reports the CPU time per job of this process (client-cpu-ns/op) and of
 // the Redis server (redis-cpu-ns/op): on a shared machine the time per job
 // varies several fold from run to run, the CPU time much less, and what an
 // integration adds shows in the client's.
-func drain(b *testing.B, rdb *redis.Client, c *redeq.Client) {
+func drain(b *testing.B, rdb *redis.Client, c *redeq.Client, traced bool) {
 	ctx := context.Background()
 	var done atomic.Int64
 	if err := c.Register(redeq.ListenerFunc("drain", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
@@ -83,6 +101,9 @@ func drain(b *testing.B, rdb *redis.Client, c *redeq.Client) {
 	jobs := make([]*redeq.Job, b.N)
 	for i := range jobs {
 		jobs[i] = &redeq.Job{Topic: "drain", ID: fmt.Sprint(i)}
+		if traced {
+			jobs[i].Headers = map[string]string{"traceparent": traceparent}
+		}
 	}
 	if err := c.AddBatch(ctx, jobs); err != nil {
 		b.Fatal(err)
