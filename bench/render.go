@@ -275,20 +275,28 @@ func (d docs) header() string {
 }
 
 func (d docs) comparison() string {
+	return d.table("results", "| measurement | redeq | asynq | redeq/asynq | goal |\n|---|---:|---:|---:|---|\n",
+		func(r row) string {
+			rt := ""
+			if ratioed(r.Unit) && r.Asynq != 0 {
+				rt = fmt.Sprintf("%.2fx", ratio(r))
+			}
+			return fmt.Sprintf("| %s | %s | %s | %s | %s |", d.label(r), num(r.Redeq), num(r.Asynq), rt, d.goalCell(r))
+		}, d.enqueueRounds())
+}
+
+// table renders the rows of section sec that did not fail, one line each,
+// under header, then after (if any), then the section's failures.
+func (d docs) table(sec, header string, line func(r row) string, after string) string {
 	var b strings.Builder
-	b.WriteString("| measurement | redeq | asynq | redeq/asynq | goal |\n|---|---:|---:|---:|---|\n")
+	b.WriteString(header)
 	for _, r := range d.res.Rows {
-		if r.Failed != "" || section(r) != "results" {
-			continue
+		if r.Failed == "" && section(r) == sec {
+			b.WriteString(line(r) + "\n")
 		}
-		rt := ""
-		if ratioed(r.Unit) && r.Asynq != 0 {
-			rt = fmt.Sprintf("%.2fx", ratio(r))
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", d.label(r), num(r.Redeq), num(r.Asynq), rt, d.goalCell(r))
 	}
-	b.WriteString(d.enqueueRounds())
-	b.WriteString(d.failures("results"))
+	b.WriteString(after)
+	b.WriteString(d.failures(sec))
 	return b.String()
 }
 
@@ -343,34 +351,20 @@ func (d docs) lateness() string {
 }
 
 func (d docs) alone() string {
-	var b strings.Builder
-	b.WriteString("| measurement | redeq | note |\n|---|---:|---|\n")
-	for _, r := range d.res.Rows {
-		if r.Failed != "" || section(r) != "alone" {
-			continue
-		}
+	return d.table("alone", "| measurement | redeq | note |\n|---|---:|---|\n", func(r row) string {
 		note := strings.ReplaceAll(r.Comment, "|", "\\|")
 		if strings.HasPrefix(note, "[") {
 			note = "`" + strings.Trim(note, "[]") + "`"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", d.label(r), num(r.Redeq), note)
-	}
-	b.WriteString(d.failures("alone"))
-	return b.String()
+		return fmt.Sprintf("| %s | %s | %s |", d.label(r), num(r.Redeq), note)
+	}, "")
 }
 
 // overhead is the table of the overhead measurement.
 func (d docs) overhead() string {
-	var b strings.Builder
-	b.WriteString("| measurement | redeq | goal | note |\n|---|---:|---|---|\n")
-	for _, r := range d.res.Rows {
-		if r.Failed != "" || section(r) != "overhead" {
-			continue
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", d.label(r), num(r.Redeq), d.goalCell(r), strings.ReplaceAll(r.Comment, "|", "\\|"))
-	}
-	b.WriteString(d.failures("overhead"))
-	return b.String()
+	return d.table("overhead", "| measurement | redeq | goal | note |\n|---|---:|---|---|\n", func(r row) string {
+		return fmt.Sprintf("| %s | %s | %s | %s |", d.label(r), num(r.Redeq), d.goalCell(r), strings.ReplaceAll(r.Comment, "|", "\\|"))
+	}, "")
 }
 
 func (d docs) ceiling() string {
