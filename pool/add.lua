@@ -22,6 +22,11 @@
 if #ARGV < 10 or (#ARGV - 4) % 6 ~= 0 then
   return redis.error_reply('add.lua: ' .. #ARGV .. ' arguments, want 4 + 6 per job')
 end
+-- Go joins at most 64 jobs into a run; the bound keeps every unpack below
+-- small whatever a caller sends.
+if #ARGV > 4 + 6 * 256 then
+  return redis.error_reply('add.lua: ' .. (#ARGV - 4) / 6 .. ' jobs in one run, at most 256')
+end
 local done = redis.call('GET', KEYS[3])
 if done then
   local out = {}

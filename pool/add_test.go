@@ -235,3 +235,27 @@ func TestAddManyOneBucket(t *testing.T) {
 		})
 	}
 }
+
+// TestAddRunBound: a run of more jobs than add.lua takes fails naming the
+// bound, and writes nothing.
+func TestAddRunBound(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			prefix := testutil.Prefix(t)
+			k := keys.ForBucket(prefix, "t", 0)
+			args := []any{100000, keys.WakeChannel(prefix), "w", 30000}
+			for i := range 257 {
+				id := fmt.Sprint("j", i)
+				args = append(args, id, id, "|0|0||\n", "b", 1000, "")
+			}
+			op := k.Op("bound")
+			err := redis.NewScript(pool.AddSource).Run(ctx, c, []string{k.Pool(), k.Scheduled(), op}, args...).Err()
+			require.ErrorContains(t, err, "257 jobs in one run, at most 256")
+			n, err := c.Exists(ctx, k.Pool(), k.Scheduled(), op).Result()
+			require.NoError(t, err)
+			require.Zero(t, n, "nothing written")
+		})
+	}
+}

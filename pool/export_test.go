@@ -1,0 +1,4 @@
+package pool
+
+// AddSource is add.lua, for tests that call it as no Go caller would.
+var AddSource = addSource
