@@ -1,0 +1,537 @@
+package pool_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/pool"
+)
+
+// The tests in this file hold Add and AddMany to what their callers are
+// promised, on every backend: a job added is stored exactly once, with its
+// own body and due time; an existing id and a full pool are told apart
+// and write nothing; a run of many jobs (joined calls of concurrent Adds,
+// or an AddMany) answers each job as if the jobs were added one by one; a
+// rerun of a run returns the first run's reply and adds nothing again.
+
+// stored is what a bucket holds of a job: its envelope's body, its ZSET
+// member and its score.
+type stored struct {
+	body   string
+	member string
+	score  float64
+}
+
+// bucketContents reads a bucket's pool and ZSET, and checks that they hold
+// the same jobs: no pool entry without its ZSET member, and no member
+// without its pool entry.
+func bucketContents(t *testing.T, c redis.UniversalClient, prefix, topic string, b int) map[string]stored {
+	t.Helper()
+	ctx := context.Background()
+	k := keys.ForBucket(prefix, topic, b)
+	envs, err := c.HGetAll(ctx, k.Pool()).Result()
+	require.NoError(t, err)
+	zs, err := c.ZRangeWithScores(ctx, k.Scheduled(), 0, -1).Result()
+	require.NoError(t, err)
+	out := map[string]stored{}
+	for id, env := range envs {
+		job, err := pool.JobOf(topic, id, []byte(env))
+		require.NoError(t, err, "envelope of %q", id)
+		out[id] = stored{body: string(job.Body)}
+	}
+	for _, z := range zs {
+		m := z.Member.(string)
+		id := strings.TrimPrefix(m, keys.BroadcastMark)
+		s, ok := out[id]
+		require.True(t, ok, "bucket %d: ZSET member %q has no pool entry", b, m)
+		require.Empty(t, s.member, "bucket %d: job %q has two ZSET members", b, id)
+		s.member, s.score = m, z.Score
+		out[id] = s
+	}
+	for id, s := range out {
+		require.NotEmpty(t, s.member, "bucket %d: job %q is in the pool but not in the ZSET", b, id)
+	}
+	return out
+}
+
+// model adds jobs one by one to a bucket holding have (at most limit jobs)
+// and returns each job's expected outcome: nil, ErrJobExists or ErrPoolFull.
+func model(have map[string]*pool.Job, limit int, jobs []*pool.Job) []error {
+	out := make([]error, len(jobs))
+	for i, j := range jobs {
+		switch {
+		case have[j.ID] != nil:
+			out[i] = pool.ErrJobExists
+		case len(have) >= limit:
+			out[i] = pool.ErrPoolFull
+		default:
+			have[j.ID] = j
+		}
+	}
+	return out
+}
+
+func requireOutcome(t *testing.T, want, got error, msgAndArgs ...any) {
+	t.Helper()
+	if want == nil {
+		require.NoError(t, got, msgAndArgs...)
+		return
+	}
+	require.ErrorIs(t, got, want, msgAndArgs...)
+	other := map[error]error{pool.ErrJobExists: pool.ErrPoolFull, pool.ErrPoolFull: pool.ErrJobExists}[want]
+	require.NotErrorIs(t, got, other, msgAndArgs...)
+}
+
+// requireBucket checks that a bucket holds exactly the jobs of want, each
+// with its own body, member and due time (RunAt, whole ms).
+func requireBucket(t *testing.T, c redis.UniversalClient, prefix, topic string, b int, want map[string]*pool.Job) {
+	t.Helper()
+	got := bucketContents(t, c, prefix, topic, b)
+	require.Len(t, got, len(want), "bucket %d: jobs stored", b)
+	for id, j := range want {
+		s, ok := got[id]
+		require.True(t, ok, "bucket %d: job %q missing", b, id)
+		require.Equal(t, string(j.Body), s.body, "bucket %d: body of %q", b, id)
+		require.Equal(t, pool.Member(id, j.Broadcast), s.member, "bucket %d: member of %q", b, id)
+		require.Equal(t, float64(pool.UnixMs(j.RunAt)), s.score, "bucket %d: due time of %q", b, id)
+	}
+}
+
+// flushScripts empties every master's script cache, so the next runs meet
+// NOSCRIPT and are run again by source.
+func flushScripts(t *testing.T, c redis.UniversalClient) {
+	ctx := context.Background()
+	switch cc := c.(type) {
+	case *redis.ClusterClient:
+		require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			return n.ScriptFlush(ctx).Err()
+		}))
+	default:
+		require.NoError(t, c.ScriptFlush(ctx).Err())
+	}
+}
+
+// TestAddManyRunsAsOneByOne: AddMany over a few buckets (on a cluster,
+// over its masters), in runs of up to 64 jobs each, with ids repeated at
+// random places of a run and across runs, ids already stored, broadcast
+// and plain jobs mixed, and pools that fill up in the middle of a run:
+// each job's answer and each bucket's contents are those of adding the
+// jobs one by one.
+func TestAddManyRunsAsOneByOne(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			rounds := 12
+			if !be.Real() {
+				rounds = 4
+			}
+			for round := range rounds {
+				prefix := testutil.Prefix(t)
+				s := pool.NewStore(c, prefix)
+				rng := rand.New(rand.NewPCG(uint64(round), 7))
+				const buckets = 6
+				base := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+				limits := make([]int, buckets)
+				have := make([]map[string]*pool.Job, buckets)
+				seq := 0
+				mk := func(b int) *pool.Job {
+					seq++
+					// Few ids per bucket, so that they repeat.
+					id := fmt.Sprintf("b%d-%d", b, rng.IntN(40))
+					return &pool.Job{
+						Topic: "t", ID: id, Body: []byte(fmt.Sprintf("body %d of %s", seq, id)),
+						RunAt:     base.Add(time.Duration(rng.IntN(100000)) * time.Millisecond),
+						Broadcast: rng.IntN(4) == 0,
+					}
+				}
+				// Some jobs stored first, one by one.
+				for b := range buckets {
+					limits[b] = 10 + rng.IntN(30)
+					have[b] = map[string]*pool.Job{}
+					for range rng.IntN(8) {
+						j := mk(b)
+						want := model(have[b], limits[b], []*pool.Job{j})[0]
+						_, err := s.Add(ctx, j, pool.Placement{Bucket: b, Limit: limits[b]})
+						requireOutcome(t, want, err, "round %d: first add of %s", round, j.ID)
+					}
+				}
+				if be.Real() && round%3 == 2 {
+					flushScripts(t, c)
+				}
+				// Then many, most of one bucket (runs of 64 and a rest).
+				var jobs []*pool.Job
+				var at []pool.Placement
+				for range 150 + rng.IntN(200) {
+					b := rng.IntN(buckets)
+					if rng.IntN(3) > 0 {
+						b = 0
+					}
+					jobs = append(jobs, mk(b))
+					at = append(at, pool.Placement{Bucket: b, Limit: limits[b]})
+				}
+				want := make([]error, len(jobs))
+				for i, j := range jobs {
+					want[i] = model(have[at[i].Bucket], limits[at[i].Bucket], []*pool.Job{j})[0]
+				}
+				errs, err := s.AddMany(ctx, jobs, at)
+				require.NoError(t, err)
+				for i := range jobs {
+					requireOutcome(t, want[i], errs[i], "round %d: job %d (%s, bucket %d)", round, i, jobs[i].ID, at[i].Bucket)
+				}
+				for b := range buckets {
+					requireBucket(t, c, prefix, "t", b, have[b])
+				}
+			}
+		})
+	}
+}
+
+// addScriptHook runs f around every command of add.lua, alone or in a
+// pipeline, on the client it is added to.
+type addScriptHook struct {
+	sha, src string
+	mu       sync.Mutex
+	f        func(ctx context.Context, cmds []redis.Cmder, next func() error) error
+}
+
+func newAddScriptHook(t *testing.T) *addScriptHook {
+	src, err := os.ReadFile("add.lua")
+	require.NoError(t, err)
+	sum := sha1.Sum(src)
+	return &addScriptHook{sha: hex.EncodeToString(sum[:]), src: string(src)}
+}
+
+func (h *addScriptHook) set(f func(ctx context.Context, cmds []redis.Cmder, next func() error) error) {
+	h.mu.Lock()
+	h.f = f
+	h.mu.Unlock()
+}
+
+func (h *addScriptHook) isAdd(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return false
+	}
+	switch strings.ToLower(fmt.Sprint(args[0])) {
+	case "evalsha":
+		return fmt.Sprint(args[1]) == h.sha
+	case "eval":
+		return fmt.Sprint(args[1]) == h.src
+	}
+	return false
+}
+
+func (h *addScriptHook) around(ctx context.Context, cmds []redis.Cmder, next func() error) error {
+	h.mu.Lock()
+	f := h.f
+	h.mu.Unlock()
+	if f == nil {
+		return next()
+	}
+	for _, cmd := range cmds {
+		if h.isAdd(cmd) {
+			return f(ctx, cmds, next)
+		}
+	}
+	return next()
+}
+
+func (h *addScriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *addScriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return h.around(ctx, []redis.Cmder{cmd}, func() error { return next(ctx, cmd) })
+	}
+}
+func (h *addScriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return h.around(ctx, cmds, func() error { return next(ctx, cmds) })
+	}
+}
+
+// TestAddRerunOfRun: go-redis sends a run again when its reply is late or
+// lost. Here every run of add.lua is sent twice, and between the two the
+// jobs the first run added are deleted (as if they ran and were acked):
+// each caller gets the first run's answer (its own job added, never
+// "exists"), and the rerun adds nothing again. Runs of one job (Add) and
+// of many (AddMany, with repeated ids, stored ids and a pool that fills
+// up) alike.
+func TestAddRerunOfRun(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := context.Background()
+			prefix := testutil.Prefix(t)
+			admin := be.New(t)
+			c := be.New(t)
+			h := newAddScriptHook(t)
+			c.AddHook(h)
+			s := pool.NewStore(c, prefix)
+			plain := pool.NewStore(admin, prefix)
+			const limit = 8
+			at := pool.Placement{Bucket: 0, Limit: limit}
+			base := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+			job := func(id string, n int) *pool.Job {
+				return &pool.Job{Topic: "t", ID: id, Body: []byte(id + "-" + strconv.Itoa(n)), RunAt: base.Add(time.Duration(n) * time.Second)}
+			}
+			_, err := plain.Add(ctx, job("old", 0), at)
+			require.NoError(t, err)
+
+			var reruns atomic.Int32
+			var ackIDs []string // the jobs to delete between run and rerun
+			h.set(func(ctx context.Context, cmds []redis.Cmder, next func() error) error {
+				if err := next(); err != nil {
+					return err
+				}
+				for _, id := range ackIDs {
+					_, err := plain.Delete(ctx, "t", id, 0)
+					if err != nil && !errors.Is(err, pool.ErrJobNotFound) {
+						return err
+					}
+				}
+				reruns.Add(1)
+				return next()
+			})
+
+			// A run of one.
+			ackIDs = []string{"one"}
+			_, err = s.Add(ctx, job("one", 1), at)
+			require.NoError(t, err, "a rerun reported its own job as existing")
+			// A run that added nothing wrote nothing: its rerun is a run
+			// like any other, and its caller's answer must match the store.
+			ackIDs = []string{"old"}
+			_, err = s.Add(ctx, job("old", 2), at)
+			got, gerr := plain.Get(ctx, "t", "old", 0)
+			if err == nil {
+				require.NoError(t, gerr, "told added, not stored")
+				require.Equal(t, "old-2", string(got.Body))
+				_, err = plain.Delete(ctx, "t", "old", 0)
+				require.NoError(t, err)
+			} else {
+				require.ErrorIs(t, err, pool.ErrJobExists)
+				require.ErrorIs(t, gerr, pool.ErrJobNotFound)
+			}
+
+			// A run of many: "a" and "b" added, then acked before the rerun.
+			_, err = plain.Add(ctx, job("old", 0), at)
+			require.NoError(t, err)
+			batch := []*pool.Job{job("a", 3), job("old", 4), job("b", 5), job("a", 6), job("c", 7), job("d", 8), job("e", 9), job("f", 10), job("g", 11), job("h", 12), job("b", 13)}
+			ackIDs = []string{"a", "b"}
+			ats := make([]pool.Placement, len(batch))
+			for i := range ats {
+				ats[i] = at
+			}
+			errs, err := s.AddMany(ctx, batch, ats)
+			require.NoError(t, err)
+			// old was there; a..g fill the pool's 8 places with old.
+			want := []error{nil, pool.ErrJobExists, nil, pool.ErrJobExists, nil, nil, nil, nil, nil, pool.ErrPoolFull, pool.ErrJobExists}
+			for i := range batch {
+				requireOutcome(t, want[i], errs[i], "job %d (%s)", i, batch[i].ID)
+			}
+			require.GreaterOrEqual(t, reruns.Load(), int32(3))
+			h.set(nil)
+			requireBucket(t, admin, prefix, "t", 0, map[string]*pool.Job{
+				"old": job("old", 0), "c": batch[4], "d": batch[5], "e": batch[6], "f": batch[7], "g": batch[8],
+			})
+		})
+	}
+}
+
+// TestConcurrentAddsOwnReplies: many callers add jobs with overlapping ids
+// to a few buckets at once, so that their calls are joined into runs of
+// many jobs. Each id is stored once, with the body of the one caller told
+// nil; a caller told ErrJobExists has its id stored; one told ErrPoolFull
+// finds the pool full; no pool holds more than its limit.
+func TestConcurrentAddsOwnReplies(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			h := newAddScriptHook(t)
+			var joined atomic.Int32 // runs of more than one job seen
+			h.set(func(ctx context.Context, cmds []redis.Cmder, next func() error) error {
+				for _, cmd := range cmds {
+					if len(cmd.Args()) > 3+3+4+6 { // evalsha sha numkeys, 3 keys, 4 shared, >1 job
+						joined.Add(1)
+					}
+				}
+				return next()
+			})
+			c.AddHook(h)
+			deadline := time.Now().Add(30 * time.Second)
+			for round := 0; ; round++ {
+				prefix := testutil.Prefix(t)
+				s := pool.NewStore(c, prefix)
+				const callers, perCaller, buckets, ids, limit = 24, 30, 3, 50, 40
+				type outcome struct {
+					job *pool.Job
+					b   int
+					err error
+				}
+				results := make([][]outcome, callers)
+				var wg sync.WaitGroup
+				for g := range callers {
+					wg.Go(func() {
+						rng := rand.New(rand.NewPCG(uint64(round), uint64(g)))
+						for k := range perCaller {
+							b := rng.IntN(buckets)
+							j := &pool.Job{Topic: "t", ID: fmt.Sprint("id", rng.IntN(ids)), Body: []byte(fmt.Sprintf("g%d-%d", g, k)),
+								Delay: time.Hour, Broadcast: rng.IntN(5) == 0}
+							ctx := context.Background()
+							var cancel context.CancelFunc = func() {}
+							if rng.IntN(3) > 0 { // a ctx that can end queues its call
+								ctx, cancel = context.WithTimeout(ctx, time.Minute)
+							}
+							_, err := s.Add(ctx, j, pool.Placement{Bucket: b, Limit: limit})
+							cancel()
+							results[g] = append(results[g], outcome{j, b, err})
+						}
+					})
+				}
+				wg.Wait()
+				for b := range buckets {
+					got := bucketContents(t, c, prefix, "t", b)
+					require.LessOrEqual(t, len(got), limit, "bucket %d over its limit", b)
+					winners := map[string]*pool.Job{}
+					for _, rs := range results {
+						for _, r := range rs {
+							if r.b != b {
+								continue
+							}
+							switch {
+							case r.err == nil:
+								require.Nil(t, winners[r.job.ID], "bucket %d: two callers told %q was added", b, r.job.ID)
+								winners[r.job.ID] = r.job
+							case errors.Is(r.err, pool.ErrJobExists):
+								require.NotErrorIs(t, r.err, pool.ErrPoolFull)
+								_, ok := got[r.job.ID]
+								require.True(t, ok, "bucket %d: %q told existing but not stored", b, r.job.ID)
+							case errors.Is(r.err, pool.ErrPoolFull):
+								require.Len(t, got, limit, "bucket %d: told full but not full", b)
+							default:
+								t.Fatalf("bucket %d: %q: unexpected error %v", b, r.job.ID, r.err)
+							}
+						}
+					}
+					require.Len(t, got, len(winners), "bucket %d: jobs stored and callers told added", b)
+					for id, j := range winners {
+						require.Equal(t, string(j.Body), got[id].body, "bucket %d: %q stored with another caller's body", b, id)
+						require.Equal(t, pool.Member(id, j.Broadcast), got[id].member, "bucket %d: member of %q", b, id)
+					}
+				}
+				if joined.Load() > 0 {
+					t.Logf("%d joined runs in %d rounds", joined.Load(), round+1)
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Skip("no run of many jobs happened: the joining went untested")
+				}
+			}
+		})
+	}
+}
+
+// serverMicros returns the Redis clock, in µs, of the node holding key.
+func serverMicros(t *testing.T, c redis.UniversalClient, key string) int64 {
+	ctx := context.Background()
+	var n redis.Cmdable = c
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, key)
+		require.NoError(t, err)
+		n = node
+	}
+	tm, err := n.Time(ctx).Result()
+	require.NoError(t, err)
+	return tm.UnixMicro()
+}
+
+// TestAddNeverDueEarly: a job is due no earlier than its delay after the
+// Redis clock's now, rounded up to the ms, or at its RunAt rounded up; the
+// due time Add returns is the one stored. Alone and in runs of many.
+func TestAddNeverDueEarly(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			prefix := testutil.Prefix(t)
+			s := pool.NewStore(c, prefix)
+			at := pool.Placement{Bucket: 0, Limit: 1000}
+			poolKey := keys.ForBucket(prefix, "t", 0).Pool()
+			delays := []time.Duration{0, 1, time.Microsecond, 999 * time.Microsecond, time.Millisecond, time.Millisecond + 1,
+				1500 * time.Microsecond, time.Second + 1, time.Hour, math.MaxInt64}
+			now := time.Now()
+			runAts := []time.Time{now.Add(-time.Hour).Add(300 * time.Microsecond), now.Add(500 * time.Microsecond),
+				time.UnixMilli(-1), time.UnixMilli(-2), time.Unix(0, 1), time.Unix(0, 0), pool.MaxDue, now.Add(time.Hour + 1),
+				// 1ns past a whole ms (and past a whole µs): due the next ms.
+				now.Add(time.Hour).Truncate(time.Millisecond).Add(1), now.Add(time.Hour).Truncate(time.Millisecond).Add(999)}
+			score := func(id string) float64 {
+				v, err := c.ZScore(ctx, keys.ForBucket(prefix, "t", 0).Scheduled(), id).Result()
+				require.NoError(t, err, id)
+				return v
+			}
+			for _, many := range []bool{false, true} {
+				var jobs []*pool.Job
+				for i, d := range delays {
+					jobs = append(jobs, &pool.Job{Topic: "t", ID: fmt.Sprintf("d%d-%v", i, many), Delay: d})
+				}
+				for i, r := range runAts {
+					jobs = append(jobs, &pool.Job{Topic: "t", ID: fmt.Sprintf("r%d-%v", i, many), RunAt: r, Delay: time.Hour})
+				}
+				before := serverMicros(t, c, poolKey)
+				dues := make([]time.Time, len(jobs))
+				if many {
+					ats := make([]pool.Placement, len(jobs))
+					for i := range ats {
+						ats[i] = at
+					}
+					errs, err := s.AddMany(ctx, jobs, ats)
+					require.NoError(t, err)
+					for i, err := range errs {
+						require.NoError(t, err, jobs[i].ID)
+						got, err := s.Get(ctx, "t", jobs[i].ID, 0)
+						require.NoError(t, err)
+						dues[i] = got.RunAt
+					}
+				} else {
+					for i, j := range jobs {
+						due, err := s.Add(ctx, j, at)
+						require.NoError(t, err, j.ID)
+						dues[i] = due
+					}
+				}
+				for i, j := range jobs {
+					sc := score(j.ID)
+					require.Equal(t, float64(dues[i].UnixMilli()), sc, "%s: due time returned and stored", j.ID)
+					if j.RunAt.IsZero() {
+						require.GreaterOrEqual(t, int64(sc)*1000, before+j.Delay.Microseconds(), "%s: delay %v due early", j.ID, j.Delay)
+						if j.Delay%time.Microsecond != 0 {
+							require.Greater(t, int64(sc)*1000, before+j.Delay.Microseconds(), "%s: delay %v due early", j.ID, j.Delay)
+						}
+						continue
+					}
+					want := float64(pool.UnixMs(j.RunAt))
+					require.Equal(t, want, sc, "%s: RunAt %v", j.ID, j.RunAt)
+					require.GreaterOrEqual(t, sc, 0.0, "%s: RunAt %v", j.ID, j.RunAt)
+					if !j.RunAt.Before(time.Unix(0, 0)) {
+						require.False(t, time.UnixMilli(int64(sc)).Before(j.RunAt), "%s: due before its RunAt", j.ID)
+					}
+				}
+			}
+		})
+	}
+}
