@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -212,8 +213,11 @@ type addScriptHook struct {
 	f        func(ctx context.Context, cmds []redis.Cmder, next func() error) error
 }
 
-func newAddScriptHook(t *testing.T) *addScriptHook {
-	src, err := os.ReadFile("add.lua")
+func newAddScriptHook(t *testing.T) *addScriptHook { return newLuaHook(t, "add.lua") }
+
+// newLuaHook runs its f around every command of the script in file.
+func newLuaHook(t *testing.T, file string) *addScriptHook {
+	src, err := os.ReadFile(file)
 	require.NoError(t, err)
 	sum := sha1.Sum(src)
 	return &addScriptHook{sha: hex.EncodeToString(sum[:]), src: string(src)}
@@ -530,6 +534,205 @@ func TestAddNeverDueEarly(t *testing.T) {
 					if !j.RunAt.Before(time.Unix(0, 0)) {
 						require.False(t, time.UnixMilli(int64(sc)).Before(j.RunAt), "%s: due before its RunAt", j.ID)
 					}
+				}
+			}
+		})
+	}
+}
+
+// TestPutRerunAndReplace: Put stores one job per id, replacing a waiting
+// one (its member too, broadcast or not), refuses a full pool and writes
+// nothing then; a rerun of a Put returns the first run's answer and does
+// not store again a job that ran and was acked in between.
+func TestPutRerunAndReplace(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := context.Background()
+			prefix := testutil.Prefix(t)
+			admin := be.New(t)
+			c := be.New(t)
+			h := newLuaHook(t, "put.lua")
+			c.AddHook(h)
+			s := pool.NewStore(c, prefix)
+			plain := pool.NewStore(admin, prefix)
+			at := pool.Placement{Bucket: 0, Limit: 3}
+			base := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+			job := func(id string, n int, bc bool) *pool.Job {
+				return &pool.Job{Topic: "t", ID: id, Body: []byte(id + "-" + strconv.Itoa(n)), RunAt: base.Add(time.Duration(n) * time.Second), Broadcast: bc}
+			}
+			want := map[string]*pool.Job{}
+			put := func(j *pool.Job) (bool, error) {
+				r, err := s.Put(ctx, j, at)
+				if err == nil {
+					want[j.ID] = j
+				}
+				return r, err
+			}
+			r, err := put(job("a", 1, false))
+			require.NoError(t, err)
+			require.False(t, r)
+			r, err = put(job("a", 2, true)) // plain to broadcast
+			require.NoError(t, err)
+			require.True(t, r)
+			r, err = put(job("a", 3, false)) // and back
+			require.NoError(t, err)
+			require.True(t, r)
+			for _, id := range []string{"b", "c"} {
+				_, err = put(job(id, 4, false))
+				require.NoError(t, err)
+			}
+			dump := testutil.Dump(t, admin, prefix)
+			_, err = put(job("d", 5, false))
+			require.ErrorIs(t, err, pool.ErrPoolFull)
+			require.Equal(t, dump, testutil.Dump(t, admin, prefix), "a Put refused wrote something")
+			r, err = put(job("c", 6, true)) // a full pool still takes a replacement
+			require.NoError(t, err)
+			require.True(t, r)
+			requireBucket(t, admin, prefix, "t", 0, want)
+
+			// Reruns, with the job acked in between.
+			h.set(func(ctx context.Context, cmds []redis.Cmder, next func() error) error {
+				if err := next(); err != nil {
+					return err
+				}
+				if _, err := plain.Delete(ctx, "t", "e", 0); err != nil && !errors.Is(err, pool.ErrJobNotFound) {
+					return err
+				}
+				return next()
+			})
+			_, err = plain.Delete(ctx, "t", "b", 0)
+			require.NoError(t, err)
+			delete(want, "b")
+			r, err = s.Put(ctx, job("e", 7, false), at)
+			require.NoError(t, err, "a rerun's answer")
+			require.False(t, r, "a rerun reported its own job as replaced")
+			h.set(nil)
+			requireBucket(t, admin, prefix, "t", 0, want) // e ran and was acked: not stored again
+		})
+	}
+}
+
+// TestAddCallerCtxEnds: a caller whose ctx ends while its call is on the
+// wire in a run of many jobs returns ctx's error at once, the other
+// callers of that run get their own answers, and a job whose Add returned
+// is not changed afterwards by its caller reusing the job's body buffer
+// (Add has returned: the job must be stored as it was given, or not at
+// all).
+func TestAddCallerCtxEnds(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			admin := be.New(t)
+			c := be.New(t)
+			h := newAddScriptHook(t)
+			c.AddHook(h)
+			type held struct {
+				ids     []string
+				release chan struct{}
+			}
+			entered := make(chan held, 100)
+			h.set(func(ctx context.Context, cmds []redis.Cmder, next func() error) error {
+				var ids []string
+				for _, cmd := range cmds {
+					args := cmd.Args()
+					// evalsha sha 3 pool bucket op, 4 shared, then 6 per job
+					for i := 3 + 3 + 4; i < len(args); i += 6 {
+						ids = append(ids, fmt.Sprint(args[i]))
+					}
+				}
+				r := make(chan struct{})
+				entered <- held{ids, r}
+				<-r
+				return next()
+			})
+			deadline := time.Now().Add(30 * time.Second)
+			for attempt := 0; ; attempt++ {
+				prefix := testutil.Prefix(t)
+				s := pool.NewStore(c, prefix)
+				plain := pool.NewStore(admin, prefix)
+				at := pool.Placement{Bucket: 0, Limit: 1000}
+				_, err := plain.Add(context.Background(), &pool.Job{Topic: "t", ID: "seed", Delay: time.Hour}, at)
+				require.NoError(t, err)
+				type res struct {
+					id  string
+					err error
+				}
+				done := make(chan res, 100)
+				add := func(ctx context.Context, j *pool.Job) {
+					go func() {
+						_, err := s.Add(ctx, j, at)
+						done <- res{j.ID, err}
+					}()
+				}
+				// Two runs on the wire, held: later calls queue.
+				add(context.Background(), &pool.Job{Topic: "t", ID: "w1", Body: []byte("w1"), Delay: time.Hour})
+				add(context.Background(), &pool.Job{Topic: "t", ID: "w2", Body: []byte("w2"), Delay: time.Hour})
+				var holds []held
+				holds = append(holds, <-entered, <-entered)
+				cancels := map[string]context.CancelFunc{}
+				bodies := map[string][]byte{}
+				for _, id := range []string{"q1", "q2", "q3", "seed"} {
+					ctx, cancel := context.WithCancel(context.Background())
+					defer cancel()
+					cancels[id] = cancel
+					bodies[id] = []byte("body of " + id)
+					add(ctx, &pool.Job{Topic: "t", ID: id, Body: bodies[id], Delay: time.Hour})
+				}
+				// One held run ends; the next run carries what queued.
+				close(holds[0].release)
+				var q1run held
+				for q1run.release == nil {
+					select {
+					case hd := <-entered:
+						holds = append(holds, hd)
+						if slices.Contains(hd.ids, "q1") {
+							q1run = hd
+						}
+					case <-time.After(20 * time.Second):
+						t.Fatal("q1 never sent")
+					}
+				}
+				cancels["q1"]()
+				got := map[string]error{}
+				for got["q1"] == nil {
+					select {
+					case r := <-done:
+						require.NotContains(t, got, r.id)
+						got[r.id] = r.err
+						if r.id == "q1" {
+							require.ErrorIs(t, r.err, context.Canceled)
+						}
+					case <-time.After(10 * time.Second):
+						t.Fatal("a caller whose ctx ended did not return")
+					}
+				}
+				copy(bodies["q1"], "XXXXXXXXXX") // its caller reuses the buffer
+				for _, hd := range holds[1:] {
+					close(hd.release)
+				}
+				for len(got) < 6 {
+					select {
+					case r := <-done:
+						got[r.id] = r.err
+					case hd := <-entered:
+						close(hd.release)
+					case <-time.After(20 * time.Second):
+						t.Fatalf("callers did not return: %v", got)
+					}
+				}
+				for _, id := range []string{"w1", "w2", "q2", "q3"} {
+					require.NoError(t, got[id], id)
+				}
+				require.ErrorIs(t, got["seed"], pool.ErrJobExists)
+				j, err := plain.Get(context.Background(), "t", "q1", 0)
+				if !errors.Is(err, pool.ErrJobNotFound) {
+					require.NoError(t, err)
+					require.Equal(t, "body of q1", string(j.Body), "q1 (sent in a run of %v): its Add returned ctx's error, then its caller reused the buffer", q1run.ids)
+				}
+				if len(q1run.ids) > 1 {
+					return // q1 was sent in a run of many: the case at stake
+				}
+				if time.Now().After(deadline) {
+					t.Skipf("q1 was never sent in a run of many (%d attempts)", attempt+1)
 				}
 			}
 		})
