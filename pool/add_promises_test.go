@@ -738,3 +738,81 @@ func TestAddCallerCtxEnds(t *testing.T) {
 		})
 	}
 }
+
+// TestAddRefusedWritesNothing: an Add refused because its id exists or
+// its pool is full, alone or in a run of refused jobs, writes nothing:
+// not the job, not its due time, not a reply key.
+func TestAddRefusedWritesNothing(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			prefix := testutil.Prefix(t)
+			s := pool.NewStore(c, prefix)
+			at := pool.Placement{Bucket: 0, Limit: 2}
+			for _, id := range []string{"a", "b"} {
+				_, err := s.Add(ctx, &pool.Job{Topic: "t", ID: id, Body: []byte(id), Delay: time.Hour}, at)
+				require.NoError(t, err)
+			}
+			before := testutil.Dump(t, c, prefix)
+			_, err := s.Add(ctx, &pool.Job{Topic: "t", ID: "a", Body: []byte("other"), Delay: time.Minute}, at)
+			require.ErrorIs(t, err, pool.ErrJobExists)
+			_, err = s.Add(ctx, &pool.Job{Topic: "t", ID: "c", Delay: time.Minute}, at)
+			require.ErrorIs(t, err, pool.ErrPoolFull)
+			jobs := []*pool.Job{{Topic: "t", ID: "b", Body: []byte("x"), RunAt: time.Now()}, {Topic: "t", ID: "d"}, {Topic: "t", ID: "a", Broadcast: true}, {Topic: "t", ID: "d"}}
+			errs, err := s.AddMany(ctx, jobs, []pool.Placement{at, at, at, at})
+			require.NoError(t, err)
+			for i, want := range []error{pool.ErrJobExists, pool.ErrPoolFull, pool.ErrJobExists, pool.ErrPoolFull} {
+				requireOutcome(t, want, errs[i], i)
+			}
+			require.Equal(t, before, testutil.Dump(t, c, prefix), "a refused add wrote something")
+		})
+	}
+}
+
+// TestAddPutDeleteRace: Adds, Puts (plain and broadcast) and Deletes of a
+// few ids from many goroutines leave every bucket consistent: each job in
+// the pool has exactly one ZSET member, of its own kind, and no member is
+// left without its job.
+func TestAddPutDeleteRace(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			prefix := testutil.Prefix(t)
+			s := pool.NewStore(c, prefix)
+			at := pool.Placement{Bucket: 0, Limit: 5}
+			var wg sync.WaitGroup
+			for g := range 12 {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(uint64(g), 3))
+					for range 60 {
+						ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+						j := &pool.Job{Topic: "t", ID: fmt.Sprint("id", rng.IntN(8)), Body: []byte(fmt.Sprint(g)),
+							Delay: time.Duration(rng.IntN(1000)) * time.Hour, Broadcast: rng.IntN(2) == 0}
+						var err error
+						switch rng.IntN(3) {
+						case 0:
+							_, err = s.Add(ctx, j, at)
+						case 1:
+							_, err = s.Put(ctx, j, at)
+						case 2:
+							_, err = s.Delete(ctx, "t", j.ID, 0)
+						}
+						cancel()
+						if err != nil && !errors.Is(err, pool.ErrJobExists) && !errors.Is(err, pool.ErrPoolFull) && !errors.Is(err, pool.ErrJobNotFound) {
+							t.Errorf("%s: %v", j.ID, err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			got := bucketContents(t, c, prefix, "t", 0)
+			require.LessOrEqual(t, len(got), 5)
+			for id, st := range got {
+				j, err := s.Get(context.Background(), "t", id, 0)
+				require.NoError(t, err)
+				require.Equal(t, pool.Member(id, j.Broadcast), st.member, "%s: member of the other kind", id)
+			}
+		})
+	}
+}
