@@ -683,10 +683,12 @@ func TestAddCallerCtxEnds(t *testing.T) {
 				for q1run.release == nil {
 					select {
 					case hd := <-entered:
-						holds = append(holds, hd)
-						if slices.Contains(hd.ids, "q1") {
-							q1run = hd
+						if !slices.Contains(hd.ids, "q1") {
+							close(hd.release) // q1 may queue behind it
+							continue
 						}
+						holds = append(holds, hd)
+						q1run = hd
 					case <-time.After(20 * time.Second):
 						t.Fatal("q1 never sent")
 					}
