@@ -818,3 +818,112 @@ func TestAddPutDeleteRace(t *testing.T) {
 		})
 	}
 }
+
+// evalshaCalls returns how many EVALSHA the node holding key has run.
+func evalshaCalls(t *testing.T, c redis.UniversalClient, key string) int64 {
+	ctx := context.Background()
+	var n redis.Cmdable = c
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, key)
+		require.NoError(t, err)
+		n = node
+	}
+	info, err := n.Info(ctx, "commandstats").Result()
+	require.NoError(t, err)
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+			v, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			require.NoError(t, err)
+			return v
+		}
+	}
+	return 0
+}
+
+// TestAddRerunBySlowServer: a real rerun, sent by go-redis itself. The
+// server is kept busy by a long script, so that an add's reply is late:
+// go-redis gives up on the connection after its read timeout and sends
+// the run again on another, and the server then runs both. Every caller
+// must get its own job added, never "exists", and each job is stored once.
+func TestAddRerunBySlowServer(t *testing.T) {
+	for _, be := range testutil.RealBackends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := context.Background()
+			admin := be.New(t)
+			var c redis.UniversalClient
+			switch be.Name {
+			case "cluster":
+				cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: be.Addrs, ReadTimeout: 100 * time.Millisecond, MaxRetries: 3, MinRetryBackoff: -1})
+				t.Cleanup(func() { cc.Close() })
+				c = cc
+			default:
+				rc := redis.NewClient(&redis.Options{Addr: be.Addrs[0], ReadTimeout: 100 * time.Millisecond, MaxRetries: 3, MinRetryBackoff: -1})
+				t.Cleanup(func() { rc.Close() })
+				c = rc
+			}
+			var sent atomic.Int64 // add.lua commands as the client sends them, retries not counted
+			h := newAddScriptHook(t)
+			h.set(func(ctx context.Context, cmds []redis.Cmder, next func() error) error {
+				for _, cmd := range cmds {
+					if h.isAdd(cmd) {
+						sent.Add(1)
+					}
+				}
+				return next()
+			})
+			c.AddHook(h)
+			busy := redis.NewScript(`local t = redis.call('TIME')
+local start = tonumber(t[1]) * 1000000 + tonumber(t[2])
+while true do
+  t = redis.call('TIME')
+  if tonumber(t[1]) * 1000000 + tonumber(t[2]) - start > tonumber(ARGV[1]) then return 1 end
+end`)
+			deadline := time.Now().Add(60 * time.Second)
+			for attempt := 0; ; attempt++ {
+				prefix := testutil.Prefix(t)
+				s := pool.NewStore(c, prefix)
+				poolKey := keys.ForBucket(prefix, "t", 0).Pool()
+				_, err := s.Add(ctx, &pool.Job{Topic: "t", ID: "warm", Delay: time.Hour}, pool.Placement{Limit: 100})
+				require.NoError(t, err)
+				calls0, sent0 := evalshaCalls(t, admin, poolKey), sent.Load()
+				busyDone := make(chan error, 1)
+				go func() {
+					busyDone <- busy.Run(ctx, admin, []string{poolKey}, 400_000).Err()
+				}()
+				var jobs []*pool.Job
+				var at []pool.Placement
+				for i := range 10 {
+					jobs = append(jobs, &pool.Job{Topic: "t", ID: fmt.Sprint("j", i), Body: []byte(fmt.Sprint("b", i)), Delay: time.Hour})
+					at = append(at, pool.Placement{Limit: 100})
+				}
+				errs, err := s.AddMany(ctx, jobs, at)
+				single := &pool.Job{Topic: "t", ID: "one", Body: []byte("one"), Delay: time.Hour}
+				_, serr := s.Add(ctx, single, pool.Placement{Limit: 100})
+				require.NoError(t, <-busyDone)
+				calls, sends := evalshaCalls(t, admin, poolKey)-calls0, sent.Load()-sent0
+				if err != nil || serr != nil {
+					t.Logf("attempt %d: late beyond the retries (%v, %v): the jobs may or may not be stored", attempt, err, serr)
+				} else {
+					for i, e := range errs {
+						require.NoError(t, e, "job %d: a rerun reported its own job as existing (%d runs sent, %d run)", i, sends, calls)
+					}
+				}
+				want := map[string]*pool.Job{"warm": {Topic: "t", ID: "warm", Delay: time.Hour}}
+				for _, j := range append(jobs, single) {
+					if _, gerr := s.Get(ctx, "t", j.ID, 0); gerr == nil {
+						want[j.ID] = j
+					}
+				}
+				got := bucketContents(t, admin, prefix, "t", 0)
+				require.Len(t, got, len(want))
+				if err == nil && serr == nil && calls > sends {
+					t.Logf("attempt %d: %d runs sent, %d run by the server", attempt, sends, calls)
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Skipf("go-redis never sent a run again (%d attempts)", attempt+1)
+				}
+			}
+		})
+	}
+}
