@@ -243,3 +243,74 @@ func TestAddWakesTheMover(t *testing.T) {
 	}
 }
 
+
+// TestAddKeepsJobAsGiven: a job added (alone, in a batch, or by Put) reads
+// back as given: body, headers, retry settings and broadcast flag, with
+// bytes the envelope uses itself ("|", newlines, digits and colons).
+func TestAddKeepsJobAsGiven(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			e := setup(t, be, testutil.Config(t))
+			ctx := context.Background()
+			rng := rand.New(rand.NewPCG(5, 6))
+			piece := func() string {
+				parts := []string{"|", "\n", "1|0|0|0|||\n", "3:", "12:ab", ":", "\x00", "é", "\xff", "x", ""}
+				var b strings.Builder
+				for range rng.IntN(6) {
+					b.WriteString(parts[rng.IntN(len(parts))])
+				}
+				return b.String()
+			}
+			mk := func(i int) *redeq.Job {
+				j := &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i), Body: []byte(piece()), Delay: time.Hour, Broadcast: rng.IntN(3) == 0}
+				if rng.IntN(2) == 0 {
+					j.Headers = map[string]string{}
+					for range 1 + rng.IntN(5) {
+						k := piece()
+						if k == "" || strings.ContainsAny(k, "\n\x00") {
+							k = "k" + fmt.Sprint(rng.IntN(100))
+						}
+						j.Headers[k] = piece()
+					}
+				}
+				if rng.IntN(2) == 0 {
+					j.MaxRetries = rng.IntN(5) - 1
+					j.RetryIntervals = []time.Duration{time.Millisecond, 1500 * time.Microsecond, config.MaxRetryInterval}
+				}
+				return j
+			}
+			var all []*redeq.Job
+			for i := range 20 {
+				j := mk(i)
+				all = append(all, j)
+				require.NoError(t, e.c.Add(ctx, j), j.ID)
+			}
+			var batch []*redeq.Job
+			for i := 20; i < 120; i++ {
+				batch = append(batch, mk(i))
+			}
+			require.NoError(t, e.c.AddBatch(ctx, batch))
+			all = append(all, batch...)
+			for i := 120; i < 130; i++ {
+				j := mk(i)
+				all = append(all, j)
+				require.NoError(t, e.c.Put(ctx, j), j.ID)
+			}
+			for _, j := range all {
+				got, err := e.c.Get(ctx, "t", j.ID)
+				require.NoError(t, err, j.ID)
+				require.Equal(t, string(j.Body), string(got.Body), j.ID)
+				if len(j.Headers) == 0 {
+					require.Empty(t, got.Headers, j.ID)
+				} else {
+					require.Equal(t, j.Headers, got.Headers, j.ID)
+				}
+				require.Equal(t, j.Broadcast, got.Broadcast, j.ID)
+				require.Equal(t, j.MaxRetries, got.MaxRetries, j.ID)
+				if j.RetryIntervals != nil {
+					require.Equal(t, []time.Duration{time.Millisecond, 2 * time.Millisecond, config.MaxRetryInterval}, got.RetryIntervals, j.ID)
+				}
+			}
+		})
+	}
+}
