@@ -927,3 +927,50 @@ end`)
 		})
 	}
 }
+
+// TestScriptsFailBeforeWriting: add.lua and put.lua, given a due time
+// that is no usable number, fail before they write anything (the script
+// rule: Redis does not undo a script's writes when it then errors). Go
+// never sends such arguments; the scripts must hold on their own.
+func TestScriptsFailBeforeWriting(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			prefix := testutil.Prefix(t)
+			read := func(file string) *redis.Script {
+				src, err := os.ReadFile(file)
+				require.NoError(t, err)
+				return redis.NewScript(string(src))
+			}
+			add, put := read("add.lua"), read("put.lua")
+			s := pool.NewStore(c, prefix)
+			_, err := s.Add(ctx, &pool.Job{Topic: "t", ID: "old", Body: []byte("old"), Delay: time.Hour}, pool.Placement{Limit: 10})
+			require.NoError(t, err)
+			k := keys.ForBucket(prefix, "t", 0)
+			before := testutil.Dump(t, c, prefix)
+			for _, bad := range []string{"nan", "-nan", "abc"} {
+				// One job, then two: delay bad, or due time bad.
+				one := []any{"new", "new", "|0|0||||\n", "body"}
+				for _, due := range [][2]any{{bad, ""}, {0, bad}} {
+					args := []any{10, "ch", "msg", 30000}
+					args = append(append(args, one...), due[0], due[1])
+					err := add.Run(ctx, c, []string{k.Pool(), k.Scheduled(), k.Op("x1")}, args...).Err()
+					require.Equal(t, before, testutil.Dump(t, c, prefix), "add.lua, one job, wrote before it failed (%v): %v", due, err)
+					require.Error(t, err, "add.lua, one job, %v", due)
+					args = append(args, "new2", "new2", "|0|0||||\n", "body", 0, "")
+					err = add.Run(ctx, c, []string{k.Pool(), k.Scheduled(), k.Op("x2")}, args...).Err()
+					require.Equal(t, before, testutil.Dump(t, c, prefix), "add.lua, two jobs, wrote before it failed (%v): %v", due, err)
+					require.Error(t, err, "add.lua, two jobs, %v", due)
+				}
+				// put.lua replacing "old", with a bad delay or due time.
+				for _, due := range [][2]any{{bad, ""}, {0, bad}} {
+					err := put.Run(ctx, c, []string{k.Pool(), k.Scheduled(), k.State(), k.UnAck(), k.Dead(), k.Reasons(), k.Op("x3")},
+						"old", "old", keys.BroadcastMark, "|0|0||||\n", "new body", due[0], due[1], 10, "ch", "msg", 30000).Err()
+					require.Equal(t, before, testutil.Dump(t, c, prefix), "put.lua wrote before it failed (%v): %v", due, err)
+					require.Error(t, err, "put.lua, %v", due)
+				}
+			}
+		})
+	}
+}
