@@ -314,3 +314,47 @@ func TestAddKeepsJobAsGiven(t *testing.T) {
 		})
 	}
 }
+
+// TestReaddedReadyJobNotEarly: a job that was due and waits in the ready
+// list, deleted and added again (or replaced by Put) with a later due
+// time, does not run early through the ready list's stale entry.
+func TestReaddedReadyJobNotEarly(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			e := setup(t, be, testutil.Config(t))
+			ctx := context.Background()
+			require.NoError(t, e.c.Start(ctx)) // moves, but listens to nothing
+			for _, id := range []string{"a", "p", "now"} {
+				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: id}))
+			}
+			waitFor(t, 10*time.Second, "ready", func() bool { return stats(t, e.c, "t").Ready == 3 })
+			_, err := e.c.Delete(ctx, "t", "a")
+			require.NoError(t, err)
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "a", Delay: time.Hour}))
+			require.NoError(t, e.c.Put(ctx, &redeq.Job{Topic: "t", ID: "p", Delay: time.Hour}))
+			ran := make(chan string, 10)
+			consumer := e.another(t, nil)
+			require.NoError(t, consumer.Register(redeq.ListenerFunc("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+				ran <- job.ID
+				ch.Ack()
+				return nil
+			})))
+			require.NoError(t, consumer.Start(ctx))
+			select {
+			case id := <-ran:
+				require.Equal(t, "now", id)
+			case <-time.After(20 * time.Second):
+				t.Fatal("the job due now did not run")
+			}
+			settle(t, e, "t")
+			select {
+			case id := <-ran:
+				t.Fatalf("%s ran early, through its stale ready entry", id)
+			default:
+			}
+			for _, id := range []string{"a", "p"} {
+				require.Equal(t, redeq.StateScheduled, state(t, e.c, "t", id), id)
+			}
+		})
+	}
+}
