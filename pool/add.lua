@@ -40,9 +40,16 @@ local created = '1|' .. string.format('%d', math.floor(now_us / 1000))
 local soon = math.ceil(now_us / 1000)
 -- Every due time first: an argument that is no number fails the run
 -- before it wrote anything, not after the jobs before it.
+-- A due time must be a finite number: ZADD refuses NaN, after the pool
+-- entry would have been written.
 local dues = {}
 for i = 5, #ARGV, 6 do
-  dues[#dues + 1] = tonumber(ARGV[i + 5]) or soon + tonumber(ARGV[i + 4])
+  local due
+  if ARGV[i + 5] ~= '' then due = tonumber(ARGV[i + 5]) else due = soon + tonumber(ARGV[i + 4]) end
+  if due == nil or due ~= due or due == math.huge or due == -math.huge then
+    return redis.error_reply('add.lua: job ' .. ARGV[i] .. ': due time is no finite number')
+  end
+  dues[#dues + 1] = due
 end
 local room = tonumber(ARGV[1]) - redis.call('HLEN', KEYS[1])
 local out, mine, added = {}, {}, false

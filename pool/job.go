@@ -89,9 +89,11 @@ func UnixMs(t time.Time) int64 {
 	if t.Before(time.Unix(0, 0)) {
 		return 0
 	}
-	us := t.UnixMicro()
-	ms := us / 1000
-	if us%1000 > 0 {
+	// Seconds and nanoseconds apart: UnixMicro would drop the
+	// nanoseconds (1ns past a whole ms would be due that ms, early), and
+	// UnixNano overflows after the year 2262.
+	ms := t.Unix()*1000 + int64(t.Nanosecond()/1e6)
+	if t.Nanosecond()%1e6 > 0 {
 		ms++
 	}
 	return ms

@@ -31,6 +31,18 @@ if done ~= false then
 end
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- The due time before any write (a failed step would leave the writes
+-- before it): a finite number, or the script fails here.
+local due
+if ARGV[7] ~= '' then
+  due = tonumber(ARGV[7])
+else
+  -- Round now up to the next ms so the job is never due early.
+  due = math.ceil(now_us / 1000) + tonumber(ARGV[6])
+end
+if due == nil or due ~= due or due == math.huge or due == -math.huge then
+  return redis.error_reply('put.lua: job ' .. ARGV[1] .. ': due time is no finite number')
+end
 local replaced = 0
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   local st = redis.call('HGET', KEYS[3], ARGV[1])
@@ -48,13 +60,6 @@ if replaced == 1 then
 end
 local created = math.floor(now_us / 1000)
 redis.call('HSET', KEYS[1], ARGV[1], '1|' .. string.format('%d', created) .. ARGV[4] .. ARGV[5])
-local due
-if ARGV[7] ~= '' then
-  due = tonumber(ARGV[7])
-else
-  -- Round now up to the next ms so the job is never due early.
-  due = math.ceil(now_us / 1000) + tonumber(ARGV[6])
-end
 local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[2], due, ARGV[2])
 if first[1] == nil or due < tonumber(first[2]) then
