@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"bytes"
 	"context"
 	"runtime"
 	"slices"
@@ -76,7 +77,9 @@ func (c *Committer) runOne(ctx context.Context, call Call) (any, error) {
 // Do runs call and returns the script's reply. When ctx ends first, Do
 // returns ctx's error at once, and the call may or may not have run: a
 // call already sent in a pipeline goes on under go-redis's timeouts, since
-// the pipeline carries other callers' calls too.
+// the pipeline carries other callers' calls too. Such a call carries
+// copies of the byte slices among call.Args (Do replaces them in place),
+// so that its caller may reuse them once Do returned.
 func (c *Committer) Do(ctx context.Context, call Call) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -90,6 +93,12 @@ func (c *Committer) Do(ctx context.Context, call Call) (any, error) {
 		val, err := c.runOne(ctx, call)
 		c.next()
 		return val, err
+	}
+	if ctx.Done() != nil {
+		// The call leaves this goroutine, and its caller may return (ctx
+		// ended) while it is still being sent: it must not read the
+		// caller's buffers then.
+		detach(call.Args)
 	}
 	r := &request{ctx: ctx, call: call, done: make(chan struct{})}
 	if c.inFlight < maxInFlight {
@@ -126,6 +135,15 @@ func (c *Committer) Wait(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// detach replaces each byte slice among args with a copy of its own.
+func detach(args []any) {
+	for i, a := range args {
+		if b, ok := a.([]byte); ok {
+			args[i] = bytes.Clone(b)
+		}
 	}
 }
 
