@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +28,9 @@ type enqueueRound struct {
 	// sys): the library's own cost, which shares the machine's cores with
 	// the server.
 	ClientUS map[string]float64 `json:"client_us"`
+	// Idle is the share of the machine's CPU time (all cores) left idle
+	// while the system ran: what neither the server nor the client used.
+	Idle map[string]float64 `json:"idle"`
 }
 
 func (r enqueueRound) ratio() float64 { return r.Rate["redeq"] / r.Rate["asynq"] }
@@ -65,7 +69,7 @@ func (b *bench) enqueue() {
 				slices.Reverse(order)
 			}
 			round := enqueueRound{Goroutines: g, Rate: map[string]float64{}, ScriptUS: map[string]float64{},
-				ServerUS: map[string]float64{}, ClientUS: map[string]float64{}}
+				ServerUS: map[string]float64{}, ClientUS: map[string]float64{}, Idle: map[string]float64{}}
 			for _, s := range order {
 				round.Order = append(round.Order, s.Name())
 				b.flush()
@@ -75,6 +79,7 @@ func (b *bench) enqueue() {
 				round.ScriptUS[s.Name()] = c.scriptUS / float64(n)
 				round.ServerUS[s.Name()] = c.serverS / float64(n) * 1e6
 				round.ClientUS[s.Name()] = c.clientS / float64(n) * 1e6
+				round.Idle[s.Name()] = c.idleShare()
 			}
 			fmt.Printf("  round %d, %2d goroutine(s): %s\n", r+1, g, round)
 			rounds = append(rounds, round)
@@ -105,13 +110,17 @@ func (b *bench) enqueue() {
 		medianCost(rounds, 16, func(r enqueueRound) map[string]float64 { return r.ClientUS }))
 	b.add("client CPU per enqueued job, 1 goroutine", "µs", "lower", "the bench process's user + sys time, median of the rounds",
 		medianCost(rounds, 1, func(r enqueueRound) map[string]float64 { return r.ClientUS }))
+	b.add("machine CPU idle while enqueueing, 16 goroutines", "%", "lower", "/proc/stat, all cores, median of the rounds",
+		medianCost(rounds, 16, func(r enqueueRound) map[string]float64 {
+			return map[string]float64{"redeq": 100 * r.Idle["redeq"], "asynq": 100 * r.Idle["asynq"]}
+		}))
 }
 
 func (r enqueueRound) String() string {
 	var b strings.Builder
 	for _, name := range r.Order {
-		fmt.Fprintf(&b, "%s %7.0f/s (script %5.1f µs, server %5.1f µs, client %5.1f µs per job)  ",
-			name, r.Rate[name], r.ScriptUS[name], r.ServerUS[name], r.ClientUS[name])
+		fmt.Fprintf(&b, "%s %7.0f/s (script %5.1f µs, server %5.1f µs, client %5.1f µs per job; CPU idle %2.0f%%)  ",
+			name, r.Rate[name], r.ScriptUS[name], r.ServerUS[name], r.ClientUS[name], 100*r.Idle[name])
 	}
 	if r.Rate["asynq"] > 0 && r.Rate["redeq"] > 0 {
 		fmt.Fprintf(&b, "redeq/asynq %.2fx", r.ratio())
@@ -181,6 +190,9 @@ type costs struct {
 	scriptUS float64 // time in EVALSHA, µs (cmdstat_evalsha usec)
 	serverS  float64 // redis-server CPU, s
 	clientS  float64 // this process's CPU, s
+	// idle and total are the machine's idle and total CPU time, in
+	// clock ticks (/proc/stat; 0 where it cannot be read).
+	idle, total float64
 }
 
 func (b *bench) costs() costs {
@@ -200,7 +212,38 @@ func (b *bench) costs() costs {
 		fail("getrusage: %v", err)
 	}
 	c.clientS = tv(ru.Utime) + tv(ru.Stime)
+	c.idle, c.total = machineCPU()
 	return c
+}
+
+// machineCPU reads the idle and total CPU time of all cores, in clock
+// ticks, from /proc/stat; zeros where there is none.
+func machineCPU() (idle, total float64) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 5 || fields[0] != "cpu" {
+		return 0, 0
+	}
+	for i, f := range fields[1:] {
+		v, _ := strconv.ParseFloat(f, 64)
+		total += v
+		if i == 3 || i == 4 { // idle, iowait
+			idle += v
+		}
+	}
+	return idle, total
+}
+
+// idleShare is the share of the machine's CPU time left idle over c.
+func (c costs) idleShare() float64 {
+	if c.total <= 0 {
+		return 0
+	}
+	return c.idle / c.total
 }
 
 func tv(t syscall.Timeval) float64 {
@@ -213,5 +256,7 @@ func (c costs) since(before costs) costs {
 		scriptUS: c.scriptUS - before.scriptUS,
 		serverS:  c.serverS - before.serverS,
 		clientS:  c.clientS - before.clientS,
+		idle:     c.idle - before.idle,
+		total:    c.total - before.total,
 	}
 }
