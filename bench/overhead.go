@@ -156,6 +156,17 @@ func (s tracedRedeq) Consume(workers int, handle func(ctx context.Context, id st
 // overheadRatio names the row of the overhead measurement's ratio.
 const overheadRatio = "drain with the integrations on / off"
 
+// overheadRows names the rows of the overhead measurement, for the table
+// that shows them.
+var overheadRows = []string{
+	"drain, integrations off",
+	"drain, OpenTelemetry and Prometheus on",
+	overheadRatio,
+	"drain with the integrations on, 1 trace in 10 sampled / off",
+	"client CPU per job (adds and drain), integrations off",
+	"client CPU per job (adds and drain), integrations on",
+}
+
 // sampledRatio is the share of traces the "sampled" mode records.
 const sampledRatio = 0.1
 
@@ -237,16 +248,16 @@ func (b *bench) overhead() {
 	rate := func(r overheadRound) map[string]float64 { return r.Rate }
 	client := func(r overheadRound) map[string]float64 { return r.ClientUS }
 	b.res.Rows = append(b.res.Rows,
-		row{Name: "drain, integrations off", Unit: "jobs/s", Redeq: pick("off", rate), Better: "higher", Solo: true, Comment: "median of the rounds"},
-		row{Name: "drain, OpenTelemetry and Prometheus on", Unit: "jobs/s", Redeq: pick("on", rate), Better: "higher", Solo: true, Comment: "median of the rounds"},
+		row{Name: overheadRows[0], Unit: "jobs/s", Redeq: pick("off", rate), Better: "higher", Solo: true, Comment: "median of the rounds"},
+		row{Name: overheadRows[1], Unit: "jobs/s", Redeq: pick("on", rate), Better: "higher", Solo: true, Comment: "median of the rounds"},
 		row{Name: overheadRatio, Unit: "ratio", Redeq: median(ratios), Better: "higher", Solo: true,
 			Comment: "every span recorded; median of the rounds' ratios: " + strings.Join(rs, ", ")},
-		row{Name: "drain with the integrations on, 1 trace in 10 sampled / off", Unit: "ratio", Redeq: median(sampled), Better: "higher", Solo: true,
+		row{Name: overheadRows[3], Unit: "ratio", Redeq: median(sampled), Better: "higher", Solo: true,
 			Comment: "ParentBased(TraceIDRatioBased(0.1)); median of the rounds' ratios: " + strings.Join(ss, ", ")},
-		row{Name: "client CPU per job (adds and drain), integrations off", Unit: "µs", Redeq: pick("off", client), Better: "lower", Solo: true, Comment: "median of the rounds"},
-		row{Name: "client CPU per job (adds and drain), integrations on", Unit: "µs", Redeq: pick("on", client), Better: "lower", Solo: true, Comment: "median of the rounds"},
+		row{Name: overheadRows[4], Unit: "µs", Redeq: pick("off", client), Better: "lower", Solo: true, Comment: "median of the rounds"},
+		row{Name: overheadRows[5], Unit: "µs", Redeq: pick("on", client), Better: "lower", Solo: true, Comment: "median of the rounds"},
 	)
-	for _, r := range b.res.Rows[len(b.res.Rows)-6:] {
+	for _, r := range b.res.Rows[len(b.res.Rows)-len(overheadRows):] {
 		fmt.Printf("  %-55s %10.2f %s\n", r.Name, r.Redeq, r.Unit)
 	}
 }

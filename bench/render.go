@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -226,7 +227,7 @@ func section(measurementOrRow row) string {
 	switch {
 	case measurementOrRow.Name == "lateness" || isLateness(measurementOrRow):
 		return "lateness"
-	case measurementOrRow.Name == "overhead" || strings.Contains(measurementOrRow.Name, "integrations"):
+	case measurementOrRow.Name == "overhead" || slices.Contains(overheadRows, measurementOrRow.Name):
 		return "overhead"
 	case measurementOrRow.Name == "idle" || measurementOrRow.Name == "burst" || measurementOrRow.Solo:
 		return "alone"
