@@ -243,7 +243,6 @@ func TestAddWakesTheMover(t *testing.T) {
 	}
 }
 
-
 // TestAddKeepsJobAsGiven: a job added (alone, in a batch, or by Put) reads
 // back as given: body, headers, retry settings and broadcast flag, with
 // bytes the envelope uses itself ("|", newlines, digits and colons).
