@@ -2,23 +2,17 @@ package redeqotel_test
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/redeq-go/redeq/config"
 	redeqotel "github.com/redeq-go/redeq/contrib/otel"
+	"github.com/redeq-go/redeq/internal/benchdrain"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -33,25 +27,16 @@ import (
 // span processor, as a production tracer provider does, whose exporter
 // drops them.
 func BenchmarkDrain(b *testing.B) {
-	addr := os.Getenv("REDIS_ADDR")
-	if addr == "" {
-		b.Skip("REDIS_ADDR not set: a drain on miniredis measures miniredis")
-	}
 	for _, mode := range []string{"off", "headers", "metrics", "spans", "otel", "otel-batch"} {
 		b.Run(mode, func(b *testing.B) {
-			rdb := redis.NewClient(&redis.Options{Addr: addr})
-			defer func() { _ = rdb.Close() }()
-			cfg := config.Default()
-			cfg.Prefix = fmt.Sprintf("otelbench%d", time.Now().UnixNano())
-			cfg.Workers = 16
-			c, err := redeq.New(rdb, cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
+			rdb, c := benchdrain.Client(b)
 			if mode != "off" && mode != "headers" {
-				spans := sdktrace.WithBatcher(discard{})
+				// WithBatcher starts its processor at once: make only the one used.
+				var spans sdktrace.TracerProviderOption
 				if mode == "otel" {
 					spans = sdktrace.WithSyncer(tracetest.NewInMemoryExporter())
+				} else {
+					spans = sdktrace.WithBatcher(discard{})
 				}
 				tp := sdktrace.NewTracerProvider(spans)
 				mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
@@ -67,7 +52,11 @@ func BenchmarkDrain(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			drain(b, rdb, c, mode != "off")
+			var headers map[string]string
+			if mode != "off" {
+				headers = map[string]string{"traceparent": traceparent}
+			}
+			benchdrain.Run(b, rdb, c, headers)
 		})
 	}
 }
@@ -81,49 +70,6 @@ type discard struct{}
 
 func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discard) Shutdown(context.Context) error                             { return nil }
-
-// drain runs c until it has handled b.N jobs, added first (each with a
-// trace context in its headers when traced). Beside the time per job it
-// reports the CPU time per job of this process (client-cpu-ns/op) and of
-// the Redis server (redis-cpu-ns/op): on a shared machine the time per job
-// varies several fold from run to run, the CPU time much less, and what an
-// integration adds shows in the client's.
-func drain(b *testing.B, rdb *redis.Client, c *redeq.Client, traced bool) {
-	ctx := context.Background()
-	var done atomic.Int64
-	if err := c.Register(redeq.ListenerFunc("drain", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-		ch.Ack()
-		done.Add(1)
-		return nil
-	})); err != nil {
-		b.Fatal(err)
-	}
-	jobs := make([]*redeq.Job, b.N)
-	for i := range jobs {
-		jobs[i] = &redeq.Job{Topic: "drain", ID: fmt.Sprint(i)}
-		if traced {
-			jobs[i].Headers = map[string]string{"traceparent": traceparent}
-		}
-	}
-	if err := c.AddBatch(ctx, jobs); err != nil {
-		b.Fatal(err)
-	}
-	redis0 := redisCPU(b, rdb)
-	b.ResetTimer()
-	cpu0 := cpuTime()
-	if err := c.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	for done.Load() < int64(b.N) {
-		time.Sleep(time.Millisecond)
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "client-cpu-ns/op")
-	b.ReportMetric(float64(redisCPU(b, rdb)-redis0)/float64(b.N), "redis-cpu-ns/op")
-	if err := c.Shutdown(ctx); err != nil {
-		b.Fatal(err)
-	}
-}
 
 // BenchmarkDelivery is what the integration adds to one delivery, without
 // Redis: JobDelivered, the middleware's span around a no-op handler, and
@@ -148,24 +94,4 @@ func BenchmarkDelivery(b *testing.B) {
 		_ = h(ctx, job, nil)
 		in.JobDone(job, redeq.OutcomeAck, time.Millisecond, nil)
 	}
-}
-
-// redisCPU is the CPU time the server has used (INFO cpu).
-func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
-	info, err := rdb.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total time.Duration
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			total += time.Duration(f * float64(time.Second))
-		}
-	}
-	return total
 }

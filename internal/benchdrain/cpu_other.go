@@ -1,6 +1,6 @@
 //go:build !unix
 
-package redeqotel_test
+package benchdrain
 
 import "time"
 
