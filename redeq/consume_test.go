@@ -399,11 +399,7 @@ func TestAddsDoNotRereadTopics(t *testing.T) {
 			e := setup(t, be, cfg)
 			ctx := context.Background()
 			hook := &countSMembers{}
-			rdb := e.be.New(t)
-			rdb.AddHook(hook)
-			c, err := redeq.New(rdb, e.cfg)
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+			c := e.hooked(t, hook)
 			require.NoError(t, c.Start(ctx))
 			waitFor(t, 5*time.Second, "the mover's first read of the topic set", func() bool { return hook.n.Load() == 1 })
 			for i := range 500 {

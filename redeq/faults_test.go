@@ -178,11 +178,7 @@ func TestLostFetchReply(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hook := &loseFirstFetchReply{}
-		rdb := e.be.New(t)
-		rdb.AddHook(hook)
-		c, err := redeq.New(rdb, e.cfg)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+		c := e.hooked(t, hook)
 		for i := range 5 {
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint(i)}))
 		}

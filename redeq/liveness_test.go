@@ -158,11 +158,7 @@ func TestReaperWaitsAfterOutageEnds(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		out := newOutage()
-		ardb := e.be.New(t)
-		ardb.AddHook(out)
-		a, err := redeq.New(ardb, e.cfg)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+		a := e.hooked(t, out)
 		release := make(chan struct{})
 		l := blockingListener("t", release)
 		startWith(t, a, l)
@@ -212,11 +208,7 @@ func TestReaperPausedBeforeRecoverSparesConsumerThatCameBack(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
-		ardb := e.be.New(t)
-		ardb.AddHook(hb)
-		a, err := redeq.New(ardb, e.cfg)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+		a := e.hooked(t, hb)
 		release := make(chan struct{})
 		l := blockingListener("t", release)
 		startWith(t, a, l)
@@ -224,11 +216,7 @@ func TestReaperPausedBeforeRecoverSparesConsumerThatCameBack(t *testing.T) {
 		rec := newScriptHook(t, "consumer/recover.lua")
 		paused, resume := make(chan struct{}), make(chan struct{})
 		var once atomic.Bool
-		rrdb := e.be.New(t)
-		rrdb.AddHook(rec)
-		r, err := redeq.New(rrdb, e.cfg)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+		r := e.hooked(t, rec)
 
 		// The consumer falls silent; the reaper stalls at its first recover.
 		hb.set(func(context.Context, redis.Cmder, func() error) error { return errors.New("cut off") })
@@ -275,21 +263,13 @@ func TestLostAliveEntrySparesLiveConsumer(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
-		ardb := e.be.New(t)
-		ardb.AddHook(hb)
-		a, err := redeq.New(ardb, e.cfg)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+		a := e.hooked(t, hb)
 		release := make(chan struct{})
 		l := blockingListener("t", release)
 		startWith(t, a, l)
 
 		passes := &reaperPasses{sha: scriptSHA(t, "consumer/silent.lua")}
-		rrdb := e.be.New(t)
-		rrdb.AddHook(passes)
-		r, err := redeq.New(rrdb, e.cfg)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
+		r := e.hooked(t, passes)
 		require.NoError(t, r.Start(ctx)) // moves and reaps, consumes nothing
 
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))

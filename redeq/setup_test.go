@@ -61,3 +61,16 @@ func (e *env) another(t *testing.T, mod func(*config.Config)) *redeq.Client {
 	t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
 	return c
 }
+
+// hooked is another client with e's config whose connection runs hooks.
+func (e *env) hooked(t *testing.T, hooks ...redis.Hook) *redeq.Client {
+	t.Helper()
+	rdb := e.be.New(t)
+	for _, h := range hooks {
+		rdb.AddHook(h)
+	}
+	c, err := redeq.New(rdb, e.cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+	return c
+}
