@@ -2,8 +2,6 @@ package pool_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -208,39 +206,22 @@ func TestAddManyRunsAsOneByOne(t *testing.T) {
 // addScriptHook runs f around every command of add.lua, alone or in a
 // pipeline, on the client it is added to.
 type addScriptHook struct {
-	sha, src string
-	mu       sync.Mutex
-	f        func(ctx context.Context, cmds []redis.Cmder, next func() error) error
+	testutil.Script
+	mu sync.Mutex
+	f  func(ctx context.Context, cmds []redis.Cmder, next func() error) error
 }
 
 func newAddScriptHook(t *testing.T) *addScriptHook { return newLuaHook(t, "add.lua") }
 
 // newLuaHook runs its f around every command of the script in file.
 func newLuaHook(t *testing.T, file string) *addScriptHook {
-	src, err := os.ReadFile(file)
-	require.NoError(t, err)
-	sum := sha1.Sum(src)
-	return &addScriptHook{sha: hex.EncodeToString(sum[:]), src: string(src)}
+	return &addScriptHook{Script: testutil.LoadScript(t, file)}
 }
 
 func (h *addScriptHook) set(f func(ctx context.Context, cmds []redis.Cmder, next func() error) error) {
 	h.mu.Lock()
 	h.f = f
 	h.mu.Unlock()
-}
-
-func (h *addScriptHook) isAdd(cmd redis.Cmder) bool {
-	args := cmd.Args()
-	if len(args) < 2 {
-		return false
-	}
-	switch strings.ToLower(fmt.Sprint(args[0])) {
-	case "evalsha":
-		return fmt.Sprint(args[1]) == h.sha
-	case "eval":
-		return fmt.Sprint(args[1]) == h.src
-	}
-	return false
 }
 
 func (h *addScriptHook) around(ctx context.Context, cmds []redis.Cmder, next func() error) error {
@@ -251,7 +232,7 @@ func (h *addScriptHook) around(ctx context.Context, cmds []redis.Cmder, next fun
 		return next()
 	}
 	for _, cmd := range cmds {
-		if h.isAdd(cmd) {
+		if h.RunBy(cmd) {
 			return f(ctx, cmds, next)
 		}
 	}
@@ -865,7 +846,7 @@ func TestAddRerunBySlowServer(t *testing.T) {
 			h := newAddScriptHook(t)
 			h.set(func(ctx context.Context, cmds []redis.Cmder, next func() error) error {
 				for _, cmd := range cmds {
-					if h.isAdd(cmd) {
+					if h.RunBy(cmd) {
 						sent.Add(1)
 					}
 				}

@@ -2,34 +2,26 @@ package redeq_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
-	"fmt"
-	"os"
-	"strings"
 	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/internal/testutil"
 )
 
 // scriptSHA is the SHA1 of one of the library's embedded scripts, as the
 // EVALSHA commands carry it. path is relative to the module root.
 func scriptSHA(t *testing.T, path string) string {
 	t.Helper()
-	src, err := os.ReadFile("../" + path)
-	require.NoError(t, err)
-	sum := sha1.Sum(src)
-	return hex.EncodeToString(sum[:])
+	return testutil.LoadScript(t, "../"+path).SHA
 }
 
 // scriptHook lets a test act on the runs of one script: it sees each
 // command that runs the script (EVALSHA with its SHA, or EVAL of it), alone
 // or in a pipeline, and decides what happens through around.
 type scriptHook struct {
-	sha string
-	src string
+	testutil.Script
 	// around runs the command: call next to send it (zero, one or more
 	// times) and return the error the client should see.
 	mu     sync.Mutex
@@ -37,9 +29,7 @@ type scriptHook struct {
 }
 
 func newScriptHook(t *testing.T, path string) *scriptHook {
-	src, err := os.ReadFile("../" + path)
-	require.NoError(t, err)
-	return &scriptHook{sha: scriptSHA(t, path), src: string(src)}
+	return &scriptHook{Script: testutil.LoadScript(t, "../"+path)}
 }
 
 // set installs f; nil lets every command through.
@@ -55,26 +45,12 @@ func (h *scriptHook) get() func(ctx context.Context, cmd redis.Cmder, next func(
 	return h.around
 }
 
-func (h *scriptHook) matches(cmd redis.Cmder) bool {
-	args := cmd.Args()
-	if len(args) < 2 {
-		return false
-	}
-	switch strings.ToLower(fmt.Sprint(args[0])) {
-	case "evalsha":
-		return fmt.Sprint(args[1]) == h.sha
-	case "eval":
-		return fmt.Sprint(args[1]) == h.src
-	}
-	return false
-}
-
 func (h *scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		f := h.get()
-		if f == nil || !h.matches(cmd) {
+		if f == nil || !h.RunBy(cmd) {
 			return next(ctx, cmd)
 		}
 		return f(ctx, cmd, func() error { return next(ctx, cmd) })
@@ -90,7 +66,7 @@ func (h *scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 			return next(ctx, cmds)
 		}
 		for _, cmd := range cmds {
-			if h.matches(cmd) {
+			if h.RunBy(cmd) {
 				err := f(ctx, cmd, func() error { return next(ctx, cmds) })
 				if err != nil {
 					// A pipeline that failed as a whole fails each command.

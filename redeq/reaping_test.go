@@ -231,7 +231,7 @@ func TestFetchLandingAfterShutdownRecovered(t *testing.T) {
 			<-release
 			// The server runs what was written; the client has stopped
 			// waiting for the reply.
-			args := append([]any{"eval", fetch.src}, cmd.Args()[2:]...)
+			args := append([]any{"eval", fetch.Src}, cmd.Args()[2:]...)
 			landed <- e.rdb.Do(context.Background(), args...).Err()
 			return context.Canceled
 		})
