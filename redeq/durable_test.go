@@ -108,6 +108,62 @@ func TestDurableAddOnPair(t *testing.T) {
 	require.NoError(t, plain.Add(ctx, &redeq.Job{Topic: "orders", ID: "6"}), "without the option nothing waits")
 }
 
+// TestDurableRerunWaitsForReplica: go-redis sends a pipeline again when
+// its reply is lost, on a new connection when the first one broke. The
+// rerun of an Add answers from the first run's op key and writes nothing;
+// the Add must still return nil only once the replica acknowledged the
+// job. Here the replica sleeps through both runs, so the answer is
+// ErrNotReplicated. (The server's WAIT on the new connection waits for
+// the master's whole replication offset, the first run's write included,
+// though that connection wrote nothing: this test keeps it so.)
+func TestDurableRerunWaitsForReplica(t *testing.T) {
+	pair := testutil.StartPair(t, "--enable-debug-command", "yes")
+	ctx := context.Background()
+	const name = "durable-rerun"
+	master := pair.Master.Client(&redis.Options{ClientName: name, ReadTimeout: 10 * time.Second})
+	admin := pair.Master.Client(nil)
+	h := newScriptHook(t, "pool/add.lua")
+	master.AddHook(h)
+	cfg := testutil.Config(t)
+	cfg.WaitReplicas, cfg.WaitTimeout = 1, 300*time.Millisecond
+	c, err := redeq.New(master, cfg)
+	require.NoError(t, err)
+	require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "orders", ID: "warm"}))
+
+	var killed int64
+	h.set(func(ctx context.Context, _ redis.Cmder, next func() error) error {
+		if err := next(); err != nil {
+			return err
+		}
+		// The reply is lost with the connection; go-redis sends the
+		// pipeline again on a new one.
+		list, err := admin.ClientList(ctx).Result()
+		if err != nil {
+			return err
+		}
+		for line := range strings.SplitSeq(list, "\n") {
+			if strings.Contains(line, " name="+name+" ") {
+				id, _ := strings.CutPrefix(strings.Fields(line)[0], "id=")
+				n, err := admin.Do(ctx, "CLIENT", "KILL", "ID", id).Int64()
+				if err != nil {
+					return err
+				}
+				killed += n
+			}
+		}
+		return next()
+	})
+	slept := asleep(t, pair.Replica, 3*time.Second)
+	err = c.Add(ctx, &redeq.Job{Topic: "orders", ID: "1"})
+	h.set(nil)
+	require.Positive(t, killed, "no connection of the client was found to break")
+	require.ErrorIs(t, err, redeq.ErrNotReplicated, "the rerun's WAIT confirmed a write the sleeping replica never acknowledged")
+	require.NoError(t, <-slept)
+	j, err := c.Get(ctx, "orders", "1")
+	require.NoError(t, err, "the master stored the job")
+	require.Equal(t, "1", j.ID)
+}
+
 // TestDurableSettleWaitsForReplica: an ack the replica does not
 // acknowledge is not taken as applied: the consumer settles it again, with
 // backoff, until the replica is back and has it; Shutdown then has nothing
