@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	rt "runtime/trace"
 	"sync"
 	"time"
 
@@ -73,6 +74,9 @@ type Options struct {
 type Instrumentation struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
+	// spanOnly: prop is the W3C trace context propagator, whose Extract
+	// adds nothing to a context but the remote span context.
+	spanOnly bool
 
 	added, processed, returned metric.Int64Counter
 	lateness, duration         metric.Float64Histogram
@@ -94,6 +98,7 @@ type liveShard struct {
 }
 
 type delivery struct {
+	topic    *topicAttrs // looked up once per delivery
 	lateness time.Duration
 	span     trace.Span // set by the middleware; nil without it
 	attrs    [jobAttrs]attribute.KeyValue
@@ -151,7 +156,8 @@ func New(opts Options) (*Instrumentation, error) {
 	if opts.Propagator == nil {
 		opts.Propagator = propagation.TraceContext{}
 	}
-	in := &Instrumentation{tracer: opts.TracerProvider.Tracer(ScopeName), prop: opts.Propagator}
+	_, spanOnly := opts.Propagator.(propagation.TraceContext)
+	in := &Instrumentation{tracer: opts.TracerProvider.Tracer(ScopeName), prop: opts.Propagator, spanOnly: spanOnly}
 	m := opts.MeterProvider.Meter(ScopeName)
 	var errs [5]error
 	in.added, errs[0] = m.Int64Counter("redeq.jobs.added", metric.WithUnit("{job}"),
@@ -245,18 +251,35 @@ func (in *Instrumentation) Extract(ctx context.Context, job *redeq.Job) context.
 func (in *Instrumentation) Middleware() redeq.Middleware {
 	return func(next redeq.Handler) redeq.Handler {
 		return func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-			t := in.topics.get(job.Topic)
 			d := in.load(job)
 			observed := d != nil
+			var t *topicAttrs
+			if observed {
+				t = d.topic
+			} else {
+				t = in.topics.get(job.Topic)
+			}
 			// The producer's context is the parent; a trace the handler's
 			// ctx already carries becomes a link, and not the parent.
+			// The handler's ctx is ctx with the span, and nothing else
+			// extracted from the headers.
 			var span trace.Span
+			var hctx context.Context
 			if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 				pctx := in.Extract(trace.ContextWithSpanContext(ctx, trace.SpanContext{}), job)
-				_, span = in.tracer.Start(pctx, t.consumerName, trace.WithLinks(trace.Link{SpanContext: sc}),
-					consumerKind, t.consumerStart)
+				opts := append([]trace.SpanStartOption{trace.WithLinks(trace.Link{SpanContext: sc})}, t.consumerStart...)
+				_, span = in.tracer.Start(pctx, t.consumerName, opts...)
+				hctx = trace.ContextWithSpan(ctx, span)
 			} else {
-				_, span = in.tracer.Start(in.Extract(ctx, job), t.consumerName, consumerKind, t.consumerStart)
+				hctx, span = in.tracer.Start(in.Extract(ctx, job), t.consumerName, t.consumerStart...)
+				// With the W3C propagator, the context Start returns is
+				// ctx, the producer's span context (which the span hides)
+				// and the span: the handler's, without another context to
+				// allocate. Not so with other propagators (baggage), nor
+				// under runtime/trace (the span's task).
+				if !in.spanOnly || rt.IsEnabled() {
+					hctx = trace.ContextWithSpan(ctx, span)
+				}
 			}
 			if observed {
 				d.span = span
@@ -267,7 +290,7 @@ func (in *Instrumentation) Middleware() redeq.Middleware {
 					span.End()
 				}()
 			}
-			err := next(trace.ContextWithSpan(ctx, span), job, ch)
+			err := next(hctx, job, ch)
 			if err != nil && !observed {
 				span.RecordError(err)
 				span.SetStatus(codes.Error, err.Error())
@@ -305,8 +328,9 @@ func (in *Instrumentation) JobAdded(topic string) {
 // JobDelivered implements redeq.Observer: it records the lateness, when
 // known, and keeps it for the consumer span.
 func (in *Instrumentation) JobDelivered(job *redeq.Job, lateness time.Duration) {
+	t := in.topics.get(job.Topic)
 	d := deliveries.Get().(*delivery)
-	d.lateness = lateness
+	d.topic, d.lateness = t, lateness
 	in.store(job, d)
 	if lateness < 0 {
 		return
@@ -315,17 +339,22 @@ func (in *Instrumentation) JobDelivered(job *redeq.Job, lateness time.Duration) 
 	if job.Attempt == 0 {
 		first = 1
 	}
-	in.lateness.Record(context.Background(), lateness.Seconds(), in.topics.get(job.Topic).lateness[first]...)
+	in.lateness.Record(context.Background(), lateness.Seconds(), t.lateness[first]...)
 }
 
 // JobDone implements redeq.Observer: it counts the outcome, records the
 // duration and ends the delivery's span.
 func (in *Instrumentation) JobDone(job *redeq.Job, o redeq.Outcome, took time.Duration, err error) {
 	ctx := context.Background()
-	t := in.topics.get(job.Topic)
+	d := in.take(job)
+	var t *topicAttrs
+	if d != nil {
+		t = d.topic
+	} else {
+		t = in.topics.get(job.Topic)
+	}
 	in.processed.Add(ctx, 1, t.processedOpts(job.Topic, o)...)
 	in.duration.Record(ctx, took.Seconds(), t.durationRec...)
-	d := in.take(job)
 	if d == nil {
 		return
 	}
