@@ -74,6 +74,8 @@ type Collector struct {
 
 	asynq *asynqMetrics // nil unless Options.AsynqNames
 
+	topics topicCache
+
 	mu      sync.Mutex // serializes scrape-time reads
 	readAt  time.Time
 	stats   map[string]redeq.Stats
@@ -144,25 +146,34 @@ func (x *Collector) JobDelivered(job *redeq.Job, lateness time.Duration) {
 	if lateness < 0 {
 		return
 	}
-	x.lateness.WithLabelValues(job.Topic, strconv.FormatBool(job.Attempt == 0)).Observe(lateness.Seconds())
+	first := 0
+	if job.Attempt == 0 {
+		first = 1
+	}
+	x.topics.get(job.Topic).lateness[first].get(func() prometheus.Observer {
+		return x.lateness.WithLabelValues(job.Topic, strconv.FormatBool(first == 1))
+	}).Observe(lateness.Seconds())
 }
 
 // JobDone implements redeq.Observer.
 func (x *Collector) JobDone(job *redeq.Job, o redeq.Outcome, took time.Duration, err error) {
 	x.processed.WithLabelValues(job.Topic, string(o)).Inc()
-	x.duration.WithLabelValues(job.Topic).Observe(took.Seconds())
+	ts := x.topics.get(job.Topic)
+	ts.duration.get(func() prometheus.Observer { return x.duration.WithLabelValues(job.Topic) }).Observe(took.Seconds())
 	if x.asynq != nil {
-		x.asynq.done(job.Topic, o)
+		x.asynq.done(ts, job.Topic, o)
 	}
 }
 
 // JobsReturned implements redeq.ReturnObserver.
 func (x *Collector) JobsReturned(topic string, n int, recovered bool) {
-	reason := "rollback"
+	i, reason := 0, "rollback"
 	if recovered {
-		reason = "recovered"
+		i, reason = 1, "recovered"
 	}
-	x.returned.WithLabelValues(topic, reason).Add(float64(n))
+	x.topics.get(topic).returned[i].get(func() prometheus.Counter {
+		return x.returned.WithLabelValues(topic, reason)
+	}).Add(float64(n))
 }
 
 // Describe implements prometheus.Collector.
