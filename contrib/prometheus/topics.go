@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redeq-go/redeq/redeq"
 )
 
 // maxCachedTopics bounds the per-topic cache of series; the series of
@@ -27,9 +29,11 @@ func (s *series[T]) get(resolve func() T) T {
 
 // topicSeries are the series of one topic the Observer methods record into.
 type topicSeries struct {
-	lateness [2]series[prometheus.Observer] // by first attempt: false, true
-	duration series[prometheus.Observer]
-	returned [2]series[prometheus.Counter] // by recovered: false, true
+	added     series[prometheus.Counter]
+	processed [len(outcomes)]series[prometheus.Counter] // by outcomeIndex
+	lateness  [2]series[prometheus.Observer]            // by first attempt: false, true
+	duration  series[prometheus.Observer]
+	returned  [2]series[prometheus.Counter] // by recovered: false, true
 	// asynq's, with Options.AsynqNames
 	asynqProcessed, asynqFailed series[prometheus.Counter]
 }
@@ -54,4 +58,19 @@ func (c *topicCache) get(topic string) *topicSeries {
 		c.n.Add(1)
 	}
 	return v.(*topicSeries)
+}
+
+// outcomes are the outcomes whose processed series a topic caches.
+var outcomes = [...]redeq.Outcome{redeq.OutcomeAck, redeq.OutcomeRejoin, redeq.OutcomeRetry,
+	redeq.OutcomeDead, redeq.OutcomeUnAck, redeq.OutcomeInterrupted}
+
+// outcomeIndex is the index of o in outcomes, or -1. A scan of six
+// short strings costs less than hashing o for a map.
+func outcomeIndex(o redeq.Outcome) int {
+	for i, x := range outcomes {
+		if o == x {
+			return i
+		}
+	}
+	return -1
 }
