@@ -2,6 +2,8 @@ package redeqotel_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,4 +86,44 @@ func TestDeliveryAllocations(t *testing.T) {
 		in.JobDone(job, redeq.OutcomeAck, time.Millisecond, nil)
 	})
 	require.LessOrEqual(t, allocs, 2.0)
+}
+
+// Deliveries running at once each end their own span: the records the
+// Observer and the middleware share are found by the job, whichever
+// worker runs it.
+func TestConcurrentDeliveriesKeepTheirRecords(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	in, err := redeqotel.New(redeqotel.Options{TracerProvider: tp, MeterProvider: metricnoop.NewMeterProvider()})
+	require.NoError(t, err)
+	const workers, each = 40, 50
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				job := &redeq.Job{Topic: "t", ID: fmt.Sprint(w, "-", i), Attempt: i % 3}
+				in.JobDelivered(job, time.Duration(i)*time.Millisecond)
+				_ = in.Middleware()(func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+					return nil
+				})(context.Background(), job, nil)
+				in.JobDone(job, redeq.OutcomeAck, time.Millisecond, nil)
+			}
+		})
+	}
+	wg.Wait()
+	ended := spans.GetSpans()
+	require.Equal(t, workers*each, len(ended), "spans ended")
+	seen := map[string]bool{}
+	for _, s := range ended {
+		id := attr(s, redeqotel.AttrMessageID).AsString()
+		require.False(t, seen[id], "one span per delivery: %s", id)
+		seen[id] = true
+		var w, i int
+		_, err := fmt.Sscanf(id, "%d-%d", &w, &i)
+		require.NoError(t, err)
+		require.Equal(t, int64(i%3), attr(s, redeqotel.AttrAttempt).AsInt64(), id)
+		require.Equal(t, int64(i), attr(s, redeqotel.AttrLatenessMS).AsInt64(), id)
+		require.Equal(t, "ack", attr(s, redeqotel.AttrOutcome).AsString(), id)
+	}
 }

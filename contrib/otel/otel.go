@@ -83,10 +83,11 @@ type Instrumentation struct {
 
 	topics topicCache
 
-	// live holds what is known of each running delivery, by the job
-	// pointer the Observer and the handler share; sharded, so that workers
-	// seldom wait for each other, and reused, so that a delivery costs no
-	// map entry allocation.
+	// live holds what is known of each running delivery, found by the
+	// job pointer the Observer and the handler share; sharded, so that
+	// workers seldom wait for each other. A shard holds about workers/16
+	// records: a scan of them costs less than a map's hashing, and a
+	// delivery allocates nothing.
 	live [liveShards]liveShard
 }
 
@@ -94,10 +95,11 @@ const liveShards = 16
 
 type liveShard struct {
 	mu sync.Mutex
-	m  map[*redeq.Job]*delivery
+	ds []*delivery
 }
 
 type delivery struct {
+	job      *redeq.Job
 	topic    *topicAttrs // looked up once per delivery
 	lateness time.Duration
 	span     trace.Span // set by the middleware; nil without it
@@ -112,33 +114,39 @@ func (in *Instrumentation) shard(job *redeq.Job) *liveShard {
 	return &in.live[maphash.Comparable(liveSeed, job)%liveShards]
 }
 
-func (in *Instrumentation) store(job *redeq.Job, d *delivery) {
-	s := in.shard(job)
+// store keeps d, the record of d.job's delivery.
+func (in *Instrumentation) store(d *delivery) {
+	s := in.shard(d.job)
 	s.mu.Lock()
-	if s.m == nil {
-		s.m = make(map[*redeq.Job]*delivery)
-	}
-	s.m[job] = d
+	s.ds = append(s.ds, d)
 	s.mu.Unlock()
 }
 
 func (in *Instrumentation) load(job *redeq.Job) *delivery {
 	s := in.shard(job)
 	s.mu.Lock()
-	d := s.m[job]
-	s.mu.Unlock()
-	return d
+	defer s.mu.Unlock()
+	for _, d := range s.ds {
+		if d.job == job {
+			return d
+		}
+	}
+	return nil
 }
 
 func (in *Instrumentation) take(job *redeq.Job) *delivery {
 	s := in.shard(job)
 	s.mu.Lock()
-	d, ok := s.m[job]
-	if ok {
-		delete(s.m, job)
+	defer s.mu.Unlock()
+	for i, d := range s.ds {
+		if d.job == job {
+			last := len(s.ds) - 1
+			s.ds[i], s.ds[last] = s.ds[last], nil
+			s.ds = s.ds[:last]
+			return d
+		}
 	}
-	s.mu.Unlock()
-	return d
+	return nil
 }
 
 var consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
@@ -330,8 +338,8 @@ func (in *Instrumentation) JobAdded(topic string) {
 func (in *Instrumentation) JobDelivered(job *redeq.Job, lateness time.Duration) {
 	t := in.topics.get(job.Topic)
 	d := deliveries.Get().(*delivery)
-	d.topic, d.lateness = t, lateness
-	in.store(job, d)
+	d.job, d.topic, d.lateness = job, t, lateness
+	in.store(d)
 	if lateness < 0 {
 		return
 	}
@@ -359,7 +367,7 @@ func (in *Instrumentation) JobDone(job *redeq.Job, o redeq.Outcome, took time.Du
 		return
 	}
 	span := d.span
-	if span != nil {
+	if span != nil && span.IsRecording() { // a span sampled out takes no attributes
 		attrs := jobAttributes(&d.attrs, job, d.lateness)
 		span.SetAttributes(append(attrs, AttrOutcome.String(string(o)))...)
 	}
