@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	rt "runtime/trace"
 	"sync"
 	"time"
 
@@ -73,16 +74,20 @@ type Options struct {
 type Instrumentation struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
+	// spanOnly: prop is the W3C trace context propagator, whose Extract
+	// adds nothing to a context but the remote span context.
+	spanOnly bool
 
 	added, processed, returned metric.Int64Counter
 	lateness, duration         metric.Float64Histogram
 
 	topics topicCache
 
-	// live holds what is known of each running delivery, by the job
-	// pointer the Observer and the handler share; sharded, so that workers
-	// seldom wait for each other, and reused, so that a delivery costs no
-	// map entry allocation.
+	// live holds what is known of each running delivery, found by the
+	// job pointer the Observer and the handler share; sharded, so that
+	// workers seldom wait for each other. A shard holds about workers/16
+	// records: a scan of them costs less than a map's hashing, and a
+	// delivery allocates nothing.
 	live [liveShards]liveShard
 }
 
@@ -90,10 +95,12 @@ const liveShards = 16
 
 type liveShard struct {
 	mu sync.Mutex
-	m  map[*redeq.Job]*delivery
+	ds []*delivery
 }
 
 type delivery struct {
+	job      *redeq.Job
+	topic    *topicAttrs // looked up once per delivery
 	lateness time.Duration
 	span     trace.Span // set by the middleware; nil without it
 	attrs    [jobAttrs]attribute.KeyValue
@@ -107,33 +114,39 @@ func (in *Instrumentation) shard(job *redeq.Job) *liveShard {
 	return &in.live[maphash.Comparable(liveSeed, job)%liveShards]
 }
 
-func (in *Instrumentation) store(job *redeq.Job, d *delivery) {
-	s := in.shard(job)
+// store keeps d, the record of d.job's delivery.
+func (in *Instrumentation) store(d *delivery) {
+	s := in.shard(d.job)
 	s.mu.Lock()
-	if s.m == nil {
-		s.m = make(map[*redeq.Job]*delivery)
-	}
-	s.m[job] = d
+	s.ds = append(s.ds, d)
 	s.mu.Unlock()
 }
 
 func (in *Instrumentation) load(job *redeq.Job) *delivery {
 	s := in.shard(job)
 	s.mu.Lock()
-	d := s.m[job]
-	s.mu.Unlock()
-	return d
+	defer s.mu.Unlock()
+	for _, d := range s.ds {
+		if d.job == job {
+			return d
+		}
+	}
+	return nil
 }
 
 func (in *Instrumentation) take(job *redeq.Job) *delivery {
 	s := in.shard(job)
 	s.mu.Lock()
-	d, ok := s.m[job]
-	if ok {
-		delete(s.m, job)
+	defer s.mu.Unlock()
+	for i, d := range s.ds {
+		if d.job == job {
+			last := len(s.ds) - 1
+			s.ds[i], s.ds[last] = s.ds[last], nil
+			s.ds = s.ds[:last]
+			return d
+		}
 	}
-	s.mu.Unlock()
-	return d
+	return nil
 }
 
 var consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
@@ -151,7 +164,8 @@ func New(opts Options) (*Instrumentation, error) {
 	if opts.Propagator == nil {
 		opts.Propagator = propagation.TraceContext{}
 	}
-	in := &Instrumentation{tracer: opts.TracerProvider.Tracer(ScopeName), prop: opts.Propagator}
+	_, spanOnly := opts.Propagator.(propagation.TraceContext)
+	in := &Instrumentation{tracer: opts.TracerProvider.Tracer(ScopeName), prop: opts.Propagator, spanOnly: spanOnly}
 	m := opts.MeterProvider.Meter(ScopeName)
 	var errs [5]error
 	in.added, errs[0] = m.Int64Counter("redeq.jobs.added", metric.WithUnit("{job}"),
@@ -245,18 +259,35 @@ func (in *Instrumentation) Extract(ctx context.Context, job *redeq.Job) context.
 func (in *Instrumentation) Middleware() redeq.Middleware {
 	return func(next redeq.Handler) redeq.Handler {
 		return func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-			t := in.topics.get(job.Topic)
 			d := in.load(job)
 			observed := d != nil
+			var t *topicAttrs
+			if observed {
+				t = d.topic
+			} else {
+				t = in.topics.get(job.Topic)
+			}
 			// The producer's context is the parent; a trace the handler's
 			// ctx already carries becomes a link, and not the parent.
+			// The handler's ctx is ctx with the span, and nothing else
+			// extracted from the headers.
 			var span trace.Span
+			var hctx context.Context
 			if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 				pctx := in.Extract(trace.ContextWithSpanContext(ctx, trace.SpanContext{}), job)
-				_, span = in.tracer.Start(pctx, t.consumerName, trace.WithLinks(trace.Link{SpanContext: sc}),
-					consumerKind, t.consumerStart)
+				opts := append([]trace.SpanStartOption{trace.WithLinks(trace.Link{SpanContext: sc})}, t.consumerStart...)
+				_, span = in.tracer.Start(pctx, t.consumerName, opts...)
+				hctx = trace.ContextWithSpan(ctx, span)
 			} else {
-				_, span = in.tracer.Start(in.Extract(ctx, job), t.consumerName, consumerKind, t.consumerStart)
+				hctx, span = in.tracer.Start(in.Extract(ctx, job), t.consumerName, t.consumerStart...)
+				// With the W3C propagator, the context Start returns is
+				// ctx, the producer's span context (which the span hides)
+				// and the span: the handler's, without another context to
+				// allocate. Not so with other propagators (baggage), nor
+				// under runtime/trace (the span's task).
+				if !in.spanOnly || rt.IsEnabled() {
+					hctx = trace.ContextWithSpan(ctx, span)
+				}
 			}
 			if observed {
 				d.span = span
@@ -267,7 +298,7 @@ func (in *Instrumentation) Middleware() redeq.Middleware {
 					span.End()
 				}()
 			}
-			err := next(trace.ContextWithSpan(ctx, span), job, ch)
+			err := next(hctx, job, ch)
 			if err != nil && !observed {
 				span.RecordError(err)
 				span.SetStatus(codes.Error, err.Error())
@@ -305,9 +336,10 @@ func (in *Instrumentation) JobAdded(topic string) {
 // JobDelivered implements redeq.Observer: it records the lateness, when
 // known, and keeps it for the consumer span.
 func (in *Instrumentation) JobDelivered(job *redeq.Job, lateness time.Duration) {
+	t := in.topics.get(job.Topic)
 	d := deliveries.Get().(*delivery)
-	d.lateness = lateness
-	in.store(job, d)
+	d.job, d.topic, d.lateness = job, t, lateness
+	in.store(d)
 	if lateness < 0 {
 		return
 	}
@@ -315,22 +347,27 @@ func (in *Instrumentation) JobDelivered(job *redeq.Job, lateness time.Duration) 
 	if job.Attempt == 0 {
 		first = 1
 	}
-	in.lateness.Record(context.Background(), lateness.Seconds(), in.topics.get(job.Topic).lateness[first]...)
+	in.lateness.Record(context.Background(), lateness.Seconds(), t.lateness[first]...)
 }
 
 // JobDone implements redeq.Observer: it counts the outcome, records the
 // duration and ends the delivery's span.
 func (in *Instrumentation) JobDone(job *redeq.Job, o redeq.Outcome, took time.Duration, err error) {
 	ctx := context.Background()
-	t := in.topics.get(job.Topic)
+	d := in.take(job)
+	var t *topicAttrs
+	if d != nil {
+		t = d.topic
+	} else {
+		t = in.topics.get(job.Topic)
+	}
 	in.processed.Add(ctx, 1, t.processedOpts(job.Topic, o)...)
 	in.duration.Record(ctx, took.Seconds(), t.durationRec...)
-	d := in.take(job)
 	if d == nil {
 		return
 	}
 	span := d.span
-	if span != nil {
+	if span != nil && span.IsRecording() { // a span sampled out takes no attributes
 		attrs := jobAttributes(&d.attrs, job, d.lateness)
 		span.SetAttributes(append(attrs, AttrOutcome.String(string(o)))...)
 	}

@@ -16,7 +16,7 @@ import (
 const maxCachedTopics = 1024
 
 // outcomes are the outcomes whose measurement options a topic caches.
-var outcomes = []redeq.Outcome{redeq.OutcomeAck, redeq.OutcomeRejoin, redeq.OutcomeRetry,
+var outcomes = [...]redeq.Outcome{redeq.OutcomeAck, redeq.OutcomeRejoin, redeq.OutcomeRetry,
 	redeq.OutcomeDead, redeq.OutcomeUnAck, redeq.OutcomeInterrupted}
 
 // topicAttrs is what every measurement and span of a topic shares, built
@@ -25,11 +25,11 @@ var outcomes = []redeq.Outcome{redeq.OutcomeAck, redeq.OutcomeRejoin, redeq.Outc
 type topicAttrs struct {
 	added         []metric.AddOption
 	durationRec   []metric.RecordOption
-	lateness      [2][]metric.RecordOption // by first attempt: false, true
-	returned      [2][]metric.AddOption    // by recovered: false, true
-	processed     map[redeq.Outcome][]metric.AddOption
+	lateness      [2][]metric.RecordOption          // by first attempt: false, true
+	returned      [2][]metric.AddOption             // by recovered: false, true
+	processed     [len(outcomes)][]metric.AddOption // by outcomeIndex
 	consumerName  string
-	consumerStart trace.SpanStartOption // the topic's constant attributes
+	consumerStart []trace.SpanStartOption // the kind and the topic's constant attributes
 }
 
 // topicCache maps a topic to its *topicAttrs.
@@ -72,21 +72,31 @@ func newTopicAttrs(topic string) *topicAttrs {
 			add(system, dest, AttrReason.String("rollback")),
 			add(system, dest, AttrReason.String("recovered")),
 		},
-		processed:    make(map[redeq.Outcome][]metric.AddOption, len(outcomes)),
 		consumerName: "process " + topic,
-		consumerStart: trace.WithAttributes(system, dest,
-			AttrOperationName.String("process"), AttrOperationType.String("process")),
+		consumerStart: []trace.SpanStartOption{consumerKind, trace.WithAttributes(system, dest,
+			AttrOperationName.String("process"), AttrOperationType.String("process"))},
 	}
-	for _, o := range outcomes {
-		t.processed[o] = add(system, dest, AttrOutcome.String(string(o)))
+	for i, o := range outcomes {
+		t.processed[i] = add(system, dest, AttrOutcome.String(string(o)))
 	}
 	return t
 }
 
 // processedOpts returns the options of redeq.jobs.processed for outcome o.
 func (t *topicAttrs) processedOpts(topic string, o redeq.Outcome) []metric.AddOption {
-	if opts, ok := t.processed[o]; ok {
-		return opts
+	if i := outcomeIndex(o); i >= 0 {
+		return t.processed[i]
 	}
 	return []metric.AddOption{metric.WithAttributes(system, AttrDestination.String(topic), AttrOutcome.String(string(o)))}
+}
+
+// outcomeIndex is the index of o in outcomes, or -1. A scan of six
+// short strings costs less than hashing o for a map.
+func outcomeIndex(o redeq.Outcome) int {
+	for i, x := range outcomes {
+		if o == x {
+			return i
+		}
+	}
+	return -1
 }

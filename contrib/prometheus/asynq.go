@@ -46,14 +46,14 @@ func newAsynqMetrics() *asynqMetrics {
 	}
 }
 
-func (a *asynqMetrics) done(topic string, o redeq.Outcome) {
+func (a *asynqMetrics) done(ts *topicSeries, topic string, o redeq.Outcome) {
 	switch o {
 	case redeq.OutcomeInterrupted: // canceled by Shutdown: asynq does not count it either
 		return
 	case redeq.OutcomeRetry, redeq.OutcomeDead:
-		a.failed.WithLabelValues(topic).Inc()
+		ts.asynqFailed.get(func() prometheus.Counter { return a.failed.WithLabelValues(topic) }).Inc()
 	}
-	a.processed.WithLabelValues(topic).Inc()
+	ts.asynqProcessed.get(func() prometheus.Counter { return a.processed.WithLabelValues(topic) }).Inc()
 }
 
 func (a *asynqMetrics) describe(ch chan<- *prometheus.Desc) {

@@ -74,6 +74,8 @@ type Collector struct {
 
 	asynq *asynqMetrics // nil unless Options.AsynqNames
 
+	topics topicCache
+
 	mu      sync.Mutex // serializes scrape-time reads
 	readAt  time.Time
 	stats   map[string]redeq.Stats
@@ -137,32 +139,48 @@ func Register(c *redeq.Client, reg prometheus.Registerer, opts Options) (*Collec
 }
 
 // JobAdded implements redeq.Observer.
-func (x *Collector) JobAdded(topic string) { x.added.WithLabelValues(topic).Inc() }
+func (x *Collector) JobAdded(topic string) {
+	x.topics.get(topic).added.get(func() prometheus.Counter { return x.added.WithLabelValues(topic) }).Inc()
+}
 
 // JobDelivered implements redeq.Observer; an unknown lateness is no sample.
 func (x *Collector) JobDelivered(job *redeq.Job, lateness time.Duration) {
 	if lateness < 0 {
 		return
 	}
-	x.lateness.WithLabelValues(job.Topic, strconv.FormatBool(job.Attempt == 0)).Observe(lateness.Seconds())
+	first := 0
+	if job.Attempt == 0 {
+		first = 1
+	}
+	x.topics.get(job.Topic).lateness[first].get(func() prometheus.Observer {
+		return x.lateness.WithLabelValues(job.Topic, strconv.FormatBool(first == 1))
+	}).Observe(lateness.Seconds())
 }
 
 // JobDone implements redeq.Observer.
 func (x *Collector) JobDone(job *redeq.Job, o redeq.Outcome, took time.Duration, err error) {
-	x.processed.WithLabelValues(job.Topic, string(o)).Inc()
-	x.duration.WithLabelValues(job.Topic).Observe(took.Seconds())
+	ts := x.topics.get(job.Topic)
+	processed := func() prometheus.Counter { return x.processed.WithLabelValues(job.Topic, string(o)) }
+	if i := outcomeIndex(o); i >= 0 {
+		ts.processed[i].get(processed).Inc()
+	} else {
+		processed().Inc()
+	}
+	ts.duration.get(func() prometheus.Observer { return x.duration.WithLabelValues(job.Topic) }).Observe(took.Seconds())
 	if x.asynq != nil {
-		x.asynq.done(job.Topic, o)
+		x.asynq.done(ts, job.Topic, o)
 	}
 }
 
 // JobsReturned implements redeq.ReturnObserver.
 func (x *Collector) JobsReturned(topic string, n int, recovered bool) {
-	reason := "rollback"
+	i, reason := 0, "rollback"
 	if recovered {
-		reason = "recovered"
+		i, reason = 1, "recovered"
 	}
-	x.returned.WithLabelValues(topic, reason).Add(float64(n))
+	x.topics.get(topic).returned[i].get(func() prometheus.Counter {
+		return x.returned.WithLabelValues(topic, reason)
+	}).Add(float64(n))
 }
 
 // Describe implements prometheus.Collector.
@@ -265,10 +283,13 @@ func (x *Collector) read() (map[string]redeq.Stats, map[string]time.Duration) {
 
 var _ redeq.ReturnObserver = (*Collector)(nil)
 
-// Added is redeq_jobs_added_total, for tests and custom views.
+// Added is redeq_jobs_added_total, for tests and custom views. The
+// Collector keeps counting into the series it has resolved: deleting them
+// (Reset, DeleteLabelValues) loses what it counts after.
 func (x *Collector) Added() *prometheus.CounterVec { return x.added }
 
-// Processed is redeq_jobs_processed_total.
+// Processed is redeq_jobs_processed_total; as with Added, deleting its
+// series loses what the Collector counts after.
 func (x *Collector) Processed() *prometheus.CounterVec { return x.processed }
 
 // StatsErrors is redeq_stats_errors_total.

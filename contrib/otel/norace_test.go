@@ -1,0 +1,5 @@
+//go:build !race
+
+package redeqotel_test
+
+const raceEnabled = false

@@ -1,0 +1,47 @@
+package redeqprom
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// A series is exported once something was recorded into it, as before
+// series were cached: one acked first attempt makes one series of each
+// histogram and of the processed counter, and none of the others.
+func TestSeriesAppearOnceRecorded(t *testing.T) {
+	col := New(nil, Options{AsynqNames: true})
+	job := &redeq.Job{Topic: "t", ID: "1"}
+	col.JobDelivered(job, time.Millisecond)
+	col.JobDone(job, redeq.OutcomeAck, time.Millisecond, nil)
+	require.Equal(t, 1, testutil.CollectAndCount(col.lateness))
+	require.Equal(t, 1, testutil.CollectAndCount(col.duration))
+	require.Equal(t, 1, testutil.CollectAndCount(col.processed))
+	require.Equal(t, 0, testutil.CollectAndCount(col.returned))
+	require.Equal(t, 1, testutil.CollectAndCount(col.asynq.processed))
+	require.Equal(t, 0, testutil.CollectAndCount(col.asynq.failed))
+}
+
+// A service that uses ever new topics does not grow the cache of series
+// past maxCachedTopics, and the topics beyond it are counted all the same.
+func TestSeriesCacheIsBounded(t *testing.T) {
+	col := New(nil, Options{})
+	for i := range maxCachedTopics + 10 {
+		job := &redeq.Job{Topic: fmt.Sprint("topic", i), ID: "1"}
+		for range 2 {
+			col.JobDelivered(job, time.Millisecond)
+			col.JobDone(job, redeq.OutcomeRetry, time.Millisecond, nil)
+		}
+		col.JobsReturned(job.Topic, 3, true)
+	}
+	require.EqualValues(t, maxCachedTopics, col.topics.n.Load())
+	last := fmt.Sprint("topic", maxCachedTopics+9)
+	require.Equal(t, 2.0, testutil.ToFloat64(col.processed.WithLabelValues(last, "retry")))
+	require.Equal(t, 3.0, testutil.ToFloat64(col.returned.WithLabelValues(last, "recovered")))
+	require.Equal(t, maxCachedTopics+10, testutil.CollectAndCount(col.duration))
+}
