@@ -21,6 +21,9 @@ type enqueueRound struct {
 	// (INFO commandstats, cmdstat_evalsha usec / jobs): a run of redeq's
 	// script may add many jobs.
 	ScriptUS map[string]float64 `json:"script_us"`
+	// JobsPerCall is the jobs per EVALSHA call (INFO commandstats,
+	// cmdstat_evalsha calls): how many adds a run of the script carried.
+	JobsPerCall map[string]float64 `json:"jobs_per_call,omitempty"`
 	// ServerUS is the redis-server process's CPU per job, µs
 	// (INFO used_cpu_user + used_cpu_sys): the script plus its round trip.
 	ServerUS map[string]float64 `json:"server_us"`
@@ -69,7 +72,8 @@ func (b *bench) enqueue() {
 				slices.Reverse(order)
 			}
 			round := enqueueRound{Goroutines: g, Rate: map[string]float64{}, ScriptUS: map[string]float64{},
-				ServerUS: map[string]float64{}, ClientUS: map[string]float64{}, Idle: map[string]float64{}}
+				JobsPerCall: map[string]float64{}, ServerUS: map[string]float64{}, ClientUS: map[string]float64{},
+				Idle: map[string]float64{}}
 			for _, s := range order {
 				round.Order = append(round.Order, s.Name())
 				b.flush()
@@ -77,6 +81,9 @@ func (b *bench) enqueue() {
 				round.Rate[s.Name()] = b.enqueueRate(s, n, g, false, fmt.Sprintf("e%d", g))
 				c := b.costs().since(before)
 				round.ScriptUS[s.Name()] = c.scriptUS / float64(n)
+				if c.scriptCalls > 0 {
+					round.JobsPerCall[s.Name()] = float64(n) / c.scriptCalls
+				}
 				round.ServerUS[s.Name()] = c.serverS / float64(n) * 1e6
 				round.ClientUS[s.Name()] = c.clientS / float64(n) * 1e6
 				round.Idle[s.Name()] = c.idleShare()
@@ -104,6 +111,8 @@ func (b *bench) enqueue() {
 		medianCost(rounds, 16, func(r enqueueRound) map[string]float64 { return r.ServerUS }))
 	b.add("Redis time in the enqueue script per job, 16 goroutines", "µs", "lower", "INFO commandstats, cmdstat_evalsha usec over the jobs, median of the rounds",
 		medianCost(rounds, 16, func(r enqueueRound) map[string]float64 { return r.ScriptUS }))
+	b.add("jobs per enqueue script call, 16 goroutines", "jobs", "higher", "INFO commandstats, the jobs over cmdstat_evalsha calls, median of the rounds",
+		medianCost(rounds, 16, func(r enqueueRound) map[string]float64 { return r.JobsPerCall }))
 	b.add("Redis time in the enqueue script per job, 1 goroutine", "µs", "lower", "INFO commandstats, cmdstat_evalsha usec over the jobs, median of the rounds",
 		medianCost(rounds, 1, func(r enqueueRound) map[string]float64 { return r.ScriptUS }))
 	b.add("client CPU per enqueued job, 16 goroutines", "µs", "lower", "the bench process's user + sys time, median of the rounds",
@@ -119,8 +128,8 @@ func (b *bench) enqueue() {
 func (r enqueueRound) String() string {
 	var b strings.Builder
 	for _, name := range r.Order {
-		fmt.Fprintf(&b, "%s %7.0f/s (script %5.1f µs, server %5.1f µs, client %5.1f µs per job; CPU idle %2.0f%%)  ",
-			name, r.Rate[name], r.ScriptUS[name], r.ServerUS[name], r.ClientUS[name], 100*r.Idle[name])
+		fmt.Fprintf(&b, "%s %7.0f/s (script %5.1f µs, server %5.1f µs, client %5.1f µs per job; %4.1f jobs per script call; CPU idle %2.0f%%)  ",
+			name, r.Rate[name], r.ScriptUS[name], r.ServerUS[name], r.ClientUS[name], r.JobsPerCall[name], 100*r.Idle[name])
 	}
 	if r.Rate["asynq"] > 0 && r.Rate["redeq"] > 0 {
 		fmt.Fprintf(&b, "redeq/asynq %.2fx", r.ratio())
@@ -187,9 +196,10 @@ func ratios(rounds []enqueueRound, g int) string {
 
 // costs is a reading of what the server and this process have spent.
 type costs struct {
-	scriptUS float64 // time in EVALSHA, µs (cmdstat_evalsha usec)
-	serverS  float64 // redis-server CPU, s
-	clientS  float64 // this process's CPU, s
+	scriptUS    float64 // time in EVALSHA, µs (cmdstat_evalsha usec)
+	scriptCalls float64 // EVALSHA calls (cmdstat_evalsha calls)
+	serverS     float64 // redis-server CPU, s
+	clientS     float64 // this process's CPU, s
 	// idle and total are the machine's idle and total CPU time, in
 	// clock ticks (/proc/stat; 0 where it cannot be read).
 	idle, total float64
@@ -202,9 +212,10 @@ func (b *bench) costs() costs {
 	}
 	var c costs
 	if v, ok := strings.CutPrefix(field(s, "cmdstat_evalsha"), "calls="); ok {
-		_, rest, _ := strings.Cut(v, ",usec=")
+		calls, rest, _ := strings.Cut(v, ",usec=")
 		usec, _, _ := strings.Cut(rest, ",")
 		c.scriptUS, _ = strconv.ParseFloat(usec, 64)
+		c.scriptCalls, _ = strconv.ParseFloat(calls, 64)
 	}
 	c.serverS = b.serverCPU()
 	var ru syscall.Rusage
@@ -253,10 +264,11 @@ func tv(t syscall.Timeval) float64 {
 // since is the cost from before to c.
 func (c costs) since(before costs) costs {
 	return costs{
-		scriptUS: c.scriptUS - before.scriptUS,
-		serverS:  c.serverS - before.serverS,
-		clientS:  c.clientS - before.clientS,
-		idle:     c.idle - before.idle,
-		total:    c.total - before.total,
+		scriptUS:    c.scriptUS - before.scriptUS,
+		scriptCalls: c.scriptCalls - before.scriptCalls,
+		serverS:     c.serverS - before.serverS,
+		clientS:     c.clientS - before.clientS,
+		idle:        c.idle - before.idle,
+		total:       c.total - before.total,
 	}
 }

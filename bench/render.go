@@ -195,6 +195,7 @@ func (d docs) label(r row) string {
 		"Redis CPU per enqueued job, 16 goroutines":               "Redis CPU per enqueued job, 16 goroutines (`used_cpu_user` + `used_cpu_sys`)",
 		"Redis time in the enqueue script per job, 16 goroutines": "Redis time in the enqueue script per job, 16 goroutines (`commandstats` `usec` of `evalsha`)",
 		"Redis time in the enqueue script per job, 1 goroutine":   "Redis time in the enqueue script per job, 1 goroutine (`commandstats` `usec` of `evalsha`)",
+		"jobs per enqueue script call, 16 goroutines":             "jobs per enqueue script call, 16 goroutines (the jobs over `commandstats` `calls` of `evalsha`)",
 		"client CPU per enqueued job, 1 goroutine":                "client CPU per enqueued job, 1 goroutine (the bench process's user + sys time)",
 		"client CPU per enqueued job, 16 goroutines":              "client CPU per enqueued job, 16 goroutines (the bench process's user + sys time)",
 		"enqueue " + p + " / none":                                "enqueue with " + p + " / with none",
