@@ -532,3 +532,20 @@ func TestRejoinPanicAndTimeoutOnTheClient(t *testing.T) {
 		require.Equal(t, map[string]uint64{"true": 4, "false": 2}, lateness)
 	})
 }
+
+// The middleware without the Observer ends the span of a handler that
+// panics, marked failed, and lets the panic on to the client, which turns
+// it into the delivery's error.
+func TestMiddlewareAloneMarksAPanicFailed(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	in, err := redeqotel.New(redeqotel.Options{TracerProvider: tp, MeterProvider: metricnoop.NewMeterProvider()})
+	require.NoError(t, err)
+	h := in.Middleware()(func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error { panic("boom") })
+	require.PanicsWithValue(t, "boom", func() { _ = h(context.Background(), &redeq.Job{Topic: "t", ID: "1"}, nil) })
+	ended := spans.GetSpans()
+	require.Len(t, ended, 1)
+	require.Equal(t, codes.Error, ended[0].Status.Code)
+	require.Equal(t, "1", attr(ended[0], redeqotel.AttrMessageID).AsString())
+}

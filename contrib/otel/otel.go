@@ -289,16 +289,21 @@ func (in *Instrumentation) Middleware() redeq.Middleware {
 					hctx = trace.ContextWithSpan(ctx, span)
 				}
 			}
+			returned := false
 			if observed {
 				d.span = span
 			} else {
 				defer func() {
 					var kv [jobAttrs]attribute.KeyValue
 					span.SetAttributes(jobAttributes(&kv, job, -1)...)
+					if !returned { // the handler panicked; the client recovers it
+						span.SetStatus(codes.Error, "handler panicked")
+					}
 					span.End()
 				}()
 			}
 			err := next(hctx, job, ch)
+			returned = true
 			if err != nil && !observed {
 				span.RecordError(err)
 				span.SetStatus(codes.Error, err.Error())
