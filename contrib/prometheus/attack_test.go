@@ -1,8 +1,10 @@
 package redeqprom_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redeq-go/redeq/config"
 	redeqprom "github.com/redeq-go/redeq/contrib/prometheus"
 	"github.com/redeq-go/redeq/redeq"
 )
@@ -139,4 +142,70 @@ func TestConcurrentReportsOfManyTopicsCountExactly(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Equal(t, want, series(t, reg))
+}
+
+// A Shutdown that cancels a running handler counts one interrupted
+// delivery and one job rolled back, and asynq's names count neither; a
+// second client then runs the job, whose lateness is known again.
+func TestShutdownRollbackCountsOnce(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		cfg := config.Default()
+		cfg.Prefix = fmt.Sprintf("promrollback%d", time.Now().UnixNano())
+		cfg.ScanInterval = 100 * time.Millisecond
+		cfg.HeartbeatInterval = 100 * time.Millisecond
+		cfg.ShutdownTimeout = 100 * time.Millisecond
+		cfg.Logger = slog.New(slog.DiscardHandler)
+		reg := prometheus.NewPedanticRegistry()
+		var col *redeqprom.Collector
+		client := func(h redeq.Handler) *redeq.Client {
+			c, err := redeq.New(rdb, cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+			if col == nil {
+				col = redeqprom.New(c, redeqprom.Options{AsynqNames: true, Topics: []string{}})
+				require.NoError(t, reg.Register(col))
+			}
+			require.NoError(t, c.Observe(col))
+			require.NoError(t, c.Register(redeq.ListenerFunc("t", h)))
+			return c
+		}
+		took := make(chan struct{})
+		first := client(func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			close(took)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		require.NoError(t, first.Add(ctx, &redeq.Job{Topic: "t", ID: "j", Delay: 10 * time.Millisecond}))
+		require.NoError(t, first.Start(ctx))
+		select {
+		case <-took:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the job did not run")
+		}
+		require.Error(t, first.Shutdown(ctx), "the handler was canceled")
+
+		ran := make(chan struct{})
+		second := client(func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			ch.Ack()
+			close(ran)
+			return nil
+		})
+		require.NoError(t, second.Start(ctx))
+		select {
+		case <-ran:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the rolled back job did not run again")
+		}
+		require.NoError(t, second.Shutdown(ctx))
+		require.Equal(t, map[string]float64{
+			"redeq_jobs_added_total{topic=t}":                         1,
+			"redeq_jobs_processed_total{outcome=interrupted,topic=t}": 1,
+			"redeq_jobs_processed_total{outcome=ack,topic=t}":         1,
+			"redeq_jobs_returned_total{reason=rollback,topic=t}":      1,
+			"redeq_job_lateness_seconds{first_attempt=true,topic=t}":  2,
+			"redeq_job_duration_seconds{topic=t}":                     2,
+			redeqprom.AsynqTasksProcessed + "{queue=t}":               1,
+		}, series(t, reg))
+	})
 }
