@@ -549,3 +549,30 @@ func TestMiddlewareAloneMarksAPanicFailed(t *testing.T) {
 	require.Equal(t, codes.Error, ended[0].Status.Code)
 	require.Equal(t, "1", attr(ended[0], redeqotel.AttrMessageID).AsString())
 }
+
+// A job added again with the trace context of an earlier Add in its
+// headers (read back, or a Job reused) carries the new producer span's
+// context only: no tracestate of the old trace beside the new traceparent.
+func TestInjectReplacesAnEarlierTraceContext(t *testing.T) {
+	for name, prop := range map[string]propagation.TextMapPropagator{
+		"trace context": propagation.TraceContext{},
+		"with baggage":  propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			tp := sdktrace.NewTracerProvider()
+			defer func() { _ = tp.Shutdown(context.Background()) }()
+			in, err := redeqotel.New(redeqotel.Options{TracerProvider: tp, MeterProvider: metricnoop.NewMeterProvider(), Propagator: prop})
+			require.NoError(t, err)
+			job := &redeq.Job{Topic: "t", ID: "1", Headers: map[string]string{"tenant": "a",
+				"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "vendor=old"}}
+			ctx, span := in.StartProducer(context.Background(), job)
+			span.End()
+			require.Equal(t, "a", job.Headers["tenant"], "other headers stay")
+			got := trace.SpanContextFromContext(in.Extract(context.Background(), job))
+			require.Equal(t, span.SpanContext().TraceID(), got.TraceID())
+			require.Equal(t, trace.SpanContextFromContext(ctx).TraceState().String(), got.TraceState().String(), "%v", job.Headers)
+			_, hasState := job.Headers["tracestate"]
+			require.False(t, hasState, "%v", job.Headers)
+		})
+	}
+}

@@ -74,6 +74,7 @@ type Options struct {
 type Instrumentation struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
+	fields []string // prop.Fields(): the headers Inject owns
 	// spanOnly: prop is the W3C trace context propagator, whose Extract
 	// adds nothing to a context but the remote span context.
 	spanOnly bool
@@ -165,7 +166,8 @@ func New(opts Options) (*Instrumentation, error) {
 		opts.Propagator = propagation.TraceContext{}
 	}
 	_, spanOnly := opts.Propagator.(propagation.TraceContext)
-	in := &Instrumentation{tracer: opts.TracerProvider.Tracer(ScopeName), prop: opts.Propagator, spanOnly: spanOnly}
+	in := &Instrumentation{tracer: opts.TracerProvider.Tracer(ScopeName), prop: opts.Propagator,
+		fields: opts.Propagator.Fields(), spanOnly: spanOnly}
 	m := opts.MeterProvider.Meter(ScopeName)
 	var errs [5]error
 	in.added, errs[0] = m.Int64Counter("redeq.jobs.added", metric.WithUnit("{job}"),
@@ -230,10 +232,16 @@ func (in *Instrumentation) StartProducer(ctx context.Context, job *redeq.Job) (c
 	return ctx, span
 }
 
-// Inject writes the trace context of ctx into job.Headers.
+// Inject writes the trace context of ctx into job.Headers, in place of
+// any the headers held: a job added again (read back, or a Job reused)
+// keeps no part of an earlier trace context, such as its tracestate, which
+// the propagator writes only when ctx has one.
 func (in *Instrumentation) Inject(ctx context.Context, job *redeq.Job) {
 	if job.Headers == nil {
 		job.Headers = map[string]string{}
+	}
+	for _, k := range in.fields {
+		delete(job.Headers, k)
 	}
 	in.prop.Inject(ctx, propagation.MapCarrier(job.Headers))
 }
