@@ -576,3 +576,34 @@ func TestInjectReplacesAnEarlierTraceContext(t *testing.T) {
 		})
 	}
 }
+
+// Instrument on a client that has an Observer already fails and installs
+// nothing: its middleware would start a second span for every delivery.
+func TestFailedInstrumentInstallsNothing(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		f := setup(t, rdb)
+		spans := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+		defer func() { _ = tp.Shutdown(ctx) }()
+		_, err := redeqotel.Instrument(f.c, redeqotel.Options{TracerProvider: tp, MeterProvider: metricnoop.NewMeterProvider()})
+		require.Error(t, err, "an Observer is set already")
+
+		done := make(chan struct{})
+		require.NoError(t, f.c.Register(redeq.ListenerFunc("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			ch.Ack()
+			close(done)
+			return nil
+		})))
+		require.NoError(t, f.in.Add(ctx, f.c, &redeq.Job{Topic: "t", ID: "1"}))
+		require.NoError(t, f.c.Start(ctx))
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the job did not run")
+		}
+		require.NoError(t, f.c.Shutdown(ctx))
+		require.Empty(t, spans.GetSpans(), "no span from the failed Instrument")
+		require.Len(t, f.spans.GetSpans(), 2, "the producer and consumer spans of the first")
+	})
+}

@@ -195,10 +195,13 @@ func Instrument(c *redeq.Client, opts Options) (*Instrumentation, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.Use(in.Middleware()); err != nil {
+	// The Observer first: it is the one that can be refused (one is set
+	// already), and a middleware installed before that refusal would
+	// stay, starting a second span for every delivery.
+	if err := c.Observe(in); err != nil {
 		return nil, err
 	}
-	if err := c.Observe(in); err != nil {
+	if err := c.Use(in.Middleware()); err != nil {
 		return nil, err
 	}
 	return in, nil
