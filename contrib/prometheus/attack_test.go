@@ -209,3 +209,30 @@ func TestShutdownRollbackCountsOnce(t *testing.T) {
 		}, series(t, reg))
 	})
 }
+
+// A Register that fails sets nothing on either side: not the client's
+// Observer when the registry refuses the collector (a second client's in
+// the same registry), not the registry's collector when the client
+// refuses the Observer (one is set already).
+func TestFailedRegisterSetsNothing(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	reg := prometheus.NewPedanticRegistry()
+	_, err := redeqprom.Register(newClient(t, rdb), reg, redeqprom.Options{})
+	require.NoError(t, err)
+
+	second := newClient(t, rdb)
+	_, err = redeqprom.Register(second, reg, redeqprom.Options{})
+	require.Error(t, err, "the same names in one registry")
+	require.NoError(t, second.Observe(redeqprom.New(second, redeqprom.Options{})), "the client has no Observer yet")
+
+	third := newClient(t, rdb)
+	require.NoError(t, third.Observe(redeqprom.New(third, redeqprom.Options{})))
+	other := prometheus.NewPedanticRegistry()
+	_, err = redeqprom.Register(third, other, redeqprom.Options{})
+	require.Error(t, err, "an Observer is set already")
+	mfs, err := other.Gather()
+	require.NoError(t, err)
+	require.Empty(t, mfs, "nothing registered")
+}
