@@ -607,3 +607,13 @@ func TestFailedInstrumentInstallsNothing(t *testing.T) {
 		require.Len(t, f.spans.GetSpans(), 2, "the producer and consumer spans of the first")
 	})
 }
+
+// Add of a nil job returns the client's error for it, as Client.Add does,
+// and starts no span.
+func TestAddOfNilJobIsRefused(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		f := setup(t, rdb)
+		require.ErrorIs(t, f.in.Add(context.Background(), f.c, nil), redeq.ErrInvalidJob)
+		require.Empty(t, f.spans.GetSpans())
+	})
+}

@@ -210,6 +210,9 @@ func Instrument(c *redeq.Client, opts Options) (*Instrumentation, error) {
 // Add stores job with c.Add inside a producer span, whose trace context it
 // writes into job.Headers first. An Add that fails marks the span failed.
 func (in *Instrumentation) Add(ctx context.Context, c *redeq.Client, job *redeq.Job) error {
+	if job == nil {
+		return c.Add(ctx, job) // the client's error for it
+	}
 	ctx, span := in.StartProducer(ctx, job)
 	defer span.End()
 	err := c.Add(ctx, job)
