@@ -617,3 +617,40 @@ func TestAddOfNilJobIsRefused(t *testing.T) {
 		require.Empty(t, f.spans.GetSpans())
 	})
 }
+
+// On the client, with runtime/trace on: the handler's ctx keeps the
+// values of the ctx given to Start and carries its consumer span.
+func TestHandlerContextOnTheClientUnderRuntimeTrace(t *testing.T) {
+	require.NoError(t, rt.Start(io.Discard))
+	defer rt.Stop()
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		f := setup(t, rdb)
+		type seen struct {
+			value any
+			span  trace.SpanContext
+		}
+		got := make(chan seen, 1)
+		require.NoError(t, f.c.Register(redeq.ListenerFunc("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			ch.Ack()
+			got <- seen{ctx.Value(ctxKey{}), trace.SpanContextFromContext(ctx)}
+			return nil
+		})))
+		require.NoError(t, f.in.Add(context.Background(), f.c, &redeq.Job{Topic: "t", ID: "1"}))
+		require.NoError(t, f.c.Start(context.WithValue(context.Background(), ctxKey{}, "client")))
+		var s seen
+		select {
+		case s = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the job did not run")
+		}
+		require.NoError(t, f.c.Shutdown(context.Background()))
+		require.Equal(t, "client", s.value)
+		var consumer tracetest.SpanStub
+		for _, sp := range f.spans.GetSpans() {
+			if sp.SpanKind == trace.SpanKindConsumer {
+				consumer = sp
+			}
+		}
+		require.Equal(t, consumer.SpanContext, s.span)
+	})
+}
