@@ -74,6 +74,7 @@ type Options struct {
 type Instrumentation struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
+	fields []string // prop.Fields(): the headers Inject owns
 	// spanOnly: prop is the W3C trace context propagator, whose Extract
 	// adds nothing to a context but the remote span context.
 	spanOnly bool
@@ -165,7 +166,8 @@ func New(opts Options) (*Instrumentation, error) {
 		opts.Propagator = propagation.TraceContext{}
 	}
 	_, spanOnly := opts.Propagator.(propagation.TraceContext)
-	in := &Instrumentation{tracer: opts.TracerProvider.Tracer(ScopeName), prop: opts.Propagator, spanOnly: spanOnly}
+	in := &Instrumentation{tracer: opts.TracerProvider.Tracer(ScopeName), prop: opts.Propagator,
+		fields: opts.Propagator.Fields(), spanOnly: spanOnly}
 	m := opts.MeterProvider.Meter(ScopeName)
 	var errs [5]error
 	in.added, errs[0] = m.Int64Counter("redeq.jobs.added", metric.WithUnit("{job}"),
@@ -193,10 +195,13 @@ func Instrument(c *redeq.Client, opts Options) (*Instrumentation, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.Use(in.Middleware()); err != nil {
+	// The Observer first: it is the one that can be refused (one is set
+	// already), and a middleware installed before that refusal would
+	// stay, starting a second span for every delivery.
+	if err := c.Observe(in); err != nil {
 		return nil, err
 	}
-	if err := c.Observe(in); err != nil {
+	if err := c.Use(in.Middleware()); err != nil {
 		return nil, err
 	}
 	return in, nil
@@ -205,6 +210,9 @@ func Instrument(c *redeq.Client, opts Options) (*Instrumentation, error) {
 // Add stores job with c.Add inside a producer span, whose trace context it
 // writes into job.Headers first. An Add that fails marks the span failed.
 func (in *Instrumentation) Add(ctx context.Context, c *redeq.Client, job *redeq.Job) error {
+	if job == nil {
+		return c.Add(ctx, job) // the client's error for it
+	}
 	ctx, span := in.StartProducer(ctx, job)
 	defer span.End()
 	err := c.Add(ctx, job)
@@ -230,10 +238,16 @@ func (in *Instrumentation) StartProducer(ctx context.Context, job *redeq.Job) (c
 	return ctx, span
 }
 
-// Inject writes the trace context of ctx into job.Headers.
+// Inject writes the trace context of ctx into job.Headers, in place of
+// any the headers held: a job added again (read back, or a Job reused)
+// keeps no part of an earlier trace context, such as its tracestate, which
+// the propagator writes only when ctx has one.
 func (in *Instrumentation) Inject(ctx context.Context, job *redeq.Job) {
 	if job.Headers == nil {
 		job.Headers = map[string]string{}
+	}
+	for _, k := range in.fields {
+		delete(job.Headers, k)
 	}
 	in.prop.Inject(ctx, propagation.MapCarrier(job.Headers))
 }
@@ -289,16 +303,21 @@ func (in *Instrumentation) Middleware() redeq.Middleware {
 					hctx = trace.ContextWithSpan(ctx, span)
 				}
 			}
+			returned := false
 			if observed {
 				d.span = span
 			} else {
 				defer func() {
 					var kv [jobAttrs]attribute.KeyValue
 					span.SetAttributes(jobAttributes(&kv, job, -1)...)
+					if !returned { // the handler panicked; the client recovers it
+						span.SetStatus(codes.Error, "handler panicked")
+					}
 					span.End()
 				}()
 			}
 			err := next(hctx, job, ch)
+			returned = true
 			if err != nil && !observed {
 				span.RecordError(err)
 				span.SetStatus(codes.Error, err.Error())

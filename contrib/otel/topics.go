@@ -46,9 +46,15 @@ func (c *topicCache) get(topic string) *topicAttrs {
 	if c.n.Load() >= maxCachedTopics {
 		return t
 	}
+	// A slot is taken before the store, so that workers meeting new
+	// topics at once do not fill the cache past its bound between them.
+	if c.n.Add(1) > maxCachedTopics {
+		c.n.Add(-1)
+		return t
+	}
 	v, loaded := c.m.LoadOrStore(topic, t)
-	if !loaded {
-		c.n.Add(1)
+	if loaded {
+		c.n.Add(-1)
 	}
 	return v.(*topicAttrs)
 }

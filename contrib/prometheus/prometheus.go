@@ -126,13 +126,15 @@ func New(c *redeq.Client, opts Options) *Collector {
 	return x
 }
 
-// Register makes a Collector c's Observer and registers it with reg.
+// Register makes a Collector c's Observer and registers it with reg. When
+// either refuses it, it is neither: c can take another Observer.
 func Register(c *redeq.Client, reg prometheus.Registerer, opts Options) (*Collector, error) {
 	col := New(c, opts)
-	if err := c.Observe(col); err != nil {
+	if err := reg.Register(col); err != nil {
 		return nil, err
 	}
-	if err := reg.Register(col); err != nil {
+	if err := c.Observe(col); err != nil {
+		reg.Unregister(col)
 		return nil, err
 	}
 	return col, nil

@@ -53,9 +53,15 @@ func (c *topicCache) get(topic string) *topicSeries {
 	if c.n.Load() >= maxCachedTopics {
 		return new(topicSeries)
 	}
+	// A slot is taken before the store, so that workers meeting new
+	// topics at once do not fill the cache past its bound between them.
+	if c.n.Add(1) > maxCachedTopics {
+		c.n.Add(-1)
+		return new(topicSeries)
+	}
 	v, loaded := c.m.LoadOrStore(topic, new(topicSeries))
-	if !loaded {
-		c.n.Add(1)
+	if loaded {
+		c.n.Add(-1)
 	}
 	return v.(*topicSeries)
 }
