@@ -30,6 +30,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/redeq-go/redeq/internal/topiccache"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -82,7 +83,7 @@ type Instrumentation struct {
 	added, processed, returned metric.Int64Counter
 	lateness, duration         metric.Float64Histogram
 
-	topics topicCache
+	topics topiccache.Cache[*topicAttrs]
 
 	// live holds what is known of each running delivery, found by the
 	// job pointer the Observer and the handler share; sharded, so that
@@ -279,7 +280,7 @@ func (in *Instrumentation) Middleware() redeq.Middleware {
 			if observed {
 				t = d.topic
 			} else {
-				t = in.topics.get(job.Topic)
+				t = in.topics.Get(job.Topic, newTopicAttrs)
 			}
 			// The producer's context is the parent; a trace the handler's
 			// ctx already carries becomes a link, and not the parent.
@@ -349,13 +350,13 @@ func jobAttributes(kv *[jobAttrs]attribute.KeyValue, job *redeq.Job, lateness ti
 
 // JobAdded implements redeq.Observer.
 func (in *Instrumentation) JobAdded(topic string) {
-	in.added.Add(context.Background(), 1, in.topics.get(topic).added...)
+	in.added.Add(context.Background(), 1, in.topics.Get(topic, newTopicAttrs).added...)
 }
 
 // JobDelivered implements redeq.Observer: it records the lateness, when
 // known, and keeps it for the consumer span.
 func (in *Instrumentation) JobDelivered(job *redeq.Job, lateness time.Duration) {
-	t := in.topics.get(job.Topic)
+	t := in.topics.Get(job.Topic, newTopicAttrs)
 	d := deliveries.Get().(*delivery)
 	d.job, d.topic, d.lateness = job, t, lateness
 	in.store(d)
@@ -378,7 +379,7 @@ func (in *Instrumentation) JobDone(job *redeq.Job, o redeq.Outcome, took time.Du
 	if d != nil {
 		t = d.topic
 	} else {
-		t = in.topics.get(job.Topic)
+		t = in.topics.Get(job.Topic, newTopicAttrs)
 	}
 	in.processed.Add(ctx, 1, t.processedOpts(job.Topic, o)...)
 	in.duration.Record(ctx, took.Seconds(), t.durationRec...)
@@ -408,7 +409,7 @@ func (in *Instrumentation) JobsReturned(topic string, n int, recovered bool) {
 	if recovered {
 		i = 1
 	}
-	in.returned.Add(context.Background(), int64(n), in.topics.get(topic).returned[i]...)
+	in.returned.Add(context.Background(), int64(n), in.topics.Get(topic, newTopicAttrs).returned[i]...)
 }
 
 var _ redeq.ReturnObserver = (*Instrumentation)(nil)

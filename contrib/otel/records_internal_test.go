@@ -62,34 +62,3 @@ func TestNoRecordOutlivesItsDelivery(t *testing.T) {
 		require.Empty(t, in.live[i].ds, "shard %d", i)
 	}
 }
-
-// Workers that meet new topics at once, as the cache fills, do not take
-// it past maxCachedTopics between them.
-func TestTopicCacheStaysBoundedUnderRace(t *testing.T) {
-	warm := make([]*topicAttrs, maxCachedTopics-2)
-	for i := range warm {
-		warm[i] = newTopicAttrs(fmt.Sprint("warm", i))
-	}
-	for round := range 100 {
-		var c topicCache
-		for i, ta := range warm {
-			c.m.Store(fmt.Sprint("warm", i), ta)
-		}
-		c.n.Store(int64(len(warm)))
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for w := range 16 {
-			wg.Go(func() {
-				<-start
-				for i := range 4 {
-					c.get(fmt.Sprint(w, "-", i))
-				}
-			})
-		}
-		close(start)
-		wg.Wait()
-		n := 0
-		c.m.Range(func(any, any) bool { n++; return true })
-		require.LessOrEqual(t, n, maxCachedTopics, "round %d", round)
-	}
-}

@@ -1,19 +1,12 @@
 package redeqotel
 
 import (
-	"sync"
-	"sync/atomic"
-
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redeq-go/redeq/redeq"
 )
-
-// maxCachedTopics bounds the per-topic cache; the attributes of further
-// topics are built per call.
-const maxCachedTopics = 1024
 
 // outcomes are the outcomes whose measurement options a topic caches.
 var outcomes = [...]redeq.Outcome{redeq.OutcomeAck, redeq.OutcomeRejoin, redeq.OutcomeRetry,
@@ -30,33 +23,6 @@ type topicAttrs struct {
 	processed     [len(outcomes)][]metric.AddOption // by outcomeIndex
 	consumerName  string
 	consumerStart []trace.SpanStartOption // the kind and the topic's constant attributes
-}
-
-// topicCache maps a topic to its *topicAttrs.
-type topicCache struct {
-	m sync.Map
-	n atomic.Int64
-}
-
-func (c *topicCache) get(topic string) *topicAttrs {
-	if v, ok := c.m.Load(topic); ok {
-		return v.(*topicAttrs)
-	}
-	t := newTopicAttrs(topic)
-	if c.n.Load() >= maxCachedTopics {
-		return t
-	}
-	// A slot is taken before the store, so that workers meeting new
-	// topics at once do not fill the cache past its bound between them.
-	if c.n.Add(1) > maxCachedTopics {
-		c.n.Add(-1)
-		return t
-	}
-	v, loaded := c.m.LoadOrStore(topic, t)
-	if loaded {
-		c.n.Add(-1)
-	}
-	return v.(*topicAttrs)
 }
 
 func newTopicAttrs(topic string) *topicAttrs {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/redeq-go/redeq/internal/topiccache"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -74,7 +75,7 @@ type Collector struct {
 
 	asynq *asynqMetrics // nil unless Options.AsynqNames
 
-	topics topicCache
+	topics topiccache.Cache[*topicSeries]
 
 	mu      sync.Mutex // serializes scrape-time reads
 	readAt  time.Time
@@ -142,7 +143,7 @@ func Register(c *redeq.Client, reg prometheus.Registerer, opts Options) (*Collec
 
 // JobAdded implements redeq.Observer.
 func (x *Collector) JobAdded(topic string) {
-	x.topics.get(topic).added.get(func() prometheus.Counter { return x.added.WithLabelValues(topic) }).Inc()
+	x.topics.Get(topic, newTopicSeries).added.get(func() prometheus.Counter { return x.added.WithLabelValues(topic) }).Inc()
 }
 
 // JobDelivered implements redeq.Observer; an unknown lateness is no sample.
@@ -154,14 +155,14 @@ func (x *Collector) JobDelivered(job *redeq.Job, lateness time.Duration) {
 	if job.Attempt == 0 {
 		first = 1
 	}
-	x.topics.get(job.Topic).lateness[first].get(func() prometheus.Observer {
+	x.topics.Get(job.Topic, newTopicSeries).lateness[first].get(func() prometheus.Observer {
 		return x.lateness.WithLabelValues(job.Topic, strconv.FormatBool(first == 1))
 	}).Observe(lateness.Seconds())
 }
 
 // JobDone implements redeq.Observer.
 func (x *Collector) JobDone(job *redeq.Job, o redeq.Outcome, took time.Duration, err error) {
-	ts := x.topics.get(job.Topic)
+	ts := x.topics.Get(job.Topic, newTopicSeries)
 	processed := func() prometheus.Counter { return x.processed.WithLabelValues(job.Topic, string(o)) }
 	if i := outcomeIndex(o); i >= 0 {
 		ts.processed[i].get(processed).Inc()
@@ -180,7 +181,7 @@ func (x *Collector) JobsReturned(topic string, n int, recovered bool) {
 	if recovered {
 		i, reason = 1, "recovered"
 	}
-	x.topics.get(topic).returned[i].get(func() prometheus.Counter {
+	x.topics.Get(topic, newTopicSeries).returned[i].get(func() prometheus.Counter {
 		return x.returned.WithLabelValues(topic, reason)
 	}).Add(float64(n))
 }

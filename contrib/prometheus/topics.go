@@ -1,17 +1,12 @@
 package redeqprom
 
 import (
-	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/redeq-go/redeq/redeq"
 )
-
-// maxCachedTopics bounds the per-topic cache of series; the series of
-// further topics are looked up per call.
-const maxCachedTopics = 1024
 
 // series is one series of a vector, resolved on first use: WithLabelValues
 // hashes its labels on every call, and a series appears at a scrape only
@@ -38,33 +33,8 @@ type topicSeries struct {
 	asynqProcessed, asynqFailed series[prometheus.Counter]
 }
 
-// topicCache maps a topic to its *topicSeries.
-type topicCache struct {
-	m sync.Map
-	n atomic.Int64
-}
-
-// get returns the series of topic; once the cache is full, those of a
-// topic not in it are new, resolved again on each call.
-func (c *topicCache) get(topic string) *topicSeries {
-	if v, ok := c.m.Load(topic); ok {
-		return v.(*topicSeries)
-	}
-	if c.n.Load() >= maxCachedTopics {
-		return new(topicSeries)
-	}
-	// A slot is taken before the store, so that workers meeting new
-	// topics at once do not fill the cache past its bound between them.
-	if c.n.Add(1) > maxCachedTopics {
-		c.n.Add(-1)
-		return new(topicSeries)
-	}
-	v, loaded := c.m.LoadOrStore(topic, new(topicSeries))
-	if loaded {
-		c.n.Add(-1)
-	}
-	return v.(*topicSeries)
-}
+// newTopicSeries is a topic's series, none resolved yet.
+func newTopicSeries(string) *topicSeries { return new(topicSeries) }
 
 // outcomes are the outcomes whose processed series a topic caches.
 var outcomes = [...]redeq.Outcome{redeq.OutcomeAck, redeq.OutcomeRejoin, redeq.OutcomeRetry,

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redeq-go/redeq/internal/topiccache"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -28,10 +29,10 @@ func TestSeriesAppearOnceRecorded(t *testing.T) {
 }
 
 // A service that uses ever new topics does not grow the cache of series
-// past maxCachedTopics, and the topics beyond it are counted all the same.
+// past topiccache.Max, and the topics beyond it are counted all the same.
 func TestSeriesCacheIsBounded(t *testing.T) {
 	col := New(nil, Options{})
-	for i := range maxCachedTopics + 10 {
+	for i := range topiccache.Max + 10 {
 		job := &redeq.Job{Topic: fmt.Sprint("topic", i), ID: "1"}
 		for range 2 {
 			col.JobDelivered(job, time.Millisecond)
@@ -39,9 +40,9 @@ func TestSeriesCacheIsBounded(t *testing.T) {
 		}
 		col.JobsReturned(job.Topic, 3, true)
 	}
-	require.EqualValues(t, maxCachedTopics, col.topics.n.Load())
-	last := fmt.Sprint("topic", maxCachedTopics+9)
+	require.EqualValues(t, topiccache.Max, col.topics.Len())
+	last := fmt.Sprint("topic", topiccache.Max+9)
 	require.Equal(t, 2.0, testutil.ToFloat64(col.processed.WithLabelValues(last, "retry")))
 	require.Equal(t, 3.0, testutil.ToFloat64(col.returned.WithLabelValues(last, "recovered")))
-	require.Equal(t, maxCachedTopics+10, testutil.CollectAndCount(col.duration))
+	require.Equal(t, topiccache.Max+10, testutil.CollectAndCount(col.duration))
 }
