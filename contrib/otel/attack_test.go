@@ -288,12 +288,7 @@ func TestSameJobPointerDeliveredAgain(t *testing.T) {
 		})
 		in.JobDone(other, redeq.OutcomeAck, 0, nil)
 	}
-	var mine []tracetest.SpanStub
-	for _, s := range spans.GetSpans() {
-		if s.SpanKind == trace.SpanKindConsumer {
-			mine = append(mine, s)
-		}
-	}
+	mine := spansOf(spans, trace.SpanKindConsumer)
 	require.Len(t, mine, rounds, "one span per delivery of the job; none for other, which ran no middleware")
 	for i, s := range mine {
 		require.Equal(t, int64(i), attr(s, redeqotel.AttrAttempt).AsInt64())
@@ -414,13 +409,7 @@ func TestSampledOutDeliveriesStillCount(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			consumers := 0
-			for _, s := range spans.GetSpans() {
-				if s.SpanKind == trace.SpanKindConsumer {
-					consumers++
-				}
-			}
-			require.Equal(t, sampled, consumers)
+			require.Len(t, spansOf(spans, trace.SpanKindConsumer), sampled)
 			var rm metricdata.ResourceMetrics
 			require.NoError(t, reader.Collect(context.Background(), &rm))
 			var processed int64
@@ -481,19 +470,7 @@ func TestRejoinPanicAndTimeoutOnTheClient(t *testing.T) {
 			require.NoError(t, f.in.Add(ctx, f.c, &redeq.Job{Topic: "t", ID: id, Delay: 10 * time.Millisecond}))
 		}
 		require.NoError(t, f.c.Start(ctx))
-		consumers := func() []tracetest.SpanStub {
-			var out []tracetest.SpanStub
-			for _, s := range f.spans.GetSpans() {
-				if s.SpanKind == trace.SpanKindConsumer {
-					out = append(out, s)
-				}
-			}
-			return out
-		}
-		deadline := time.Now().Add(10 * time.Second)
-		for len(consumers()) < 6 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
+		awaitSpans(f.spans, trace.SpanKindConsumer, 6)
 		require.NoError(t, f.c.Shutdown(ctx))
 		producers := map[string]trace.SpanID{}
 		for _, s := range f.spans.GetSpans() {
@@ -502,7 +479,7 @@ func TestRejoinPanicAndTimeoutOnTheClient(t *testing.T) {
 			}
 		}
 		got := map[string][]string{}
-		for _, s := range consumers() {
+		for _, s := range spansOf(f.spans, trace.SpanKindConsumer) {
 			id := attr(s, redeqotel.AttrMessageID).AsString()
 			require.Equal(t, producers[id], s.Parent.SpanID(), id)
 			got[id] = append(got[id], fmt.Sprintf("%d:%s:%s", attr(s, redeqotel.AttrAttempt).AsInt64(),
@@ -645,12 +622,8 @@ func TestHandlerContextOnTheClientUnderRuntimeTrace(t *testing.T) {
 		}
 		require.NoError(t, f.c.Shutdown(context.Background()))
 		require.Equal(t, "client", s.value)
-		var consumer tracetest.SpanStub
-		for _, sp := range f.spans.GetSpans() {
-			if sp.SpanKind == trace.SpanKindConsumer {
-				consumer = sp
-			}
-		}
-		require.Equal(t, consumer.SpanContext, s.span)
+		consumers := spansOf(f.spans, trace.SpanKindConsumer)
+		require.NotEmpty(t, consumers)
+		require.Equal(t, consumers[len(consumers)-1].SpanContext, s.span)
 	})
 }

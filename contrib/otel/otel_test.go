@@ -76,6 +76,26 @@ func setup(t *testing.T, rdb redis.UniversalClient) *fixture {
 	return &fixture{c: c, in: in, spans: spans, reader: reader}
 }
 
+// spansOf returns the spans of kind exp holds, in the order they ended.
+func spansOf(exp *tracetest.InMemoryExporter, kind trace.SpanKind) []tracetest.SpanStub {
+	var out []tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.SpanKind == kind {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// awaitSpans waits up to 10 s for exp to hold n spans of kind; the
+// assertions that follow tell what is missing.
+func awaitSpans(exp *tracetest.InMemoryExporter, kind trace.SpanKind, n int) {
+	deadline := time.Now().Add(10 * time.Second)
+	for len(spansOf(exp, kind)) < n && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func attr(s tracetest.SpanStub, k attribute.Key) attribute.Value {
 	for _, a := range s.Attributes {
 		if a.Key == k {
@@ -122,19 +142,7 @@ func TestSpansAndMetricsOfAScriptedRun(t *testing.T) {
 		caller.End()
 		require.NoError(t, f.c.Start(ctx))
 
-		consumers := func() []tracetest.SpanStub {
-			var out []tracetest.SpanStub
-			for _, s := range f.spans.GetSpans() {
-				if s.SpanKind == trace.SpanKindConsumer {
-					out = append(out, s)
-				}
-			}
-			return out
-		}
-		deadline := time.Now().Add(10 * time.Second)
-		for len(consumers()) < 5 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
+		awaitSpans(f.spans, trace.SpanKindConsumer, 5)
 		require.NoError(t, f.c.Shutdown(ctx))
 		mu.Lock()
 		require.Zero(t, outside, "the handler runs in the consumer span")
@@ -150,7 +158,7 @@ func TestSpansAndMetricsOfAScriptedRun(t *testing.T) {
 		}
 		require.Len(t, producers, 3)
 		outcomes := map[string][]string{}
-		for _, s := range consumers() {
+		for _, s := range spansOf(f.spans, trace.SpanKindConsumer) {
 			id := attr(s, redeqotel.AttrMessageID).AsString()
 			p := producers[id]
 			require.Equal(t, p.SpanContext.SpanID(), s.Parent.SpanID(), "delivery of %s: child of its producer span", id)
