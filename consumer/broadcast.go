@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redeq-go/redeq/ack"
 	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/internal/env"
 	"github.com/redeq-go/redeq/internal/keys"
@@ -47,8 +48,9 @@ type notice struct {
 
 // bcastListener is one registered broadcast listener and its queue.
 type bcastListener struct {
-	bl    BroadcastListener
-	queue chan notice
+	bl      BroadcastListener
+	handler Handler // OnBroadcast inside the client's middleware
+	queue   chan notice
 }
 
 // broadcasts is the broadcast side of a Group.
@@ -126,6 +128,10 @@ func (g *Group) startBroadcasts(base context.Context) {
 	g.bc.stop = make(chan struct{})
 	for _, l := range g.bc.all {
 		l.queue = make(chan notice, broadcastQueue)
+		l.handler = chain(func(ctx context.Context, job *pool.Job, _ *ack.Channel) error {
+			l.bl.OnBroadcast(ctx, job)
+			return nil
+		}, nil, g.middleware)
 		g.bc.wg.Go(func() { g.broadcastLoop(l) })
 	}
 }
@@ -203,7 +209,7 @@ func (g *Group) broadcastLoop(l *bcastListener) {
 			default:
 			}
 			if job := g.readBroadcast(n); job != nil {
-				g.runBroadcast(l.bl, job)
+				g.runBroadcast(l.handler, job)
 			}
 		}
 	}
@@ -253,14 +259,33 @@ func (g *Group) readBroadcast(n notice) *pool.Job {
 	return nil
 }
 
-// runBroadcast runs one handler, turning a panic into a log line.
-func (g *Group) runBroadcast(bl BroadcastListener, job *pool.Job) {
+// runBroadcast runs one broadcast handler, inside the client's middleware,
+// turning a panic into an error, and tells the observer. The Channel the
+// middleware sees is the handler's own and nothing reads its answer: a
+// broadcast is never acked, retried or returned. An error is logged.
+func (g *Group) runBroadcast(h Handler, job *pool.Job) {
+	var start time.Time
+	if g.observer != nil {
+		start = g.env.Clock.Now()
+		g.observer.JobDelivered(job, -1) // the due time is not in the notice
+	}
+	err := g.callBroadcast(h, job)
+	if err != nil {
+		g.env.Logger.Warn("redeq: broadcast handler failed", "topic", job.Topic, "id", job.ID, "err", err)
+	}
+	if g.observer != nil {
+		g.observer.JobDone(job, OutcomeBroadcast, g.env.Clock.Now().Sub(start), err)
+	}
+}
+
+func (g *Group) callBroadcast(h Handler, job *pool.Job) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			g.env.Logger.Error("redeq: broadcast listener panicked", "topic", job.Topic, "id", job.ID, "panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("redeq: broadcast listener panicked: %v", p)
 		}
 	}()
-	bl.OnBroadcast(g.bc.ctx, job)
+	return h(g.bc.ctx, job, &ack.Channel{})
 }
 
 // closeBroadcasts stops taking notices and starting handlers; running

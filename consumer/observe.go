@@ -26,11 +26,16 @@ const (
 	// OutcomeInterrupted: the handler was canceled by Shutdown; the job
 	// returns to its bucket unspent.
 	OutcomeInterrupted Outcome = "interrupted"
+	// OutcomeBroadcast: a broadcast listener's handler ran (err tells
+	// whether it failed or panicked). A broadcast is never acked, retried
+	// or returned; every client listening runs it once.
+	OutcomeBroadcast Outcome = "broadcast"
 )
 
 // Observer hears what a client's consumers do, for metrics and tracing.
-// Its methods run on the workers' goroutines, in the order Delivered, then
-// Done, for one delivery; they must be fast and safe for concurrent use.
+// Its methods run on the workers' goroutines (a broadcast's on its
+// listener's), in the order Delivered, then Done, for one delivery; they
+// must be fast and safe for concurrent use.
 // An unset Observer costs nothing.
 type Observer interface {
 	// JobAdded: one job of topic was stored by Add, AddBatch or Put.
@@ -38,7 +43,8 @@ type Observer interface {
 	// JobDelivered: a handler is about to run job. lateness is how long
 	// after its due time it starts (the mover's wait, the ready list's
 	// queue, the fetch), or negative when unknown: the job reached the
-	// ready list by crash recovery or a lost fetch reply, not by the mover.
+	// ready list by crash recovery or a lost fetch reply, not by the
+	// mover, or it is a broadcast.
 	JobDelivered(job *pool.Job, lateness time.Duration)
 	// JobDone: the handler returned after took; outcome is what redeq does
 	// with the job, err the handler's error (a panic or timeout included).

@@ -20,7 +20,9 @@ type Middleware = func(Handler) Handler
 
 // Use adds client-wide middleware, before Start. It wraps every
 // listener's handler (typed listeners' too), outside the listener's own
-// middleware; the first given is the outermost.
+// middleware, and broadcast listeners' OnBroadcast, whose job has
+// Broadcast set and whose Channel nothing reads (a broadcast is never
+// acked or retried; an error is logged). The first given is the outermost.
 func (c *Client) Use(mw ...Middleware) error {
 	return c.beforeStart(func() error { return c.group.Use(mw...) })
 }

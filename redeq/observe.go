@@ -14,7 +14,7 @@ import (
 //
 // Lateness is the handler's start minus the job's due time: the mover's
 // wait, the ready list's queue and the fetch. It is unknown (negative) for
-// a job put back in the ready list by crash recovery. JobDone's job is the
+// a job put back in the ready list by crash recovery, and for broadcasts. JobDone's job is the
 // pointer JobDelivered and the handler received. The methods run on the
 // client's goroutines, once per event, and must be fast and safe for
 // concurrent use. An Observer that also implements ReturnObserver hears
@@ -40,6 +40,7 @@ const (
 	OutcomeDead        = consumer.OutcomeDead        // failed for the last time; to the dead set
 	OutcomeUnAck       = consumer.OutcomeUnAck       // neither acked nor rejoined; parked in un_ack
 	OutcomeInterrupted = consumer.OutcomeInterrupted // canceled by Shutdown; returns unspent
+	OutcomeBroadcast   = consumer.OutcomeBroadcast   // a broadcast handler ran; never acked or retried
 )
 
 // Observe sets the client's Observer, before Start and before the first

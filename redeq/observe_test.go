@@ -3,6 +3,7 @@ package redeq_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,7 @@ type recorder struct {
 	outcomes  map[redeq.Outcome]int
 	delivered map[*redeq.Job]bool
 	unmatched int // JobDone for a job JobDelivered never saw
+	errs      int // JobDone with an error
 	returned  int
 }
 
@@ -51,6 +53,9 @@ func (r *recorder) JobDone(job *redeq.Job, o redeq.Outcome, took time.Duration, 
 	}
 	delete(r.delivered, job)
 	r.outcomes[o]++
+	if err != nil {
+		r.errs++
+	}
 }
 
 func (r *recorder) JobsReturned(topic string, n int, recovered bool) {
@@ -171,3 +176,69 @@ func TestObserverSeesShutdownRollback(t *testing.T) {
 		require.Zero(t, j.Attempt, "unspent")
 	})
 }
+
+// A broadcast runs inside the client's middleware, which sees the job as a
+// broadcast, and the Observer hears of it on every client that ran it:
+// Delivered with unknown lateness, then Done with OutcomeBroadcast and the
+// handler's panic as the error. Nothing about it is acked or retried.
+func TestBroadcastIsObservedAndWrapped(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		type client struct {
+			rec     *recorder
+			mu      sync.Mutex
+			wrapped map[string]bool // id: the middleware saw it, Broadcast set
+		}
+		clients := make([]*client, 2)
+		for i := range clients {
+			c := e.c
+			if i > 0 {
+				c = e.another(t, nil)
+			}
+			cl := &client{rec: newRecorder(), wrapped: map[string]bool{}}
+			clients[i] = cl
+			require.NoError(t, c.Observe(cl.rec))
+			require.NoError(t, c.Use(func(next redeq.Handler) redeq.Handler {
+				return func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+					cl.mu.Lock()
+					cl.wrapped[job.ID] = job.Broadcast && ch != nil
+					cl.mu.Unlock()
+					return next(ctx, job, ch)
+				}
+			}))
+			require.NoError(t, c.RegisterBroadcast(broadcastFunc{topic: "bc", run: func(ctx context.Context, job *redeq.Job) {
+				if string(job.Body) == "panic" {
+					panic("broadcast boom")
+				}
+			}}))
+			require.NoError(t, c.Start(ctx))
+		}
+		require.NoError(t, e.c.AddBatch(ctx, []*redeq.Job{
+			{Topic: "bc", ID: "ok", Body: []byte("fine"), Broadcast: true},
+			{Topic: "bc", ID: "bad", Body: []byte("panic"), Broadcast: true},
+		}))
+		for i, cl := range clients {
+			waitFor(t, 10*time.Second, fmt.Sprintf("client %d observed both broadcasts", i), func() bool { return cl.rec.done() == 2 })
+		}
+		for i, cl := range clients {
+			cl.rec.mu.Lock()
+			require.Equal(t, map[redeq.Outcome]int{redeq.OutcomeBroadcast: 2}, cl.rec.outcomes, "client %d", i)
+			require.Zero(t, cl.rec.unmatched, "client %d: Done for a job Delivered did not see", i)
+			require.Equal(t, []time.Duration{-1, -1}, cl.rec.lateness, "client %d: a broadcast's due time is not known", i)
+			require.Equal(t, 1, cl.rec.errs, "client %d: the panic is the error of one", i)
+			cl.rec.mu.Unlock()
+			cl.mu.Lock()
+			require.Equal(t, map[string]bool{"ok": true, "bad": true}, cl.wrapped, "client %d: the middleware ran around both, as broadcasts", i)
+			cl.mu.Unlock()
+		}
+	})
+}
+
+// broadcastFunc is a BroadcastListener of one topic.
+type broadcastFunc struct {
+	topic string
+	run   func(ctx context.Context, job *redeq.Job)
+}
+
+func (b broadcastFunc) Topics() []string                                { return []string{b.topic} }
+func (b broadcastFunc) OnBroadcast(ctx context.Context, job *redeq.Job) { b.run(ctx, job) }

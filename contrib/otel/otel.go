@@ -174,7 +174,7 @@ func New(opts Options) (*Instrumentation, error) {
 	in.added, errs[0] = m.Int64Counter("redeq.jobs.added", metric.WithUnit("{job}"),
 		metric.WithDescription("Jobs stored by Add, AddBatch, AddTyped or a Put that added."))
 	in.processed, errs[1] = m.Int64Counter("redeq.jobs.processed", metric.WithUnit("{job}"),
-		metric.WithDescription("Deliveries by outcome: ack, rejoin, retry, dead, unack, interrupted."))
+		metric.WithDescription("Deliveries by outcome: ack, rejoin, retry, dead, unack, interrupted, broadcast."))
 	in.returned, errs[2] = m.Int64Counter("redeq.jobs.returned", metric.WithUnit("{job}"),
 		metric.WithDescription("In-flight jobs returned unspent: recovered from a silent consumer, or rolled back at shutdown."))
 	in.lateness, errs[3] = m.Float64Histogram("redeq.job.lateness", metric.WithUnit("s"),

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -232,4 +233,75 @@ func TestInjectWritesTraceparent(t *testing.T) {
 	require.Regexp(t, `^00-[0-9a-f]{32}-[0-9a-f]{16}-01$`, job.Headers["traceparent"])
 	got := trace.SpanContextFromContext(in.Extract(context.Background(), job))
 	require.Equal(t, trace.SpanContextFromContext(ctx).TraceID(), got.TraceID())
+}
+
+// broadcastFunc is a BroadcastListener of one topic.
+type broadcastFunc struct {
+	topic string
+	run   func(ctx context.Context, job *redeq.Job)
+}
+
+func (b broadcastFunc) Topics() []string                                { return []string{b.topic} }
+func (b broadcastFunc) OnBroadcast(ctx context.Context, job *redeq.Job) { b.run(ctx, job) }
+
+// A broadcast runs in a consumer span, a child of its producer span, with
+// the outcome "broadcast" (an error when its handler panicked), and counts
+// in redeq.jobs.processed under that outcome.
+func TestBroadcastSpans(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		f := setup(t, rdb)
+		var mu sync.Mutex
+		inSpan := map[string]trace.SpanID{} // id: the span the handler's ctx carries
+		require.NoError(t, f.c.RegisterBroadcast(broadcastFunc{topic: "bc", run: func(ctx context.Context, job *redeq.Job) {
+			mu.Lock()
+			inSpan[job.ID] = trace.SpanContextFromContext(ctx).SpanID()
+			mu.Unlock()
+			if job.ID == "bad" {
+				panic("boom")
+			}
+		}}))
+		require.NoError(t, f.c.Start(ctx))
+		for _, id := range []string{"ok", "bad"} {
+			require.NoError(t, f.in.Add(ctx, f.c, &redeq.Job{Topic: "bc", ID: id, Broadcast: true}))
+		}
+		awaitSpans(f.spans, trace.SpanKindConsumer, 2)
+		require.NoError(t, f.c.Shutdown(ctx))
+
+		producers := map[string]tracetest.SpanStub{}
+		for _, s := range spansOf(f.spans, trace.SpanKindProducer) {
+			producers[attr(s, redeqotel.AttrMessageID).AsString()] = s
+		}
+		consumers := spansOf(f.spans, trace.SpanKindConsumer)
+		require.Len(t, consumers, 2)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, s := range consumers {
+			id := attr(s, redeqotel.AttrMessageID).AsString()
+			require.Equal(t, producers[id].SpanContext.SpanID(), s.Parent.SpanID(), "broadcast %s: child of its producer span", id)
+			require.Equal(t, s.SpanContext.SpanID(), inSpan[id], "broadcast %s: the handler runs in its span", id)
+			require.Equal(t, "broadcast", attr(s, redeqotel.AttrOutcome).AsString())
+			require.Equal(t, attribute.INVALID, attr(s, redeqotel.AttrLatenessMS).Type(), "a broadcast's lateness is unknown")
+			if id == "bad" {
+				require.Equal(t, codes.Error, s.Status.Code, "the panic marks the span")
+			} else {
+				require.Equal(t, codes.Unset, s.Status.Code)
+			}
+		}
+
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, f.reader.Collect(ctx, &rm))
+		processed := map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if d, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "redeq.jobs.processed" {
+					for _, p := range d.DataPoints {
+						o, _ := p.Attributes.Value(redeqotel.AttrOutcome)
+						processed[o.AsString()] += p.Value
+					}
+				}
+			}
+		}
+		require.Equal(t, map[string]int64{"broadcast": 2}, processed)
+	})
 }

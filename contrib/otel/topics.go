@@ -10,7 +10,7 @@ import (
 
 // outcomes are the outcomes whose measurement options a topic caches.
 var outcomes = [...]redeq.Outcome{redeq.OutcomeAck, redeq.OutcomeRejoin, redeq.OutcomeRetry,
-	redeq.OutcomeDead, redeq.OutcomeUnAck, redeq.OutcomeInterrupted}
+	redeq.OutcomeDead, redeq.OutcomeUnAck, redeq.OutcomeInterrupted, redeq.OutcomeBroadcast}
 
 // topicAttrs is what every measurement and span of a topic shares, built
 // once: attribute sets (so that a measurement does not sort and hash its
@@ -62,7 +62,7 @@ func (t *topicAttrs) processedOpts(topic string, o redeq.Outcome) []metric.AddOp
 	return []metric.AddOption{metric.WithAttributes(system, AttrDestination.String(topic), AttrOutcome.String(string(o)))}
 }
 
-// outcomeIndex is the index of o in outcomes, or -1. A scan of six
+// outcomeIndex is the index of o in outcomes, or -1. A scan of seven
 // short strings costs less than hashing o for a map.
 func outcomeIndex(o redeq.Outcome) int {
 	for i, x := range outcomes {

@@ -35,7 +35,7 @@ func newAsynqMetrics() *asynqMetrics {
 			Name: AsynqTasksProcessed, Help: "Handler runs that ended (succeeded or failed), by this client; asynq's name for redeq_jobs_processed_total without interrupted runs.",
 		}, []string{"queue"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: AsynqTasksFailed, Help: "Handler runs that failed (retry or dead), by this client; asynq's name.",
+			Name: AsynqTasksFailed, Help: "Handler runs that failed (retry, dead, or a broadcast that failed), by this client; asynq's name.",
 		}, []string{"queue"}),
 		enqueuedDesc: prometheus.NewDesc(AsynqTasksEnqueued,
 			"Jobs of a topic by asynq state: active = in_flight, pending = ready, scheduled = scheduled (retries included), archived = dead. A gauge, as in asynq.",
@@ -46,11 +46,11 @@ func newAsynqMetrics() *asynqMetrics {
 	}
 }
 
-func (a *asynqMetrics) done(ts *topicSeries, topic string, o redeq.Outcome) {
-	switch o {
-	case redeq.OutcomeInterrupted: // canceled by Shutdown: asynq does not count it either
+func (a *asynqMetrics) done(ts *topicSeries, topic string, o redeq.Outcome, err error) {
+	switch {
+	case o == redeq.OutcomeInterrupted: // canceled by Shutdown: asynq does not count it either
 		return
-	case redeq.OutcomeRetry, redeq.OutcomeDead:
+	case o == redeq.OutcomeRetry, o == redeq.OutcomeDead, o == redeq.OutcomeBroadcast && err != nil:
 		ts.asynqFailed.get(func() prometheus.Counter { return a.failed.WithLabelValues(topic) }).Inc()
 	}
 	ts.asynqProcessed.get(func() prometheus.Counter { return a.processed.WithLabelValues(topic) }).Inc()

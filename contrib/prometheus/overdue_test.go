@@ -144,7 +144,7 @@ asynq_queue_paused_total{queue="w"} 0
 # HELP asynq_tasks_processed_total Handler runs that ended (succeeded or failed), by this client; asynq's name for redeq_jobs_processed_total without interrupted runs.
 # TYPE asynq_tasks_processed_total counter
 asynq_tasks_processed_total{queue="w"} 2
-# HELP asynq_tasks_failed_total Handler runs that failed (retry or dead), by this client; asynq's name.
+# HELP asynq_tasks_failed_total Handler runs that failed (retry, dead, or a broadcast that failed), by this client; asynq's name.
 # TYPE asynq_tasks_failed_total counter
 asynq_tasks_failed_total{queue="w"} 1
 `), redeqprom.AsynqTasksEnqueued, redeqprom.AsynqQueueSize, redeqprom.AsynqQueuePaused,

@@ -102,7 +102,7 @@ func New(c *redeq.Client, opts Options) *Collector {
 			Name: "redeq_jobs_added_total", Help: "Jobs stored by Add, AddBatch, AddTyped or a Put that added.",
 		}, []string{"topic"}),
 		processed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redeq_jobs_processed_total", Help: "Deliveries by outcome: ack, rejoin, retry, dead, unack, interrupted.",
+			Name: "redeq_jobs_processed_total", Help: "Deliveries by outcome: ack, rejoin, retry, dead, unack, interrupted, broadcast.",
 		}, []string{"topic", "outcome"}),
 		returned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redeq_jobs_returned_total", Help: "In-flight jobs returned unspent: recovered from a silent consumer, or rolled back at shutdown.",
@@ -171,7 +171,7 @@ func (x *Collector) JobDone(job *redeq.Job, o redeq.Outcome, took time.Duration,
 	}
 	ts.duration.get(func() prometheus.Observer { return x.duration.WithLabelValues(job.Topic) }).Observe(took.Seconds())
 	if x.asynq != nil {
-		x.asynq.done(ts, job.Topic, o)
+		x.asynq.done(ts, job.Topic, o, err)
 	}
 }
 

@@ -170,3 +170,52 @@ redeq_jobs{state="un_ack",topic="cached"} 0
 		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "redeq_jobs"), "read again within CacheFor")
 	})
 }
+
+// broadcastFunc is a BroadcastListener of one topic.
+type broadcastFunc struct {
+	topic string
+	run   func(ctx context.Context, job *redeq.Job)
+}
+
+func (b broadcastFunc) Topics() []string                                { return []string{b.topic} }
+func (b broadcastFunc) OnBroadcast(ctx context.Context, job *redeq.Job) { b.run(ctx, job) }
+
+// Broadcast runs count under outcome "broadcast", with a duration sample
+// and no lateness sample (their due time is unknown); under asynq's names
+// they are processed, and failed when the handler panicked.
+func TestBroadcastRunsCount(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		c := newClient(t, rdb)
+		reg := prometheus.NewPedanticRegistry()
+		col, err := redeqprom.Register(c, reg, redeqprom.Options{AsynqNames: true})
+		require.NoError(t, err)
+		require.NoError(t, c.RegisterBroadcast(broadcastFunc{topic: "bc", run: func(ctx context.Context, job *redeq.Job) {
+			if job.ID == "bad" {
+				panic("boom")
+			}
+		}}))
+		require.NoError(t, c.Start(ctx))
+		for _, id := range []string{"ok1", "ok2", "bad"} {
+			require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "bc", ID: id, Broadcast: true}))
+		}
+		broadcasts := func() float64 { return testutil.ToFloat64(col.Processed().WithLabelValues("bc", "broadcast")) }
+		deadline := time.Now().Add(10 * time.Second)
+		for broadcasts() < 3 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		require.NoError(t, c.Shutdown(ctx))
+
+		require.Equal(t, 3.0, broadcasts())
+		count, _ := histogram(t, reg, "redeq_job_duration_seconds", "topic", "bc")
+		require.Equal(t, uint64(3), count)
+		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP asynq_tasks_failed_total Handler runs that failed (retry, dead, or a broadcast that failed), by this client; asynq's name.
+# TYPE asynq_tasks_failed_total counter
+asynq_tasks_failed_total{queue="bc"} 1
+# HELP asynq_tasks_processed_total Handler runs that ended (succeeded or failed), by this client; asynq's name for redeq_jobs_processed_total without interrupted runs.
+# TYPE asynq_tasks_processed_total counter
+asynq_tasks_processed_total{queue="bc"} 3
+`), "asynq_tasks_failed_total", "asynq_tasks_processed_total", "redeq_job_lateness_seconds"))
+	})
+}

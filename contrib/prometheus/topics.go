@@ -38,9 +38,9 @@ func newTopicSeries(string) *topicSeries { return new(topicSeries) }
 
 // outcomes are the outcomes whose processed series a topic caches.
 var outcomes = [...]redeq.Outcome{redeq.OutcomeAck, redeq.OutcomeRejoin, redeq.OutcomeRetry,
-	redeq.OutcomeDead, redeq.OutcomeUnAck, redeq.OutcomeInterrupted}
+	redeq.OutcomeDead, redeq.OutcomeUnAck, redeq.OutcomeInterrupted, redeq.OutcomeBroadcast}
 
-// outcomeIndex is the index of o in outcomes, or -1. A scan of six
+// outcomeIndex is the index of o in outcomes, or -1. A scan of seven
 // short strings costs less than hashing o for a map.
 func outcomeIndex(o redeq.Outcome) int {
 	for i, x := range outcomes {
