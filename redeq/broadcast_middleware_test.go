@@ -3,12 +3,15 @@ package redeq_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -149,5 +152,69 @@ func TestBroadcastCanceledByShutdownIsDoneOnce(t *testing.T) {
 		require.Equal(t, map[redeq.Outcome]int{redeq.OutcomeBroadcast: 1}, rec.outcomes)
 		require.Empty(t, rec.delivered)
 		require.Zero(t, rec.unmatched)
+	})
+}
+
+// A broadcast handler that ignores its context outlives Shutdown; the
+// Observer hears of it once, when it returns.
+func TestStuckBroadcastIsDoneOnceWhenItReturns(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.another(t, func(c *config.Config) { c.ShutdownTimeout = 50 * time.Millisecond })
+		rec := newRecorder()
+		require.NoError(t, c.Observe(rec))
+		s := newStuckListener(t, "cache")
+		require.NoError(t, c.RegisterBroadcast(s))
+		require.NoError(t, c.Start(ctx))
+		require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "cache", ID: "stuck", Broadcast: true}))
+		<-s.entered
+		require.ErrorIs(t, c.Shutdown(ctx), context.DeadlineExceeded)
+		require.Zero(t, rec.done(), "the handler still runs")
+		s.unblock()
+		waitFor(t, 10*time.Second, "Done once the handler returned", func() bool { return rec.done() == 1 })
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		require.Equal(t, map[redeq.Outcome]int{redeq.OutcomeBroadcast: 1}, rec.outcomes)
+		require.Empty(t, rec.delivered)
+	})
+}
+
+// A panic in a broadcast's handler or in the middleware around it is
+// logged once, naming where it happened, and not again as a failure.
+func TestBroadcastPanicLoggedOnce(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		var logs syncBuffer
+		c := e.another(t, func(c *config.Config) {
+			c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		})
+		rec := newRecorder()
+		require.NoError(t, c.Observe(rec))
+		require.NoError(t, c.Use(func(next redeq.Handler) redeq.Handler {
+			return func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+				switch job.ID {
+				case "mw":
+					panic("middleware boom")
+				case "refuse":
+					return errors.New("middleware refused")
+				}
+				return next(ctx, job, ch)
+			}
+		}))
+		require.NoError(t, c.RegisterBroadcast(broadcastFunc{topic: "bc", run: func(ctx context.Context, job *redeq.Job) {
+			panic("handler boom")
+		}}))
+		require.NoError(t, c.Start(ctx))
+		require.NoError(t, c.AddBatch(ctx, []*redeq.Job{
+			{Topic: "bc", ID: "mw", Broadcast: true},
+			{Topic: "bc", ID: "handler", Broadcast: true},
+			{Topic: "bc", ID: "refuse", Broadcast: true},
+		}))
+		waitFor(t, 10*time.Second, "three runs observed", func() bool { return rec.done() == 3 })
+		out := logs.String()
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.Len(t, lines, 3, "one line per run: %s", out)
+		require.Equal(t, 2, strings.Count(out, "panicked"), out)
+		require.Equal(t, 1, strings.Count(out, "middleware refused"), out)
 	})
 }
