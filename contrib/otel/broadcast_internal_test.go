@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/codes"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -138,6 +140,142 @@ func TestSharedInstrumentationKeepsNoBroadcastRecord(t *testing.T) {
 		}
 		require.Equal(t, map[string]int{"ok/broadcast": 2, "bad/broadcast": 2, "garbage/broadcast": 2,
 			"long/broadcast": 2, "ok/ack": 1}, got)
+	}
+	t.Run("miniredis", func(t *testing.T) {
+		mr := miniredis.RunT(t)
+		run(t, func() redis.UniversalClient {
+			rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+			t.Cleanup(func() { _ = rdb.Close() })
+			return rdb
+		})
+	})
+	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
+		t.Run("redis", func(t *testing.T) {
+			run(t, func() redis.UniversalClient {
+				rdb := redis.NewClient(&redis.Options{Addr: addr})
+				t.Cleanup(func() { _ = rdb.Close() })
+				return rdb
+			})
+		})
+	}
+}
+
+type topicsListener struct {
+	topics []string
+	run    func(job *redeq.Job)
+}
+
+func (l topicsListener) Topics() []string                              { return l.topics }
+func (l topicsListener) OnBroadcast(_ context.Context, job *redeq.Job) { l.run(job) }
+
+// Many broadcasts of many topics, on listeners of several topics each, on
+// two clients sharing one Instrumentation, with normal jobs of the same
+// topics and ids running meanwhile: every run is counted once under its
+// topic and outcome, and no record is left.
+func TestConcurrentBroadcastsOfManyTopics(t *testing.T) {
+	const topics, listeners, jobs = 12, 4, 20
+	run := func(t *testing.T, newRDB func() redis.UniversalClient) {
+		ctx := context.Background()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracetest.NewInMemoryExporter()))
+		defer func() { _ = tp.Shutdown(ctx) }()
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		defer func() { _ = mp.Shutdown(ctx) }()
+		in, err := New(Options{TracerProvider: tp, MeterProvider: mp})
+		require.NoError(t, err)
+		prefix := fmt.Sprintf("otelmany%d", time.Now().UnixNano())
+		var mu sync.Mutex
+		ran := map[string]int{}
+		clients := make([]*redeq.Client, 2)
+		for i := range clients {
+			cfg := config.Default()
+			cfg.Prefix = prefix
+			cfg.ScanInterval = 50 * time.Millisecond
+			cfg.AutoAck = true
+			c, err := redeq.New(newRDB(), cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+			require.NoError(t, c.Observe(in))
+			require.NoError(t, c.Use(in.Middleware()))
+			for l := range listeners {
+				var ts []string
+				for k := l; k < topics; k += listeners {
+					ts = append(ts, fmt.Sprint("t", k))
+				}
+				require.NoError(t, c.RegisterBroadcast(topicsListener{topics: ts, run: func(job *redeq.Job) {
+					mu.Lock()
+					ran[job.Topic]++
+					mu.Unlock()
+					if job.ID == "j3" {
+						panic("boom")
+					}
+				}}))
+			}
+			for k := range topics {
+				require.NoError(t, c.Register(redeq.ListenerFunc(fmt.Sprint("t", k), func(context.Context, *redeq.Job, *redeq.Channel) error { return nil })))
+			}
+			require.NoError(t, c.Start(ctx))
+			clients[i] = c
+		}
+		var wg sync.WaitGroup
+		for k := range topics {
+			wg.Go(func() {
+				for j := range jobs {
+					job := &redeq.Job{Topic: fmt.Sprint("t", k), ID: fmt.Sprint("j", j), Broadcast: true}
+					if err := in.Add(ctx, clients[j%2], job); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		processed := func() map[string]int64 {
+			var rm metricdata.ResourceMetrics
+			require.NoError(t, reader.Collect(ctx, &rm))
+			out := map[string]int64{}
+			for _, sm := range rm.ScopeMetrics {
+				for _, m := range sm.Metrics {
+					if d, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "redeq.jobs.processed" {
+						for _, p := range d.DataPoints {
+							o, _ := p.Attributes.Value(AttrOutcome)
+							topic, _ := p.Attributes.Value(AttrDestination)
+							out[topic.AsString()+"/"+o.AsString()] += p.Value
+						}
+					}
+				}
+			}
+			return out
+		}
+		want := map[string]int64{}
+		for k := range topics {
+			want[fmt.Sprint("t", k, "/broadcast")] = 2 * jobs
+		}
+		require.Eventually(t, func() bool { return len(processed()) == topics && fmt.Sprint(processed()) == fmt.Sprint(want) },
+			20*time.Second, 10*time.Millisecond)
+		// Normal jobs with the ids of the broadcasts, now gone from their pools.
+		for k := range topics {
+			for j := range 3 {
+				require.NoError(t, in.Add(ctx, clients[j%2], &redeq.Job{Topic: fmt.Sprint("t", k), ID: fmt.Sprint("j", j)}))
+			}
+		}
+		for k := range topics {
+			want[fmt.Sprint("t", k, "/ack")] = 3
+		}
+		require.Eventually(t, func() bool { return fmt.Sprint(processed()) == fmt.Sprint(want) }, 20*time.Second, 10*time.Millisecond)
+		for _, c := range clients {
+			require.NoError(t, c.Shutdown(ctx))
+		}
+		require.Equal(t, fmt.Sprint(want), fmt.Sprint(processed()))
+		mu.Lock()
+		for k := range topics {
+			require.Equal(t, 2*jobs, ran[fmt.Sprint("t", k)])
+		}
+		mu.Unlock()
+		for i := range in.live {
+			in.live[i].mu.Lock()
+			require.Empty(t, in.live[i].ds, "shard %d", i)
+			in.live[i].mu.Unlock()
+		}
 	}
 	t.Run("miniredis", func(t *testing.T) {
 		mr := miniredis.RunT(t)
