@@ -262,7 +262,8 @@ func (g *Group) readBroadcast(n notice) *pool.Job {
 // runBroadcast runs one broadcast handler, inside the client's middleware,
 // turning a panic into an error, and tells the observer. The Channel the
 // middleware sees is the handler's own and nothing reads its answer: a
-// broadcast is never acked, retried or returned. An error is logged.
+// broadcast is never acked, retried or returned. A panic or an error is
+// logged, once.
 func (g *Group) runBroadcast(h Handler, job *pool.Job) {
 	var start time.Time
 	if g.observer != nil {
@@ -270,9 +271,6 @@ func (g *Group) runBroadcast(h Handler, job *pool.Job) {
 		g.observer.JobDelivered(job, -1) // the due time is not in the notice
 	}
 	err := g.callBroadcast(h, job)
-	if err != nil {
-		g.env.Logger.Warn("redeq: broadcast handler failed", "topic", job.Topic, "id", job.ID, "err", err)
-	}
 	if g.observer != nil {
 		g.observer.JobDone(job, OutcomeBroadcast, g.env.Clock.Now().Sub(start), err)
 	}
@@ -285,7 +283,11 @@ func (g *Group) callBroadcast(h Handler, job *pool.Job) (err error) {
 			err = fmt.Errorf("redeq: broadcast listener panicked: %v", p)
 		}
 	}()
-	return h(g.bc.ctx, job, &ack.Channel{})
+	// A returned error is logged here, a panic above: once each.
+	if err = h(g.bc.ctx, job, &ack.Channel{}); err != nil {
+		g.env.Logger.Warn("redeq: broadcast handler failed", "topic", job.Topic, "id", job.ID, "err", err)
+	}
+	return err
 }
 
 // closeBroadcasts stops taking notices and starting handlers; running
