@@ -2,7 +2,7 @@
 -- pool is full. Go sends one run for the concurrent Adds to a bucket (at
 -- most 64, see rdb.NewJoiningCommitter), so the reads every job needs
 -- (TIME, HLEN, the bucket's head) happen once per run, and the writes of
--- its jobs are one HSET and one ZADD.
+-- its jobs are one ZADD and one HSET.
 -- KEYS[1] -> pool HASH
 -- KEYS[2] -> bucket ZSET
 -- KEYS[3] -> op STRING of this run: its reply, kept for a rerun
@@ -38,44 +38,60 @@ local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local created = '1|' .. string.format('%d', math.floor(now_us / 1000))
 -- Now rounded up to the next ms, so that a job is never due early.
 local soon = math.ceil(now_us / 1000)
+local huge = math.huge
+local n = (#ARGV - 4) / 6
 -- Every due time first: an argument that is no number fails the run
--- before it wrote anything, not after the jobs before it.
--- A due time must be a finite number: ZADD refuses NaN, after the pool
--- entry would have been written.
-local dues = {}
-for i = 5, #ARGV, 6 do
-  local due
-  if ARGV[i + 5] ~= '' then due = tonumber(ARGV[i + 5]) else due = soon + tonumber(ARGV[i + 4]) end
-  if due == nil or due ~= due or due == math.huge or due == -math.huge then
+-- before it wrote anything, not after the jobs before it. A due time must
+-- be a finite number: ZADD refuses NaN. Each is kept as a number, for the
+-- reply and the head, and as the string ZADD and the op record take: the
+-- absolute due time as sent when it is plain digits, else formatted once.
+-- Interpreted Lua costs more here than the commands (a string.format or
+-- a table insertion per job counts), so the run does no per-job work
+-- twice.
+local dues, dstr, ids = {}, {}, {}
+for k = 1, n do
+  local i = k * 6 - 1
+  local due, s = nil, ARGV[i + 5]
+  if s ~= '' then
+    due = tonumber(s)
+    if not string.find(s, '^%-?%d+$') then s = nil end
+  else
+    due, s = soon + tonumber(ARGV[i + 4]), nil
+  end
+  if due == nil or due ~= due or due == huge or due == -huge then
     return redis.error_reply('add.lua: job ' .. ARGV[i] .. ': due time is no finite number')
   end
-  dues[#dues + 1] = due
+  dues[k], dstr[k], ids[k] = due, s or string.format('%d', due), ARGV[i]
 end
 local room = tonumber(ARGV[1]) - redis.call('HLEN', KEYS[1])
-local out, mine, added = {}, {}, false
-if #ARGV == 10 then
-  -- One job: HSETNX tells and writes in one command.
-  local id = ARGV[5]
+-- The bucket's head before this run: a job added at or before it becomes
+-- the first member and wakes the mover (a tie may wake it for nothing,
+-- harmlessly).
+local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+local first = head[2] and tonumber(head[2])
+local out, least = {}, nil
+if n == 1 then
+  -- One job: HSETNX tells and writes in one command; ZADD of a finite
+  -- due time in plain digits cannot fail after it.
+  local id = ids[1]
   if room <= 0 then
     if redis.call('HEXISTS', KEYS[1], id) == 1 then out[1] = -1 else out[1] = -2 end
   elseif redis.call('HSETNX', KEYS[1], id, created .. ARGV[7] .. ARGV[8]) == 0 then
     out[1] = -1
   else
-    redis.call('ZADD', KEYS[2], dues[1], ARGV[6])
-    mine[ARGV[6]] = true
-    added = true
-    out[1] = dues[1]
+    redis.call('ZADD', KEYS[2], dstr[1], ARGV[6])
+    least, out[1] = dues[1], dues[1]
   end
 else
   -- Many jobs: which ids exist, in one read; then the new jobs in one
-  -- HSET and one ZADD. A command called from a script costs more than
-  -- its work, so a run issues three commands, not two per job.
-  local ids = {}
-  for i = 5, #ARGV, 6 do ids[#ids + 1] = ARGV[i] end
+  -- ZADD and one HSET (ZADD first: it checks every score before it
+  -- writes, so a run it refused wrote nothing). A command called from a
+  -- script costs more than its work, so a run issues a fixed number of
+  -- commands, not two per job.
   local have = redis.call('HMGET', KEYS[1], unpack(ids))
-  local ours, fields, members = {}, {}, {}
-  for k = 1, #ids do
-    local i, id = 5 + (k - 1) * 6, ids[k]
+  local ours, fields, members, nf = {}, {}, {}, 0
+  for k = 1, n do
+    local i, id = k * 6 - 1, ids[k]
     if have[k] or ours[id] then
       out[k] = -1 -- stored already, or earlier in this run
     elseif room <= 0 then
@@ -83,33 +99,28 @@ else
     else
       room = room - 1
       ours[id] = true
-      fields[#fields + 1] = id
-      fields[#fields + 1] = created .. ARGV[i + 2] .. ARGV[i + 3]
-      members[#members + 1] = dues[k]
-      members[#members + 1] = ARGV[i + 1]
-      mine[ARGV[i + 1]] = true
+      nf = nf + 2
+      fields[nf - 1], fields[nf] = id, created .. ARGV[i + 2] .. ARGV[i + 3]
+      members[nf - 1], members[nf] = dstr[k], ARGV[i + 1]
+      if least == nil or dues[k] < least then least = dues[k] end
       out[k] = dues[k]
     end
   end
-  if #fields > 0 then
-    redis.call('HSET', KEYS[1], unpack(fields))
+  if nf > 0 then
     redis.call('ZADD', KEYS[2], unpack(members))
-    added = true
+    redis.call('HSET', KEYS[1], unpack(fields))
   end
-end
--- Wake the mover when a job added became the bucket's first member: only
--- the jobs of this run were added meanwhile, so one read of the head after
--- them tells. Reading the head costs O(1) and returns no score to format
--- and parse; a job tied with the earliest that sorts first wakes it too,
--- harmlessly.
-if added and mine[redis.call('ZRANGE', KEYS[2], 0, 0)[1]] then
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
 -- A run that added nothing wrote nothing, and a rerun of it is a run like
 -- any other.
-if added then
+if least ~= nil then
+  if first == nil or least <= first then
+    redis.call('PUBLISH', ARGV[2], ARGV[3])
+  end
   local reply = {}
-  for k, v in ipairs(out) do reply[k] = string.format('%d', v) end
+  for k = 1, n do
+    if out[k] == -1 or out[k] == -2 then reply[k] = out[k] == -1 and '-1' or '-2' else reply[k] = dstr[k] end
+  end
   redis.call('SET', KEYS[3], table.concat(reply, ','), 'PX', ARGV[4])
 end
 return out
