@@ -64,9 +64,11 @@ for k = 1, n do
   dues[k], dstr[k], ids[k] = due, s or string.format('%d', due), ARGV[i]
 end
 local room = tonumber(ARGV[1]) - redis.call('HLEN', KEYS[1])
--- The bucket's head before this run: a job added at or before it becomes
--- the first member and wakes the mover (a tie may wake it for nothing,
--- harmlessly).
+-- The bucket's head before this run: a job added before it is due
+-- earlier than the mover sleeps, and wakes it. A job due at the same time
+-- as the head does not: the mover wakes then anyway and moves all that is
+-- due, and a burst of jobs due at one time (a batch scheduled "at 9:00")
+-- publishes once, not once a job.
 local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 local first = head[2] and tonumber(head[2])
 local out, least = {}, nil
@@ -114,7 +116,7 @@ end
 -- A run that added nothing wrote nothing, and a rerun of it is a run like
 -- any other.
 if least ~= nil then
-  if first == nil or least <= first then
+  if first == nil or least < first then
     redis.call('PUBLISH', ARGV[2], ARGV[3])
   end
   local reply = {}
