@@ -141,23 +141,7 @@ func TestSharedInstrumentationKeepsNoBroadcastRecord(t *testing.T) {
 		require.Equal(t, map[string]int{"ok/broadcast": 2, "bad/broadcast": 2, "garbage/broadcast": 2,
 			"long/broadcast": 2, "ok/ack": 1}, got)
 	}
-	t.Run("miniredis", func(t *testing.T) {
-		mr := miniredis.RunT(t)
-		run(t, func() redis.UniversalClient {
-			rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-			t.Cleanup(func() { _ = rdb.Close() })
-			return rdb
-		})
-	})
-	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
-		t.Run("redis", func(t *testing.T) {
-			run(t, func() redis.UniversalClient {
-				rdb := redis.NewClient(&redis.Options{Addr: addr})
-				t.Cleanup(func() { _ = rdb.Close() })
-				return rdb
-			})
-		})
-	}
+	onBackends(t, run)
 }
 
 type topicsListener struct {
@@ -277,6 +261,12 @@ func TestConcurrentBroadcastsOfManyTopics(t *testing.T) {
 			in.live[i].mu.Unlock()
 		}
 	}
+	onBackends(t, run)
+}
+
+// onBackends runs run on miniredis, and on the server at REDIS_ADDR when
+// it is set; newClient gives a client closed when the test ends.
+func onBackends(t *testing.T, run func(t *testing.T, newClient func() redis.UniversalClient)) {
 	t.Run("miniredis", func(t *testing.T) {
 		mr := miniredis.RunT(t)
 		run(t, func() redis.UniversalClient {
