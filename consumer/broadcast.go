@@ -76,6 +76,13 @@ func (g *Group) RegisterBroadcast(bl BroadcastListener) error {
 	if bl == nil {
 		return fmt.Errorf("%w: nil broadcast listener", pool.ErrInvalidArgument)
 	}
+	// A listener built with bad arguments (redeq.BroadcastFunc of a nil
+	// function) says why.
+	if il, ok := bl.(interface{ Invalid() error }); ok {
+		if err := il.Invalid(); err != nil {
+			return err
+		}
+	}
 	if g.started.Load() {
 		return ErrStarted
 	}

@@ -196,6 +196,48 @@ func TestRegisterBroadcastRefusesDuplicates(t *testing.T) {
 	})
 }
 
+// TestBroadcastFunc: a function registered with BroadcastFunc runs once
+// for each broadcast job of its topics, with the job; a nil function and
+// the same listener twice are refused, naming the problem, and a refused
+// call registers nothing.
+func TestBroadcastFunc(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		var mu sync.Mutex
+		got := map[string]int{}
+		topics := []string{"cache", "prices"}
+		bl := redeq.BroadcastFunc(func(ctx context.Context, job *redeq.Job) {
+			mu.Lock()
+			defer mu.Unlock()
+			got[job.Topic+"/"+job.ID+"/"+string(job.Body)]++
+		}, topics...)
+		topics[0] = "changed" // the listener keeps its own copy
+		require.Equal(t, []string{"cache", "prices"}, bl.Topics())
+
+		err := e.c.RegisterBroadcast(redeq.BroadcastFunc(nil, "cache"))
+		require.ErrorIs(t, err, redeq.ErrInvalidArgument)
+		require.ErrorContains(t, err, "nil function")
+		require.NoError(t, e.c.RegisterBroadcast(bl))
+		err = e.c.RegisterBroadcast(bl)
+		require.ErrorIs(t, err, redeq.ErrInvalidArgument)
+		require.ErrorContains(t, err, "registered twice")
+
+		require.NoError(t, e.c.Start(ctx))
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "cache", ID: "a", Body: []byte("1"), Broadcast: true}))
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "prices", ID: "b", Body: []byte("2"), Broadcast: true}))
+		want := map[string]int{"cache/a/1": 1, "prices/b/2": 1}
+		waitFor(t, 5*time.Second, "both broadcasts ran", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(got) == len(want)
+		})
+		time.Sleep(200 * time.Millisecond) // a second run (the refused listeners) would show by now
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, want, got)
+	})
+}
+
 // TestBroadcastNoticeMustMatchItsJob: a client reads a broadcast's envelope
 // by the notice the mover published. A notice whose sequence or created
 // time does not match what the mover kept (a job re-added under the same

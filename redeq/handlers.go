@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redeq-go/redeq/consumer"
@@ -187,6 +188,33 @@ func listenerOrInvalid(topic string, build func(s *listenerSettings) Handler, op
 // neither (nil error) parks the job in un_ack unless AutoAck.
 func ListenerFunc(topic string, h Handler, opts ...ListenerOption) Listener {
 	return listenerOrInvalid(topic, func(*listenerSettings) Handler { return h }, opts)
+}
+
+// BroadcastFunc returns a broadcast listener of topics that runs fn for
+// every broadcast job of them, the function form of BroadcastListener as
+// ListenerFunc is of Listener. Each call returns a listener of its own:
+// registering one value twice is refused, two values of the same fn are
+// two listeners. RegisterBroadcast refuses a nil fn, as it refuses bad
+// topics, naming the problem.
+func BroadcastFunc(fn func(ctx context.Context, job *Job), topics ...string) BroadcastListener {
+	return &broadcastFunc{topics: slices.Clone(topics), fn: fn}
+}
+
+type broadcastFunc struct {
+	topics []string
+	fn     func(ctx context.Context, job *Job)
+}
+
+func (b *broadcastFunc) Topics() []string { return slices.Clone(b.topics) }
+
+func (b *broadcastFunc) OnBroadcast(ctx context.Context, job *Job) { b.fn(ctx, job) }
+
+// Invalid reports why the listener cannot be registered.
+func (b *broadcastFunc) Invalid() error {
+	if b.fn == nil {
+		return fmt.Errorf("%w: broadcast listener of %q: nil function", ErrInvalidArgument, b.topics)
+	}
+	return nil
 }
 
 // Typed returns a listener of topic that decodes each job's body into a T

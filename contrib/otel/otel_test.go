@@ -235,15 +235,6 @@ func TestInjectWritesTraceparent(t *testing.T) {
 	require.Equal(t, trace.SpanContextFromContext(ctx).TraceID(), got.TraceID())
 }
 
-// broadcastFunc is a BroadcastListener of one topic.
-type broadcastFunc struct {
-	topic string
-	run   func(ctx context.Context, job *redeq.Job)
-}
-
-func (b broadcastFunc) Topics() []string                                { return []string{b.topic} }
-func (b broadcastFunc) OnBroadcast(ctx context.Context, job *redeq.Job) { b.run(ctx, job) }
-
 // A broadcast runs in a consumer span, a child of its producer span, with
 // the outcome "broadcast" (an error when its handler panicked), and counts
 // in redeq.jobs.processed under that outcome.
@@ -253,14 +244,14 @@ func TestBroadcastSpans(t *testing.T) {
 		f := setup(t, rdb)
 		var mu sync.Mutex
 		inSpan := map[string]trace.SpanID{} // id: the span the handler's ctx carries
-		require.NoError(t, f.c.RegisterBroadcast(broadcastFunc{topic: "bc", run: func(ctx context.Context, job *redeq.Job) {
+		require.NoError(t, f.c.RegisterBroadcast(redeq.BroadcastFunc(func(ctx context.Context, job *redeq.Job) {
 			mu.Lock()
 			inSpan[job.ID] = trace.SpanContextFromContext(ctx).SpanID()
 			mu.Unlock()
 			if job.ID == "bad" {
 				panic("boom")
 			}
-		}}))
+		}, "bc")))
 		require.NoError(t, f.c.Start(ctx))
 		for _, id := range []string{"ok", "bad"} {
 			require.NoError(t, f.in.Add(ctx, f.c, &redeq.Job{Topic: "bc", ID: id, Broadcast: true}))

@@ -171,15 +171,6 @@ redeq_jobs{state="un_ack",topic="cached"} 0
 	})
 }
 
-// broadcastFunc is a BroadcastListener of one topic.
-type broadcastFunc struct {
-	topic string
-	run   func(ctx context.Context, job *redeq.Job)
-}
-
-func (b broadcastFunc) Topics() []string                                { return []string{b.topic} }
-func (b broadcastFunc) OnBroadcast(ctx context.Context, job *redeq.Job) { b.run(ctx, job) }
-
 // Broadcast runs count under outcome "broadcast", with a duration sample
 // and no lateness sample (their due time is unknown); under asynq's names
 // they are processed, and failed when the handler panicked.
@@ -190,11 +181,11 @@ func TestBroadcastRunsCount(t *testing.T) {
 		reg := prometheus.NewPedanticRegistry()
 		col, err := redeqprom.Register(c, reg, redeqprom.Options{AsynqNames: true})
 		require.NoError(t, err)
-		require.NoError(t, c.RegisterBroadcast(broadcastFunc{topic: "bc", run: func(ctx context.Context, job *redeq.Job) {
+		require.NoError(t, c.RegisterBroadcast(redeq.BroadcastFunc(func(ctx context.Context, job *redeq.Job) {
 			if job.ID == "bad" {
 				panic("boom")
 			}
-		}}))
+		}, "bc")))
 		require.NoError(t, c.Start(ctx))
 		for _, id := range []string{"ok1", "ok2", "bad"} {
 			require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "bc", ID: id, Broadcast: true}))
