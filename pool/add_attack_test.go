@@ -297,3 +297,32 @@ func TestAddJoinedWakes(t *testing.T) {
 		})
 	}
 }
+
+// TestAddManyLimitChangeKeepsOrder: AddMany given two jobs of one id for
+// one bucket, with another Limit between them (a topic's limit changed
+// while its jobs were being placed): the first job is added and the second
+// exists, as one by one, even though calls of different limits cannot
+// share a run.
+func TestAddManyLimitChangeKeepsOrder(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			prefix := testutil.Prefix(t)
+			s := pool.NewStore(c, prefix)
+			job := func(id, body string) *pool.Job {
+				return &pool.Job{Topic: "t", ID: id, Body: []byte(body), Delay: time.Hour}
+			}
+			jobs := []*pool.Job{job("y", "y"), job("x", "first"), job("x", "second")}
+			at := []pool.Placement{{Limit: 10}, {Limit: 5}, {Limit: 10}}
+			errs, err := s.AddMany(ctx, jobs, at)
+			require.NoError(t, err)
+			require.NoError(t, errs[0])
+			require.NoError(t, errs[1], "the first x")
+			require.ErrorIs(t, errs[2], pool.ErrJobExists, "the second x")
+			got, err := s.Get(ctx, "t", "x", 0)
+			require.NoError(t, err)
+			require.Equal(t, "first", string(got.Body))
+		})
+	}
+}
