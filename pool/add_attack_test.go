@@ -326,3 +326,39 @@ func TestAddManyLimitChangeKeepsOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestAddScriptRefusedRunWritesNothing: a run whose last job has a due
+// time add.lua refuses, or whose arguments are not 4 + 6 per job, fails
+// whole: the good jobs before the bad one are not written either, and no
+// op record is left for a rerun to find.
+func TestAddScriptRefusedRunWritesNothing(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			prefix := testutil.Prefix(t)
+			k := keys.ForBucket(prefix, "t", 0)
+			_, err := addDirect(ctx, c, k, "seed", 30000, [3]any{"seed", "1000", ""})
+			require.NoError(t, err)
+			before := testutil.Dump(t, c, prefix)
+			good := [3]any{"good", "0", strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)}
+			for i, bad := range [][3]any{{"bad", "0", "1.5"}, {"bad", "0", "-1"}, {"bad", "0", "1e19"}, {"bad", "0", "253402300800000"},
+				{"bad", "0.5", ""}, {"bad", "-5", ""}, {"bad", "1e300", ""}, {"bad", "", ""}, {"bad", "0", "nan"}} {
+				op := fmt.Sprint("bad", i)
+				_, err := addDirect(ctx, c, k, op, 30000, good, good, bad)
+				require.Error(t, err, "%v", bad)
+				require.Equal(t, before, testutil.Dump(t, c, prefix), "%v: the run failed (%v) after writing", bad, err)
+			}
+			sc := redis.NewScript(pool.AddSource)
+			for _, n := range []int{0, 1, 5, 7, 9, 11, 15} {
+				args := []any{1000, "ch", "w", 30000}
+				for j := range n {
+					args = append(args, fmt.Sprint("a", j))
+				}
+				err := sc.Run(ctx, c, []string{k.Pool(), k.Scheduled(), k.Op(fmt.Sprint("n", n))}, args...).Err()
+				require.ErrorContains(t, err, "arguments, want 4 + 6 per job", "%d job arguments", n)
+				require.Equal(t, before, testutil.Dump(t, c, prefix), "%d job arguments: wrote", n)
+			}
+		})
+	}
+}
