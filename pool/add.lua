@@ -13,7 +13,9 @@
 -- ARGV[5..] -> 6 values per job:
 --   id; ZSET member (the id, or the broadcast mark and the id);
 --   the envelope header after the created time, newline included; body;
---   delay, ms (used when the next is empty); absolute due time, unix ms, or empty
+--   delay, ms (used when the next is empty); absolute due time, unix ms, or
+--   empty; both in plain digits, the due time at most MaxDueMs, else the run
+--   fails before it writes
 -- Returns one integer per job: its due time, unix ms, when added; -1 when
 -- its id exists; -2 when the pool is full. A rerun of the same run (go-redis
 -- sends a script again when its reply is late or lost) returns the first
@@ -33,33 +35,44 @@ if done then
   for v in string.gmatch(done, '[^,]+') do out[#out + 1] = tonumber(v) end
   return out
 end
+-- The op TTL too, before any write: SET refusing it after the jobs were
+-- written would leave them without their op record, and a rerun would
+-- report them as existing.
+local ttl = tonumber(ARGV[4])
+if not string.find(ARGV[4], '^%d+$') or ttl < 1 or ttl > 9007199254740991 then
+  return redis.error_reply('add.lua: op TTL ' .. ARGV[4] .. ' is no whole number of ms from 1')
+end
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local created = '1|' .. string.format('%d', math.floor(now_us / 1000))
 -- Now rounded up to the next ms, so that a job is never due early.
 local soon = math.ceil(now_us / 1000)
-local huge = math.huge
 local n = (#ARGV - 4) / 6
--- Every due time first: an argument that is no number fails the run
--- before it wrote anything, not after the jobs before it. A due time must
--- be a finite number: ZADD refuses NaN. Each is kept as a number, for the
--- reply and the head, and as the string ZADD and the op record take: the
--- absolute due time as sent when it is plain digits, else formatted once.
--- Interpreted Lua costs more here than the commands (a string.format or
--- a table insertion per job counts), so the run does no per-job work
--- twice.
+-- Every due time first: an argument that is no due time fails the run
+-- before it wrote anything, not after the jobs before it. A delay and an
+-- absolute due time are whole ms in plain digits, as Go sends them, and
+-- the due time is at most MaxDueMs: what tonumber makes of other strings
+-- differs between servers (exponents, hex, spaces), a fraction would be
+-- cut to the ms before it (due early), a due time past int64 formats as
+-- its least value (due at once), and one before the epoch could read as
+-- -1 or -2 in the reply. Each is kept as a number, for the reply and the
+-- head, and as the string ZADD and the op record take: the absolute due
+-- time as sent, else formatted once. Interpreted Lua costs more here than
+-- the commands (a string.format or a table insertion per job counts), so
+-- the run does no per-job work twice.
 local dues, dstr, ids = {}, {}, {}
 for k = 1, n do
   local i = k * 6 - 1
   local due, s = nil, ARGV[i + 5]
   if s ~= '' then
-    due = tonumber(s)
-    if not string.find(s, '^%-?%d+$') then s = nil end
+    if string.find(s, '^%d+$') then due = tonumber(s) end
   else
-    due, s = soon + tonumber(ARGV[i + 4]), nil
+    s = ARGV[i + 4]
+    if string.find(s, '^%d+$') then due = soon + tonumber(s) end
+    s = nil
   end
-  if due == nil or due ~= due or due == huge or due == -huge then
-    return redis.error_reply('add.lua: job ' .. ARGV[i] .. ': due time is no finite number')
+  if due == nil or due > 253402300799999 then
+    return redis.error_reply('add.lua: job ' .. ARGV[i] .. ': due time is no whole number of ms from 0 to 253402300799999')
   end
   dues[k], dstr[k], ids[k] = due, s or string.format('%d', due), ARGV[i]
 end
@@ -123,6 +136,6 @@ if least ~= nil then
   for k = 1, n do
     if out[k] == -1 or out[k] == -2 then reply[k] = out[k] == -1 and '-1' or '-2' else reply[k] = dstr[k] end
   end
-  redis.call('SET', KEYS[3], table.concat(reply, ','), 'PX', ARGV[4])
+  redis.call('SET', KEYS[3], table.concat(reply, ','), 'PX', ttl)
 end
 return out

@@ -45,15 +45,20 @@ func RunJoined(ctx context.Context, c redis.UniversalClient, s *redis.Script, ca
 
 // join groups calls with the same Keys and shared first Args, at most
 // maxJoin to a group, in the order of their first call; members[g] lists
-// the calls of joined[g], in order.
+// the calls of joined[g], in order. Calls on the same Keys run in call
+// order: a call joins only the latest group of its Keys.
 func join(calls []Call, shared int, runKey func(keys []string) string) (joined []Call, members [][]int) {
 	for i, call := range calls {
-		// The latest group of a target is the one that may have room.
+		// The latest group of the call's keys is the one that may have
+		// room; a call whose shared Args differ from that group's starts a
+		// new one rather than join an earlier group, which would run it
+		// before the calls of that group and break the order of the calls
+		// on the same keys (the first of two adds of an id must win).
 		g := len(joined) - 1
-		for g >= 0 && !sameTarget(joined[g], call, shared) {
+		for g >= 0 && !sameKeys(joined[g], call) {
 			g--
 		}
-		if g >= 0 && len(members[g]) >= maxJoin {
+		if g >= 0 && (len(members[g]) >= maxJoin || !sameTarget(joined[g], call, shared)) {
 			g = -1
 		}
 		if g < 0 {
@@ -73,10 +78,16 @@ func join(calls []Call, shared int, runKey func(keys []string) string) (joined [
 	return joined, members
 }
 
+// sameKeys tells whether call has the Keys of the run j (which may end
+// with its run key).
+func sameKeys(j, call Call) bool {
+	return len(j.Keys) >= len(call.Keys) && slices.Equal(j.Keys[:len(call.Keys)], call.Keys)
+}
+
 // sameTarget tells whether call can join the run j: the same Keys and the
 // same shared Args (strings or integers; anything else never matches).
 func sameTarget(j, call Call, shared int) bool {
-	if len(j.Keys) < len(call.Keys) || !slices.Equal(j.Keys[:len(call.Keys)], call.Keys) {
+	if !sameKeys(j, call) {
 		return false
 	}
 	for k := range shared {
