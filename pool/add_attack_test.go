@@ -362,3 +362,47 @@ func TestAddScriptRefusedRunWritesNothing(t *testing.T) {
 		})
 	}
 }
+
+// putDirect runs put.lua as no Go caller would.
+func putDirect(ctx context.Context, c redis.UniversalClient, k keys.Bucket, op, id, delay, due, ttl string) ([]any, error) {
+	return redis.NewScript(pool.PutSource).Run(ctx, c,
+		[]string{k.Pool(), k.Scheduled(), k.State(), k.UnAck(), k.Dead(), k.Reasons(), k.Op(op)},
+		id, id, keys.BroadcastMark, "|0|0||\n", "b", delay, due, 1000, "ch", "w", ttl).Slice()
+}
+
+// TestPutScriptRefusesWhatItCannotKeep: put.lua, the upsert, takes due
+// times, delays and an op TTL as add.lua does: whole ms in plain digits,
+// the due time at most MaxDueMs. Anything else (a fraction would be due
+// early, a number past int64 due at once, an exponent read differently
+// by each backend, a TTL SET refuses after the writes) fails the call
+// before it writes: a job it would have replaced stays as it was.
+func TestPutScriptRefusesWhatItCannotKeep(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			prefix := testutil.Prefix(t)
+			k := keys.ForBucket(prefix, "t", 0)
+			v, err := putDirect(ctx, c, k, "first", "j", "", "5000", "30000")
+			require.NoError(t, err)
+			require.Equal(t, int64(5000), v[1])
+			bad := [][3]string{ // delay, due, ttl
+				{"", "1.5", "30000"}, {"", "-1", "30000"}, {"", "1e3", "30000"}, {"", "0x10", "30000"},
+				{"", " 5", "30000"}, {"", "1e19", "30000"}, {"", "99999999999999999999", "30000"},
+				{"", "253402300800000", "30000"}, {"0.5", "", "30000"}, {"-5", "", "30000"}, {"1e300", "", "30000"},
+				{"", "6000", "0"}, {"", "6000", "-5"}, {"", "6000", "1.5"}, {"", "6000", "abc"}, {"", "6000", ""},
+			}
+			for i, b := range bad {
+				for _, id := range []string{"j", fmt.Sprint("new", i)} { // replacing, and adding
+					before := testutil.Dump(t, c, prefix)
+					_, err := putDirect(ctx, c, k, fmt.Sprint("op", i, id), id, b[0], b[1], b[2])
+					require.Error(t, err, "delay %q, due %q, ttl %q", b[0], b[1], b[2])
+					require.Equal(t, before, testutil.Dump(t, c, prefix), "delay %q, due %q, ttl %q: failed (%v) after writing", b[0], b[1], b[2], err)
+				}
+			}
+			v, err = putDirect(ctx, c, k, "last", "j", "", "253402300799999", "30000")
+			require.NoError(t, err)
+			require.Equal(t, []any{int64(0), int64(pool.MaxDueMs), int64(1)}, v, "the latest due time replaces the job")
+		})
+	}
+}

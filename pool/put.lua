@@ -31,17 +31,25 @@ if done ~= false then
 end
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
--- The due time before any write (a failed step would leave the writes
--- before it): a finite number, or the script fails here.
+-- The due time and the op TTL before any write (a failed step would leave
+-- the writes before it), as add.lua checks them: whole ms in plain digits,
+-- as Go sends them, the due time at most MaxDueMs. What tonumber makes of
+-- other strings differs between servers, a fraction would be cut to the
+-- ms before it (due early), and a due time past int64 would be formatted
+-- as its least value.
 local due
 if ARGV[7] ~= '' then
-  due = tonumber(ARGV[7])
-else
+  if string.find(ARGV[7], '^%d+$') then due = tonumber(ARGV[7]) end
+elseif string.find(ARGV[6], '^%d+$') then
   -- Round now up to the next ms so the job is never due early.
   due = math.ceil(now_us / 1000) + tonumber(ARGV[6])
 end
-if due == nil or due ~= due or due == math.huge or due == -math.huge then
-  return redis.error_reply('put.lua: job ' .. ARGV[1] .. ': due time is no finite number')
+if due == nil or due > 253402300799999 then
+  return redis.error_reply('put.lua: job ' .. ARGV[1] .. ': due time is no whole number of ms from 0 to 253402300799999')
+end
+local ttl = tonumber(ARGV[11])
+if not string.find(ARGV[11], '^%d+$') or ttl < 1 or ttl > 9007199254740991 then
+  return redis.error_reply('put.lua: op TTL ' .. ARGV[11] .. ' is no whole number of ms from 1')
 end
 local replaced = 0
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
@@ -65,5 +73,5 @@ redis.call('ZADD', KEYS[2], due, ARGV[2])
 if first[1] == nil or due < tonumber(first[2]) then
   redis.call('PUBLISH', ARGV[9], ARGV[10])
 end
-redis.call('SET', KEYS[7], string.format('%d', due) .. ':' .. replaced, 'PX', tonumber(ARGV[11]))
+redis.call('SET', KEYS[7], string.format('%d', due) .. ':' .. replaced, 'PX', ttl)
 return {0, due, replaced}
