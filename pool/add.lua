@@ -29,12 +29,6 @@ end
 if #ARGV > 4 + 6 * 256 then
   return redis.error_reply('add.lua: ' .. (#ARGV - 4) / 6 .. ' jobs in one run, at most 256')
 end
-local done = redis.call('GET', KEYS[3])
-if done then
-  local out = {}
-  for v in string.gmatch(done, '[^,]+') do out[#out + 1] = tonumber(v) end
-  return out
-end
 -- The op TTL too, before any write: SET refusing it after the jobs were
 -- written would leave them without their op record, and a rerun would
 -- report them as existing.
@@ -55,14 +49,13 @@ local n = (#ARGV - 4) / 6
 -- differs between servers (exponents, hex, spaces), a fraction would be
 -- cut to the ms before it (due early), a due time past int64 formats as
 -- its least value (due at once), and one before the epoch could read as
--- -1 or -2 in the reply. Each is kept as a number, for the reply and the
--- head, and as the string ZADD and the op record take: the absolute due
--- time as sent, else formatted once. Interpreted Lua costs more here than
+-- -1 or -2 in the reply. due_of returns the due time of the job whose
+-- arguments start at ARGV[i] as a number, for the reply and the head, and
+-- as the string ZADD and the op record take (the absolute due time as
+-- sent, else formatted once), or nil. Interpreted Lua costs more here than
 -- the commands (a string.format or a table insertion per job counts), so
 -- the run does no per-job work twice.
-local dues, dstr, ids = {}, {}, {}
-for k = 1, n do
-  local i = k * 6 - 1
+local function due_of(i)
   local due, s = nil, ARGV[i + 5]
   if s ~= '' then
     if string.find(s, '^%d+$') then due = tonumber(s) end
@@ -71,64 +64,93 @@ for k = 1, n do
     if string.find(s, '^%d+$') then due = soon + tonumber(s) end
     s = nil
   end
-  if due == nil or due > 253402300799999 then
-    return redis.error_reply('add.lua: job ' .. ARGV[i] .. ': due time is no whole number of ms from 0 to 253402300799999')
+  if due == nil or due > 253402300799999 then return nil end
+  return due, s or string.format('%d', due)
+end
+local function bad_due(i)
+  return redis.error_reply('add.lua: job ' .. ARGV[i] .. ': due time is no whole number of ms from 0 to 253402300799999')
+end
+-- Wake-ups: the bucket's head is read before the run writes. A job due
+-- before it is due earlier than the mover sleeps, and wakes it. A job due
+-- at the same time as the head does not: the mover wakes then anyway and
+-- moves all that is due, and a burst of jobs due at one time (a batch
+-- scheduled "at 9:00") publishes once, not once a job.
+if n == 1 then
+  -- One job, the run of a lone Add (most runs): no tables, and one
+  -- command for the op record. SET NX GET writes the reply this run will
+  -- give, the due time, unless a first run wrote it: then this is a
+  -- rerun, and returns that. A run that does not add its job deletes the
+  -- record again (it wrote nothing else), so a rerun of it is a fresh
+  -- run, as with many jobs. HSETNX then tells and writes in one command,
+  -- and ZADD of a due time in plain digits cannot fail after it. (Both
+  -- fail only on keys of the wrong type, which Go never makes: the op
+  -- record, or the pool entry, would then stay.)
+  local due, s = due_of(5)
+  if due == nil then return bad_due(5) end
+  local done = redis.call('SET', KEYS[3], s, 'NX', 'PX', ttl, 'GET')
+  if done then return {tonumber(done)} end
+  local id = ARGV[5]
+  if tonumber(ARGV[1]) <= redis.call('HLEN', KEYS[1]) then
+    redis.call('DEL', KEYS[3])
+    if redis.call('HEXISTS', KEYS[1], id) == 1 then return {-1} end
+    return {-2}
   end
-  dues[k], dstr[k], ids[k] = due, s or string.format('%d', due), ARGV[i]
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if redis.call('HSETNX', KEYS[1], id, created .. ARGV[7] .. ARGV[8]) == 0 then
+    redis.call('DEL', KEYS[3])
+    return {-1}
+  end
+  redis.call('ZADD', KEYS[2], s, ARGV[6])
+  if head[2] == nil or due < tonumber(head[2]) then
+    redis.call('PUBLISH', ARGV[2], ARGV[3])
+  end
+  return {due}
+end
+-- Many jobs, a joined run. A rerun returns the first run's reply.
+local done = redis.call('GET', KEYS[3])
+if done then
+  local out = {}
+  for v in string.gmatch(done, '[^,]+') do out[#out + 1] = tonumber(v) end
+  return out
+end
+local dues, dstr, ids = {}, {}, {}
+for k = 1, n do
+  local i = k * 6 - 1
+  local due, s = due_of(i)
+  if due == nil then return bad_due(i) end
+  dues[k], dstr[k], ids[k] = due, s, ARGV[i]
 end
 local room = tonumber(ARGV[1]) - redis.call('HLEN', KEYS[1])
--- The bucket's head before this run: a job added before it is due
--- earlier than the mover sleeps, and wakes it. A job due at the same time
--- as the head does not: the mover wakes then anyway and moves all that is
--- due, and a burst of jobs due at one time (a batch scheduled "at 9:00")
--- publishes once, not once a job.
 local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 local first = head[2] and tonumber(head[2])
+-- Which ids exist, in one read; then the new jobs in one ZADD and one
+-- HSET (ZADD first: it checks every score before it writes, so a run it
+-- refused wrote nothing). A command called from a script costs more than
+-- its work, so a run issues a fixed number of commands, not two per job.
+local have = redis.call('HMGET', KEYS[1], unpack(ids))
 local out, least = {}, nil
-if n == 1 then
-  -- One job: HSETNX tells and writes in one command; ZADD of a finite
-  -- due time in plain digits cannot fail after it.
-  local id = ids[1]
-  if room <= 0 then
-    if redis.call('HEXISTS', KEYS[1], id) == 1 then out[1] = -1 else out[1] = -2 end
-  elseif redis.call('HSETNX', KEYS[1], id, created .. ARGV[7] .. ARGV[8]) == 0 then
-    out[1] = -1
+local ours, fields, members, nf = {}, {}, {}, 0
+for k = 1, n do
+  local i, id = k * 6 - 1, ids[k]
+  if have[k] or ours[id] then
+    out[k] = -1 -- stored already, or earlier in this run
+  elseif room <= 0 then
+    out[k] = -2
   else
-    redis.call('ZADD', KEYS[2], dstr[1], ARGV[6])
-    least, out[1] = dues[1], dues[1]
-  end
-else
-  -- Many jobs: which ids exist, in one read; then the new jobs in one
-  -- ZADD and one HSET (ZADD first: it checks every score before it
-  -- writes, so a run it refused wrote nothing). A command called from a
-  -- script costs more than its work, so a run issues a fixed number of
-  -- commands, not two per job.
-  local have = redis.call('HMGET', KEYS[1], unpack(ids))
-  local ours, fields, members, nf = {}, {}, {}, 0
-  for k = 1, n do
-    local i, id = k * 6 - 1, ids[k]
-    if have[k] or ours[id] then
-      out[k] = -1 -- stored already, or earlier in this run
-    elseif room <= 0 then
-      out[k] = -2
-    else
-      room = room - 1
-      ours[id] = true
-      nf = nf + 2
-      fields[nf - 1], fields[nf] = id, created .. ARGV[i + 2] .. ARGV[i + 3]
-      members[nf - 1], members[nf] = dstr[k], ARGV[i + 1]
-      if least == nil or dues[k] < least then least = dues[k] end
-      out[k] = dues[k]
-    end
-  end
-  if nf > 0 then
-    redis.call('ZADD', KEYS[2], unpack(members))
-    redis.call('HSET', KEYS[1], unpack(fields))
+    room = room - 1
+    ours[id] = true
+    nf = nf + 2
+    fields[nf - 1], fields[nf] = id, created .. ARGV[i + 2] .. ARGV[i + 3]
+    members[nf - 1], members[nf] = dstr[k], ARGV[i + 1]
+    if least == nil or dues[k] < least then least = dues[k] end
+    out[k] = dues[k]
   end
 end
 -- A run that added nothing wrote nothing, and a rerun of it is a run like
 -- any other.
 if least ~= nil then
+  redis.call('ZADD', KEYS[2], unpack(members))
+  redis.call('HSET', KEYS[1], unpack(fields))
   if first == nil or least < first then
     redis.call('PUBLISH', ARGV[2], ARGV[3])
   end

@@ -406,3 +406,66 @@ func TestPutScriptRefusesWhatItCannotKeep(t *testing.T) {
 		})
 	}
 }
+
+// TestAddLoneRunOpRecord: a run of one job (a lone Add) keeps its op
+// record only when it added its job. A rerun of an added run returns the
+// first reply and writes nothing, even after the job was deleted; a run
+// that found its id stored, or the pool full, leaves nothing behind, and
+// a rerun of it is a fresh run.
+func TestAddLoneRunOpRecord(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			prefix := testutil.Prefix(t)
+			k := keys.ForBucket(prefix, "t", 0)
+			sc := redis.NewScript(pool.AddSource)
+			run := func(op string, limit int, id string) ([]any, error) {
+				return sc.Run(ctx, c, []string{k.Pool(), k.Scheduled(), k.Op(op)},
+					limit, "ch", "w", 30000, id, id, "|0|0||\n", "b", "60000", "").Slice()
+			}
+			v, err := run("a", 2, "a")
+			require.NoError(t, err)
+			due := v[0].(int64)
+			require.Equal(t, strconv.FormatInt(due, 10), c.Get(ctx, k.Op("a")).Val(), "the op record holds the reply")
+			after := testutil.Dump(t, c, prefix)
+			again, err := run("a", 2, "a")
+			require.NoError(t, err)
+			require.Equal(t, v, again, "rerun of an added run")
+			require.Equal(t, after, testutil.Dump(t, c, prefix), "a rerun wrote")
+
+			// Its id stored: -1, and no record.
+			v, err = run("dup", 2, "a")
+			require.NoError(t, err)
+			require.Equal(t, []any{int64(-1)}, v)
+			require.Equal(t, after, testutil.Dump(t, c, prefix), "a run that added nothing left something")
+
+			// A rerun of it once the job is gone is a fresh run.
+			require.NoError(t, c.HDel(ctx, k.Pool(), "a").Err())
+			require.NoError(t, c.ZRem(ctx, k.Scheduled(), "a").Err())
+			v, err = run("dup", 2, "a")
+			require.NoError(t, err)
+			require.Greater(t, v[0].(int64), int64(0), "fresh run after the job was deleted")
+			// The first run's record still answers its rerun, and adds nothing again.
+			again, err = run("a", 2, "a")
+			require.NoError(t, err)
+			require.Equal(t, []any{due}, again)
+			require.Equal(t, int64(1), c.HLen(ctx, k.Pool()).Val())
+
+			// The pool full: -2 (and -1 for a stored id), and no record.
+			_, err = run("b", 2, "b")
+			require.NoError(t, err)
+			before := testutil.Dump(t, c, prefix)
+			for op, want := range map[string]int64{"full": -2, "full-dup": -1} {
+				id := "c"
+				if op == "full-dup" {
+					id = "b"
+				}
+				v, err = run(op, 2, id)
+				require.NoError(t, err)
+				require.Equal(t, []any{want}, v, op)
+				require.Equal(t, before, testutil.Dump(t, c, prefix), "%s: a refused run left something", op)
+			}
+		})
+	}
+}
