@@ -1,8 +1,8 @@
 -- Adds jobs to one bucket's pool and ZSET, each unless its id exists or the
 -- pool is full. Go sends one run for the concurrent Adds to a bucket (at
 -- most 64, see rdb.NewJoiningCommitter), so the reads every job needs
--- (TIME, HLEN, the bucket's head) happen once per run, and the writes of
--- its jobs are one ZADD and one HSET.
+-- (TIME, HLEN, the count before the earliest due time) happen once per
+-- run, and the writes of its jobs are one ZADD and one HSET.
 -- KEYS[1] -> pool HASH
 -- KEYS[2] -> bucket ZSET
 -- KEYS[3] -> op STRING of this run: its reply, kept for a rerun
@@ -50,7 +50,7 @@ local n = (#ARGV - 4) / 6
 -- cut to the ms before it (due early), a due time past int64 formats as
 -- its least value (due at once), and one before the epoch could read as
 -- -1 or -2 in the reply. due_of returns the due time of the job whose
--- arguments start at ARGV[i] as a number, for the reply and the head, and
+-- arguments start at ARGV[i] as a number, for the reply and the wake-up, and
 -- as the string ZADD and the op record take (the absolute due time as
 -- sent, else formatted once), or nil. Interpreted Lua costs more here than
 -- the commands (a string.format or a table insertion per job counts), so
@@ -70,11 +70,14 @@ end
 local function bad_due(i)
   return redis.error_reply('add.lua: job ' .. ARGV[i] .. ': due time is no whole number of ms from 0 to 253402300799999')
 end
--- Wake-ups: the bucket's head is read before the run writes. A job due
--- before it is due earlier than the mover sleeps, and wakes it. A job due
--- at the same time as the head does not: the mover wakes then anyway and
--- moves all that is due, and a burst of jobs due at one time (a batch
--- scheduled "at 9:00") publishes once, not once a job.
+-- Wake-ups: a run whose earliest new job is due before every job of the
+-- bucket's ZSET (ZCOUNT up to its due time is 0, before the ZADD) is due
+-- earlier than the mover sleeps, and wakes it. A job due at the same time
+-- as the earliest does not: the mover wakes then anyway and moves all
+-- that is due, and a burst of jobs due at one time (a batch scheduled "at
+-- 9:00") publishes once, not once a job. ZCOUNT is O(log n) and answers
+-- an integer: reading the head with its score cost more (the score is
+-- formatted as a string for the script and parsed back).
 if n == 1 then
   -- One job, the run of a lone Add (most runs): no tables, and one
   -- command for the op record. SET NX GET writes the reply this run will
@@ -95,13 +98,13 @@ if n == 1 then
     if redis.call('HEXISTS', KEYS[1], id) == 1 then return {-1} end
     return {-2}
   end
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   if redis.call('HSETNX', KEYS[1], id, created .. ARGV[7] .. ARGV[8]) == 0 then
     redis.call('DEL', KEYS[3])
     return {-1}
   end
+  local wake = redis.call('ZCOUNT', KEYS[2], '-inf', s) == 0
   redis.call('ZADD', KEYS[2], s, ARGV[6])
-  if head[2] == nil or due < tonumber(head[2]) then
+  if wake then
     redis.call('PUBLISH', ARGV[2], ARGV[3])
   end
   return {due}
@@ -121,14 +124,12 @@ for k = 1, n do
   dues[k], dstr[k], ids[k] = due, s, ARGV[i]
 end
 local room = tonumber(ARGV[1]) - redis.call('HLEN', KEYS[1])
-local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-local first = head[2] and tonumber(head[2])
 -- Which ids exist, in one read; then the new jobs in one ZADD and one
 -- HSET (ZADD first: it checks every score before it writes, so a run it
 -- refused wrote nothing). A command called from a script costs more than
 -- its work, so a run issues a fixed number of commands, not two per job.
 local have = redis.call('HMGET', KEYS[1], unpack(ids))
-local out, least = {}, nil
+local out, least, lstr = {}, nil, nil
 local ours, fields, members, nf = {}, {}, {}, 0
 for k = 1, n do
   local i, id = k * 6 - 1, ids[k]
@@ -142,16 +143,17 @@ for k = 1, n do
     nf = nf + 2
     fields[nf - 1], fields[nf] = id, created .. ARGV[i + 2] .. ARGV[i + 3]
     members[nf - 1], members[nf] = dstr[k], ARGV[i + 1]
-    if least == nil or dues[k] < least then least = dues[k] end
+    if least == nil or dues[k] < least then least, lstr = dues[k], dstr[k] end
     out[k] = dues[k]
   end
 end
 -- A run that added nothing wrote nothing, and a rerun of it is a run like
 -- any other.
 if least ~= nil then
+  local wake = redis.call('ZCOUNT', KEYS[2], '-inf', lstr) == 0
   redis.call('ZADD', KEYS[2], unpack(members))
   redis.call('HSET', KEYS[1], unpack(fields))
-  if first == nil or least < first then
+  if wake then
     redis.call('PUBLISH', ARGV[2], ARGV[3])
   end
   local reply = {}
