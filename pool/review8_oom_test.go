@@ -46,3 +46,30 @@ func TestReview8LoneRunRefusalUnderMaxmemory(t *testing.T) {
 	_, err = s.Add(ctx, job("b"), pool.Placement{Limit: 1})
 	assert.ErrorIs(t, err, pool.ErrPoolFull, "a lone Add to a full pool")
 }
+
+// TestReview8LoneRunRefusalWithoutReplicas: the same with
+// min-replicas-to-write, which refuses a script's first write with
+// NOREPLICAS while the master lacks its replicas: a run of many answers
+// exists and full, a lone Add of the same job fails with NOREPLICAS.
+func TestReview8LoneRunRefusalWithoutReplicas(t *testing.T) {
+	srv := testutil.StartServer(t)
+	c := srv.Client(nil)
+	ctx := context.Background()
+	s := pool.NewStore(c, "p")
+	job := func(id string) *pool.Job {
+		return &pool.Job{Topic: "t", ID: id, Body: []byte(id), Delay: time.Hour}
+	}
+	_, err := s.Add(ctx, job("a"), pool.Placement{Limit: 1})
+	require.NoError(t, err)
+	require.NoError(t, c.ConfigSet(ctx, "min-replicas-to-write", "1").Err())
+
+	errs, err := s.AddMany(ctx, []*pool.Job{job("a"), job("b")}, []pool.Placement{{Limit: 1}, {Limit: 1}})
+	require.NoError(t, err)
+	assert.ErrorIs(t, errs[0], pool.ErrJobExists, "in a run: the stored id")
+	assert.ErrorIs(t, errs[1], pool.ErrPoolFull, "in a run: the full pool")
+
+	_, err = s.Add(ctx, job("a"), pool.Placement{Limit: 10})
+	assert.ErrorIs(t, err, pool.ErrJobExists, "a lone Add of a stored id")
+	_, err = s.Add(ctx, job("b"), pool.Placement{Limit: 1})
+	assert.ErrorIs(t, err, pool.ErrPoolFull, "a lone Add to a full pool")
+}
