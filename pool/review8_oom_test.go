@@ -2,12 +2,14 @@ package pool_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/pool"
 )
@@ -72,4 +74,34 @@ func TestReview8LoneRunRefusalWithoutReplicas(t *testing.T) {
 	assert.ErrorIs(t, err, pool.ErrJobExists, "a lone Add of a stored id")
 	_, err = s.Add(ctx, job("b"), pool.Placement{Limit: 1})
 	assert.ErrorIs(t, err, pool.ErrPoolFull, "a lone Add to a full pool")
+}
+
+// TestReview8LoneRunRerunUnderMaxmemory: the rerun go-redis sends after a
+// lost reply must give the first run's answer. A run of many jobs finds
+// its record with GET, a read, and answers even when the server has since
+// gone over maxmemory (the first run's own jobs may be what pushed it
+// over). A run of one reads its record with SET NX GET, a write command,
+// which such a server refuses: the rerun fails with OOM, and the caller
+// is told its Add failed though its job is stored.
+func TestReview8LoneRunRerunUnderMaxmemory(t *testing.T) {
+	srv := testutil.StartServer(t, "--maxmemory-policy", "noeviction")
+	c := srv.Client(nil)
+	ctx := context.Background()
+	k := keys.ForBucket("p", "t", 0)
+	for _, n := range []int{2, 1} {
+		require.NoError(t, c.ConfigSet(ctx, "maxmemory", "0").Err())
+		op := fmt.Sprint("run", n)
+		var jobs [][3]any
+		for j := range n {
+			jobs = append(jobs, [3]any{fmt.Sprint(op, "-", j), "60000", ""})
+		}
+		v, err := addDirect(ctx, c, k, op, 30000, jobs...)
+		require.NoError(t, err)
+		require.Greater(t, v[0].(int64), int64(0), "%d jobs: added", n)
+		require.NoError(t, c.ConfigSet(ctx, "maxmemory", "1").Err())
+		again, err := addDirect(ctx, c, k, op, 30000, jobs...)
+		if assert.NoError(t, err, "%d jobs: the rerun", n) {
+			assert.Equal(t, v, again, "%d jobs: the rerun", n)
+		}
+	}
 }
