@@ -1,6 +1,7 @@
 -- Adds jobs to one bucket's pool and ZSET, each unless its id exists or the
 -- pool is full. Go sends one run for the concurrent Adds to a bucket (at
--- most 64, see rdb.NewJoiningCommitter), so the reads every job needs
+-- most 64, see rdb.NewJoiningCommitter) or for the jobs of a bucket in an
+-- AddMany chunk (at most 256), so the reads every job needs
 -- (TIME, HLEN, the count before the earliest due time) happen once per
 -- run, and the writes of its jobs are one ZADD and one HSET.
 -- KEYS[1] -> pool HASH
@@ -24,7 +25,7 @@
 if #ARGV < 10 or (#ARGV - 4) % 6 ~= 0 then
   return redis.error_reply('add.lua: ' .. #ARGV .. ' arguments, want 4 + 6 per job')
 end
--- Go joins at most 64 jobs into a run; the bound keeps every unpack below
+-- Go joins at most 256 jobs into a run; the bound keeps every unpack below
 -- small whatever a caller sends.
 if #ARGV > 4 + 6 * 256 then
   return redis.error_reply('add.lua: ' .. (#ARGV - 4) / 6 .. ' jobs in one run, at most 256')
@@ -32,9 +33,17 @@ end
 -- The op TTL too, before any write: SET refusing it after the jobs were
 -- written would leave them without their op record, and a rerun would
 -- report them as existing.
+-- The bound is a day, far above what Go sends and below what any server
+-- keeps (miniredis overflows past some 292 years).
 local ttl = tonumber(ARGV[4])
-if not string.find(ARGV[4], '^%d+$') or ttl < 1 or ttl > 9007199254740991 then
-  return redis.error_reply('add.lua: op TTL ' .. ARGV[4] .. ' is no whole number of ms from 1')
+if not string.find(ARGV[4], '^%d+$') or ttl < 1 or ttl > 86400000 then
+  return redis.error_reply('add.lua: op TTL ' .. ARGV[4] .. ' is no whole number of ms from 1 to a day')
+end
+-- The pool's limit likewise: a run that failed on it after a write would
+-- have written part of what it should.
+local limit = tonumber(ARGV[1])
+if not string.find(ARGV[1], '^%d+$') then
+  return redis.error_reply('add.lua: pool limit ' .. ARGV[1] .. ' is no whole number')
 end
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -78,44 +87,41 @@ end
 -- 9:00") publishes once, not once a job. ZCOUNT is O(log n) and answers
 -- an integer: reading the head with its score cost more (the score is
 -- formatted as a string for the script and parsed back).
-if n == 1 then
-  -- One job, the run of a lone Add (most runs): no tables, and one
-  -- command for the op record. SET NX GET writes the reply this run will
-  -- give, the due time, unless a first run wrote it: then this is a
-  -- rerun, and returns that. A run that does not add its job deletes the
-  -- record again (it wrote nothing else), so a rerun of it is a fresh
-  -- run, as with many jobs. HSETNX then tells and writes in one command,
-  -- and ZADD of a due time in plain digits cannot fail after it. (Both
-  -- fail only on keys of the wrong type, which Go never makes: the op
-  -- record, or the pool entry, would then stay.)
-  local due, s = due_of(5)
-  if due == nil then return bad_due(5) end
-  local done = redis.call('SET', KEYS[3], s, 'NX', 'PX', ttl, 'GET')
-  if done then return {tonumber(done)} end
-  local id = ARGV[5]
-  if tonumber(ARGV[1]) <= redis.call('HLEN', KEYS[1]) then
-    redis.call('DEL', KEYS[3])
-    if redis.call('HEXISTS', KEYS[1], id) == 1 then return {-1} end
-    return {-2}
-  end
-  if redis.call('HSETNX', KEYS[1], id, created .. ARGV[7] .. ARGV[8]) == 0 then
-    redis.call('DEL', KEYS[3])
-    return {-1}
-  end
-  local wake = redis.call('ZCOUNT', KEYS[2], '-inf', s) == 0
-  redis.call('ZADD', KEYS[2], s, ARGV[6])
-  if wake then
-    redis.call('PUBLISH', ARGV[2], ARGV[3])
-  end
-  return {due}
-end
--- Many jobs, a joined run. A rerun returns the first run's reply.
+-- A rerun returns the first run's reply. GET is a read: a server that
+-- refuses writes (maxmemory with noeviction, min-replicas-to-write) still
+-- answers it.
 local done = redis.call('GET', KEYS[3])
 if done then
   local out = {}
   for v in string.gmatch(done, '[^,]+') do out[#out + 1] = tonumber(v) end
   return out
 end
+if n == 1 then
+  -- One job, the run of a lone Add (most runs): no tables. Its reads come
+  -- first, so a full pool is answered without a write; then HSETNX tells
+  -- and writes in one command, ZADD of a due time in plain digits cannot
+  -- fail after it, and the op record is written last, only when the job
+  -- was added. (HSETNX and ZADD fail only on keys of the wrong type, which
+  -- Go never makes: the pool entry would then stay. And HSETNX is a
+  -- write: a server that refuses writes fails the run of a stored id
+  -- instead of answering exists.)
+  local due, s = due_of(5)
+  if due == nil then return bad_due(5) end
+  local id = ARGV[5]
+  if limit <= redis.call('HLEN', KEYS[1]) then
+    if redis.call('HEXISTS', KEYS[1], id) == 1 then return {-1} end
+    return {-2}
+  end
+  if redis.call('HSETNX', KEYS[1], id, created .. ARGV[7] .. ARGV[8]) == 0 then return {-1} end
+  local wake = redis.call('ZCOUNT', KEYS[2], '-inf', s) == 0
+  redis.call('ZADD', KEYS[2], s, ARGV[6])
+  if wake then
+    redis.call('PUBLISH', ARGV[2], ARGV[3])
+  end
+  redis.call('SET', KEYS[3], s, 'PX', ttl)
+  return {due}
+end
+-- Many jobs, a joined run.
 local dues, dstr, ids = {}, {}, {}
 for k = 1, n do
   local i = k * 6 - 1
@@ -123,7 +129,7 @@ for k = 1, n do
   if due == nil then return bad_due(i) end
   dues[k], dstr[k], ids[k] = due, s, ARGV[i]
 end
-local room = tonumber(ARGV[1]) - redis.call('HLEN', KEYS[1])
+local room = limit - redis.call('HLEN', KEYS[1])
 -- Which ids exist, in one read; then the new jobs in one ZADD and one
 -- HSET (ZADD first: it checks every score before it writes, so a run it
 -- refused wrote nothing). A command called from a script costs more than

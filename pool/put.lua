@@ -48,8 +48,8 @@ if due == nil or due > 253402300799999 then
   return redis.error_reply('put.lua: job ' .. ARGV[1] .. ': due time is no whole number of ms from 0 to 253402300799999')
 end
 local ttl = tonumber(ARGV[11])
-if not string.find(ARGV[11], '^%d+$') or ttl < 1 or ttl > 9007199254740991 then
-  return redis.error_reply('put.lua: op TTL ' .. ARGV[11] .. ' is no whole number of ms from 1')
+if not string.find(ARGV[11], '^%d+$') or ttl < 1 or ttl > 86400000 then
+  return redis.error_reply('put.lua: op TTL ' .. ARGV[11] .. ' is no whole number of ms from 1 to a day')
 end
 local replaced = 0
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then

