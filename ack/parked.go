@@ -114,6 +114,8 @@ func List(ctx context.Context, c redis.UniversalClient, prefix, topic string, bu
 // returns it. A rerun after a lost reply returns the same job.
 func Take(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, p Parking) (*pool.Job, error) {
 	k := keys.ForBucket(prefix, topic, bucket)
+	ctx, cancel := pool.OpContext(ctx)
+	defer cancel()
 	v, err := takeScript.Run(ctx, c, []string{k.Pool(), p.key(k), k.Reasons(), k.Op(uuid.NewString()), k.Errors()},
 		id, pool.OpTTL.Milliseconds()).Slice()
 	if err != nil {
@@ -142,6 +144,8 @@ func Requeue(ctx context.Context, c redis.UniversalClient, prefix, topic, id str
 	if reset {
 		r = "1"
 	}
+	ctx, cancel := pool.OpContext(ctx)
+	defer cancel()
 	v, err := requeueScript.Run(ctx, c, []string{k.Pool(), p.key(k), k.Scheduled(), k.Reasons(), k.Op(uuid.NewString())},
 		id, pool.DurationMs(delay), r, keys.WakeChannel(prefix), keys.Address(topic, bucket), pool.OpTTL.Milliseconds()).Result()
 	if err != nil {

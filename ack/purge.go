@@ -30,8 +30,10 @@ func PurgeDead(ctx context.Context, c redis.UniversalClient, prefix, topic strin
 	k := keys.ForBucket(prefix, topic, n)
 	total := 0
 	for {
-		got, err := purgeScript.Run(ctx, c, []string{k.Pool(), k.Dead(), k.Reasons(), k.Errors(), k.Op(uuid.NewString())},
+		octx, cancel := pool.OpContext(ctx)
+		got, err := purgeScript.Run(octx, c, []string{k.Pool(), k.Dead(), k.Reasons(), k.Errors(), k.Op(uuid.NewString())},
 			PurgeChunk, pool.OpTTL.Milliseconds()).Int()
+		cancel()
 		if err != nil {
 			return total, fmt.Errorf("purge dead jobs of %s: %w", keys.Address(topic, n), err)
 		}

@@ -33,6 +33,8 @@ func RescheduleIn(ctx context.Context, c redis.UniversalClient, prefix, topic, i
 
 func reschedule(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, at string, delayMs int64) error {
 	k := keys.ForBucket(prefix, topic, bucket)
+	ctx, cancel := pool.OpContext(ctx)
+	defer cancel()
 	code, err := rescheduleScript.Run(ctx, c, []string{k.Pool(), k.Scheduled(), k.State(), k.Op(uuid.NewString())},
 		id, keys.BroadcastMark, at, keys.WakeChannel(prefix), keys.Address(topic, bucket),
 		pool.OpTTL.Milliseconds(), delayMs).Int()

@@ -42,6 +42,7 @@ type Store struct {
 	prefix  string
 	adds    *rdb.Committer
 	durable rdb.Durability
+	opTTL   any           // ms, durable.OpTTL(): how long an op key keeps a reply
 	runs    string        // names this Store's add runs: a uuid and "-"
 	runSeq  atomic.Uint64 // numbers them
 
@@ -55,12 +56,13 @@ type Store struct {
 // rdb.Durability). Call it before the Store is used.
 func (s *Store) SetDurability(d rdb.Durability) {
 	s.durable = d
+	s.opTTL = d.OpTTL().Milliseconds()
 	s.adds.SetDurability(d)
 }
 
 // NewStore returns a Store over c.
 func NewStore(c redis.UniversalClient, prefix string) *Store {
-	s := &Store{rdb: c, prefix: prefix, runs: uuid.NewString() + "-"}
+	s := &Store{rdb: c, prefix: prefix, runs: uuid.NewString() + "-", opTTL: OpTTL.Milliseconds()}
 	s.adds = rdb.NewJoiningCommitter(c, addScript, addShared, s.runKey)
 	return s
 }
@@ -147,9 +149,6 @@ var noRunAt any = ""
 // every job of a bucket, and come first.
 const addShared = 4
 
-// opTTLMs is OpTTL in ms, as add.lua's argument.
-var opTTLMs any = OpTTL.Milliseconds()
-
 func (s *Store) addCall(job *Job, at Placement) rdb.Call {
 	t := s.target(job.Topic, at)
 	tail := defaultTail
@@ -168,7 +167,7 @@ func (s *Store) addCall(job *Job, at Placement) rdb.Call {
 	body := Payload(job) // the headers block precedes the body
 	return rdb.Call{
 		Keys: t.keys,
-		Args: []any{t.limitArg, t.channel, t.wake, opTTLMs, id, member, tail, body, delay, runAt},
+		Args: []any{t.limitArg, t.channel, t.wake, s.opTTL, id, member, tail, body, delay, runAt},
 	}
 }
 
@@ -193,7 +192,10 @@ const PipelineChunk = 256
 // one node may fail while the others store their jobs). The error is a
 // failure of a whole pipeline, when no reply of a chunk arrived: the
 // chunks before it were sent, and the failed chunk's jobs may or may not
-// have been stored.
+// have been stored. The jobs of one bucket in a chunk go as one run of
+// add.lua, so that they keep their order (the first of two jobs of an id
+// wins) even when the runs before a moment fail with NOSCRIPT and run
+// again after the pipeline (see rdb.RunJoined).
 func (s *Store) AddMany(ctx context.Context, jobs []*Job, at []Placement) (errs []error, err error) {
 	errs = make([]error, len(jobs))
 	for start := 0; start < len(jobs); start += PipelineChunk {
@@ -202,7 +204,9 @@ func (s *Store) AddMany(ctx context.Context, jobs []*Job, at []Placement) (errs 
 		for i := start; i < end; i++ {
 			calls = append(calls, s.addCall(jobs[i], at[i]))
 		}
-		vals, cerrs, err := rdb.RunJoined(ctx, s.rdb, addScript, calls, addShared, s.runKey, s.durable)
+		bctx, cancel := rdb.Bounded(ctx, s.durable.Window())
+		vals, cerrs, err := rdb.RunJoined(bctx, s.rdb, addScript, calls, addShared, PipelineChunk, s.runKey, s.durable)
+		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("add jobs %d..%d of %d: %w", start, end-1, len(jobs), err)
 		}
@@ -232,11 +236,19 @@ func addResult(job *Job, v any) (time.Time, error) {
 	return time.UnixMilli(due), nil
 }
 
-// OpTTL is how long an admin call's reply is kept for a rerun of the same
-// call: go-redis resends a command whose reply was lost (up to MaxRetries
-// times, each after a read timeout), and the rerun must get the first
-// run's answer, not "not found".
-const OpTTL = 30 * time.Second
+// OpTTL is how long a call's reply is kept for a rerun of the same call,
+// when it does not wait for replicas: go-redis resends a command whose
+// reply was lost (up to MaxRetries times, each after a read timeout), and
+// the rerun must get the first run's answer, not "not found" or "exists".
+// Such calls run under a deadline of rdb.RerunWindow (see OpContext), so
+// no rerun is sent after the reply expired.
+const OpTTL = rdb.RerunWindow + rdb.RerunMargin
+
+// OpContext returns ctx bounded for a call that keeps its reply for
+// OpTTL: go-redis sends no rerun of it after rdb.RerunWindow.
+func OpContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return rdb.Bounded(ctx, rdb.RerunWindow)
+}
 
 func (s *Store) jobKeys(topic string, bucket int) []string {
 	k := keys.ForBucket(s.prefix, topic, bucket)
@@ -289,6 +301,8 @@ func (s *Store) Delete(ctx context.Context, topic, id string, bucket int) (*Job,
 	k := keys.ForBucket(s.prefix, topic, bucket)
 	ks := s.jobKeys(topic, bucket)
 	ks = append(ks[:6:6], k.Op(uuid.NewString()), ks[6])
+	ctx, cancel := OpContext(ctx)
+	defer cancel()
 	v, err := deleteScript.Run(ctx, s.rdb, ks, id, keys.BroadcastMark, OpTTL.Milliseconds()).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("delete job %q of topic %q: %w", id, topic, err)

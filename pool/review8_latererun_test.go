@@ -69,14 +69,21 @@ func (c *lossyConn) Read(b []byte) (int, error) {
 
 // TestReview8LoneAddRerunAfterOpTTL: go-redis resends a command after a
 // read timeout, up to MaxRetries (3 by default) times, each after
-// ReadTimeout. add.lua keeps a run's reply for OpTTL (30 s) and nothing
-// bounds ReadTimeout x retries below it: with ReadTimeout 16s (a client
+// ReadTimeout. add.lua kept a run's reply for a fixed 30 s, and nothing
+// bounded ReadTimeout x retries below it: with ReadTimeout 16s (a client
 // built by the caller, a URL with ?read_timeout=16s, or one that
 // WaitTimeout 16s requires) and the replies of the first two attempts
-// lost, the third attempt runs 32 s after the first stored the job and
-// finds no op record. Add then reports ErrJobExists for the job it stored
-// itself; or, when the job was delivered and deleted meanwhile, stores it
-// a second time. Both cases run at once; the test takes about 33 s.
+// lost, the third attempt ran 32 s after the first stored the job and
+// found no op record. Add then reported ErrJobExists for the job it
+// stored itself; or, when the job was delivered and deleted meanwhile,
+// stored it a second time. Now the call runs under a deadline of
+// rdb.RerunWindow (25 s): no attempt is sent after it, and Add reports
+// the deadline (the job may or may not be stored: Get tells), never
+// "exists" for its own job, and never stores it twice. (go-redis does
+// not cut a read short at the ctx deadline unless ContextTimeoutEnabled:
+// Add returns when the second attempt's read times out, at 32 s, but it
+// starts no attempt after the window.) Both cases run at once; the test
+// takes about 32 s.
 func TestReview8LoneAddRerunAfterOpTTL(t *testing.T) {
 	var addr string
 	for _, be := range testutil.RealBackends(t) {
@@ -95,6 +102,7 @@ func TestReview8LoneAddRerunAfterOpTTL(t *testing.T) {
 	type outcome struct {
 		err    error
 		lost   int32
+		sent   int32 // attempts of the script written
 		stored bool
 	}
 	try := func(id string, deleteMeanwhile bool) outcome {
@@ -124,7 +132,7 @@ func TestReview8LoneAddRerunAfterOpTTL(t *testing.T) {
 		}
 		_, err := pool.NewStore(c, prefix).Add(ctx, &pool.Job{Topic: "t", ID: id, Body: []byte("b"), Delay: time.Hour}, pool.Placement{Limit: 10})
 		stored := plain.HExists(ctx, keys.ForBucket(prefix, "t", 0).Pool(), id).Val()
-		return outcome{err: err, lost: 2 - max(lose.Load(), 0), stored: stored}
+		return outcome{err: err, lost: 2 - max(lose.Load(), 0), sent: 2 - lose.Load(), stored: stored}
 	}
 	var wg sync.WaitGroup
 	var kept, deleted outcome
@@ -132,11 +140,18 @@ func TestReview8LoneAddRerunAfterOpTTL(t *testing.T) {
 	wg.Go(func() { kept = try("kept", false) })
 	wg.Go(func() { deleted = try("deleted", true) })
 	wg.Wait()
-	t.Logf("after %v: job left alone: %+v; job deleted meanwhile: %+v", time.Since(start).Round(time.Second), kept, deleted)
+	t.Logf("after %v: job left alone: %+v (%v); job deleted meanwhile: %+v (%v)", time.Since(start).Round(time.Second), kept, kept.err, deleted, deleted.err)
 	require.Equal(t, int32(2), kept.lost, "two replies lost")
 	require.Equal(t, int32(2), deleted.lost, "two replies lost")
 	require.True(t, kept.stored)
-	assert.NoError(t, kept.err, "Add stored its job once and must say so, not that it exists")
-	assert.NoError(t, deleted.err)
+	for _, o := range []outcome{kept, deleted} {
+		if o.err != nil {
+			assert.NotErrorIs(t, o.err, pool.ErrJobExists, "Add stored its job and must not say it exists")
+			assert.ErrorIs(t, o.err, context.DeadlineExceeded, "Add gave up at the rerun window")
+		}
+	}
 	assert.False(t, deleted.stored, "the rerun of an Add whose job was deleted meanwhile added it again: it runs twice")
+	// The third attempt would have started at 32 s, past the window.
+	assert.Equal(t, int32(2), kept.sent, "attempts sent")
+	assert.Equal(t, int32(2), deleted.sent, "attempts sent")
 }

@@ -97,9 +97,11 @@ func (s *Store) Replace(ctx context.Context, snap Snapshot, bucket int, env []by
 	default:
 		mode, ms = "at", due.At
 	}
+	ctx, cancel := rdb.Bounded(ctx, s.durable.Window())
+	defer cancel()
 	code, err := rdb.Run(ctx, s.rdb, s.durable, updateScript, []string{k.Pool(), k.Scheduled(), k.State(), k.Op(uuid.NewString())},
 		j.ID, Member(j.ID, snap.Header.Broadcast), hex.EncodeToString(sum[:]), string(j.State), snap.score,
-		env, mode, ms, keys.WakeChannel(s.prefix), keys.Address(j.Topic, bucket), OpTTL.Milliseconds()).Int()
+		env, mode, ms, keys.WakeChannel(s.prefix), keys.Address(j.Topic, bucket), s.opTTL).Int()
 	if err != nil {
 		return fmt.Errorf("update job %q of topic %q: %w", j.ID, j.Topic, err)
 	}
@@ -127,11 +129,13 @@ func (s *Store) Put(ctx context.Context, job *Job, at Placement) (replaced bool,
 	if !job.RunAt.IsZero() {
 		runAt = strconv.FormatInt(UnixMs(job.RunAt), 10)
 	}
+	ctx, cancel := rdb.Bounded(ctx, s.durable.Window())
+	defer cancel()
 	v, err := rdb.Run(ctx, s.rdb, s.durable, putScript,
 		[]string{k.Pool(), k.Scheduled(), k.State(), k.UnAck(), k.Dead(), k.Reasons(), k.Op(uuid.NewString())},
 		job.ID, Member(job.ID, job.Broadcast), keys.BroadcastMark, tail, Payload(job),
 		DurationMs(job.Delay), runAt, at.Limit, keys.WakeChannel(s.prefix), keys.Address(job.Topic, at.Bucket),
-		OpTTL.Milliseconds()).Slice()
+		s.opTTL).Slice()
 	if err != nil {
 		return false, fmt.Errorf("put job %q: %w", job.ID, err)
 	}

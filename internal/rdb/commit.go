@@ -34,10 +34,10 @@ const (
 type Committer struct {
 	rdb     redis.UniversalClient
 	script  *redis.Script
-	join    bool // the script takes many calls in one run (NewJoiningCommitter)
-	runKey  func(keys []string) string
-	shared  int        // Args the joined calls have in common
-	durable Durability // see durable.go; off by default
+	join    bool                       // the script takes many calls in one run (NewJoiningCommitter)
+	runKey  func(keys []string) string // names a run's op key; its round trips then run under Bounded (window.go)
+	shared  int                        // Args the joined calls have in common
+	durable Durability                 // see durable.go; off by default
 
 	mu       sync.Mutex
 	queue    []*request
@@ -61,6 +61,11 @@ func NewCommitter(c redis.UniversalClient, script *redis.Script) *Committer {
 // runOne runs call alone: with a joining script, a run of one.
 // runOne runs one call, waiting for replicas when asked.
 func (c *Committer) runOne(ctx context.Context, call Call) (any, error) {
+	if c.runKey != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = Bounded(ctx, c.durable.Window())
+		defer cancel()
+	}
 	if !c.join {
 		return Run(ctx, c.rdb, c.durable, c.script, call.Keys, call.Args...).Result()
 	}
@@ -219,8 +224,13 @@ func (c *Committer) run(batch []*request) {
 		calls[i] = q.call
 	}
 	ctx := context.WithoutCancel(batch[0].ctx)
+	if c.runKey != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = Bounded(ctx, c.durable.Window())
+		defer cancel()
+	}
 	if c.join {
-		vals, errs, _ := RunJoined(ctx, c.rdb, c.script, calls, c.shared, c.runKey, c.durable)
+		vals, errs, _ := RunJoined(ctx, c.rdb, c.script, calls, c.shared, MaxJoin, c.runKey, c.durable)
 		for i, q := range batch {
 			q.val, q.err = vals[i], errs[i]
 			close(q.done)

@@ -8,14 +8,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// maxJoin bounds the calls one run of a joining script carries, so that a
-// run stays short next to the other clients' commands.
-const maxJoin = 64
+// MaxJoin bounds the calls one run of a Committer's joining script
+// carries, so that a run stays short next to the other clients' commands.
+const MaxJoin = 64
 
 // NewJoiningCommitter returns a Committer of a script that takes many
 // calls in one run: the calls a pipeline would carry that have the same
 // Keys and the same first shared Args go as one run of script (at most
-// maxJoin of them), with the shared Args once, then the rest of each
+// MaxJoin of them), with the shared Args once, then the rest of each
 // call's Args in turn. The script replies with an array of one element
 // per call, and each caller gets its own element; a lone call is a run of
 // one. One run costs the server one EVALSHA, one argument parse and one
@@ -28,13 +28,20 @@ func NewJoiningCommitter(c redis.UniversalClient, script *redis.Script, shared i
 	return &Committer{rdb: c, script: script, join: true, shared: shared, runKey: runKey}
 }
 
-// RunJoined runs calls of a joining script (see NewJoiningCommitter) in a
-// single pipeline (waiting for d's replicas when d is on) and returns each
-// call's own reply element or error, in
-// call order, and the error of the pipeline as a whole when no reply came
-// (see NoReply).
-func RunJoined(ctx context.Context, c redis.UniversalClient, s *redis.Script, calls []Call, shared int, runKey func(keys []string) string, d Durability) (vals []any, errs []error, whole error) {
-	joined, members := join(calls, shared, runKey)
+// RunJoined runs calls of a joining script (see NewJoiningCommitter), at
+// most most to a run, in a single pipeline (waiting for d's replicas when
+// d is on) and returns each call's own reply element or error, in call
+// order, and the error of the pipeline as a whole when no reply came (see
+// NoReply).
+//
+// Calls on the same Keys keep their order only while they share one run:
+// when the server lost the script (a restart, a failover) and another
+// client loads it while this pipeline is being read, the runs before that
+// moment fail with NOSCRIPT and run again after the pipeline, after the
+// runs that followed them. A caller that needs the order of calls on the
+// same Keys sends at most most calls of the same Keys in one pipeline.
+func RunJoined(ctx context.Context, c redis.UniversalClient, s *redis.Script, calls []Call, shared, most int, runKey func(keys []string) string, d Durability) (vals []any, errs []error, whole error) {
+	joined, members := join(calls, shared, most, runKey)
 	cmds := runCalls(ctx, c, d, s, joined)
 	vals, errs = make([]any, len(calls)), make([]error, len(calls))
 	for g, cmd := range cmds {
@@ -44,10 +51,10 @@ func RunJoined(ctx context.Context, c redis.UniversalClient, s *redis.Script, ca
 }
 
 // join groups calls with the same Keys and shared first Args, at most
-// maxJoin to a group, in the order of their first call; members[g] lists
+// most to a group, in the order of their first call; members[g] lists
 // the calls of joined[g], in order. Calls on the same Keys run in call
 // order: a call joins only the latest group of its Keys.
-func join(calls []Call, shared int, runKey func(keys []string) string) (joined []Call, members [][]int) {
+func join(calls []Call, shared, most int, runKey func(keys []string) string) (joined []Call, members [][]int) {
 	for i, call := range calls {
 		// The latest group of the call's keys is the one that may have
 		// room; a call whose shared Args differ from that group's starts a
@@ -58,11 +65,11 @@ func join(calls []Call, shared int, runKey func(keys []string) string) (joined [
 		for g >= 0 && !sameKeys(joined[g], call) {
 			g--
 		}
-		if g >= 0 && (len(members[g]) >= maxJoin || !sameTarget(joined[g], call, shared)) {
+		if g >= 0 && (len(members[g]) >= most || !sameTarget(joined[g], call, shared)) {
 			g = -1
 		}
 		if g < 0 {
-			args := make([]any, shared, shared+(len(call.Args)-shared)*min(len(calls)-i, maxJoin))
+			args := make([]any, shared, shared+(len(call.Args)-shared)*min(len(calls)-i, most))
 			copy(args, call.Args[:shared])
 			keys := call.Keys
 			if runKey != nil {

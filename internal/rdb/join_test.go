@@ -46,7 +46,7 @@ func TestRunJoined(t *testing.T) {
 				calls = append(calls, rdb.Call{Keys: []string{key}, Args: []any{tag, i}})
 				want[key]++
 			}
-			vals, errs, err := rdb.RunJoined(ctx, c, tagAll, calls, 1, nil, rdb.Durability{})
+			vals, errs, err := rdb.RunJoined(ctx, c, tagAll, calls, 1, rdb.MaxJoin, nil, rdb.Durability{})
 			require.NoError(t, err)
 			for i, call := range calls {
 				require.NoError(t, errs[i], i)
@@ -63,7 +63,7 @@ func TestRunJoined(t *testing.T) {
 			for i := range 130 {
 				calls = append(calls, rdb.Call{Keys: []string{a}, Args: []any{"z", i}})
 			}
-			vals, errs, err = rdb.RunJoined(ctx, c, tagAll, calls, 1, nil, rdb.Durability{})
+			vals, errs, err = rdb.RunJoined(ctx, c, tagAll, calls, 1, rdb.MaxJoin, nil, rdb.Durability{})
 			require.NoError(t, err)
 			for i := range calls {
 				require.NoError(t, errs[i], i)
