@@ -152,7 +152,13 @@ func (c *Client) ensureTopic(ctx context.Context, topic string) error {
 // job. It fails with ErrInvalidJob (wrapped with the reason), ErrJobExists,
 // ErrPoolFull or ErrBucketMismatch, and then writes nothing. Add needs no
 // running client. When ctx ends first, Add returns ctx's error and the job
-// may or may not have been stored; Get tells.
+// may or may not have been stored; Get tells. So it does, with
+// context.DeadlineExceeded, when Redis has not answered 25 s after the
+// job was sent (plus WaitTimeout with WaitReplicas): past that, a resend
+// by go-redis could no longer tell its own job from an existing one (see
+// docs/decisions.md, "Such calls give up"). Errors from Redis are
+// returned as they are: a server that refuses writes (maxmemory,
+// min-replicas-to-write) fails Add with its error (docs/operations.md).
 func (c *Client) Add(ctx context.Context, job *Job) error {
 	if ctx == nil {
 		return pool.ErrNilContext
