@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -19,52 +20,30 @@ import (
 // maxmemory-policy noeviction (the policy docs/operations.md asks for)
 // refuses the first write of a script, not its reads. A run of many jobs
 // refuses a stored id or a full pool with reads only, and answers exists
-// and full. A lone Add (a run of one) writes its op record (SET NX GET)
-// before it knows whether it adds its job, and deletes it when it does
+// and full. A lone Add (a run of one) wrote its op record (SET NX GET)
+// before it knew whether it added its job, and deleted it when it did
 // not, so on such a server it failed with OOM instead of answering
 // ErrJobExists or ErrPoolFull. Now a full pool is answered with reads
 // only; a stored id is still found by HSETNX, a write, so a lone Add of
 // one gets the server's refusal (documented in docs/operations.md).
 func TestReview8LoneRunRefusalUnderMaxmemory(t *testing.T) {
 	srv := testutil.StartServer(t, "--maxmemory-policy", "noeviction")
-	c := srv.Client(nil)
-	ctx := context.Background()
-	s := pool.NewStore(c, "p")
-	job := func(id string) *pool.Job {
-		return &pool.Job{Topic: "t", ID: id, Body: []byte(id), Delay: time.Hour}
-	}
-	_, err := s.Add(ctx, job("a"), pool.Placement{Limit: 1})
-	require.NoError(t, err)
-	// Memory is now over maxmemory: writes are refused, reads are not.
-	require.NoError(t, c.ConfigSet(ctx, "maxmemory", "1").Err())
-
-	// A run of many jobs answers each refusal.
-	errs, err := s.AddMany(ctx, []*pool.Job{job("a"), job("b")}, []pool.Placement{{Limit: 1}, {Limit: 1}})
-	require.NoError(t, err)
-	assert.ErrorIs(t, errs[0], pool.ErrJobExists, "in a run: the stored id")
-	assert.ErrorIs(t, errs[1], pool.ErrPoolFull, "in a run: the full pool")
-
-	// The same jobs, each a lone Add. Its test for a stored id is HSETNX,
-	// a write: the server's refusal is its answer (documented), and
-	// nothing is written either way.
-	before := testutil.Dump(t, c, "p")
-	_, err = s.Add(ctx, job("a"), pool.Placement{Limit: 10})
-	require.Error(t, err, "a lone Add of a stored id")
-	if !errors.Is(err, pool.ErrJobExists) {
-		assert.ErrorContains(t, err, "OOM", "a lone Add of a stored id")
-	}
-	assert.Equal(t, before, testutil.Dump(t, c, "p"), "a lone Add of a stored id wrote")
-	_, err = s.Add(ctx, job("b"), pool.Placement{Limit: 1})
-	assert.ErrorIs(t, err, pool.ErrPoolFull, "a lone Add to a full pool")
+	loneRunRefusal(t, srv.Client(nil), "maxmemory", "1", "OOM")
 }
 
 // TestReview8LoneRunRefusalWithoutReplicas: the same with
 // min-replicas-to-write, which refuses a script's first write with
-// NOREPLICAS while the master lacks its replicas: a run of many answers
-// exists and full, a lone Add of the same job fails with NOREPLICAS.
+// NOREPLICAS while the master lacks its replicas.
 func TestReview8LoneRunRefusalWithoutReplicas(t *testing.T) {
 	srv := testutil.StartServer(t)
-	c := srv.Client(nil)
+	loneRunRefusal(t, srv.Client(nil), "min-replicas-to-write", "1", "NOREPLICAS")
+}
+
+// loneRunRefusal adds a job to a pool of one, sets the server's config
+// param to value so that it refuses writes with refusal, and checks the
+// answers of a run of many and of lone Adds of a stored id and to the
+// full pool.
+func loneRunRefusal(t *testing.T, c *redis.Client, param, value, refusal string) {
 	ctx := context.Background()
 	s := pool.NewStore(c, "p")
 	job := func(id string) *pool.Job {
@@ -72,7 +51,7 @@ func TestReview8LoneRunRefusalWithoutReplicas(t *testing.T) {
 	}
 	_, err := s.Add(ctx, job("a"), pool.Placement{Limit: 1})
 	require.NoError(t, err)
-	require.NoError(t, c.ConfigSet(ctx, "min-replicas-to-write", "1").Err())
+	require.NoError(t, c.ConfigSet(ctx, param, value).Err()) // writes refused, reads not
 
 	errs, err := s.AddMany(ctx, []*pool.Job{job("a"), job("b")}, []pool.Placement{{Limit: 1}, {Limit: 1}})
 	require.NoError(t, err)
@@ -83,20 +62,21 @@ func TestReview8LoneRunRefusalWithoutReplicas(t *testing.T) {
 	_, err = s.Add(ctx, job("a"), pool.Placement{Limit: 10})
 	require.Error(t, err, "a lone Add of a stored id")
 	if !errors.Is(err, pool.ErrJobExists) {
-		assert.ErrorContains(t, err, "NOREPLICAS", "a lone Add of a stored id")
+		assert.ErrorContains(t, err, refusal, "a lone Add of a stored id")
 	}
 	assert.Equal(t, before, testutil.Dump(t, c, "p"), "a lone Add of a stored id wrote")
 	_, err = s.Add(ctx, job("b"), pool.Placement{Limit: 1})
 	assert.ErrorIs(t, err, pool.ErrPoolFull, "a lone Add to a full pool")
+	assert.Equal(t, before, testutil.Dump(t, c, "p"), "a lone Add to a full pool wrote")
 }
 
 // TestReview8LoneRunRerunUnderMaxmemory: the rerun go-redis sends after a
 // lost reply must give the first run's answer. A run of many jobs finds
 // its record with GET, a read, and answers even when the server has since
 // gone over maxmemory (the first run's own jobs may be what pushed it
-// over). A run of one reads its record with SET NX GET, a write command,
-// which such a server refuses: the rerun fails with OOM, and the caller
-// is told its Add failed though its job is stored.
+// over). A run of one read its record with SET NX GET, a write command,
+// which such a server refuses: the rerun failed with OOM, and the caller
+// was told its Add failed though its job is stored.
 func TestReview8LoneRunRerunUnderMaxmemory(t *testing.T) {
 	srv := testutil.StartServer(t, "--maxmemory-policy", "noeviction")
 	c := srv.Client(nil)
