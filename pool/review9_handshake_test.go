@@ -1,0 +1,141 @@
+package pool_test
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/pool"
+)
+
+// lateFirstReadConn delays the first reply it reads (the handshake's, on
+// a fresh connection) by late, as a network that delivers it late.
+type lateFirstReadConn struct {
+	net.Conn
+	late time.Duration
+	once sync.Once
+}
+
+func (c *lateFirstReadConn) Read(b []byte) (int, error) {
+	c.once.Do(func() { time.Sleep(c.late) })
+	return c.Conn.Read(b)
+}
+
+// scriptWrites counts the writes of a connection that carry mark, and
+// records when the last one went.
+type scriptWrites struct {
+	net.Conn
+	mark []byte
+	n    *atomic.Int32
+	last *atomic.Int64
+}
+
+func (c *scriptWrites) Write(b []byte) (int, error) {
+	if containsBytes(b, c.mark) {
+		c.n.Add(1)
+		c.last.Store(time.Now().UnixNano())
+	}
+	return c.Conn.Write(b)
+}
+
+func containsBytes(b, m []byte) bool {
+	for i := 0; i+len(m) <= len(b); i++ {
+		if string(b[i:i+len(m)]) == string(m) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestReview9RerunWrittenAfterWindowByHandshake: the rerun window bounds
+// when go-redis *starts* an attempt (it checks ctx before it takes a
+// connection), not when it writes the command. An attempt that needs a
+// fresh connection (the one that lost the reply was dropped) first runs
+// the connection's handshake (HELLO, CLIENT SETINFO), whose reads go-redis
+// bounds by ReadTimeout, not by ctx (unless ContextTimeoutEnabled). Here:
+// ReadTimeout 20 s; the first run's reply is lost, the attempt at 20 s
+// dials a new connection whose HELLO reply arrives late (12 s), and the
+// EVALSHA is written at 32 s, past the op key's 30 s: the rerun finds no
+// op record and Add answers ErrJobExists for the job it stored itself.
+func TestReview9RerunWrittenAfterWindowByHandshake(t *testing.T) {
+	var addr string
+	for _, be := range testutil.RealBackends(t) {
+		if be.Name == "redis" {
+			addr = be.Addrs[0]
+		}
+	}
+	if addr == "" {
+		t.Skip("no standalone server")
+	}
+	mark := []byte(redis.NewScript(pool.AddSource).Hash())
+	prefix := testutil.Prefix(t)
+	plain := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { plain.Close() })
+	ctx := context.Background()
+
+	type outcome struct {
+		err    error
+		sent   int32
+		lastAt time.Duration
+		stored bool
+	}
+	try := func(id string, deleteMeanwhile bool) outcome {
+		var lose atomic.Int32
+		lose.Store(1)
+		var dials, sent atomic.Int32
+		var last atomic.Int64
+		c := redis.NewClient(&redis.Options{
+			Addr:        addr,
+			ReadTimeout: 20 * time.Second,
+			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				conn = &scriptWrites{Conn: conn, mark: mark, n: &sent, last: &last}
+				if dials.Add(1) == 1 {
+					return &lossyConn{Conn: conn, mark: mark, lose: &lose}, nil
+				}
+				return &lateFirstReadConn{Conn: conn, late: 12 * time.Second}, nil
+			},
+		})
+		defer c.Close()
+		if deleteMeanwhile {
+			// The job is delivered and acked (deleted) at 26 s.
+			time.AfterFunc(26*time.Second, func() {
+				if _, err := pool.NewStore(plain, prefix).Delete(ctx, "t", id, 0); err != nil {
+					t.Errorf("delete %s: %v", id, err)
+				}
+			})
+		}
+		start := time.Now()
+		_, err := pool.NewStore(c, prefix).Add(ctx, &pool.Job{Topic: "t", ID: id, Body: []byte("b"), Delay: time.Hour}, pool.Placement{Limit: 10})
+		o := outcome{err: err, sent: sent.Load()}
+		if l := last.Load(); l > 0 {
+			o.lastAt = time.Unix(0, l).Sub(start)
+		}
+		o.stored = plain.HExists(ctx, keys.ForBucket(prefix, "t", 0).Pool(), id).Val()
+		return o
+	}
+	var wg sync.WaitGroup
+	var kept, deleted outcome
+	wg.Go(func() { kept = try("kept", false) })
+	wg.Go(func() { deleted = try("deleted", true) })
+	wg.Wait()
+	t.Logf("job left alone: %+v (%v); job deleted meanwhile: %+v (%v)", kept, kept.err, deleted, deleted.err)
+	require.True(t, kept.stored)
+	for _, o := range []outcome{kept, deleted} {
+		assert.NotErrorIs(t, o.err, pool.ErrJobExists, "Add stored its job and must not say it exists")
+		assert.Less(t, o.lastAt, 25*time.Second, "a rerun was written after the rerun window")
+	}
+	assert.False(t, deleted.stored, "the rerun of an Add whose job was deleted meanwhile added it again: it runs twice")
+}
