@@ -3,6 +3,7 @@ package pool_test
 import (
 	"context"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -138,4 +139,59 @@ func TestReview9RerunWrittenAfterWindowByHandshake(t *testing.T) {
 		assert.Less(t, o.lastAt, 25*time.Second, "a rerun was written after the rerun window")
 	}
 	assert.False(t, deleted.stored, "the rerun of an Add whose job was deleted meanwhile added it again: it runs twice")
+}
+
+// TestReview9DeleteRerunWrittenAfterWindowByHandshake: the same for
+// Delete, another call that keeps its reply under an op key for 30 s:
+// its rerun, written at 32 s, finds neither the job nor the op record,
+// and Delete answers ErrJobNotFound for the job it deleted itself.
+func TestReview9DeleteRerunWrittenAfterWindowByHandshake(t *testing.T) {
+	var addr string
+	for _, be := range testutil.RealBackends(t) {
+		if be.Name == "redis" {
+			addr = be.Addrs[0]
+		}
+	}
+	if addr == "" {
+		t.Skip("no standalone server")
+	}
+	src, err := os.ReadFile("delete.lua")
+	require.NoError(t, err)
+	mark := []byte(redis.NewScript(string(src)).Hash())
+	prefix := testutil.Prefix(t)
+	plain := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { plain.Close() })
+	ctx := context.Background()
+	_, err = pool.NewStore(plain, prefix).Add(ctx, &pool.Job{Topic: "t", ID: "d", Body: []byte("b"), Delay: time.Hour}, pool.Placement{Limit: 10})
+	require.NoError(t, err)
+
+	var lose atomic.Int32
+	lose.Store(1)
+	var dials, sent atomic.Int32
+	var last atomic.Int64
+	c := redis.NewClient(&redis.Options{
+		Addr:        addr,
+		ReadTimeout: 20 * time.Second,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			conn = &scriptWrites{Conn: conn, mark: mark, n: &sent, last: &last}
+			if dials.Add(1) == 1 {
+				return &lossyConn{Conn: conn, mark: mark, lose: &lose}, nil
+			}
+			return &lateFirstReadConn{Conn: conn, late: 12 * time.Second}, nil
+		},
+	})
+	defer c.Close()
+	require.NoError(t, c.Ping(ctx).Err()) // the first connection, handshake done
+	start := time.Now()
+	_, err = pool.NewStore(c, prefix).Delete(ctx, "t", "d", 0)
+	lastAt := time.Unix(0, last.Load()).Sub(start)
+	stored := plain.HExists(ctx, keys.ForBucket(prefix, "t", 0).Pool(), "d").Val()
+	t.Logf("after %v: %v; script writes %d, last at %v; stored %v", time.Since(start).Round(time.Second), err, sent.Load(), lastAt.Round(time.Millisecond), stored)
+	require.False(t, stored, "the first run deleted the job")
+	assert.NotErrorIs(t, err, pool.ErrJobNotFound, "Delete deleted the job and must not say it was not found")
+	assert.Less(t, lastAt, 25*time.Second, "a rerun was written after the rerun window")
 }
