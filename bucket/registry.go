@@ -67,8 +67,14 @@ func (r *Registry) Ensure(ctx context.Context, topic string, n int) (fresh bool,
 			return false, fmt.Errorf("record topic %q: %w", topic, err)
 		}
 		if got == n {
-			// Only a count that matches ours is worth registering.
-			if err := r.rdb.SAdd(ctx, keys.Topics(r.prefix), topic).Err(); err != nil {
+			// Only a count that matches ours is worth registering; a
+			// topic registered already costs a read only (see meta.lua).
+			set := keys.Topics(r.prefix)
+			in, err := r.rdb.SIsMember(ctx, set, topic).Result()
+			if err == nil && !in {
+				err = r.rdb.SAdd(ctx, set, topic).Err()
+			}
+			if err != nil {
 				return false, fmt.Errorf("record topic %q: %w", topic, err)
 			}
 		}
