@@ -117,7 +117,7 @@ func Take(ctx context.Context, c redis.UniversalClient, prefix, topic, id string
 	ctx, cancel := pool.OpContext(ctx)
 	defer cancel()
 	v, err := takeScript.Run(ctx, c, []string{k.Pool(), p.key(k), k.Reasons(), k.Op(uuid.NewString()), k.Errors()},
-		id, pool.OpTTL.Milliseconds()).Slice()
+		id, pool.OpTTL(c).Milliseconds()).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("take %s job %q of topic %q: %w", p.state(), id, topic, err)
 	}
@@ -147,7 +147,7 @@ func Requeue(ctx context.Context, c redis.UniversalClient, prefix, topic, id str
 	ctx, cancel := pool.OpContext(ctx)
 	defer cancel()
 	v, err := requeueScript.Run(ctx, c, []string{k.Pool(), p.key(k), k.Scheduled(), k.Reasons(), k.Op(uuid.NewString())},
-		id, pool.DurationMs(delay), r, keys.WakeChannel(prefix), keys.Address(topic, bucket), pool.OpTTL.Milliseconds()).Result()
+		id, pool.DurationMs(delay), r, keys.WakeChannel(prefix), keys.Address(topic, bucket), pool.OpTTL(c).Milliseconds()).Result()
 	if err != nil {
 		return fmt.Errorf("requeue %s job %q of topic %q: %w", p.state(), id, topic, err)
 	}

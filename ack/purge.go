@@ -32,7 +32,7 @@ func PurgeDead(ctx context.Context, c redis.UniversalClient, prefix, topic strin
 	for {
 		octx, cancel := pool.OpContext(ctx)
 		got, err := purgeScript.Run(octx, c, []string{k.Pool(), k.Dead(), k.Reasons(), k.Errors(), k.Op(uuid.NewString())},
-			PurgeChunk, pool.OpTTL.Milliseconds()).Int()
+			PurgeChunk, pool.OpTTL(c).Milliseconds()).Int()
 		cancel()
 		if err != nil {
 			return total, fmt.Errorf("purge dead jobs of %s: %w", keys.Address(topic, n), err)

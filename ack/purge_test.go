@@ -27,7 +27,7 @@ func TestPurgeRerunRemovesNothingMore(t *testing.T) {
 				require.NoError(t, rdb.ZAdd(ctx, k.Dead(), redis.Z{Score: float64(i), Member: id}).Err())
 			}
 			run := func() int {
-				n, err := purgeScript.Run(ctx, rdb, []string{k.Pool(), k.Dead(), k.Reasons(), k.Errors(), k.Op("one")}, 2, pool.OpTTL.Milliseconds()).Int()
+				n, err := purgeScript.Run(ctx, rdb, []string{k.Pool(), k.Dead(), k.Reasons(), k.Errors(), k.Op("one")}, 2, pool.OpTTL(rdb).Milliseconds()).Int()
 				require.NoError(t, err)
 				return n
 			}

@@ -605,7 +605,7 @@ func (b *bench) memory() {
 		// redeq keeps each add run's reply for pool.OpTTL, for a rerun of
 		// the run after a lost reply; what a pending job costs is measured
 		// once those are gone (both systems wait alike).
-		time.Sleep(pool.OpTTL + time.Second)
+		time.Sleep(pool.OpTTL(b.admin) + time.Second)
 		per[s.Name()] = float64(b.usedMemory()-before) / float64(b.sz.Memory)
 		s.Close()
 	}

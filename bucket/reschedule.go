@@ -37,7 +37,7 @@ func reschedule(ctx context.Context, c redis.UniversalClient, prefix, topic, id 
 	defer cancel()
 	code, err := rescheduleScript.Run(ctx, c, []string{k.Pool(), k.Scheduled(), k.State(), k.Op(uuid.NewString())},
 		id, keys.BroadcastMark, at, keys.WakeChannel(prefix), keys.Address(topic, bucket),
-		pool.OpTTL.Milliseconds(), delayMs).Int()
+		pool.OpTTL(c).Milliseconds(), delayMs).Int()
 	if err != nil {
 		return fmt.Errorf("reschedule job %q: %w", id, err)
 	}

@@ -42,7 +42,7 @@ type Store struct {
 	prefix  string
 	adds    *rdb.Committer
 	durable rdb.Durability
-	opTTL   any           // ms, durable.OpTTL(): how long an op key keeps a reply
+	opTTL   any           // ms, rdb.OpTTL of the client and durable: how long an op key keeps a reply
 	runs    string        // names this Store's add runs: a uuid and "-"
 	runSeq  atomic.Uint64 // numbers them
 
@@ -56,13 +56,13 @@ type Store struct {
 // rdb.Durability). Call it before the Store is used.
 func (s *Store) SetDurability(d rdb.Durability) {
 	s.durable = d
-	s.opTTL = d.OpTTL().Milliseconds()
+	s.opTTL = rdb.OpTTL(s.rdb, d).Milliseconds()
 	s.adds.SetDurability(d)
 }
 
 // NewStore returns a Store over c.
 func NewStore(c redis.UniversalClient, prefix string) *Store {
-	s := &Store{rdb: c, prefix: prefix, runs: uuid.NewString() + "-", opTTL: OpTTL.Milliseconds()}
+	s := &Store{rdb: c, prefix: prefix, runs: uuid.NewString() + "-", opTTL: OpTTL(c).Milliseconds()}
 	s.adds = rdb.NewJoiningCommitter(c, addScript, addShared, s.runKey)
 	return s
 }
@@ -236,16 +236,18 @@ func addResult(job *Job, v any) (time.Time, error) {
 	return time.UnixMilli(due), nil
 }
 
-// OpTTL is how long a call's reply is kept for a rerun of the same call,
-// when it does not wait for replicas: go-redis resends a command whose
-// reply was lost (up to MaxRetries times, each after a read timeout), and
-// the rerun must get the first run's answer, not "not found" or "exists".
-// Such calls run under a deadline of rdb.RerunWindow (see OpContext), so
-// no rerun is sent after the reply expired.
-const OpTTL = rdb.RerunWindow + rdb.RerunMargin
+// OpTTL is how long a reply of a call over c is kept for a rerun of the
+// same call, when the call does not wait for replicas: go-redis resends a
+// command whose reply was lost (up to MaxRetries times, each after a read
+// timeout), and the rerun must get the first run's answer, not "not
+// found" or "exists". Such calls run under a deadline of rdb.RerunWindow
+// (see OpContext), and the reply outlives it by the time c may still take
+// to write an attempt started before it (rdb.Slack). With go-redis's
+// default options, 30 s.
+func OpTTL(c redis.UniversalClient) time.Duration { return rdb.OpTTL(c, rdb.Durability{}) }
 
 // OpContext returns ctx bounded for a call that keeps its reply for
-// OpTTL: go-redis sends no rerun of it after rdb.RerunWindow.
+// OpTTL: go-redis starts no attempt of it after rdb.RerunWindow.
 func OpContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return rdb.Bounded(ctx, rdb.RerunWindow)
 }
@@ -303,7 +305,7 @@ func (s *Store) Delete(ctx context.Context, topic, id string, bucket int) (*Job,
 	ks = append(ks[:6:6], k.Op(uuid.NewString()), ks[6])
 	ctx, cancel := OpContext(ctx)
 	defer cancel()
-	v, err := deleteScript.Run(ctx, s.rdb, ks, id, keys.BroadcastMark, OpTTL.Milliseconds()).Slice()
+	v, err := deleteScript.Run(ctx, s.rdb, ks, id, keys.BroadcastMark, OpTTL(s.rdb).Milliseconds()).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("delete job %q of topic %q: %w", id, topic, err)
 	}

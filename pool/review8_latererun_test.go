@@ -77,14 +77,16 @@ func (c *lossyConn) Read(b []byte) (int, error) {
 // found no op record. Add then reported ErrJobExists for the job it
 // stored itself; or, when the job was delivered and deleted meanwhile,
 // stored it a second time. Now the call runs under a deadline of
-// rdb.RerunWindow (25 s): no attempt is sent after it, and Add reports
-// the deadline (the job may or may not be stored: Get tells), never
-// "exists" for its own job, and never stores it twice. (go-redis does
-// not cut a read short at the ctx deadline unless ContextTimeoutEnabled:
-// Add returns when the second attempt's read times out, at 32 s, but it
-// starts no attempt after the window.) Both cases run at once; the test
-// takes about 32 s.
+// rdb.RerunWindow (15 s) and its reply outlives the window by the client's
+// slack. Here, with ReadTimeout 10 s and every reply lost, the second
+// attempt (10 s) is a rerun after the job was deleted (5 s) and answers
+// from the op key; no third attempt (20 s) starts. Add reports the
+// deadline (the job may or may not be stored: Get tells), never "exists"
+// for its own job, and never stores it twice. (go-redis does not cut a
+// read short at the ctx deadline unless ContextTimeoutEnabled: Add returns
+// when the second attempt's read times out, at 20 s.)
 func TestReview8LoneAddRerunAfterOpTTL(t *testing.T) {
+	t.Parallel() // waits out timeouts: run beside the others
 	var addr string
 	for _, be := range testutil.RealBackends(t) {
 		if be.Name == "redis" {
@@ -107,10 +109,10 @@ func TestReview8LoneAddRerunAfterOpTTL(t *testing.T) {
 	}
 	try := func(id string, deleteMeanwhile bool) outcome {
 		var lose atomic.Int32
-		lose.Store(2)
+		lose.Store(3)
 		c := redis.NewClient(&redis.Options{
 			Addr:        addr,
-			ReadTimeout: 16 * time.Second,
+			ReadTimeout: 10 * time.Second,
 			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 				conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 				if err != nil {
@@ -122,8 +124,8 @@ func TestReview8LoneAddRerunAfterOpTTL(t *testing.T) {
 		defer c.Close()
 		if deleteMeanwhile {
 			// The job is delivered and acked (deleted) between the
-			// second attempt (16 s) and the third (32 s).
-			time.AfterFunc(24*time.Second, func() {
+			// first attempt (0 s) and the second (10 s).
+			time.AfterFunc(5*time.Second, func() {
 				_, err := pool.NewStore(plain, prefix).Delete(ctx, "t", id, 0)
 				if err != nil {
 					t.Errorf("delete %s: %v", id, err)
@@ -132,7 +134,7 @@ func TestReview8LoneAddRerunAfterOpTTL(t *testing.T) {
 		}
 		_, err := pool.NewStore(c, prefix).Add(ctx, &pool.Job{Topic: "t", ID: id, Body: []byte("b"), Delay: time.Hour}, pool.Placement{Limit: 10})
 		stored := plain.HExists(ctx, keys.ForBucket(prefix, "t", 0).Pool(), id).Val()
-		return outcome{err: err, lost: 2 - max(lose.Load(), 0), sent: 2 - lose.Load(), stored: stored}
+		return outcome{err: err, lost: 3 - max(lose.Load(), 0), sent: 3 - lose.Load(), stored: stored}
 	}
 	var wg sync.WaitGroup
 	var kept, deleted outcome
@@ -141,8 +143,8 @@ func TestReview8LoneAddRerunAfterOpTTL(t *testing.T) {
 	wg.Go(func() { deleted = try("deleted", true) })
 	wg.Wait()
 	t.Logf("after %v: job left alone: %+v (%v); job deleted meanwhile: %+v (%v)", time.Since(start).Round(time.Second), kept, kept.err, deleted, deleted.err)
-	require.Equal(t, int32(2), kept.lost, "two replies lost")
-	require.Equal(t, int32(2), deleted.lost, "two replies lost")
+	require.Equal(t, kept.sent, kept.lost, "every reply lost")
+	require.Equal(t, deleted.sent, deleted.lost, "every reply lost")
 	require.True(t, kept.stored)
 	for _, o := range []outcome{kept, deleted} {
 		if o.err != nil {
@@ -151,7 +153,7 @@ func TestReview8LoneAddRerunAfterOpTTL(t *testing.T) {
 		}
 	}
 	assert.False(t, deleted.stored, "the rerun of an Add whose job was deleted meanwhile added it again: it runs twice")
-	// The third attempt would have started at 32 s, past the window.
-	assert.Equal(t, int32(2), kept.sent, "attempts sent")
-	assert.Equal(t, int32(2), deleted.sent, "attempts sent")
+	// A third attempt would have started at 20 s, past the window.
+	assert.LessOrEqual(t, kept.sent, int32(2), "attempts sent")
+	assert.Equal(t, int32(2), deleted.sent, "attempts sent: a rerun after the delete, none after the window")
 }

@@ -3,6 +3,8 @@ package rdb
 import (
 	"context"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // A script that keeps its reply under an op key, so that a rerun by
@@ -13,13 +15,20 @@ import (
 // PoolTimeout, which the caller's client sets (a ReadTimeout of 16 s and
 // two lost replies put the third run 32 s after the first). Such calls
 // therefore run under a ctx deadline RerunWindow (plus the wait for
-// replicas) after they are first sent, which go-redis honours before and
-// during every attempt, and the op key lives RerunMargin longer than
-// that: a rerun reaches the server while the key is there, unless the
-// server left it unread in its input for longer than the margin.
+// replicas) after they are first sent, which go-redis checks before every
+// attempt and while it waits for a connection or dials one. An attempt
+// that started before the deadline may still be written later: on a new
+// connection go-redis first reads the handshake's reply (HELLO), for up
+// to ReadTimeout whatever the ctx unless ContextTimeoutEnabled, and a TLS
+// handshake takes up to DialTimeout. The op key lives for the window,
+// plus that slack (Slack), plus RerunMargin for the wait in the server's
+// input.
 const (
-	RerunWindow = 25 * time.Second
+	RerunWindow = 15 * time.Second
 	RerunMargin = 5 * time.Second
+	// blockingSlack stands for the handshake of a client whose reads have
+	// no timeout, or of a kind whose options are unknown.
+	blockingSlack = 30 * time.Second
 )
 
 // Window is how long after its first send a call under d may be sent
@@ -31,8 +40,28 @@ func (d Durability) Window() time.Duration {
 	return RerunWindow
 }
 
-// OpTTL is how long the op key of a call under d must live.
-func (d Durability) OpTTL() time.Duration { return d.Window() + RerunMargin }
+// Slack is how late after the window an attempt of c may be written:
+// ReadTimeout plus DialTimeout, as c's options set them.
+func Slack(c any) time.Duration {
+	var read, dial time.Duration
+	switch c := c.(type) {
+	case *redis.Client:
+		o := c.Options()
+		read, dial = o.ReadTimeout, o.DialTimeout
+	case *redis.ClusterClient:
+		o := c.Options()
+		read, dial = o.ReadTimeout, o.DialTimeout
+	default:
+		return blockingSlack
+	}
+	if read <= 0 {
+		read = blockingSlack
+	}
+	return read + dial
+}
+
+// OpTTL is how long the op key of a call of c under d must live.
+func OpTTL(c any, d Durability) time.Duration { return d.Window() + Slack(c) + RerunMargin }
 
 // Bounded returns ctx with a deadline at most w from now, and its cancel.
 func Bounded(ctx context.Context, w time.Duration) (context.Context, context.CancelFunc) {
