@@ -90,6 +90,17 @@ func (r *Registry) Ensure(ctx context.Context, topic string, n int) (fresh bool,
 	return fresh, nil
 }
 
+// Recorded reports whether Ensure of topic with n buckets would answer
+// without calling Redis: the topic was recorded less than RecordEvery ago,
+// with n buckets.
+func (r *Registry) Recorded(topic string, n int) bool {
+	now := r.clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, recorded := r.recorded[topic]
+	return recorded && now.Sub(at) < r.RecordEvery && r.known[topic] == n
+}
+
 func (r *Registry) remember(topic string, n int) {
 	r.mu.Lock()
 	r.known[topic] = n

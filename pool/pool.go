@@ -192,7 +192,8 @@ const PipelineChunk = 256
 // one node may fail while the others store their jobs). The error is a
 // failure of a whole pipeline, when no reply of a chunk arrived: the
 // chunks before it were sent, and the failed chunk's jobs may or may not
-// have been stored. The jobs of one bucket in a chunk go as one run of
+// have been stored; so it is when ctx ends first, and AddMany then returns
+// ctx's error at once. The jobs of one bucket in a chunk go as one run of
 // add.lua, so that they keep their order (the first of two jobs of an id
 // wins) even when the runs before a moment fail with NOSCRIPT and run
 // again after the pipeline (see rdb.RunJoined).
@@ -204,8 +205,20 @@ func (s *Store) AddMany(ctx context.Context, jobs []*Job, at []Placement) (errs 
 		for i := start; i < end; i++ {
 			calls = append(calls, s.addCall(jobs[i], at[i]))
 		}
+		if ctx.Done() != nil {
+			// Await may return while the pipeline is still being sent:
+			// it must not read the caller's bodies then.
+			for _, call := range calls {
+				rdb.Detach(call.Args)
+			}
+		}
+		var vals []any
+		var cerrs []error
 		bctx, cancel := rdb.Bounded(ctx, s.durable.Window())
-		vals, cerrs, err := rdb.RunJoined(bctx, s.rdb, addScript, calls, addShared, PipelineChunk, s.runKey, s.durable)
+		err := rdb.Await(ctx, func() (err error) {
+			vals, cerrs, err = rdb.RunJoined(bctx, s.rdb, addScript, calls, addShared, PipelineChunk, s.runKey, s.durable)
+			return err
+		})
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("add jobs %d..%d of %d: %w", start, end-1, len(jobs), err)

@@ -36,6 +36,7 @@ import (
 	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/consumer"
 	"github.com/redeq-go/redeq/internal/env"
+	"github.com/redeq-go/redeq/internal/rdb"
 	"github.com/redeq-go/redeq/lock"
 	"github.com/redeq-go/redeq/pool"
 )
@@ -136,15 +137,22 @@ func (c *Client) prepare(ctx context.Context, job *Job) error {
 	return c.ensureTopic(ctx, job.Topic)
 }
 
+// ensureTopic records topic (the first time, and every RecordEvery), and
+// returns when ctx ends even if Redis has not answered yet.
 func (c *Client) ensureTopic(ctx context.Context, topic string) error {
-	fresh, err := c.reg.Ensure(ctx, topic, c.cfg.Concurrency)
-	if err != nil {
-		return err
+	if c.reg.Recorded(topic, c.cfg.Concurrency) {
+		return nil // most Adds: no call to Redis, no goroutine
 	}
-	if r := c.runtime(); fresh && r != nil {
-		r.mover.Refresh() // start moving the new topic now, not at the next reread
-	}
-	return nil
+	return rdb.Await(ctx, func() error {
+		fresh, err := c.reg.Ensure(ctx, topic, c.cfg.Concurrency)
+		if err != nil {
+			return err
+		}
+		if r := c.runtime(); fresh && r != nil {
+			r.mover.Refresh() // start moving the new topic now, not at the next reread
+		}
+		return nil
+	})
 }
 
 // Add stores job, due after job.Delay (or at job.RunAt) by the Redis

@@ -70,3 +70,26 @@ func Bounded(ctx context.Context, w time.Duration) (context.Context, context.Can
 	}
 	return context.WithTimeout(ctx, w)
 }
+
+// Await runs f and returns its error, or ctx's error as soon as ctx ends.
+// go-redis cuts a read short at ctx's deadline only when the caller's
+// client sets ContextTimeoutEnabled, so a call that must return when its
+// caller's ctx ends runs f on a goroutine of its own, which goes on under
+// go-redis's timeouts. f must then not use what the caller may change
+// once Await returned (see Detach). A ctx that can never end runs f here.
+func Await(ctx context.Context, f func() error) error {
+	if ctx.Done() == nil {
+		return f()
+	}
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Detach replaces each byte slice among args with a copy of its own.
+func Detach(args []any) { detach(args) }
