@@ -60,8 +60,15 @@ func Slack(c any) time.Duration {
 	return read + dial
 }
 
-// OpTTL is how long the op key of a call of c under d must live.
-func OpTTL(c any, d Durability) time.Duration { return d.Window() + Slack(c) + RerunMargin }
+// MaxOpTTL is the longest op TTL the scripts take.
+const MaxOpTTL = 24 * time.Hour
+
+// OpTTL is how long the op key of a call of c under d must live, at most
+// MaxOpTTL: a client whose timeouts add up to more (a day to dial, say)
+// could resend a call after its key expired, and is documented so.
+func OpTTL(c any, d Durability) time.Duration {
+	return min(d.Window()+Slack(c)+RerunMargin, MaxOpTTL)
+}
 
 // Bounded returns ctx with a deadline at most w from now, and its cancel.
 func Bounded(ctx context.Context, w time.Duration) (context.Context, context.CancelFunc) {
