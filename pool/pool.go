@@ -256,7 +256,7 @@ func addResult(job *Job, v any) (time.Time, error) {
 // found" or "exists". Such calls run under a deadline of rdb.RerunWindow
 // (see OpContext), and the reply outlives it by the time c may still take
 // to write an attempt started before it (rdb.Slack). With go-redis's
-// default options, 30 s.
+// default options, 45 s.
 func OpTTL(c redis.UniversalClient) time.Duration { return rdb.OpTTL(c, rdb.Durability{}) }
 
 // OpContext returns ctx bounded for a call that keeps its reply for

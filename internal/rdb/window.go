@@ -22,7 +22,7 @@ import (
 // to ReadTimeout whatever the ctx unless ContextTimeoutEnabled, and a TLS
 // handshake takes up to DialTimeout. The op key lives for the window,
 // plus that slack (Slack), plus RerunMargin for the wait in the server's
-// input.
+// input: 45 s with go-redis's default options.
 const (
 	RerunWindow = 15 * time.Second
 	RerunMargin = 5 * time.Second
@@ -40,25 +40,40 @@ func (d Durability) Window() time.Duration {
 	return RerunWindow
 }
 
-// Slack is how late after the window an attempt of c may be written:
-// ReadTimeout plus DialTimeout, as c's options set them.
+// Slack is how late after the window an attempt of c may be written: a
+// dial (DialTimeout), then the handshake of the new connection, whose
+// round trips (HELLO, CLIENT SETINFO, and SELECT when DB > 0) each write
+// under WriteTimeout and read under ReadTimeout, as c's options set them.
+// A read or write without a timeout, or a client of another kind, counts
+// blockingSlack for each.
 func Slack(c any) time.Duration {
-	var read, dial time.Duration
+	var read, write, dial time.Duration
+	rounds := time.Duration(handshakeRounds)
 	switch c := c.(type) {
 	case *redis.Client:
 		o := c.Options()
-		read, dial = o.ReadTimeout, o.DialTimeout
+		read, write, dial = o.ReadTimeout, o.WriteTimeout, o.DialTimeout
+		if o.DB > 0 {
+			rounds++
+		}
 	case *redis.ClusterClient:
 		o := c.Options()
-		read, dial = o.ReadTimeout, o.DialTimeout
+		read, write, dial = o.ReadTimeout, o.WriteTimeout, o.DialTimeout
 	default:
-		return blockingSlack
+		return blockingSlack + rounds*2*blockingSlack
 	}
 	if read <= 0 {
 		read = blockingSlack
 	}
-	return read + dial
+	if write <= 0 {
+		write = blockingSlack
+	}
+	return dial + rounds*(read+write)
 }
+
+// handshakeRounds is the round trips of go-redis's handshake on a new
+// connection (HELLO, then CLIENT SETINFO), SELECT aside.
+const handshakeRounds = 2
 
 // MaxOpTTL is the longest op TTL the scripts take.
 const MaxOpTTL = 24 * time.Hour
