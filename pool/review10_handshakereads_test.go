@@ -45,15 +45,7 @@ func (c *lateReadsConn) Read(b []byte) (int, error) {
 // now counts every round trip of the handshake, reads and writes.
 func TestReview10HandshakeOfSeveralRoundTrips(t *testing.T) {
 	t.Parallel()
-	var addr string
-	for _, be := range testutil.RealBackends(t) {
-		if be.Name == "redis" {
-			addr = be.Addrs[0]
-		}
-	}
-	if addr == "" {
-		t.Skip("no standalone server")
-	}
+	addr := standaloneAddr(t)
 	mark := []byte(redis.NewScript(pool.AddSource).Hash())
 	prefix := testutil.Prefix(t)
 	ctx := context.Background()

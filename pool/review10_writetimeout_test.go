@@ -67,15 +67,7 @@ func (c *eofAfterReplyConn) Read(b []byte) (int, error) {
 // WriteTimeout for each round trip of the handshake.
 func TestReview10WriteTimeoutNotInSlack(t *testing.T) {
 	t.Parallel()
-	var addr string
-	for _, be := range testutil.RealBackends(t) {
-		if be.Name == "redis" {
-			addr = be.Addrs[0]
-		}
-	}
-	if addr == "" {
-		t.Skip("no standalone server")
-	}
+	addr := standaloneAddr(t)
 	mark := []byte(redis.NewScript(pool.AddSource).Hash())
 	prefix := testutil.Prefix(t)
 	plain := redis.NewClient(&redis.Options{Addr: addr})

@@ -67,6 +67,18 @@ func (c *lossyConn) Read(b []byte) (int, error) {
 	return c.Conn.Read(b)
 }
 
+// standaloneAddr is the address of the standalone server among the real
+// backends; a test that waits out client timeouts needs one server only.
+func standaloneAddr(t *testing.T) string {
+	for _, be := range testutil.RealBackends(t) {
+		if be.Name == "redis" {
+			return be.Addrs[0]
+		}
+	}
+	t.Skip("no standalone server")
+	return ""
+}
+
 // TestReview8LoneAddRerunAfterOpTTL: go-redis resends a command after a
 // read timeout, up to MaxRetries (3 by default) times, each after
 // ReadTimeout. add.lua kept a run's reply for a fixed 30 s, and nothing
@@ -87,15 +99,7 @@ func (c *lossyConn) Read(b []byte) (int, error) {
 // when the second attempt's read times out, at 20 s.)
 func TestReview8LoneAddRerunAfterOpTTL(t *testing.T) {
 	t.Parallel() // waits out timeouts: run beside the others
-	var addr string
-	for _, be := range testutil.RealBackends(t) {
-		if be.Name == "redis" {
-			addr = be.Addrs[0]
-		}
-	}
-	if addr == "" {
-		t.Skip("no standalone server")
-	}
+	addr := standaloneAddr(t)
 	mark := []byte(redis.NewScript(pool.AddSource).Hash())
 	prefix := testutil.Prefix(t)
 	plain := redis.NewClient(&redis.Options{Addr: addr})

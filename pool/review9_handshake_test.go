@@ -73,15 +73,7 @@ func containsBytes(b, m []byte) bool {
 // answer added, and not store again a job deleted at 17 s.
 func TestReview9RerunWrittenAfterWindowByHandshake(t *testing.T) {
 	t.Parallel() // waits out timeouts: run beside the others
-	var addr string
-	for _, be := range testutil.RealBackends(t) {
-		if be.Name == "redis" {
-			addr = be.Addrs[0]
-		}
-	}
-	if addr == "" {
-		t.Skip("no standalone server")
-	}
+	addr := standaloneAddr(t)
 	mark := []byte(redis.NewScript(pool.AddSource).Hash())
 	prefix := testutil.Prefix(t)
 	plain := redis.NewClient(&redis.Options{Addr: addr})
@@ -152,15 +144,7 @@ func TestReview9RerunWrittenAfterWindowByHandshake(t *testing.T) {
 // not ErrJobNotFound.
 func TestReview9DeleteRerunWrittenAfterWindowByHandshake(t *testing.T) {
 	t.Parallel() // waits out timeouts: run beside the others
-	var addr string
-	for _, be := range testutil.RealBackends(t) {
-		if be.Name == "redis" {
-			addr = be.Addrs[0]
-		}
-	}
-	if addr == "" {
-		t.Skip("no standalone server")
-	}
+	addr := standaloneAddr(t)
 	src, err := os.ReadFile("delete.lua")
 	require.NoError(t, err)
 	mark := []byte(redis.NewScript(string(src)).Hash())
