@@ -79,14 +79,6 @@ end
 local function bad_due(i)
   return redis.error_reply('add.lua: job ' .. ARGV[i] .. ': due time is no whole number of ms from 0 to 253402300799999')
 end
--- Wake-ups: a run whose earliest new job is due before every job of the
--- bucket's ZSET (ZCOUNT up to its due time is 0, before the ZADD) is due
--- earlier than the mover sleeps, and wakes it. A job due at the same time
--- as the earliest does not: the mover wakes then anyway and moves all
--- that is due, and a burst of jobs due at one time (a batch scheduled "at
--- 9:00") publishes once, not once a job. ZCOUNT is O(log n) and answers
--- an integer: reading the head with its score cost more (the score is
--- formatted as a string for the script and parsed back).
 -- A rerun returns the first run's reply. GET is a read: a server that
 -- refuses writes (maxmemory with noeviction, min-replicas-to-write) still
 -- answers it.
@@ -96,6 +88,14 @@ if done then
   for v in string.gmatch(done, '[^,]+') do out[#out + 1] = tonumber(v) end
   return out
 end
+-- Wake-ups: a run whose earliest new job is due before every job of the
+-- bucket's ZSET (ZCOUNT up to its due time is 0, before the ZADD) is due
+-- earlier than the mover sleeps, and wakes it. A job due at the same time
+-- as the earliest does not: the mover wakes then anyway and moves all
+-- that is due, and a burst of jobs due at one time (a batch scheduled "at
+-- 9:00") publishes once, not once a job. ZCOUNT is O(log n) and answers
+-- an integer: reading the head with its score cost more (the score is
+-- formatted as a string for the script and parsed back).
 if n == 1 then
   -- One job, the run of a lone Add (most runs): no tables. Its reads come
   -- first, so a full pool is answered without a write; then HSETNX tells

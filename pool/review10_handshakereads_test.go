@@ -16,8 +16,8 @@ import (
 	"github.com/redeq-go/redeq/pool"
 )
 
-// lateReadsConn delays each of its first n reads by late: every reply of a
-// fresh connection's handshake comes late.
+// lateReadsConn delays each of its first n reads by late, as a network
+// that delivers the replies of a fresh connection's handshake late.
 type lateReadsConn struct {
 	net.Conn
 	late time.Duration

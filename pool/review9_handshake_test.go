@@ -1,6 +1,7 @@
 package pool_test
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"os"
@@ -19,19 +20,6 @@ import (
 	"github.com/redeq-go/redeq/pool"
 )
 
-// lateFirstReadConn delays the first reply it reads (the handshake's, on
-// a fresh connection) by late, as a network that delivers it late.
-type lateFirstReadConn struct {
-	net.Conn
-	late time.Duration
-	once sync.Once
-}
-
-func (c *lateFirstReadConn) Read(b []byte) (int, error) {
-	c.once.Do(func() { time.Sleep(c.late) })
-	return c.Conn.Read(b)
-}
-
 // scriptWrites counts the writes of a connection that carry mark, and
 // records when the last one went.
 type scriptWrites struct {
@@ -42,20 +30,11 @@ type scriptWrites struct {
 }
 
 func (c *scriptWrites) Write(b []byte) (int, error) {
-	if containsBytes(b, c.mark) {
+	if bytes.Contains(b, c.mark) {
 		c.n.Add(1)
 		c.last.Store(time.Now().UnixNano())
 	}
 	return c.Conn.Write(b)
-}
-
-func containsBytes(b, m []byte) bool {
-	for i := 0; i+len(m) <= len(b); i++ {
-		if string(b[i:i+len(m)]) == string(m) {
-			return true
-		}
-	}
-	return false
 }
 
 // TestReview9RerunWrittenAfterWindowByHandshake: the rerun window bounds
@@ -103,7 +82,9 @@ func TestReview9RerunWrittenAfterWindowByHandshake(t *testing.T) {
 				if dials.Add(1) == 1 {
 					return &lossyConn{Conn: conn, mark: mark, lose: &lose}, nil
 				}
-				return &lateFirstReadConn{Conn: conn, late: 11 * time.Second}, nil
+				lc := &lateReadsConn{Conn: conn, late: 11 * time.Second}
+				lc.n.Store(1) // the handshake's first reply
+				return lc, nil
 			},
 		})
 		defer c.Close()
@@ -171,7 +152,9 @@ func TestReview9DeleteRerunWrittenAfterWindowByHandshake(t *testing.T) {
 			if dials.Add(1) == 1 {
 				return &lossyConn{Conn: conn, mark: mark, lose: &lose}, nil
 			}
-			return &lateFirstReadConn{Conn: conn, late: 11 * time.Second}, nil
+			lc := &lateReadsConn{Conn: conn, late: 11 * time.Second}
+			lc.n.Store(1) // the handshake's first reply
+			return lc, nil
 		},
 	})
 	defer c.Close()
