@@ -23,6 +23,12 @@ var (
 // maxFleet bounds the clients one announcement returns.
 const maxFleet = 10_000
 
+// pruneEvery is how many of its announcements a client makes per prune of
+// the dead clients' entries. Live clients are read by score, so the
+// entries left between prunes change nothing but the ZSET's size; pruning
+// at every announcement cost each client a call per ScanInterval.
+const pruneEvery = 10
+
 // Fleet is one client's view of the started clients, which share out the
 // buckets: each bucket belongs to one live client, chosen by rendezvous
 // hashing (Owner), and only that client runs the bucket's mover. A client
@@ -34,8 +40,9 @@ type Fleet struct {
 	id       string
 	interval time.Duration
 
-	mu   sync.Mutex
-	live []string // sorted, this client included
+	mu        sync.Mutex
+	live      []string // sorted, this client included
+	announced int      // announcements made, for pruneEvery
 }
 
 // NewFleet returns the view of client id, which knows only itself until
@@ -52,7 +59,11 @@ func (f *Fleet) LiveFor() time.Duration { return f.interval * 5 / 2 }
 // Announce records this client as alive and rereads the live clients. It
 // reports whether the live set changed.
 func (f *Fleet) Announce(ctx context.Context) (bool, error) {
-	ids, err := announceScript.Run(ctx, f.rdb, []string{f.key}, f.id, f.LiveFor().Milliseconds(), maxFleet).StringSlice()
+	f.mu.Lock()
+	prune := f.announced%pruneEvery == 0
+	f.announced++
+	f.mu.Unlock()
+	ids, err := announceScript.Run(ctx, f.rdb, []string{f.key}, f.id, f.LiveFor().Milliseconds(), maxFleet, prune).StringSlice()
 	if err != nil {
 		return false, fmt.Errorf("announce mover: %w", err)
 	}
@@ -88,6 +99,31 @@ func (f *Fleet) Size() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.live)
+}
+
+// ReaperAddress is what the fleet ranks its clients by for the reapers'
+// looks for silent consumers: braces, which no topic name holds, keep it
+// apart from every topic's and bucket's address.
+const ReaperAddress = "{reaper}"
+
+// Ranks reports whether this client is among the k live clients of
+// highest weight for address: the owner and the k-1 next in line.
+func (f *Fleet) Ranks(address string, k int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return Ranks(f.live, f.id, address, k)
+}
+
+// Ranks reports whether id is among the k clients of live (id counted
+// among them) of highest weight for address, ranked as Owner ranks them.
+func Ranks(live []string, id, address string, k int) bool {
+	mine, above := weight(id, address), 0
+	for _, other := range live {
+		if w := weight(other, address); other != id && (w > mine || (w == mine && other > id)) {
+			above++
+		}
+	}
+	return above < k
 }
 
 // Owner returns the client of live that owns address: the one with the

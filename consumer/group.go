@@ -53,6 +53,9 @@ type Group struct {
 	base      time.Time
 	topicList string       // the listened topics, "topic#buckets" one per line, for the heartbeat
 	silentAt  atomic.Int64 // where the reaper's next look at silent consumers starts
+	// reaps tells whether this client's reaper looks for silent consumers
+	// now (SetReaper); nil: always.
+	reaps func() bool
 
 	fetchCancel, handlerCancel, settleCancel, bgCancel context.CancelFunc
 	handlerCtx, settleCtx                              context.Context
@@ -71,6 +74,18 @@ func NewGroup(c redis.UniversalClient, cfg config.Config, e env.Env, reg *bucket
 		runners: map[string]*runner{},
 		base:    e.Clock.Now(),
 	}
+}
+
+// SetReaper, before Start, makes the reaper look for silent consumers
+// only while reaps says so: the client runtime lets the first two clients
+// of the fleet do it, so that the looks cost the same however many
+// clients run. Reap, called directly, always looks.
+func (g *Group) SetReaper(reaps func() bool) error {
+	if g.started.Load() {
+		return ErrStarted
+	}
+	g.reaps = reaps
+	return nil
 }
 
 // ID is this consumer's id: its in-flight lists and heartbeat carry it.

@@ -43,7 +43,8 @@ const (
 // when it fetched just before it died).
 func (g *Group) ReapInterval() time.Duration { return g.cfg.ConsumerTimeout / 5 }
 
-// reapLoop reaps every ReapInterval. After its own calls to Redis failed
+// reapLoop reaps every ReapInterval, while SetReaper's function lets it.
+// After its own calls to Redis failed
 // (an outage, a partition), it waits a full ConsumerTimeout of working
 // calls before it reaps again: every live consumer was cut off too, and
 // must get the chance to heartbeat before anyone counts it as dead.
@@ -53,7 +54,8 @@ func (g *Group) reapLoop(ctx context.Context) {
 	var bo env.Backoff
 	bo.Max = g.cfg.ConsumerTimeout
 	healthySince := g.env.Clock.Now()
-	down := false // the last pass failed or stalled
+	down := false   // the last pass failed or stalled
+	looking := true // the last pass looked (SetReaper)
 	last, wait := healthySince, g.ReapInterval()
 	for {
 		select {
@@ -66,6 +68,17 @@ func (g *Group) reapLoop(ctx context.Context) {
 			healthySince = start // this process itself stalled (a pause, a stop)
 		}
 		wait = g.ReapInterval()
+		if g.reaps != nil && !g.reaps() {
+			// Others look. This client made no calls meanwhile, so it
+			// does not know of an outage they saw: when it looks again,
+			// it counts its health from then, like a client that starts.
+			looking, last = false, start
+			t.Reset(wait)
+			continue
+		}
+		if !looking {
+			looking, healthySince, down = true, start, false
+		}
 		// The first pass that works after a failure only counts from its
 		// own start: live consumers cut off by the same outage get a full
 		// ConsumerTimeout to heartbeat again before anyone reaps.

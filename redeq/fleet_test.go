@@ -3,10 +3,13 @@ package redeq_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/bucket"
@@ -156,5 +159,61 @@ func TestIdleTopicRetires(t *testing.T) {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "idle", ID: "late"}))
 		waitFor(t, 10*time.Second, "the late job moved", func() bool { return stats(t, e.c, "idle").Ready == 1 })
 		waitFor(t, 10*time.Second, "the topic recorded again", func() bool { return e.rdb.SIsMember(ctx, topics, "idle").Val() })
+	})
+}
+
+// TestReapersKilledThirdClientRecovers: two clients of the fleet look for
+// silent consumers, and the others make no such calls. When both are
+// killed, a consumer that died meanwhile holding a job is still recovered:
+// the next client in line starts to look once the fleet has dropped them.
+func TestReapersKilledThirdClientRecovers(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		var children []*child
+		var ids []string
+		for range 2 {
+			idc := make(chan string, 1)
+			children = append(children, startChildKind(t, "mover", e.be, e.cfg.Prefix, "", func(line string) {
+				if id, ok := strings.CutPrefix(line, "id "); ok {
+					idc <- id
+				}
+			}))
+			select {
+			case id := <-idc:
+				ids = append(ids, id)
+			case <-time.After(10 * time.Second):
+				t.Fatal("mover process did not start")
+			}
+		}
+		// The third client, ranked after both children.
+		looks := newScriptHook(t, "consumer/silent.lua")
+		var calls atomic.Int64
+		looks.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+			calls.Add(1)
+			return next()
+		})
+		var third *redeq.Client
+		for third == nil {
+			c := e.hooked(t, looks)
+			if !bucket.Ranks(append(slices.Clone(ids), c.ConsumerID()), c.ConsumerID(), bucket.ReaperAddress, 2) {
+				third = c
+			}
+		}
+		require.NoError(t, third.Start(ctx))
+		time.Sleep(3 * e.cfg.ScanInterval) // the third has seen the children announce
+		calls.Store(0)
+		time.Sleep(5 * e.cfg.ConsumerTimeout / 5) // five reaper intervals
+		require.Zero(t, calls.Load(), "the third client looked for silent consumers while both children were live")
+
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		waitFor(t, 5*time.Second, "due", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+		for _, ch := range children {
+			ch.kill()
+		}
+		crash(t, e, "t", "crashed", 1)
+		waitFor(t, 10*e.cfg.ConsumerTimeout, "recovered by the third client", func() bool {
+			return state(t, e.c, "t", "j") == redeq.StateReady
+		})
+		require.Positive(t, calls.Load())
 	})
 }

@@ -144,6 +144,13 @@ func (c *Client) Start(ctx context.Context) error {
 		return fmt.Errorf("redeq: subscribe: %w", err)
 	}
 	fleet := bucket.NewFleet(c.rdb, c.cfg.Prefix, c.group.ID(), c.cfg.ScanInterval)
+	// Two clients of the fleet look for silent consumers, not every one:
+	// two, so that a client whose own heartbeats stall while it still
+	// announces itself is reaped by the other.
+	if err := c.group.SetReaper(func() bool { return fleet.Ranks(bucket.ReaperAddress, 2) }); err != nil {
+		ps.Close()
+		return err
+	}
 	if err := c.group.Start(ctx); err != nil {
 		ps.Close()
 		return err
