@@ -21,6 +21,11 @@ type MoverConfig struct {
 	// RetireAfter is how long a topic stays without jobs and consumers
 	// before it is retired; 0 or less: never.
 	RetireAfter time.Duration
+	// Listened are this client's listened topics and their bucket counts:
+	// one missing from the topic set (a failover lost its record, or a
+	// retirement raced the listener's start) is recorded again at the
+	// next read of the set, so its jobs move.
+	Listened map[string]int
 }
 
 // Mover carries due jobs from the buckets this client owns to their ready
@@ -222,6 +227,25 @@ func (m *Mover) recordUnknown(ctx context.Context, topics map[string]int) error 
 			m.env.Logger.Info("redeq: recorded a topic again: a job was added to it after it was retired or lost", "topic", topic)
 			topics[topic] = n
 		}
+	}
+	for topic, want := range m.cfg.Listened {
+		if _, ok := topics[topic]; ok {
+			continue
+		}
+		n, err := m.reg.Restore(ctx, topic)
+		if err == nil && n == 0 {
+			// Its bucket count is lost too: record it as the listener
+			// did at Start.
+			n, err = want, m.reg.Record(ctx, topic, want)
+		}
+		if err != nil {
+			// Not the others' concern: they move on, and this one is
+			// tried again at the next read of the set.
+			m.env.Failure("redeq: cannot record a listened topic again", "topic", topic, "err", err)
+			continue
+		}
+		m.env.Logger.Warn("redeq: recorded a listened topic again: it was missing from the topic set (a failover lost its record, or a retirement raced the listener)", "topic", topic)
+		topics[topic] = n
 	}
 	return nil
 }

@@ -90,6 +90,17 @@ func (r *Registry) Ensure(ctx context.Context, topic string, n int) (fresh bool,
 	return fresh, nil
 }
 
+// Record records topic with n buckets and adds it to the topic set now,
+// whatever the cache says; a topic recorded with another count is a
+// *pool.MismatchError.
+func (r *Registry) Record(ctx context.Context, topic string, n int) error {
+	r.mu.Lock()
+	delete(r.recorded, topic)
+	r.mu.Unlock()
+	_, err := r.Ensure(ctx, topic, n)
+	return err
+}
+
 // Recorded reports whether Ensure of topic with n buckets would answer
 // without calling Redis: the topic was recorded less than RecordEvery ago,
 // with n buckets.

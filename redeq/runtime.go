@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/redeq-go/redeq/ack"
 	"github.com/redeq-go/redeq/bucket"
 	"github.com/redeq-go/redeq/consumer"
+	"github.com/redeq-go/redeq/internal/env"
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/pool"
 	"github.com/redeq-go/redeq/retry"
@@ -64,9 +66,13 @@ const StartPingTimeout = 5 * time.Second
 // runtime is what Start runs.
 type runtime struct {
 	mover  *bucket.Mover
-	ps     *redis.PubSub
+	chans  []string // subscribed to
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	ps     *redis.PubSub // replaced when listen finds it silently dead
+	closed bool          // Shutdown closed ps; no new one
 }
 
 func (c *Client) runtime() *runtime {
@@ -155,55 +161,151 @@ func (c *Client) Start(ctx context.Context) error {
 		ps.Close()
 		return err
 	}
-	r := &runtime{ps: ps}
+	r := &runtime{ps: ps, chans: chans}
+	listened := map[string]int{}
+	for _, topic := range c.group.Topics() {
+		listened[topic] = c.cfg.Concurrency
+	}
 	r.mover = bucket.NewMover(c.rdb, c.locker, c.reg, fleet, bucket.MoverConfig{
 		Prefix: c.cfg.Prefix, ScanInterval: c.cfg.ScanInterval,
 		MoveBatch: c.cfg.MoveBatch, LockExpiry: c.cfg.LockExpiry,
-		RetireAfter: c.cfg.RetireAfter,
+		RetireAfter: c.cfg.RetireAfter, Listened: listened,
 	}, c.env, c.group.Notify)
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.cancel = cancel
 	r.wg.Go(func() { r.mover.Run(runCtx) })
-	r.wg.Go(func() { c.listen(r) })
+	r.wg.Go(func() { c.listen(runCtx, r) })
 	c.run = r
 	return nil
 }
 
 // listen routes pub/sub messages until the subscription is closed. Nothing
 // it calls blocks, so a slow broadcast listener never holds up wake-ups.
-// go-redis reconnects and resubscribes by itself; messages may have been
-// lost meanwhile, so each (re)subscription makes the movers rescan their
-// buckets and the listeners look at every ready list once. Wake-ups lost
-// otherwise are covered by the movers' idle scans, which also repeat the
-// ready notification of a ready list that still holds jobs; broadcast
-// notices are not replayed.
-func (c *Client) listen(r *runtime) {
-	wake, rdy := keys.WakeChannel(c.cfg.Prefix), keys.ReadyChannel(c.cfg.Prefix)
-	bcast := keys.BroadcastChannel(c.cfg.Prefix)
-	for m := range r.ps.ChannelWithSubscriptions() {
-		msg, ok := m.(*redis.Message)
-		if !ok {
-			if sub, ok := m.(*redis.Subscription); ok && sub.Kind == "subscribe" && sub.Channel == wake {
-				r.mover.Rescan()
-				for _, topic := range c.group.Topics() {
-					for n := range c.cfg.Concurrency {
-						c.group.Notify(topic, n)
-					}
+// go-redis reconnects and resubscribes by itself after a connection error;
+// messages may have been lost meanwhile, so each (re)subscription makes
+// the movers rescan their buckets and the listeners look at every ready
+// list once. Wake-ups lost otherwise are covered by the movers' idle
+// scans, which also repeat the ready notification of a ready list that
+// still holds jobs; broadcast notices are not replayed.
+//
+// A subscription can also die without an error: a half-open connection,
+// or a middlebox that stopped forwarding, takes go-redis's PINGs and
+// returns nothing, and fetchers do not poll. So after listenProbe without
+// a message, listen sends a PING itself, and when neither its reply nor
+// anything else arrived after another listenProbe, it subscribes again on
+// a new connection.
+func (c *Client) listen(ctx context.Context, r *runtime) {
+	probe := listenProbe(c.cfg.ScanInterval)
+	ps := r.pubsub()
+	pinged := false
+	bo := env.Backoff{Max: c.cfg.ScanInterval}
+	for ps != nil {
+		m, err := ps.ReceiveTimeout(ctx, probe)
+		if err != nil {
+			var ne net.Error
+			switch {
+			case errors.Is(err, redis.ErrClosed) || ctx.Err() != nil:
+				return
+			case !errors.As(err, &ne) || !ne.Timeout():
+				// go-redis reconnects at the next receive.
+				wait := bo.Next()
+				c.env.Failure("redeq: subscription failed", "err", err, "retry_in", wait)
+				sleepCtx(ctx, wait)
+			case !pinged:
+				if err := ps.Ping(ctx); err != nil {
+					c.env.Logger.Debug("redeq: subscription ping", "err", err)
 				}
+				pinged = true
+			default:
+				// Notifications may have been lost: look everywhere now,
+				// and again at each probe for as long as the
+				// subscriptions stay silent (a proxy that never carries
+				// pub/sub), since their confirmations do not come either.
+				c.env.Failure("redeq: subscription silent, not even a PING answered; looking at every bucket and subscribing again", "after", 2*probe)
+				c.lookEverywhere(r)
+				ps, pinged = c.resubscribe(ctx, r), false
 			}
 			continue
 		}
-		switch msg.Channel {
+		bo.Reset()
+		pinged = false
+		c.route(r, m)
+	}
+}
+
+// listenProbe is how long listen waits for a message before it checks
+// its subscription with a PING: the movers' idle scan (5 ScanIntervals),
+// so that an idle client's check costs one call that often.
+func listenProbe(scan time.Duration) time.Duration { return 5 * scan }
+
+// route hands one pub/sub message to the movers or the consumers.
+func (c *Client) route(r *runtime, m any) {
+	wake, rdy := keys.WakeChannel(c.cfg.Prefix), keys.ReadyChannel(c.cfg.Prefix)
+	switch m := m.(type) {
+	case *redis.Subscription:
+		if m.Kind == "subscribe" && m.Channel == wake {
+			c.lookEverywhere(r)
+		}
+	case *redis.Message:
+		switch m.Channel {
 		case wake:
-			r.mover.Wake(msg.Payload)
+			r.mover.Wake(m.Payload)
 		case rdy:
-			if topic, n, ok := keys.ParseAddress(msg.Payload); ok {
+			if topic, n, ok := keys.ParseAddress(m.Payload); ok {
 				c.group.Notify(topic, n)
 			}
-		case bcast:
-			c.group.Deliver(msg.Payload)
+		case keys.BroadcastChannel(c.cfg.Prefix):
+			c.group.Deliver(m.Payload)
 		}
 	}
+}
+
+// lookEverywhere makes the movers rescan their buckets and the listeners
+// look at every ready list once, as lost notifications would have made
+// them.
+func (c *Client) lookEverywhere(r *runtime) {
+	r.mover.Rescan()
+	for _, topic := range c.group.Topics() {
+		for n := range c.cfg.Concurrency {
+			c.group.Notify(topic, n)
+		}
+	}
+}
+
+func (r *runtime) pubsub() *redis.PubSub {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil
+	}
+	return r.ps
+}
+
+// resubscribe replaces r's subscription with a new one on a new
+// connection, or returns nil once Shutdown closed it. Its confirmations
+// make route rescan and look at every ready list, as after any
+// reconnection.
+func (c *Client) resubscribe(ctx context.Context, r *runtime) *redis.PubSub {
+	ps := c.rdb.Subscribe(ctx, r.chans...)
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		_ = ps.Close()
+		return nil
+	}
+	old := r.ps
+	r.ps = ps
+	r.mu.Unlock()
+	_ = old.Close()
+	return ps
+}
+
+// closePubSub closes the subscription for good.
+func (r *runtime) closePubSub() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	return r.ps.Close()
 }
 
 // Shutdown stops the client gracefully, like http.Server.Shutdown: it
@@ -239,7 +341,7 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	}
 	err := c.group.Shutdown(ctx)
 	r.cancel()
-	cerr := r.ps.Close()
+	cerr := r.closePubSub()
 	// The movers release their locks; a mover stuck on a Redis that does
 	// not answer is not waited for past the budget (it ends once go-redis's
 	// read timeout fires).
@@ -261,3 +363,13 @@ func (c *Client) Shutdown(ctx context.Context) error {
 // ConsumerID is this client's consumer id: its heartbeats and in-flight
 // lists carry it.
 func (c *Client) ConsumerID() string { return c.group.ID() }
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
