@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -139,7 +141,7 @@ func (c *Client) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("redeq: start: redis does not answer: %w", err)
 	}
-	chans := []string{keys.WakeChannel(c.cfg.Prefix), keys.ReadyChannel(c.cfg.Prefix)}
+	chans := []string{keys.WakeChannel(c.cfg.Prefix), keys.ReadyChannel(c.cfg.Prefix), keys.ProbeChannel(c.cfg.Prefix, c.group.ID())}
 	if c.group.HasBroadcast() {
 		chans = append(chans, keys.BroadcastChannel(c.cfg.Prefix))
 	}
@@ -188,19 +190,35 @@ func (c *Client) Start(ctx context.Context) error {
 // scans, which also repeat the ready notification of a ready list that
 // still holds jobs; broadcast notices are not replayed.
 //
-// A subscription can also die without an error: a half-open connection,
-// or a middlebox that stopped forwarding, takes go-redis's PINGs and
-// returns nothing, and fetchers do not poll. So after listenProbe without
-// a message, listen sends a PING itself, and when neither its reply nor
-// anything else arrived after another listenProbe, it subscribes again on
-// a new connection.
+// A subscription can also lose messages without an error: a half-open
+// connection, a proxy that stopped forwarding it, a cluster node cut off
+// from the cluster bus. go-redis's PINGs pass through all of these, and
+// fetchers do not poll. So every listenProbe the client publishes a
+// message to itself, on its own channel, through the path notifications
+// take; when the last one it published has not come back by the next, it
+// looks everywhere as after a resubscription, and subscribes again on a
+// new connection.
 func (c *Client) listen(ctx context.Context, r *runtime) {
-	probe := listenProbe(c.cfg.ScanInterval)
+	every := listenProbe(c.cfg.ScanInterval)
+	probeChan := keys.ProbeChannel(c.cfg.Prefix, c.group.ID())
 	ps := r.pubsub()
-	pinged := false
 	bo := env.Backoff{Max: c.cfg.ScanInterval}
+	var p prober
+	next := time.Now().Add(every)
 	for ps != nil {
-		m, err := ps.ReceiveTimeout(ctx, probe)
+		if now := time.Now(); !now.Before(next) {
+			next = now.Add(every)
+			if p.lost() {
+				c.env.Failure("redeq: subscription lost a message to itself; looking at every bucket and subscribing again", "within", every)
+				c.lookEverywhere(r)
+				if ps = c.resubscribe(ctx, r); ps == nil {
+					return
+				}
+				p.reset()
+			}
+			p.send(ctx, &r.wg, c.rdb, probeChan)
+		}
+		m, err := ps.ReceiveTimeout(ctx, time.Until(next))
 		if err != nil {
 			var ne net.Error
 			switch {
@@ -211,32 +229,60 @@ func (c *Client) listen(ctx context.Context, r *runtime) {
 				wait := bo.Next()
 				c.env.Failure("redeq: subscription failed", "err", err, "retry_in", wait)
 				sleepCtx(ctx, wait)
-			case !pinged:
-				if err := ps.Ping(ctx); err != nil {
-					c.env.Logger.Debug("redeq: subscription ping", "err", err)
-				}
-				pinged = true
-			default:
-				// Notifications may have been lost: look everywhere now,
-				// and again at each probe for as long as the
-				// subscriptions stay silent (a proxy that never carries
-				// pub/sub), since their confirmations do not come either.
-				c.env.Failure("redeq: subscription silent, not even a PING answered; looking at every bucket and subscribing again", "after", 2*probe)
-				c.lookEverywhere(r)
-				ps, pinged = c.resubscribe(ctx, r), false
 			}
 			continue
 		}
 		bo.Reset()
-		pinged = false
+		if msg, ok := m.(*redis.Message); ok && msg.Channel == probeChan {
+			p.heard(msg.Payload)
+			continue
+		}
 		c.route(r, m)
 	}
 }
 
-// listenProbe is how long listen waits for a message before it checks
-// its subscription with a PING: the movers' idle scan (5 ScanIntervals),
-// so that an idle client's check costs one call that often.
+// listenProbe is how often listen sends itself a message: the movers' idle
+// scan (5 ScanIntervals), so that a client's check costs one call that
+// often.
 func listenProbe(scan time.Duration) time.Duration { return 5 * scan }
+
+// prober tracks the messages listen sends itself. Only listen's goroutine
+// calls its methods; the publish runs on a goroutine of its own, one at a
+// time, so that a slow Redis never holds up the routing of messages.
+type prober struct {
+	n         uint64        // the last probe sent
+	published atomic.Uint64 // the last probe Redis took
+	back      uint64        // the last probe that came back
+	busy      atomic.Bool   // a publish is under way
+}
+
+// lost reports whether the last probe Redis took has not come back.
+func (p *prober) lost() bool {
+	return p.n > 0 && p.published.Load() == p.n && p.back != p.n
+}
+
+// reset forgets the probes under way: a new subscription starts afresh.
+func (p *prober) reset() { p.back = p.n }
+
+func (p *prober) send(ctx context.Context, wg *sync.WaitGroup, rdb redis.UniversalClient, channel string) {
+	if !p.busy.CompareAndSwap(false, true) {
+		return // the last publish is still under way: Redis is slow, not the subscription
+	}
+	p.n++
+	n := p.n
+	wg.Go(func() {
+		defer p.busy.Store(false)
+		if rdb.Publish(ctx, channel, strconv.FormatUint(n, 10)).Err() == nil {
+			p.published.Store(n)
+		}
+	})
+}
+
+func (p *prober) heard(payload string) {
+	if n, err := strconv.ParseUint(payload, 10, 64); err == nil && n > p.back && n <= p.n {
+		p.back = n
+	}
+}
 
 // route hands one pub/sub message to the movers or the consumers.
 func (c *Client) route(r *runtime, m any) {

@@ -168,6 +168,10 @@ func ReadyChannel(prefix string) string { return prefix + ":ready" }
 // subscriber's output buffer. The envelope waits in Sent.
 func BroadcastChannel(prefix string) string { return prefix + ":broadcast" }
 
+// ProbeChannel is the pub/sub channel on which client id sends itself a
+// message now and then, to find a subscription that lost messages.
+func ProbeChannel(prefix, id string) string { return prefix + ":probe:" + id }
+
 // BroadcastMark prefixes the ZSET member of a broadcast job. Ids may not
 // contain control characters, so the mark never collides with an id.
 const BroadcastMark = "\x01"
