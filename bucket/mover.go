@@ -48,9 +48,10 @@ type Mover struct {
 	onReady func(topic string, n int)
 
 	mu      sync.Mutex
-	loops   map[string]*loop // bucket address -> its running loop
-	known   map[string]int   // topics of the last reread
-	unknown map[string]bool  // topics named by a wake-up but not known
+	loops   map[string]*loop     // bucket address -> its running loop
+	known   map[string]int       // topics of the last reread
+	unknown map[string]bool      // topics named by a wake-up but not known
+	asked   map[string]time.Time // lostAsked: when the heartbeats were read for a topic without a count
 	refresh chan struct{}
 }
 
@@ -165,10 +166,12 @@ func (m *Mover) Run(ctx context.Context) {
 		changed, err := m.fleet.Announce(ctx)
 		if err == nil && !now.Before(reread) {
 			var got map[string]int
-			if got, err = m.reg.Topics(ctx); err == nil {
+			var lost []string
+			if got, lost, err = m.reg.TopicsAndLost(ctx); err == nil {
 				topics, changed = got, true
 				reread = now.Add(5 * m.cfg.ScanInterval)
 				err = m.recordUnknown(ctx, topics)
+				m.recordCounts(ctx, topics, lost)
 			}
 		}
 		if err != nil {
@@ -249,6 +252,81 @@ func (m *Mover) recordUnknown(ctx context.Context, topics map[string]int) error 
 	}
 	return nil
 }
+
+// recordCounts records again the bucket counts a failover lost: those of
+// the topics this client owns by name, which it reads each time (one
+// pipeline, whatever the cache says, so that the whole fleet reads each
+// topic's count once per pass), and those of lost, topics of the set with
+// no count, which the client records with its listeners' count or, failing
+// that, the count the consumers' heartbeats carry for the topic. Without a
+// count, a client skips the topic's buckets, and a client configured with
+// another count would record its own.
+func (m *Mover) recordCounts(ctx context.Context, topics map[string]int, lost []string) {
+	var owned []string
+	for topic := range topics {
+		if m.fleet.Owns(topic) {
+			owned = append(owned, topic)
+		}
+	}
+	gone, err := m.reg.Missing(ctx, owned)
+	if err != nil {
+		m.env.Failure("redeq: cannot read the bucket counts of topics", "err", err)
+	}
+	want := map[string]int{}
+	for _, topic := range gone {
+		want[topic] = topics[topic]
+	}
+	var heard map[string]int
+	for _, topic := range lost {
+		if n := m.cfg.Listened[topic]; n > 0 {
+			want[topic] = n
+			continue
+		}
+		if !m.lostAsked(topic) {
+			continue
+		}
+		if heard == nil {
+			if heard, err = m.reg.Listened(ctx); err != nil {
+				m.env.Failure("redeq: cannot read the listened topics", "err", err)
+				heard = map[string]int{}
+			}
+		}
+		if n := heard[topic]; n > 0 {
+			want[topic] = n
+		}
+	}
+	for topic, n := range want {
+		if err := m.reg.Record(ctx, topic, n); err != nil {
+			m.env.Failure("redeq: cannot record a topic's bucket count again", "topic", topic, "err", err)
+			continue
+		}
+		m.env.Logger.Warn("redeq: recorded a topic's bucket count again: it was lost (a failover)", "topic", topic, "buckets", n)
+		topics[topic] = n
+	}
+}
+
+// lostAsked reports whether the heartbeats may be read for topic, a topic
+// of the set without a count: once per RecordEvery, since a topic that no
+// consumer listens to stays without one until a producer records it.
+func (m *Mover) lostAsked(topic string) bool {
+	now := m.env.Clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.asked == nil {
+		m.asked = map[string]time.Time{}
+	}
+	if at, ok := m.asked[topic]; ok && now.Sub(at) < m.reg.RecordEvery {
+		return false
+	}
+	if len(m.asked) >= maxAsked {
+		clear(m.asked)
+	}
+	m.asked[topic] = now
+	return true
+}
+
+// maxAsked bounds the topics lostAsked remembers.
+const maxAsked = 10_000
 
 // assign starts a loop for each bucket this client owns and stops the
 // loops of the buckets it no longer owns; a stopped loop releases its

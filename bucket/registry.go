@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -175,11 +176,19 @@ func (r *Registry) Restore(ctx context.Context, topic string) (int, error) {
 // counts of some topics cannot be read (on a cluster, their node may be
 // down), it returns the others along with an error naming those.
 func (r *Registry) Topics(ctx context.Context) (map[string]int, error) {
+	out, _, err := r.TopicsAndLost(ctx)
+	return out, err
+}
+
+// TopicsAndLost is Topics, and the topics of the set whose bucket count is
+// not recorded (a failover lost it, or a producer is recording it now).
+func (r *Registry) TopicsAndLost(ctx context.Context) (map[string]int, []string, error) {
 	names, err := r.rdb.SMembers(ctx, keys.Topics(r.prefix)).Result()
 	if err != nil {
-		return nil, fmt.Errorf("list topics: %w", err)
+		return nil, nil, fmt.Errorf("list topics: %w", err)
 	}
 	out := make(map[string]int, len(names))
+	var lost []string
 	var errs []error
 	for _, t := range names {
 		if pool.CheckTopic(t) != nil {
@@ -192,7 +201,53 @@ func (r *Registry) Topics(ctx context.Context) (map[string]int, error) {
 		}
 		if n > 0 {
 			out[t] = n
+		} else {
+			lost = append(lost, t)
 		}
 	}
-	return out, errors.Join(errs...)
+	return out, lost, errors.Join(errs...)
+}
+
+// Missing returns those of topics whose bucket count is no longer
+// recorded, read from Redis whatever the cache says: one pipeline.
+func (r *Registry) Missing(ctx context.Context, topics []string) ([]string, error) {
+	if len(topics) == 0 {
+		return nil, nil
+	}
+	pipe := r.rdb.Pipeline()
+	cmds := make([]*redis.BoolCmd, len(topics))
+	for i, t := range topics {
+		cmds[i] = pipe.HExists(ctx, keys.ForTopic(r.prefix, t).Meta(), "buckets")
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	var missing []string
+	var errs []error
+	for i, cmd := range cmds {
+		switch in, err := cmd.Result(); {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("read topic %q: %w", topics[i], err))
+		case !in:
+			missing = append(missing, topics[i])
+		}
+	}
+	return missing, errors.Join(errs...)
+}
+
+// Listened returns the bucket counts the live and recently dead consumers
+// listen to topics with, as their heartbeats record them: where a topic's
+// own count was lost, these are what its jobs were routed by.
+func (r *Registry) Listened(ctx context.Context) (map[string]int, error) {
+	vals, err := r.rdb.HVals(ctx, keys.AliveTopics(r.prefix)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read listened topics: %w", err)
+	}
+	out := map[string]int{}
+	for _, v := range vals {
+		for _, line := range strings.Split(v, "\n") {
+			if t, n, ok := keys.ParseAddress(line); ok && n > 0 && n&(n-1) == 0 {
+				out[t] = n
+			}
+		}
+	}
+	return out, nil
 }

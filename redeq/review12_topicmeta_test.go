@@ -1,0 +1,192 @@
+package redeq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/bucket"
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// TestReview12LostBucketCountRewritten attacks promise 3: "a topic's
+// recorded bucket count is never changed to a different value by this
+// restoration (a topic recorded with N buckets stays N; a client configured
+// with another count must get an error, not rewrite it)" and "keeps its
+// jobs moving even if ... its recorded bucket count is lost".
+//
+// A listens to the topic with 4 buckets. The topic's meta (its bucket
+// count) is deleted, the topic stays in the topic set. A keeps running
+// (so a listening client is there to restore it) for 20 ScanIntervals.
+// Then B, configured with 2 buckets, starts a listener on the topic and
+// adds to it: it must get ErrBucketMismatch, and the count must stay 4.
+func TestReview12LostBucketCountRewritten(t *testing.T) {
+	for _, be := range testutil.RealBackends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := context.Background()
+			cfg := testutil.Config(t)
+			cfg.Concurrency = 4
+			rdb := be.New(t)
+			a, err := redeq.New(rdb, cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+			topic := "meta"
+			la := newListener(topic, nil)
+			startWith(t, a, la)
+			for i := range 8 {
+				require.NoError(t, a.Add(ctx, &redeq.Job{Topic: topic, ID: fmt.Sprint("a", i)}))
+			}
+			waitFor(t, 10*time.Second, "A ran its jobs", func() bool { return len(la.byID()) == 8 })
+
+			meta := keys.ForTopic(cfg.Prefix, topic).Meta()
+			require.NoError(t, rdb.Del(ctx, meta).Err()) // the count is lost
+			time.Sleep(20 * cfg.ScanInterval)
+			got, _ := rdb.HGet(ctx, meta, "buckets").Result()
+			t.Logf("bucket count 20 ScanIntervals after it was lost, with A listening: %q", got)
+
+			cfg2 := cfg
+			cfg2.Concurrency = 2
+			cfg2.Logger = testutil.Logger(t)
+			b, err := redeq.New(be.New(t), cfg2)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
+			lb := newListener(topic, nil)
+			require.NoError(t, b.Register(lb))
+			startErr := b.Start(ctx)
+			addErr := b.Add(ctx, &redeq.Job{Topic: topic, ID: "b0"})
+			after, _ := rdb.HGet(ctx, meta, "buckets").Result()
+			t.Logf("B (2 buckets): Start err=%v, Add err=%v; recorded count now %q", startErr, addErr, after)
+			require.Equalf(t, "4", after, "the topic recorded with 4 buckets is now recorded with %q", after)
+			require.Truef(t, errors.Is(startErr, redeq.ErrBucketMismatch) || errors.Is(addErr, redeq.ErrBucketMismatch),
+				"a client configured with 2 buckets for a 4-bucket topic got no ErrBucketMismatch (Start: %v, Add: %v)", startErr, addErr)
+		})
+	}
+}
+
+var _ = bucket.Owner
+
+// TestReview12LostBucketCountStrandsOnNewClient attacks promise 3: "A
+// topic that has a listener keeps its jobs moving even if ... its recorded
+// bucket count is lost". A listens to the topic (4 buckets); producer P
+// added to it before (so its cache says the topic is recorded). The count
+// is lost. C, a client with no listener, starts: it reads the set, finds no
+// count, and skips the topic, yet it owns some of its buckets. P adds due
+// jobs to C's buckets: with A listening, they must run within ~3 s.
+func TestReview12LostBucketCountStrandsOnNewClient(t *testing.T) {
+	for _, be := range testutil.RealBackends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := context.Background()
+			cfg := testutil.Config(t)
+			cfg.Concurrency = 4
+			rdb := be.New(t)
+			a, err := redeq.New(rdb, cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+			p, err := redeq.New(be.New(t), cfg)
+			require.NoError(t, err)
+			topic := "meta"
+			la := newListener(topic, nil)
+			startWith(t, a, la)
+			require.NoError(t, p.Add(ctx, &redeq.Job{Topic: topic, ID: "first"}))
+			waitFor(t, 10*time.Second, "A ran the first job", func() bool { return la.byID()["first"] == 1 })
+
+			require.NoError(t, rdb.Del(ctx, keys.ForTopic(cfg.Prefix, topic).Meta()).Err())
+			c, err := redeq.New(be.New(t), cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+			require.NoError(t, c.Start(ctx))
+			waitFor(t, 10*time.Second, "A and C announced", func() bool {
+				return rdb.ZCard(ctx, keys.Movers(cfg.Prefix)).Val() == 2
+			})
+			time.Sleep(5 * cfg.ScanInterval)
+			live := []string{a.ConsumerID(), c.ConsumerID()}
+			var ids []string
+			for i := 0; len(ids) < 4; i++ {
+				id := fmt.Sprint("j", i)
+				if bucket.Owner(live, keys.Address(topic, bucket.Of(id, 4))) == c.ConsumerID() {
+					ids = append(ids, id)
+				}
+			}
+			start := time.Now()
+			for _, id := range ids {
+				require.NoError(t, p.Add(ctx, &redeq.Job{Topic: topic, ID: id}))
+			}
+			ok := false
+			for time.Since(start) < 6*time.Second {
+				n := 0
+				for _, id := range ids {
+					n += min(la.byID()[id], 1)
+				}
+				if n == len(ids) {
+					ok = true
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			var sched, rdy int64
+			for b := range 4 {
+				sched += rdb.ZCard(ctx, keys.ForBucket(cfg.Prefix, topic, b).Scheduled()).Val()
+				rdy += rdb.LLen(ctx, keys.ForBucket(cfg.Prefix, topic, b).Ready()).Val()
+			}
+			got, _ := rdb.HGet(ctx, keys.ForTopic(cfg.Prefix, topic).Meta(), "buckets").Result()
+			require.Truef(t, ok, "%v after adding %d due jobs to buckets owned by C, with A listening: ran %v; stats scheduled=%d ready=%d; recorded count %q",
+				time.Since(start).Round(time.Millisecond), len(ids), la.byID(), sched, rdy, got)
+		})
+	}
+}
+
+// TestReview12TopicSetEntryDeletedRepeatedly attacks promise 3: the topic's
+// entry in the topic set is deleted every 150 ms for 8 s, while topics
+// retire after 1 s, and a producer that recorded the topic before keeps
+// adding due jobs; A listens. Each job must run within 3 s of being added.
+func TestReview12TopicSetEntryDeletedRepeatedly(t *testing.T) {
+	for _, be := range testutil.RealBackends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := context.Background()
+			cfg := testutil.Config(t)
+			cfg.Concurrency = 4
+			cfg.RetireAfter = time.Second
+			rdb := be.New(t)
+			a, err := redeq.New(rdb, cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+			p, err := redeq.New(be.New(t), cfg)
+			require.NoError(t, err)
+			topic := "churn"
+			la := newListener(topic, nil)
+			startWith(t, a, la)
+			added := map[string]time.Time{}
+			stop := time.Now().Add(8 * time.Second)
+			next := time.Now()
+			for i := 0; time.Now().Before(stop); i++ {
+				require.NoError(t, rdb.SRem(ctx, keys.Topics(cfg.Prefix), topic).Err())
+				if i%2 == 0 {
+					require.NoError(t, rdb.HDel(ctx, keys.ForTopic(cfg.Prefix, topic).Meta(), "buckets").Err())
+				}
+				if time.Now().After(next) {
+					id := fmt.Sprint("j", i)
+					require.NoError(t, p.Add(ctx, &redeq.Job{Topic: topic, ID: id}))
+					added[id] = time.Now()
+					next = time.Now().Add(time.Duration(i%7) * 200 * time.Millisecond)
+				}
+				time.Sleep(150 * time.Millisecond)
+			}
+			time.Sleep(3 * time.Second)
+			seen := la.byID()
+			var bad []string
+			for id, at := range added {
+				if seen[id] == 0 {
+					bad = append(bad, fmt.Sprintf("%s (added %v ago)", id, time.Since(at).Round(time.Millisecond)))
+				}
+			}
+			got, _ := rdb.HGet(ctx, keys.ForTopic(cfg.Prefix, topic).Meta(), "buckets").Result()
+			require.Emptyf(t, bad, "%d of %d jobs never ran; recorded count %q", len(bad), len(added), got)
+		})
+	}
+}
