@@ -37,7 +37,7 @@ func TestReview11SilentSubscriptionStrandsJobs(t *testing.T) {
 	}
 	ctx := context.Background()
 	cfg := testutil.Config(t)
-	proxy := startR11Proxy(t, addr)
+	proxy := startFaultProxy(t, addr)
 
 	direct := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { direct.Close() })

@@ -20,7 +20,7 @@ import (
 // r12Setup starts M (direct; owns the topic's only bucket) and L (the only
 // listener, through proxy p). It returns the topic, M, L's listener and a
 // direct client.
-func r12Setup(t *testing.T, p *r12Proxy, addr string) (string, *redeq.Client, *redeq.Client, *listener, *redis.Client) {
+func r12Setup(t *testing.T, p *faultProxy, addr string) (string, *redeq.Client, *redeq.Client, *listener, *redis.Client) {
 	t.Helper()
 	ctx := context.Background()
 	cfg := testutil.Config(t)
@@ -72,7 +72,7 @@ func r12Addr(t *testing.T) string {
 func TestReview12SubscriptionDropsMessagesButAnswersPing(t *testing.T) {
 	addr := r12Addr(t)
 	ctx := context.Background()
-	p := startR12Proxy(t, addr)
+	p := startFaultProxy(t, addr)
 	topic, m, _, l, _ := r12Setup(t, p, addr)
 	scan := testutil.Fast().ScanInterval
 
@@ -113,7 +113,7 @@ var _ = runtime.NumGoroutine
 func TestReview12DeafSubscriptionLeaksAndShutdown(t *testing.T) {
 	addr := r12Addr(t)
 	ctx := context.Background()
-	p := startR12Proxy(t, addr)
+	p := startFaultProxy(t, addr)
 	topic, m, lc, l, _ := r12Setup(t, p, addr)
 	total := 40 * time.Second
 	if d, err := time.ParseDuration(os.Getenv("R12_DEAF")); err == nil {
@@ -150,7 +150,7 @@ func TestReview12ShutdownWhileSubscriptionMisbehaves(t *testing.T) {
 	addr := r12Addr(t)
 	for _, mode := range []string{"dropMsgs", "delay"} {
 		t.Run(mode, func(t *testing.T) {
-			p := startR12Proxy(t, addr)
+			p := startFaultProxy(t, addr)
 			_, _, lc, _, _ := r12Setup(t, p, addr)
 			if mode == "dropMsgs" {
 				p.dropMsgs.Store(true)
@@ -180,7 +180,7 @@ func TestReview12SubscriptionPartialDropsAndDelays(t *testing.T) {
 	for _, mode := range []string{"drop90", "delay5s"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx := context.Background()
-			p := startR12Proxy(t, addr)
+			p := startFaultProxy(t, addr)
 			topic, m, _, l, _ := r12Setup(t, p, addr)
 			scan := testutil.Fast().ScanInterval
 			stop := make(chan struct{})

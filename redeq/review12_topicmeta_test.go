@@ -7,13 +7,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/bucket"
+	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
+
+// bucketCountSetup makes A, a client of be whose topics have 4 buckets
+// (not started yet, shut down at the end of the test), and returns its
+// settings, its Redis client and A.
+func bucketCountSetup(t *testing.T, be testutil.Backend) (config.Config, redis.UniversalClient, *redeq.Client) {
+	t.Helper()
+	cfg := testutil.Config(t)
+	cfg.Concurrency = 4
+	rdb := be.New(t)
+	a, err := redeq.New(rdb, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+	return cfg, rdb, a
+}
 
 // TestReview12LostBucketCountRewritten attacks promise 3: "a topic's
 // recorded bucket count is never changed to a different value by this
@@ -30,12 +46,7 @@ func TestReview12LostBucketCountRewritten(t *testing.T) {
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			ctx := context.Background()
-			cfg := testutil.Config(t)
-			cfg.Concurrency = 4
-			rdb := be.New(t)
-			a, err := redeq.New(rdb, cfg)
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+			cfg, rdb, a := bucketCountSetup(t, be)
 			topic := "meta"
 			la := newListener(topic, nil)
 			startWith(t, a, la)
@@ -82,12 +93,7 @@ func TestReview12LostBucketCountStrandsOnNewClient(t *testing.T) {
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			ctx := context.Background()
-			cfg := testutil.Config(t)
-			cfg.Concurrency = 4
-			rdb := be.New(t)
-			a, err := redeq.New(rdb, cfg)
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+			cfg, rdb, a := bucketCountSetup(t, be)
 			p, err := redeq.New(be.New(t), cfg)
 			require.NoError(t, err)
 			topic := "meta"

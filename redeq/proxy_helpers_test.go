@@ -14,9 +14,13 @@ import (
 	"time"
 )
 
-// r12Proxy is a TCP proxy in front of a Redis server that parses the
-// server's replies frame by frame (RESP2 and RESP3) on the connections that
-// subscribed, and can:
+// faultProxy is a TCP proxy in front of a Redis server, to put a faulty
+// network between a client and the server. It parses the server's replies
+// frame by frame (RESP2 and RESP3), recognises the connections that
+// subscribe (pub/sub), and on those can:
+//   - deaf: drop every frame the server sends, while the connection stays
+//     open: a subscription that died without a reset (a middlebox that
+//     stopped forwarding, a half-open connection);
 //   - dropMsgs: drop every pub/sub message push ("message"/"pmessage") while
 //     forwarding everything else (PING replies, subscribe confirmations):
 //     a subscription that stays open and healthy-looking but carries
@@ -26,7 +30,7 @@ import (
 //     in order.
 //
 // Connections that never subscribe are forwarded untouched.
-type r12Proxy struct {
+type faultProxy struct {
 	ln       net.Listener
 	upstream string
 
@@ -45,23 +49,23 @@ type r12Proxy struct {
 	conns []net.Conn
 }
 
-func startR12Proxy(t *testing.T, upstream string) *r12Proxy {
+func startFaultProxy(t *testing.T, upstream string) *faultProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &r12Proxy{ln: ln, upstream: upstream, stop: make(chan struct{})}
+	p := &faultProxy{ln: ln, upstream: upstream, stop: make(chan struct{})}
 	go p.serve()
 	t.Cleanup(p.close)
 	return p
 }
 
-func (p *r12Proxy) Addr() string { return p.ln.Addr().String() }
+func (p *faultProxy) Addr() string { return p.ln.Addr().String() }
 
-func (p *r12Proxy) setDropRate(f float64) { p.dropRate.Store(uint64(f * 1e6)) }
+func (p *faultProxy) setDropRate(f float64) { p.dropRate.Store(uint64(f * 1e6)) }
 
-func (p *r12Proxy) close() {
+func (p *faultProxy) close() {
 	select {
 	case <-p.stop:
 	default:
@@ -76,7 +80,7 @@ func (p *r12Proxy) close() {
 }
 
 // cutAll closes every proxied connection (both sides).
-func (p *r12Proxy) cutAll() {
+func (p *faultProxy) cutAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range p.conns {
@@ -85,7 +89,7 @@ func (p *r12Proxy) cutAll() {
 	p.conns = nil
 }
 
-func (p *r12Proxy) serve() {
+func (p *faultProxy) serve() {
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
