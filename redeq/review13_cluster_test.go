@@ -1,0 +1,108 @@
+package redeq_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/ready"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// r13NodeOf returns the address of the master holding key.
+func r13NodeOf(t *testing.T, rdb redis.UniversalClient, key string) string {
+	t.Helper()
+	cc := rdb.(*redis.ClusterClient)
+	m, err := cc.MasterForKey(context.Background(), key)
+	require.NoError(t, err)
+	return m.Options().Addr
+}
+
+// TestReview13PausedNodeHoldsUpRecoveryElsewhere attacks promise 3 (a
+// Redis Cluster where a node is paused): two consumers crash, one holding
+// jobs of a topic whose bucket lives on a node that is paused (CLIENT
+// PAUSE ALL, 30 s), the other holding jobs on a healthy node. The jobs on
+// the healthy node must run again within about ConsumerTimeout plus a few
+// seconds. The reaper handles silent consumers one after another in one
+// pass (consumer/reaper.go reap -> reapConsumer -> recoverList), and each
+// recover script on the paused node waits for go-redis's read timeout and
+// retries (3 s x 4), then the reaper backs off; so the healthy node's jobs
+// wait behind the paused one.
+func TestReview13PausedNodeHoldsUpRecoveryElsewhere(t *testing.T) {
+	_, be := r13Cluster(t, 3)
+	ctx := context.Background()
+	cfg := testutil.Config(t)
+	e := setup(t, be, cfg)
+	aliveNode := r13NodeOf(t, e.rdb, keys.Alive(cfg.Prefix))
+	// A topic on a node other than the alive set's (to pause), and one on
+	// a third node.
+	var paused, healthy, pausedNode string
+	for i := 0; i < 200 && (paused == "" || healthy == ""); i++ {
+		topic := fmt.Sprintf("t%d", i)
+		n := r13NodeOf(t, e.rdb, keys.ForBucket(cfg.Prefix, topic, 0).Pool())
+		tn := r13NodeOf(t, e.rdb, keys.ForTopic(cfg.Prefix, topic).Consumers())
+		switch {
+		case n == aliveNode || tn == aliveNode:
+		case paused == "":
+			paused, pausedNode = topic, n
+		case n != pausedNode && tn != pausedNode && healthy == "":
+			healthy = topic
+		}
+	}
+	require.NotEmpty(t, paused)
+	require.NotEmpty(t, healthy)
+	t.Logf("alive set on %s, topic %s paused on %s, topic %s healthy", aliveNode, paused, pausedNode, healthy)
+
+	const n = 5
+	for i := range n {
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: paused, ID: fmt.Sprint("p", i)}))
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: healthy, ID: fmt.Sprint("h", i)}))
+	}
+	require.NoError(t, e.c.Start(ctx)) // the one client: it moves and reaps
+	for _, topic := range []string{paused, healthy} {
+		k := keys.ForBucket(cfg.Prefix, topic, 0)
+		waitFor(t, 5*time.Second, "due", func() bool { return e.rdb.LLen(ctx, k.Ready()).Val() == n })
+	}
+	// Two consumers take the jobs (neither is in the alive set yet, so
+	// nobody reaps them).
+	for cid, topic := range map[string]string{"c1": paused, "c2": healthy} {
+		items, _, err := ready.Fetch(ctx, e.rdb, cfg.Prefix, topic, 0, cid, n, true)
+		require.NoError(t, err)
+		require.Len(t, items, n)
+	}
+	time.Sleep(2 * cfg.ConsumerTimeout) // the reaper has looked for long, and the deliveries are old
+
+	// The paused topic's node stops answering for 30 s.
+	pn := redis.NewClient(&redis.Options{Addr: pausedNode})
+	t.Cleanup(func() {
+		_ = pn.Do(context.Background(), "CLIENT", "UNPAUSE").Err()
+		pn.Close()
+	})
+	require.NoError(t, pn.Do(ctx, "CLIENT", "PAUSE", "30000", "ALL").Err())
+	// Both consumers crashed: c1 a moment before c2.
+	alive := keys.Alive(cfg.Prefix)
+	require.NoError(t, e.rdb.HSet(ctx, keys.AliveTopics(cfg.Prefix),
+		"c1", keys.Address(paused, cfg.Concurrency), "c2", keys.Address(healthy, cfg.Concurrency)).Err())
+	require.NoError(t, e.rdb.ZAdd(ctx, alive, redis.Z{Score: 1, Member: "c1"}, redis.Z{Score: 2, Member: "c2"}).Err())
+	died := time.Now()
+
+	ok := false
+	for time.Since(died) < 28*time.Second {
+		if state(t, e.c, healthy, "h0") == redeq.StateReady {
+			ok = true
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	took := time.Since(died)
+	t.Logf("jobs on the healthy node back in ready after %v (ok=%v)", took, ok)
+	limit := cfg.ConsumerTimeout + 3*time.Second
+	require.Truef(t, ok && took <= limit,
+		"jobs of a crashed consumer on a healthy node waited %v (limit %v) behind a paused node they do not live on", took, limit)
+}

@@ -1,0 +1,77 @@
+package redeq_test
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// TestReview13StallShorterThanTimeoutDoubleDelivers attacks promise 4: a
+// live consumer stalled for LESS than ConsumerTimeout (here 95% of it: a
+// SIGSTOP standing for a GC pause, swap, a VM migration) must keep its
+// job. The reaper counts silence from the consumer's last heartbeat, which
+// can be up to HeartbeatInterval (at most ConsumerTimeout/3) older than
+// the start of the stall, so a stall of ConsumerTimeout - HeartbeatInterval
+// already suffices: the job is handed to another live consumer while the
+// stalled one, once continued, still runs it to the end.
+func TestReview13StallShorterThanTimeoutDoubleDelivers(t *testing.T) {
+	_, be := r13Server(t)
+	ctx := context.Background()
+	cfg := testutil.Config(t)
+	cfg.ConsumerTimeout = 1500 * time.Millisecond
+	cfg.HeartbeatInterval = 500 * time.Millisecond // the most allowed: ConsumerTimeout/3
+	e := setup(t, be, cfg)
+	require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
+
+	ch := r13StartChild(t, "slow", be.Addrs, false, cfg.Prefix, "t",
+		"R13_CT_MS=1500", "R13_HB_MS=500", "R13_HOLD_MS=12000")
+	cid := strings.TrimSpace(ch.expect(t, "id ", 15*time.Second))
+	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+	require.Equal(t, "j", ch.expect(t, "start ", 10*time.Second))
+
+	// A second live consumer that would get the job if it were recovered.
+	l := newListener("t", nil)
+	startWith(t, e.another(t, nil), l)
+	time.Sleep(2 * cfg.ConsumerTimeout) // every reaper has looked for a full ConsumerTimeout
+
+	// Stop the child just before its next heartbeat.
+	alive := keys.Alive(cfg.Prefix)
+	last := e.rdb.ZScore(ctx, alive, cid).Val()
+	require.NotZero(t, last, "child heartbeats")
+	waitFor(t, 3*time.Second, "a fresh heartbeat", func() bool { return e.rdb.ZScore(ctx, alive, cid).Val() != last })
+	time.Sleep(cfg.HeartbeatInterval - 50*time.Millisecond)
+	stall := cfg.ConsumerTimeout * 95 / 100
+	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGSTOP))
+	stopped := time.Now()
+	time.Sleep(stall)
+	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGCONT))
+	t.Logf("child stalled %v (ConsumerTimeout %v)", time.Since(stopped), cfg.ConsumerTimeout)
+
+	// The child is alive again and finishes the job.
+	require.Equal(t, "j", ch.expect(t, "done ", 15*time.Second))
+	time.Sleep(500 * time.Millisecond)
+	job, err := e.c.Get(ctx, "t", "j")
+	if err == nil {
+		t.Logf("job after the stall: state %s recoveries %d", job.State, job.Recoveries)
+	}
+	require.Zerof(t, l.count(), "a consumer stalled %v < ConsumerTimeout %v had its job handed to another live consumer (%d deliveries there, recoveries %v) while it still ran it",
+		stall, cfg.ConsumerTimeout, l.count(), recoveriesOf(l))
+	_ = redis.Nil
+}
+
+func recoveriesOf(l *listener) []int {
+	var out []int
+	for _, d := range l.deliveries() {
+		out = append(out, d.job.Recoveries)
+	}
+	return out
+}
