@@ -106,3 +106,92 @@ func TestReview13PausedNodeHoldsUpRecoveryElsewhere(t *testing.T) {
 	require.Truef(t, ok && took <= limit,
 		"jobs of a crashed consumer on a healthy node waited %v (limit %v) behind a paused node they do not live on", took, limit)
 }
+
+// TestReview13ClusterKillNineDuringAliveNodePause attacks promises 1, 3
+// and 4 on a real Redis Cluster (3 masters, 4 buckets per topic): a
+// consumer process holding jobs is SIGKILLed while the node of the alive
+// set is paused (CLIENT PAUSE WRITE, 3 s), then a bucket node sleeps
+// (CLIENT PAUSE ALL, 2 s). Two live clients run slow jobs throughout. The
+// killed consumer's jobs run again unspent; no live consumer's job is
+// recovered or run twice.
+func TestReview13ClusterKillNineDuringAliveNodePause(t *testing.T) {
+	_, be := r13Cluster(t, 3)
+	ctx := context.Background()
+	cfg := testutil.Config(t)
+	cfg.Concurrency = 4
+	e := setup(t, be, cfg)
+	aliveNode := r13NodeOf(t, e.rdb, keys.Alive(cfg.Prefix))
+	var otherNode string
+	for b := range 4 {
+		if n := r13NodeOf(t, e.rdb, keys.ForBucket(cfg.Prefix, "t", b).Pool()); n != aliveNode {
+			otherNode = n
+		}
+	}
+	runs := &r13Runs{runs: map[string][]*redeq.Job{}}
+	ch := r13StartChild(t, "slow", be.Addrs, true, cfg.Prefix, "t", "R13_HOLD_MS=600000", "R13_CONCURRENCY=4")
+	ch.expect(t, "id ", 20*time.Second)
+	for i := range 8 {
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("k", i)}))
+	}
+	held := map[string]bool{}
+	for len(held) < 4 {
+		held[ch.expect(t, "start ", 10*time.Second)] = true
+	}
+	for i := range 2 {
+		l := newListener("t", runs.handler(1500*time.Millisecond))
+		l.workers = 4
+		c := e.c
+		if i > 0 {
+			c = e.another(t, nil)
+		}
+		startWith(t, c, l)
+	}
+	const n = 40
+	for i := range n {
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i), Delay: time.Duration(i) * 150 * time.Millisecond}))
+	}
+	time.Sleep(2 * time.Second)
+	an := redis.NewClient(&redis.Options{Addr: aliveNode})
+	defer an.Close()
+	require.NoError(t, an.Do(ctx, "CLIENT", "PAUSE", "3000", "WRITE").Err())
+	time.Sleep(time.Second)
+	ch.kill()
+	killed := time.Now()
+	time.Sleep(3 * time.Second)
+	if otherNode != "" {
+		on := redis.NewClient(&redis.Options{Addr: otherNode})
+		defer on.Close()
+		require.NoError(t, on.Do(ctx, "CLIENT", "PAUSE", "2000", "ALL").Err())
+	}
+	waitFor(t, 40*time.Second, "every job ran", func() bool {
+		got := runs.snapshot()
+		for i := range n {
+			if len(got[fmt.Sprint("j", i)]) == 0 {
+				return false
+			}
+		}
+		for i := range 8 {
+			if len(got[fmt.Sprint("k", i)]) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("all ran %v after the kill", time.Since(killed))
+	got := runs.snapshot()
+	var bad []string
+	for id, js := range got {
+		want := 0
+		if held[id] {
+			want = 1
+		}
+		if len(js) != 1 || js[0].Recoveries != want || js[0].Attempt != 0 {
+			var rs []string
+			for _, j := range js {
+				rs = append(rs, fmt.Sprintf("rec=%d att=%d", j.Recoveries, j.Attempt))
+			}
+			bad = append(bad, fmt.Sprintf("%s (held by the killed one: %v): %v", id, held[id], rs))
+		}
+	}
+	require.Emptyf(t, bad, "jobs recovered wrongly or run twice")
+}

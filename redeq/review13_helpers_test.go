@@ -57,6 +57,9 @@ func r13EnvDur(name string, def time.Duration) time.Duration {
 func r13ChildConfig(c *config.Config) {
 	c.ConsumerTimeout = r13EnvDur("R13_CT_MS", c.ConsumerTimeout)
 	c.HeartbeatInterval = r13EnvDur("R13_HB_MS", c.HeartbeatInterval)
+	if v := os.Getenv("R13_CONCURRENCY"); v != "" {
+		c.Concurrency, _ = strconv.Atoi(v)
+	}
 	if v := os.Getenv("R13_MAX_RECOVERIES"); v != "" {
 		c.MaxRecoveries, _ = strconv.Atoi(v)
 	}
