@@ -73,6 +73,8 @@ type runner struct {
 	unackMu     sync.Mutex
 	unackLogged time.Time
 	unackQuiet  int64
+	// fetching is set from just before a fetch until what it took is held.
+	fetching atomic.Bool
 	// alone is set while the runner must fetch nothing until it runs
 	// nothing: it holds a quarantined job, or a fetch stopped at one.
 	// Only the dispatcher touches it.
@@ -171,10 +173,11 @@ func (r *runner) unhold(b int, outs []ack.Outcome) {
 }
 
 // idle reports that the runner holds no delivery: none running, none
-// waiting for its outcome to be applied. Only then may it take a
-// quarantined job, so that if that job kills the process, nothing else is
-// in flight with it.
+// waiting for its outcome to be applied.
 func (r *runner) idle() bool {
+	if r.fetching.Load() {
+		return false
+	}
 	r.heldMu.Lock()
 	defer r.heldMu.Unlock()
 	for _, h := range r.held {
@@ -183,6 +186,43 @@ func (r *runner) idle() bool {
 		}
 	}
 	return true
+}
+
+// idleAll reports that no runner of the group holds a delivery. Only then
+// may a quarantined job be taken, so that if it kills the process, no job
+// of any topic is in flight with it and counted for it.
+func (g *Group) idleAll() bool {
+	for _, r := range g.runners {
+		if !r.idle() {
+			return false
+		}
+	}
+	return true
+}
+
+// claimSolo makes r the runner that runs a quarantined job, unless
+// another one is, and reports whether r is.
+func (g *Group) claimSolo(r *runner) bool {
+	return g.solo.CompareAndSwap(nil, r) || g.solo.Load() == r
+}
+
+// mayFetch reports whether r may fetch: no other runner runs, or waits to
+// run, a quarantined job.
+func (g *Group) mayFetch(r *runner) bool {
+	s := g.solo.Load()
+	return s == nil || s == r
+}
+
+// releaseSolo ends r's turn to run alone, if it had it, and wakes the
+// other runners, which fetch again.
+func (g *Group) releaseSolo(r *runner) {
+	if g.solo.CompareAndSwap(r, nil) {
+		for _, o := range g.runners {
+			if o != r {
+				signal(o.notify)
+			}
+		}
+	}
 }
 
 func (r *runner) holds(b int) func(member string) bool {
@@ -257,12 +297,12 @@ func (r *runner) dispatch(ctx context.Context) {
 			}
 		}
 		free := r.capacity - int(r.busy.Load())
-		if r.alone && r.idle() {
-			r.alone = false
+		if r.alone && r.g.idleAll() && r.g.claimSolo(r) {
+			r.alone = false // its turn: fetch the quarantined job alone
 		}
 		// Fetch in batches: wait until half the workers are free, unless
 		// nothing is running at all, or fewer have been free for a linger.
-		ripe := !r.alone && (free >= max(1, r.workers/2) || r.busy.Load() == 0 || (free > 0 && lingered))
+		ripe := !r.alone && r.g.mayFetch(r) && (free >= max(1, r.workers/2) || r.busy.Load() == 0 || (free > 0 && lingered))
 		if ripe && r.anyMaybe() && !r.g.heard() {
 			// Unheard for most of a ConsumerTimeout: a reaper may forget
 			// this consumer; fetch once a heartbeat got through again.
@@ -285,9 +325,20 @@ func (r *runner) dispatch(ctx context.Context) {
 				}
 				var stopped bool
 				if err == nil {
+					alone := r.g.solo.Load() == r && r.g.idleAll()
+					// Counted as busy from before the fetch, and checked
+					// again after: a runner that claims solo now either
+					// sees this one busy, or this one sees its claim.
+					r.fetching.Store(true)
+					if !r.g.mayFetch(r) {
+						r.fetching.Store(false)
+						r.maybe[b].Store(true)
+						break
+					}
 					r.fetched[b] = true
-					items, stopped, err = ready.Fetch(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, want, r.idle())
+					items, stopped, err = ready.Fetch(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, want, alone)
 					if err != nil {
+						r.fetching.Store(false)
 						r.suspect[b] = true
 					}
 				}
@@ -311,11 +362,16 @@ func (r *runner) dispatch(ctx context.Context) {
 				if stopped || quarantined(items) {
 					// Run a quarantined job alone: fetch nothing more until
 					// it (or, when the fetch stopped at it, everything
-					// running) is done, then fetch it alone.
+					// running in the process) is done, then fetch it alone.
+					// The other runners fetch nothing meanwhile.
 					r.alone = true
+					r.g.claimSolo(r)
 					free = 0
+				} else {
+					r.g.releaseSolo(r)
 				}
 				r.hold(b, items)
+				r.fetching.Store(false)
 				r.busy.Add(int64(len(items)))
 				free -= len(items)
 				var at time.Time
@@ -330,6 +386,9 @@ func (r *runner) dispatch(ctx context.Context) {
 			if free > 0 && !r.alone && r.anyMaybe() {
 				continue
 			}
+		}
+		if !r.alone && !r.anyMaybe() {
+			r.g.releaseSolo(r) // its quarantined job is done, or gone
 		}
 		if free := r.capacity - int(r.busy.Load()); free > 0 && !r.alone && !lingering && r.anyMaybe() {
 			lingering = true
@@ -623,6 +682,9 @@ func (r *runner) flush(batch []settleReq) {
 			if err == nil {
 				r.unhold(b, outs)
 				signal(r.freed) // a runner waiting to be idle may go on
+				if s := r.g.solo.Load(); s != nil && s != r {
+					signal(s.freed) // as may one waiting for the whole process
+				}
 				for i, ok := range applied {
 					if !ok && !unconfirmed {
 						log.Info("redeq: outcome dropped: job deleted or recovered by another consumer", "id", outs[i].ID, "op", string(outs[i].Op))

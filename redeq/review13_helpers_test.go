@@ -146,6 +146,7 @@ func r13StartChild(t *testing.T, kind string, addrs []string, cluster bool, pref
 	c := &r13Child{cmd: cmd, lines: make(chan string, 1024), drained: make(chan struct{})}
 	go func() {
 		defer close(c.drained)
+		defer close(c.lines) // readers of the lines end with the child
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			c.lines <- sc.Text()
@@ -161,7 +162,10 @@ func (c *r13Child) expect(t *testing.T, prefix string, within time.Duration) str
 	deadline := time.After(within)
 	for {
 		select {
-		case l := <-c.lines:
+		case l, open := <-c.lines:
+			if !open {
+				t.Fatalf("child ended before it printed %q", prefix)
+			}
 			if rest, ok := strings.CutPrefix(l, prefix); ok {
 				return rest
 			}
