@@ -6,7 +6,7 @@
 -- KEYS[2] -> alive topics HASH
 -- ARGV[1] -> consumer id
 -- ARGV[2] -> its last heartbeat as the reaper read it, unix ms
--- ARGV[3] -> timeout, ms
+-- ARGV[3] -> timeout, ms: the longer of the consumer's own and the reaper's
 -- Returns 1 when forgotten (or already gone: a rerun), 0 when kept.
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if s == false then return 1 end
@@ -15,5 +15,5 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if tonumber(s) > now - 2 * tonumber(ARGV[3]) then return 0 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1], ARGV[1] .. '#timeout')
 return 1

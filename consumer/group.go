@@ -329,7 +329,7 @@ func (g *Group) rollback(ctx context.Context) error {
 	var errs []error
 	for topic, r := range g.runners {
 		for b := range r.buckets {
-			n, _, err := g.recoverList(ctx, topic, b, g.cid, modeRollback, "+inf")
+			n, _, err := g.recoverList(ctx, topic, b, g.cid, modeRollback, "+inf", g.cfg.ConsumerTimeout)
 			if err != nil {
 				errs = append(errs, err)
 			}
@@ -348,7 +348,7 @@ func (g *Group) leave(ctx context.Context) {
 	}
 	if len(g.runners) > 0 {
 		pipe.ZRem(ctx, keys.Alive(g.cfg.Prefix), g.cid)
-		pipe.HDel(ctx, keys.AliveTopics(g.cfg.Prefix), g.cid)
+		pipe.HDel(ctx, keys.AliveTopics(g.cfg.Prefix), g.cid, keys.AliveTimeout(g.cid))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		g.env.Logger.Warn("redeq: cannot remove consumer from its topics", "err", err)

@@ -25,7 +25,7 @@ func (g *Group) heartbeat(ctx context.Context) error {
 		return nil
 	}
 	sent := g.env.Clock.Now()
-	err := heartbeatScript.Run(ctx, g.rdb, g.aliveKeys(), g.cid, g.topicList).Err()
+	err := heartbeatScript.Run(ctx, g.rdb, g.aliveKeys(), g.cid, g.topicList, g.cfg.ConsumerTimeout.Milliseconds()).Err()
 	if err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
 	}

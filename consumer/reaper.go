@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -133,12 +134,12 @@ func (g *Group) reap(ctx context.Context, act bool) (int, error) {
 	if g.env.Clock.Now().Sub(start) > g.ReapInterval() {
 		return 0, errStalled // heartbeats may be waiting behind the read
 	}
-	if len(v)%3 != 1 {
+	if len(v)%silentFields != 1 {
 		return 0, fmt.Errorf("reaper: bad reply %q", v)
 	}
 	// Page through the silent consumers, so that ones that cannot be
 	// finished (their node is down) do not hide those behind them.
-	if found := (len(v) - 1) / 3; found == silentBatch {
+	if found := (len(v) - 1) / silentFields; found == silentBatch {
 		g.silentAt.Add(int64(found))
 	} else {
 		g.silentAt.Store(0)
@@ -149,10 +150,13 @@ func (g *Group) reap(ctx context.Context, act bool) (int, error) {
 	look := v[0]
 	total := 0
 	var errs []error
-	for i := 1; i < len(v); i += 3 {
-		s := silent{cid: v[i], beat: v[i+1], look: look}
+	for i := 1; i < len(v); i += silentFields {
+		s := silent{cid: v[i], beat: v[i+1], look: look, timeout: g.cfg.ConsumerTimeout}
 		if s.cid == g.cid {
 			continue
+		}
+		if !s.silentFor(v[i+3]) {
+			continue // its own ConsumerTimeout is longer, and has not passed
 		}
 		if v[i+2] != "" {
 			s.topics = strings.Split(v[i+2], "\n")
@@ -166,13 +170,38 @@ func (g *Group) reap(ctx context.Context, act bool) (int, error) {
 	return total, errors.Join(errs...)
 }
 
+// silentFields is the number of fields per consumer in silent.lua's reply.
+const silentFields = 4
+
 // silent is a consumer silent for longer than ConsumerTimeout, as a look
 // at the heartbeats found it.
 type silent struct {
-	cid    string
-	beat   string   // its last heartbeat, unix ms, as Redis wrote it
-	look   string   // when the look found it silent, unix ms (Redis clock)
-	topics []string // Address(topic, buckets) of the topics it listened to
+	cid     string
+	beat    string        // its last heartbeat, unix ms, as Redis wrote it
+	look    string        // when the look found it silent, unix ms (Redis clock)
+	topics  []string      // Address(topic, buckets) of the topics it listened to
+	timeout time.Duration // the longer of its own ConsumerTimeout and the reaper's
+}
+
+// silentFor reports whether s has been silent for longer than its own
+// ConsumerTimeout (own, ms, as its heartbeat recorded it; "" when it did
+// not), as well as the reaper's, which found it: a consumer configured to
+// stall longer than the reaper's clients allow keeps its jobs as long as
+// it said it would. It sets s.timeout to the longer of the two.
+func (s *silent) silentFor(own string) bool {
+	ms, err := strconv.ParseInt(own, 10, 64)
+	if err != nil || ms <= 0 {
+		return true // written by a client that does not record its timeout
+	}
+	if d := time.Duration(ms) * time.Millisecond; d > s.timeout {
+		s.timeout = d
+	}
+	beat, err1 := strconv.ParseInt(s.beat, 10, 64)
+	look, err2 := strconv.ParseInt(s.look, 10, 64)
+	if err1 != nil || err2 != nil {
+		return true
+	}
+	return look-beat > ms
 }
 
 // reapConsumer recovers the deliveries a silent consumer fetched up to
@@ -205,7 +234,7 @@ func (g *Group) reapConsumer(ctx context.Context, s silent) (int, error) {
 		}
 		recovered := 0
 		for b := range buckets {
-			n, busy, err := g.recoverList(ctx, topic, b, s.cid, modeRecover, s.look)
+			n, busy, err := g.recoverList(ctx, topic, b, s.cid, modeRecover, s.look, s.timeout)
 			recovered += n
 			if err != nil {
 				errs = append(errs, err)
@@ -221,7 +250,7 @@ func (g *Group) reapConsumer(ctx context.Context, s silent) (int, error) {
 		}
 	}
 	if clean {
-		gone, err := goneScript.Run(ctx, g.rdb, g.aliveKeys(), s.cid, s.beat, g.cfg.ConsumerTimeout.Milliseconds()).Int()
+		gone, err := goneScript.Run(ctx, g.rdb, g.aliveKeys(), s.cid, s.beat, s.timeout.Milliseconds()).Int()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("reaper %s: %w", s.cid, err))
 		} else if gone == 1 {
@@ -249,15 +278,15 @@ func (g *Group) reapLockExpiry() time.Duration {
 // recoverList empties one in-flight set of consumer cid in bucket b of
 // topic, in bounded script calls, and returns the deliveries handled. In
 // recover mode it does nothing, and reports busy, while the set holds a
-// delivery fetched within the last ConsumerTimeout.
-func (g *Group) recoverList(ctx context.Context, topic string, b int, cid, mode, declared string) (n int, busy bool, err error) {
+// delivery fetched within the last quiet (the consumer's ConsumerTimeout).
+func (g *Group) recoverList(ctx context.Context, topic string, b int, cid, mode, declared string, quiet time.Duration) (n int, busy bool, err error) {
 	k := keys.ForBucket(g.cfg.Prefix, topic, b)
 	for {
 		v, err := recoverScript.Run(ctx, g.rdb,
 			[]string{k.InFlight(cid), k.Ready(), k.Pool(), k.Scheduled(), k.Dead(), k.Reasons(), k.State(), k.Errors()},
 			mode, recoverBatch, g.cfg.MaxRecoveries, g.cfg.DeadRetention,
 			keys.ReadyChannel(g.cfg.Prefix), keys.WakeChannel(g.cfg.Prefix), keys.Address(topic, b),
-			cid, g.cfg.ConsumerTimeout.Milliseconds(), declared).Int64Slice()
+			cid, quiet.Milliseconds(), declared).Int64Slice()
 		if err != nil {
 			return n, false, fmt.Errorf("%s %s of %s: %w", mode, keys.Address(topic, b), cid, err)
 		}

@@ -4,11 +4,13 @@
 -- fetch gate), so whatever it fetches after the look is newer than the
 -- look, however late a stalled reaper acts on it.
 -- KEYS[1] -> alive ZSET (consumer id -> last heartbeat, unix ms)
--- KEYS[2] -> alive topics HASH (consumer id -> "topic#buckets" lines)
--- ARGV[1] -> timeout, ms
+-- KEYS[2] -> alive topics HASH (consumer id -> "topic#buckets" lines;
+--            consumer id .. "#timeout" -> its own ConsumerTimeout, ms)
+-- ARGV[1] -> timeout, ms (the reaper's)
 -- ARGV[2] -> offset of the page in the silent consumers, oldest first
 -- ARGV[3] -> page size (at most 1000)
--- Returns {now, cid, last heartbeat, topics, ...}.
+-- Returns {now, cid, last heartbeat, topics, its own timeout or '', ...}:
+-- the reaper passes over one not silent for its own timeout yet.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local found = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - tonumber(ARGV[1])), 'WITHSCORES',
@@ -17,6 +19,8 @@ local out = {string.format('%d', now)}
 for i = 1, #found, 2 do
   out[#out + 1] = found[i]
   out[#out + 1] = found[i + 1]
-  out[#out + 1] = redis.call('HGET', KEYS[2], found[i]) or ''
+  local v = redis.call('HMGET', KEYS[2], found[i], found[i] .. '#timeout')
+  out[#out + 1] = v[1] or ''
+  out[#out + 1] = v[2] or ''
 end
 return out

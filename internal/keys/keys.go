@@ -223,6 +223,13 @@ func Alive(prefix string) string { return prefix + ":{alive}" }
 // reaper looks for its jobs, without reading the topics' meta.
 func AliveTopics(prefix string) string { return prefix + ":{alive}:topics" }
 
+// AliveTimeout is the field of AliveTopics that holds consumer cid's own
+// ConsumerTimeout, in ms, written by each heartbeat beside its topics:
+// reapers count a consumer as silent only after its own timeout, whatever
+// theirs. Its value is a number, no Address, so readers of the topics'
+// lines pass over it.
+func AliveTimeout(cid string) string { return cid + "#timeout" }
+
 // ReapLock is the STRING redsync uses as the mutex of reaping consumer
 // cid: one reaper at a time recovers a silent consumer's jobs.
 func ReapLock(prefix, cid string) string { return prefix + ":{alive}:reap:" + cid }
