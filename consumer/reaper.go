@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -148,8 +149,7 @@ func (g *Group) reap(ctx context.Context, act bool) (int, error) {
 		return 0, nil
 	}
 	look := v[0]
-	total := 0
-	var errs []error
+	var found []silent
 	for i := 1; i < len(v); i += silentFields {
 		s := silent{cid: v[i], beat: v[i+1], look: look, timeout: g.cfg.ConsumerTimeout}
 		if s.cid == g.cid {
@@ -161,13 +161,63 @@ func (g *Group) reap(ctx context.Context, act bool) (int, error) {
 		if v[i+2] != "" {
 			s.topics = strings.Split(v[i+2], "\n")
 		}
-		n, err := g.reapConsumer(ctx, s)
-		total += n
-		if err != nil {
-			errs = append(errs, err)
-		}
+		found = append(found, s)
 	}
-	return total, errors.Join(errs...)
+	// Side by side: a consumer whose buckets live on a node that hangs
+	// does not hold up the others.
+	var total reapTotal
+	parallel(len(found), func(i int) {
+		n, err := g.reapConsumer(ctx, found[i])
+		total.add(n, err)
+	})
+	return total.n, errors.Join(total.errs...)
+}
+
+// reapParallel bounds the consumers one reaper pass recovers at a time,
+// and the buckets it recovers of each at a time.
+const reapParallel = 8
+
+// parallel runs f(0) .. f(n-1), reapParallel at a time, and waits for
+// them.
+func parallel(n int, f func(i int)) {
+	if n == 1 {
+		f(0)
+		return
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, reapParallel)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			f(i)
+		})
+	}
+	wg.Wait()
+}
+
+// reapTotal adds up what parallel recoveries did.
+type reapTotal struct {
+	mu   sync.Mutex
+	n    int
+	errs []error
+}
+
+func (t *reapTotal) add(n int, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.n += n
+	if err != nil {
+		t.errs = append(t.errs, err)
+	}
+}
+
+// recoverCallTimeout bounds each recover script call of a reaper: a node
+// that hangs (paused, cut off) costs the pass that long, not go-redis's
+// timeouts and retries. A call cut short may still run later; it is
+// fenced by the look that found the consumer, like any rerun.
+func (g *Group) recoverCallTimeout() time.Duration {
+	return max(g.ReapInterval(), time.Second)
 }
 
 // silentFields is the number of fields per consumer in silent.lua's reply.
@@ -223,8 +273,12 @@ func (g *Group) reapConsumer(ctx context.Context, s silent) (int, error) {
 		_ = mu.Unlock(uctx)
 	}()
 	clean := true
-	total := 0
 	var errs []error
+	type list struct {
+		topic string
+		b     int
+	}
+	var lists []list
 	for _, line := range s.topics {
 		topic, buckets, ok := keys.ParseAddress(line)
 		if !ok || buckets < 1 {
@@ -232,21 +286,37 @@ func (g *Group) reapConsumer(ctx context.Context, s silent) (int, error) {
 			clean = false
 			continue
 		}
-		recovered := 0
 		for b := range buckets {
-			n, busy, err := g.recoverList(ctx, topic, b, s.cid, modeRecover, s.look, s.timeout)
-			recovered += n
-			if err != nil {
-				errs = append(errs, err)
-				clean = false
-			} else if busy {
-				clean = false // it fetched lately, or after the look: a later look decides
-			}
+			lists = append(lists, list{topic, b})
 		}
-		total += recovered
-		g.returned(topic, recovered, true)
-		if recovered > 0 {
-			g.env.Logger.Info("redeq: recovered the jobs of a silent consumer", "topic", topic, "consumer", s.cid, "jobs", recovered)
+	}
+	var tmu sync.Mutex
+	recovered := map[string]int{}
+	parallel(len(lists), func(i int) {
+		l := lists[i]
+		n, busy, err := g.recoverList(ctx, l.topic, l.b, s.cid, modeRecover, s.look, s.timeout)
+		tmu.Lock()
+		defer tmu.Unlock()
+		recovered[l.topic] += n
+		if err != nil {
+			errs = append(errs, err)
+			clean = false
+		} else if busy {
+			clean = false // it fetched lately, or after the look: a later look decides
+		}
+	})
+	total := 0
+	for _, line := range s.topics {
+		topic, _, ok := keys.ParseAddress(line)
+		n, seen := recovered[topic]
+		if !ok || !seen {
+			continue
+		}
+		delete(recovered, topic) // a topic listed twice counts once
+		total += n
+		g.returned(topic, n, true)
+		if n > 0 {
+			g.env.Logger.Info("redeq: recovered the jobs of a silent consumer", "topic", topic, "consumer", s.cid, "jobs", n)
 		}
 	}
 	if clean {
@@ -282,11 +352,16 @@ func (g *Group) reapLockExpiry() time.Duration {
 func (g *Group) recoverList(ctx context.Context, topic string, b int, cid, mode, declared string, quiet time.Duration) (n int, busy bool, err error) {
 	k := keys.ForBucket(g.cfg.Prefix, topic, b)
 	for {
-		v, err := recoverScript.Run(ctx, g.rdb,
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if mode == modeRecover {
+			cctx, cancel = context.WithTimeout(ctx, g.recoverCallTimeout())
+		}
+		v, err := recoverScript.Run(cctx, g.rdb,
 			[]string{k.InFlight(cid), k.Ready(), k.Pool(), k.Scheduled(), k.Dead(), k.Reasons(), k.State(), k.Errors()},
 			mode, recoverBatch, g.cfg.MaxRecoveries, g.cfg.DeadRetention,
 			keys.ReadyChannel(g.cfg.Prefix), keys.WakeChannel(g.cfg.Prefix), keys.Address(topic, b),
 			cid, quiet.Milliseconds(), declared).Int64Slice()
+		cancel()
 		if err != nil {
 			return n, false, fmt.Errorf("%s %s of %s: %w", mode, keys.Address(topic, b), cid, err)
 		}
