@@ -254,7 +254,18 @@ func (g *Group) Shutdown(ctx context.Context) error {
 	var err error
 	clean := true
 	if g.cfg.Rollback() {
-		err = g.rollback(cleanup)
+		// go-redis does not bound every wait by ctx (a new connection's
+		// handshake has its own timeout), so the rollback runs on its own
+		// and Shutdown stops waiting for it when the budget ends. What it
+		// had not rolled back by then stays in flight for the reaper; if
+		// it goes on later, its scripts are fenced and harmless.
+		rolled := make(chan error, 1)
+		go func() { rolled <- g.rollback(cleanup) }()
+		select {
+		case err = <-rolled:
+		case <-cleanup.Done():
+			err = fmt.Errorf("redeq: rollback unfinished when shutdown's time ran out (the reaper recovers the rest): %w", cleanup.Err())
+		}
 		clean = err == nil
 	} else {
 		clean = false
