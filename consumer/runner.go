@@ -297,7 +297,7 @@ func (r *runner) dispatch(ctx context.Context) {
 			}
 		}
 		free := r.capacity - int(r.busy.Load())
-		if r.alone && r.g.idleAll() && r.g.claimSolo(r) {
+		if r.alone && r.g.claimSolo(r) && r.g.idleAll() {
 			r.alone = false // its turn: fetch the quarantined job alone
 		}
 		// Fetch in batches: wait until half the workers are free, unless
