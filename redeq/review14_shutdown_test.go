@@ -1,0 +1,154 @@
+package redeq_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// r14Pid returns the process id of the redis-server at addr.
+func r14Pid(t *testing.T, srv *testutil.Server) int {
+	t.Helper()
+	info, err := srv.Client(nil).Info(context.Background(), "server").Result()
+	require.NoError(t, err)
+	m := regexp.MustCompile(`process_id:(\d+)`).FindStringSubmatch(info)
+	require.NotNil(t, m)
+	pid, err := strconv.Atoi(m[1])
+	require.NoError(t, err)
+	return pid
+}
+
+// TestReview14ShutdownWhileRedisStopped attacks promise 4: Shutdown(ctx)
+// returns within about a second of ctx's deadline while Redis hangs, and
+// leaks no goroutine for long; what it could not roll back runs again
+// later, unspent.
+//
+//   - "sigstop": the redis-server process is stopped (SIGSTOP) while the
+//     consumer runs jobs.
+//   - "reset-then-sigstop": the subscription's connection is reset (CLIENT
+//     KILL TYPE pubsub: a network blip, a proxy restart) just before the
+//     server stops. go-redis reconnects the subscription inside
+//     PubSub.ReceiveTimeout while holding the PubSub's mutex, and the new
+//     connection's handshake waits for ReadTimeout (3 s) whatever the ctx;
+//     Shutdown closes the subscription (redeq/runtime.go closePubSub ->
+//     PubSub.Close, which takes that mutex) outside any budget, and only
+//     then computes the budget for the movers (at least another 500 ms).
+func TestReview14ShutdownWhileRedisStopped(t *testing.T) {
+	for _, mode := range []string{"sigstop", "reset-then-sigstop"} {
+		t.Run(mode, func(t *testing.T) {
+			srv, be := r13Server(t)
+			ctx := context.Background()
+			cfg := testutil.Config(t)
+			pid := r14Pid(t, srv)
+			admin := srv.Client(nil)
+			t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+
+			e := setup(t, be, cfg) // the producer, never started
+			a := e.another(t, nil)
+			la := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+				<-ctx.Done() // returns when canceled
+				return ctx.Err()
+			})
+			la.workers = 4
+			startWith(t, a, la)
+			for i := range 4 {
+				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))
+			}
+			waitFor(t, 5*time.Second, "a holds all four", func() bool { return la.count() == 4 })
+			time.Sleep(2 * cfg.ConsumerTimeout)
+
+			if mode == "reset-then-sigstop" {
+				require.NoError(t, admin.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err())
+			}
+			require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+			stopped := time.Now()
+			time.Sleep(100 * time.Millisecond)
+
+			sctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			began := time.Now()
+			done := make(chan error, 1)
+			go func() { done <- a.Shutdown(sctx) }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(2500 * time.Millisecond):
+				buf := make([]byte, 1<<22)
+				buf = buf[:runtime.Stack(buf, true)]
+				for _, g := range strings.Split(string(buf), "\n\n") {
+					if strings.Contains(g, "redeq.(*Client).Shutdown") || strings.Contains(g, "PubSub).Close") {
+						t.Logf("still running 2.5 s after Shutdown began:\n%s", g)
+					}
+				}
+				err = <-done
+			}
+			took := time.Since(began)
+			t.Logf("%s: Shutdown(ctx with a 1 s deadline) returned after %v: %v", mode, took, err)
+
+			// redeq's goroutines must end soon after Shutdown returned
+			// (Redis still stopped): go-redis's read timeout is 3 s.
+			returned := time.Now()
+			n, some := r13RedeqGoroutines()
+			at5 := ""
+			for n > 0 && time.Since(returned) < 20*time.Second {
+				time.Sleep(250 * time.Millisecond)
+				if at5 == "" && time.Since(returned) > 5*time.Second {
+					at5 = r14RedeqFrames()
+				}
+				if m, s := r13RedeqGoroutines(); m > 0 || n == 0 {
+					n, some = m, s
+				} else {
+					n = 0
+				}
+			}
+			lingered := time.Since(returned)
+			if lingered > 5*time.Second {
+				t.Logf("at 5 s after Shutdown returned, still running:\n%s", at5)
+			}
+			t.Logf("redeq goroutines outlived Shutdown by %v (Redis stopped throughout)", lingered)
+			_ = some
+			require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
+			t.Logf("redis stopped for %v", time.Since(stopped))
+			// What a could not roll back runs again, unspent, on another client.
+			lb := newListener("t", nil)
+			startWith(t, e.c, lb)
+			waitFor(t, 15*time.Second, "all four ran again", func() bool { return len(lb.byID()) == 4 })
+			for _, d := range lb.deliveries() {
+				require.Zerof(t, d.job.Attempt, "job %s ran again with an attempt spent", d.job.ID)
+			}
+			require.LessOrEqualf(t, took, 2250*time.Millisecond, "Shutdown(ctx with a 1 s deadline) took %v while Redis was stopped", took)
+			require.LessOrEqualf(t, lingered, 5*time.Second, "redeq goroutines (movers releasing locks, leaving the fleet) outlived Shutdown by %v", lingered)
+		})
+	}
+}
+
+// r14RedeqFrames lists, per goroutine running redeq code, its redeq frames.
+func r14RedeqFrames() string {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if !strings.Contains(g, "github.com/redeq-go/redeq/") || strings.Contains(g, "redeq/redeq_test.") {
+			continue
+		}
+		var fr []string
+		for _, l := range strings.Split(g, "\n") {
+			if strings.HasPrefix(l, "github.com/redeq-go/redeq/") {
+				fr = append(fr, strings.TrimPrefix(l, "github.com/redeq-go/redeq/"))
+			}
+		}
+		out = append(out, "  "+strings.Join(fr, " <- "))
+	}
+	return strings.Join(out, "\n")
+}
