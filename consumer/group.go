@@ -44,10 +44,6 @@ type Group struct {
 	observer   Observer // nil: nothing observed
 	runners    map[string]*runner
 	bc         broadcasts
-	// solo is the runner that runs, or waits to run, a quarantined job;
-	// while one does, the others fetch nothing, so that if the job kills
-	// the process, no job of any topic is in flight with it.
-	solo atomic.Pointer[runner]
 
 	started  atomic.Bool
 	stopping atomic.Bool

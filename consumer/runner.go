@@ -73,8 +73,6 @@ type runner struct {
 	unackMu     sync.Mutex
 	unackLogged time.Time
 	unackQuiet  int64
-	// fetching is set from just before a fetch until what it took is held.
-	fetching atomic.Bool
 	// alone is set while the runner must fetch nothing until it runs
 	// nothing: it holds a quarantined job, or a fetch stopped at one.
 	// Only the dispatcher touches it.
@@ -173,11 +171,11 @@ func (r *runner) unhold(b int, outs []ack.Outcome) {
 }
 
 // idle reports that the runner holds no delivery: none running, none
-// waiting for its outcome to be applied.
+// waiting for its outcome to be applied. Only then may it take a
+// quarantined job, so that if that job kills the process, nothing else of
+// its topic is in flight with it; and only while no other runner of the
+// client runs one (Group.solo).
 func (r *runner) idle() bool {
-	if r.fetching.Load() {
-		return false
-	}
 	r.heldMu.Lock()
 	defer r.heldMu.Unlock()
 	for _, h := range r.held {
@@ -188,40 +186,58 @@ func (r *runner) idle() bool {
 	return true
 }
 
-// idleAll reports that no runner of the group holds a delivery. Only then
-// may a quarantined job be taken, so that if it kills the process, no job
-// of any topic is in flight with it and counted for it.
-func (g *Group) idleAll() bool {
-	for _, r := range g.runners {
-		if !r.idle() {
-			return false
-		}
+// solo is the runner of this process that runs a quarantined job, or
+// claimed the right to fetch one: one at a time in the process, whatever
+// the clients and topics in it, so that two jobs recovered twice (a
+// poison job, and a healthy one that ran beside it) are never in flight
+// together when the process dies.
+var solo struct {
+	mu      sync.Mutex
+	holder  *runner
+	waiting map[*runner]bool // runners to wake when the holder lets go
+}
+
+// claimSolo makes r the holder if there is none, and reports whether it
+// is.
+func claimSolo(r *runner) bool {
+	solo.mu.Lock()
+	defer solo.mu.Unlock()
+	if solo.holder == nil {
+		solo.holder = r
 	}
-	return true
+	return solo.holder == r
 }
 
-// claimSolo makes r the runner that runs a quarantined job, unless
-// another one is, and reports whether r is.
-func (g *Group) claimSolo(r *runner) bool {
-	return g.solo.CompareAndSwap(nil, r) || g.solo.Load() == r
+// mayRunAlone reports whether r may fetch a quarantined job: no other
+// runner of the process runs one, or claimed the right to. When one does,
+// r is woken once it lets go.
+func mayRunAlone(r *runner) bool {
+	solo.mu.Lock()
+	defer solo.mu.Unlock()
+	if solo.holder == nil || solo.holder == r {
+		return true
+	}
+	if solo.waiting == nil {
+		solo.waiting = map[*runner]bool{}
+	}
+	solo.waiting[r] = true
+	return false
 }
 
-// mayFetch reports whether r may fetch: no other runner runs, or waits to
-// run, a quarantined job.
-func (g *Group) mayFetch(r *runner) bool {
-	s := g.solo.Load()
-	return s == nil || s == r
-}
-
-// releaseSolo ends r's turn to run alone, if it had it, and wakes the
-// other runners, which fetch again.
-func (g *Group) releaseSolo(r *runner) {
-	if g.solo.CompareAndSwap(r, nil) {
-		for _, o := range g.runners {
-			if o != r {
-				signal(o.notify)
-			}
-		}
+// releaseSolo ends r's hold, if it had it, and wakes the runners waiting
+// for it.
+func releaseSolo(r *runner) {
+	solo.mu.Lock()
+	if solo.holder != r {
+		solo.mu.Unlock()
+		return
+	}
+	solo.holder = nil
+	waiting := solo.waiting
+	solo.waiting = nil
+	solo.mu.Unlock()
+	for w := range waiting {
+		signal(w.notify)
 	}
 }
 
@@ -272,6 +288,7 @@ func signal(ch chan struct{}) {
 // strands it.
 func (r *runner) dispatch(ctx context.Context) {
 	defer close(r.jobs)
+	defer releaseSolo(r) // the client stops: another may run one now
 	log := r.g.env.Logger.With("topic", r.topic)
 	sweep := time.NewTimer(r.g.cfg.ConsumerTimeout)
 	defer sweep.Stop()
@@ -297,12 +314,15 @@ func (r *runner) dispatch(ctx context.Context) {
 			}
 		}
 		free := r.capacity - int(r.busy.Load())
-		if r.alone && r.g.claimSolo(r) && r.g.idleAll() {
-			r.alone = false // its turn: fetch the quarantined job alone
+		if r.alone && r.idle() {
+			releaseSolo(r) // its quarantined job is done
+			if mayRunAlone(r) {
+				r.alone = false // else it waits for the other's to end
+			}
 		}
 		// Fetch in batches: wait until half the workers are free, unless
 		// nothing is running at all, or fewer have been free for a linger.
-		ripe := !r.alone && r.g.mayFetch(r) && (free >= max(1, r.workers/2) || r.busy.Load() == 0 || (free > 0 && lingered))
+		ripe := !r.alone && (free >= max(1, r.workers/2) || r.busy.Load() == 0 || (free > 0 && lingered))
 		if ripe && r.anyMaybe() && !r.g.heard() {
 			// Unheard for most of a ConsumerTimeout: a reaper may forget
 			// this consumer; fetch once a heartbeat got through again.
@@ -325,20 +345,13 @@ func (r *runner) dispatch(ctx context.Context) {
 				}
 				var stopped bool
 				if err == nil {
-					alone := r.g.solo.Load() == r && r.g.idleAll()
-					// Counted as busy from before the fetch, and checked
-					// again after: a runner that claims solo now either
-					// sees this one busy, or this one sees its claim.
-					r.fetching.Store(true)
-					if !r.g.mayFetch(r) {
-						r.fetching.Store(false)
-						r.maybe[b].Store(true)
-						break
-					}
 					r.fetched[b] = true
+					alone := r.idle() && claimSolo(r)
 					items, stopped, err = ready.Fetch(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, want, alone)
+					if alone && (err != nil || !quarantined(items)) {
+						releaseSolo(r) // it claimed, but took no quarantined job
+					}
 					if err != nil {
-						r.fetching.Store(false)
 						r.suspect[b] = true
 					}
 				}
@@ -362,16 +375,11 @@ func (r *runner) dispatch(ctx context.Context) {
 				if stopped || quarantined(items) {
 					// Run a quarantined job alone: fetch nothing more until
 					// it (or, when the fetch stopped at it, everything
-					// running in the process) is done, then fetch it alone.
-					// The other runners fetch nothing meanwhile.
+					// running) is done, then fetch it alone.
 					r.alone = true
-					r.g.claimSolo(r)
 					free = 0
-				} else {
-					r.g.releaseSolo(r)
 				}
 				r.hold(b, items)
-				r.fetching.Store(false)
 				r.busy.Add(int64(len(items)))
 				free -= len(items)
 				var at time.Time
@@ -386,9 +394,6 @@ func (r *runner) dispatch(ctx context.Context) {
 			if free > 0 && !r.alone && r.anyMaybe() {
 				continue
 			}
-		}
-		if !r.alone && !r.anyMaybe() {
-			r.g.releaseSolo(r) // its quarantined job is done, or gone
 		}
 		if free := r.capacity - int(r.busy.Load()); free > 0 && !r.alone && !lingering && r.anyMaybe() {
 			lingering = true
@@ -682,9 +687,6 @@ func (r *runner) flush(batch []settleReq) {
 			if err == nil {
 				r.unhold(b, outs)
 				signal(r.freed) // a runner waiting to be idle may go on
-				if s := r.g.solo.Load(); s != nil && s != r {
-					signal(s.freed) // as may one waiting for the whole process
-				}
 				for i, ok := range applied {
 					if !ok && !unconfirmed {
 						log.Info("redeq: outcome dropped: job deleted or recovered by another consumer", "id", outs[i].ID, "op", string(outs[i].Op))
