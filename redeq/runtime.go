@@ -387,21 +387,24 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	}
 	err := c.group.Shutdown(ctx)
 	r.cancel()
-	cerr := r.closePubSub()
-	// The movers release their locks; a mover stuck on a Redis that does
-	// not answer is not waited for past the budget (it ends once go-redis's
-	// read timeout fires).
+	// The subscription closes and the movers release their locks; one
+	// stuck on a Redis that does not answer is not waited for past the
+	// budget (it ends once go-redis's own timeouts fire: a subscription
+	// reconnecting holds its lock through the handshake, whatever ctx).
 	budget, cancel := context.WithDeadline(context.WithoutCancel(ctx), c.group.CleanupDeadline(ctx))
 	defer cancel()
 	done := make(chan struct{})
-	go func() { r.wg.Wait(); close(done) }()
+	go func() {
+		if cerr := r.closePubSub(); cerr != nil && !errors.Is(cerr, redis.ErrClosed) {
+			c.env.Logger.Debug("redeq: closing the subscription", "err", cerr)
+		}
+		r.wg.Wait()
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-budget.Done():
-		c.env.Logger.Warn("redeq: shutdown did not wait for movers stuck on redis")
-	}
-	if cerr != nil && !errors.Is(cerr, redis.ErrClosed) {
-		c.env.Logger.Debug("redeq: closing the subscription", "err", cerr)
+		c.env.Logger.Warn("redeq: shutdown did not wait for the subscription and movers stuck on redis")
 	}
 	return err
 }
