@@ -34,6 +34,15 @@ func TestMain(m *testing.M) {
 	case "poison":
 		runPoisonChild()
 		return
+	case "slow":
+		runSlowChild()
+		return
+	case "twotopics":
+		runTwoTopicsChild()
+		return
+	case "twoclients":
+		runTwoClientsChild()
+		return
 	default:
 		runChild()
 		return
@@ -62,11 +71,17 @@ func childClient(mod func(*config.Config), hooks ...redis.Hook) *redeq.Client {
 		mod(&cfg)
 	}
 	c, err := redeq.New(rdb, cfg)
+	childMust(err)
+	return c
+}
+
+// childMust ends a child process that hit err: it prints "error <err>"
+// and exits 2.
+func childMust(err error) {
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(2)
 	}
-	return c
 }
 
 // runChild consumes one topic and never finishes a job: it prints
@@ -78,14 +93,8 @@ func runChild() {
 		select {} // hold the job until killed
 	})
 	l.workers = 4
-	if err := c.Register(l); err != nil {
-		fmt.Println("error", err)
-		os.Exit(2)
-	}
-	if err := c.Start(context.Background()); err != nil {
-		fmt.Println("error", err)
-		os.Exit(2)
-	}
+	childMust(c.Register(l))
+	childMust(c.Start(context.Background()))
 	select {}
 }
 
@@ -104,14 +113,8 @@ func runPoisonChild() {
 		return nil
 	})
 	l.workers = 4
-	if err := c.Register(l); err != nil {
-		fmt.Println("error", err)
-		os.Exit(2)
-	}
-	if err := c.Start(context.Background()); err != nil {
-		fmt.Println("error", err)
-		os.Exit(2)
-	}
+	childMust(c.Register(l))
+	childMust(c.Start(context.Background()))
 	select {}
 }
 
@@ -142,9 +145,10 @@ func startChild(t *testing.T, be testutil.Backend, prefix, topic string) *child 
 	return startChildKind(t, "hold", be, prefix, topic, nil)
 }
 
-// startChildKind starts a child of kind; lines it prints that are not
-// "holding <id>" go to onLine (or the test log).
-func startChildKind(t *testing.T, kind string, be testutil.Backend, prefix, topic string, onLine func(string)) *child {
+// startChildKind starts a child of kind, with extra environment
+// variables ("NAME=value"); lines it prints that are not "holding <id>" go
+// to onLine (or the test log).
+func startChildKind(t *testing.T, kind string, be testutil.Backend, prefix, topic string, onLine func(string), extra ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+kind,
@@ -153,6 +157,7 @@ func startChildKind(t *testing.T, kind string, be testutil.Backend, prefix, topi
 	if be.Name == "cluster" {
 		cmd.Env = append(cmd.Env, "REDEQ_TEST_CLUSTER=1")
 	}
+	cmd.Env = append(cmd.Env, extra...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

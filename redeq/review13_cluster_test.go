@@ -15,15 +15,6 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// r13NodeOf returns the address of the master holding key.
-func r13NodeOf(t *testing.T, rdb redis.UniversalClient, key string) string {
-	t.Helper()
-	cc := rdb.(*redis.ClusterClient)
-	m, err := cc.MasterForKey(context.Background(), key)
-	require.NoError(t, err)
-	return m.Options().Addr
-}
-
 // TestReview13PausedNodeHoldsUpRecoveryElsewhere attacks promise 3 (a
 // Redis Cluster where a node is paused): two consumers crash, one holding
 // jobs of a topic whose bucket lives on a node that is paused (CLIENT
@@ -35,18 +26,18 @@ func r13NodeOf(t *testing.T, rdb redis.UniversalClient, key string) string {
 // retries (3 s x 4), then the reaper backs off; so the healthy node's jobs
 // wait behind the paused one.
 func TestReview13PausedNodeHoldsUpRecoveryElsewhere(t *testing.T) {
-	_, be := r13Cluster(t, 3)
+	_, be := privateCluster(t, 3)
 	ctx := context.Background()
 	cfg := testutil.Config(t)
 	e := setup(t, be, cfg)
-	aliveNode := r13NodeOf(t, e.rdb, keys.Alive(cfg.Prefix))
+	aliveNode := nodeOf(t, e.rdb, keys.Alive(cfg.Prefix))
 	// A topic on a node other than the alive set's (to pause), and one on
 	// a third node.
 	var paused, healthy, pausedNode string
 	for i := 0; i < 200 && (paused == "" || healthy == ""); i++ {
 		topic := fmt.Sprintf("t%d", i)
-		n := r13NodeOf(t, e.rdb, keys.ForBucket(cfg.Prefix, topic, 0).Pool())
-		tn := r13NodeOf(t, e.rdb, keys.ForTopic(cfg.Prefix, topic).Consumers())
+		n := nodeOf(t, e.rdb, keys.ForBucket(cfg.Prefix, topic, 0).Pool())
+		tn := nodeOf(t, e.rdb, keys.ForTopic(cfg.Prefix, topic).Consumers())
 		switch {
 		case n == aliveNode || tn == aliveNode:
 		case paused == "":
@@ -79,12 +70,7 @@ func TestReview13PausedNodeHoldsUpRecoveryElsewhere(t *testing.T) {
 	time.Sleep(2 * cfg.ConsumerTimeout) // the reaper has looked for long, and the deliveries are old
 
 	// The paused topic's node stops answering for 30 s.
-	pn := redis.NewClient(&redis.Options{Addr: pausedNode})
-	t.Cleanup(func() {
-		_ = pn.Do(context.Background(), "CLIENT", "UNPAUSE").Err()
-		pn.Close()
-	})
-	require.NoError(t, pn.Do(ctx, "CLIENT", "PAUSE", "30000", "ALL").Err())
+	pauseNode(t, pausedNode, 30*time.Second, "ALL")
 	// Both consumers crashed: c1 a moment before c2.
 	alive := keys.Alive(cfg.Prefix)
 	require.NoError(t, e.rdb.HSet(ctx, keys.AliveTopics(cfg.Prefix),
@@ -115,68 +101,35 @@ func TestReview13PausedNodeHoldsUpRecoveryElsewhere(t *testing.T) {
 // killed consumer's jobs run again unspent; no live consumer's job is
 // recovered or run twice.
 func TestReview13ClusterKillNineDuringAliveNodePause(t *testing.T) {
-	_, be := r13Cluster(t, 3)
+	_, be := privateCluster(t, 3)
 	ctx := context.Background()
 	cfg := testutil.Config(t)
 	cfg.Concurrency = 4
 	e := setup(t, be, cfg)
-	aliveNode := r13NodeOf(t, e.rdb, keys.Alive(cfg.Prefix))
+	aliveNode := nodeOf(t, e.rdb, keys.Alive(cfg.Prefix))
 	var otherNode string
 	for b := range 4 {
-		if n := r13NodeOf(t, e.rdb, keys.ForBucket(cfg.Prefix, "t", b).Pool()); n != aliveNode {
+		if n := nodeOf(t, e.rdb, keys.ForBucket(cfg.Prefix, "t", b).Pool()); n != aliveNode {
 			otherNode = n
 		}
 	}
-	runs := &r13Runs{runs: map[string][]*redeq.Job{}}
-	ch := r13StartChild(t, "slow", be.Addrs, true, cfg.Prefix, "t", "R13_HOLD_MS=600000", "R13_CONCURRENCY=4")
-	ch.expect(t, "id ", 20*time.Second)
-	for i := range 8 {
-		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("k", i)}))
-	}
-	held := map[string]bool{}
-	for len(held) < 4 {
-		held[ch.expect(t, "start ", 10*time.Second)] = true
-	}
-	for i := range 2 {
-		l := newListener("t", runs.handler(1500*time.Millisecond))
-		l.workers = 4
-		c := e.c
-		if i > 0 {
-			c = e.another(t, nil)
-		}
-		startWith(t, c, l)
-	}
+	runs := &jobRuns{}
+	ch, held := startHolder(t, e, 20*time.Second, 8, nil, childConcurrencyEnv+"=4")
+	startSlowConsumers(t, e, runs, 2)
 	const n = 40
 	for i := range n {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i), Delay: time.Duration(i) * 150 * time.Millisecond}))
 	}
 	time.Sleep(2 * time.Second)
-	an := redis.NewClient(&redis.Options{Addr: aliveNode})
-	defer an.Close()
-	require.NoError(t, an.Do(ctx, "CLIENT", "PAUSE", "3000", "WRITE").Err())
+	pauseNode(t, aliveNode, 3*time.Second, "WRITE")
 	time.Sleep(time.Second)
 	ch.kill()
 	killed := time.Now()
 	time.Sleep(3 * time.Second)
 	if otherNode != "" {
-		on := redis.NewClient(&redis.Options{Addr: otherNode})
-		defer on.Close()
-		require.NoError(t, on.Do(ctx, "CLIENT", "PAUSE", "2000", "ALL").Err())
+		pauseNode(t, otherNode, 2*time.Second, "ALL")
 	}
-	waitFor(t, 40*time.Second, "every job ran", func() bool {
-		got := runs.snapshot()
-		for i := range n {
-			if len(got[fmt.Sprint("j", i)]) == 0 {
-				return false
-			}
-		}
-		for i := range 8 {
-			if len(got[fmt.Sprint("k", i)]) == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	waitFor(t, 40*time.Second, "every job ran", func() bool { return runs.ranAll("j", n, nil) && runs.ranAll("k", 8, nil) })
 	t.Logf("all ran %v after the kill", time.Since(killed))
 	got := runs.snapshot()
 	var bad []string

@@ -22,17 +22,17 @@ import (
 // the late client, unspent and counted once, within about ConsumerTimeout
 // plus a few seconds; no job of the five live processes may be handed out.
 func TestReview13FleetKillReapersAndHoldersAtOnce(t *testing.T) {
-	_, be := r13Server(t)
+	_, be := privateServer(t)
 	ctx := context.Background()
 	cfg := testutil.Config(t)
 	e := setup(t, be, cfg)
 
 	const procs, workers = 10, 4
-	children := make([]*r13Child, procs)
+	children := make([]*faultChild, procs)
 	ids := make([]string, procs)
 	var wg sync.WaitGroup
 	for i := range procs {
-		children[i] = r13StartChild(t, "slow", be.Addrs, false, cfg.Prefix, "t", "R13_HOLD_MS=600000")
+		children[i] = startFaultChild(t, "slow", be, cfg.Prefix, "t", childHoldForever)
 	}
 	for i := range procs {
 		ids[i] = strings.TrimSpace(children[i].expect(t, "id ", 30*time.Second))

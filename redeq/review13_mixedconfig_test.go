@@ -25,7 +25,7 @@ import (
 // neither stalled nor silent by its own settings (it heartbeats every 2 s)
 // and hands it to the other consumer while the first still runs it.
 func TestReview13RaisedConsumerTimeoutIgnoredByOtherReapers(t *testing.T) {
-	_, be := r13Server(t)
+	_, be := privateServer(t)
 	ctx := context.Background()
 	pcfg := testutil.Config(t) // the producer service: ConsumerTimeout 600 ms
 	ccfg := pcfg
@@ -34,7 +34,7 @@ func TestReview13RaisedConsumerTimeoutIgnoredByOtherReapers(t *testing.T) {
 	require.NoError(t, ccfg.Validate())
 	e := setup(t, be, ccfg) // the consumer service's producer handle
 
-	runs := &r13Runs{runs: map[string][]*redeq.Job{}}
+	runs := &jobRuns{}
 	var consumers []*redeq.Client
 	var ids []string
 	for range 2 {

@@ -3,14 +3,10 @@ package redeq_test
 import (
 	"context"
 	"errors"
-	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -24,42 +20,8 @@ import (
 // beside the quarantined poison of the other topic, is counted at every
 // crash, and goes to the dead set as poison although it never failed.
 func TestReview13PoisonKillsBystanderOfAnotherTopic(t *testing.T) {
-	_, be := r13Server(t)
-	ctx := context.Background()
-	cfg := testutil.Config(t)
-	cfg.MaxRecoveries = 3
-	e := setup(t, be, cfg)
-	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "a", ID: "poison"}))
-	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "b", ID: "b1"}))
-	require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
-
-	var mu sync.Mutex
-	var starts []string
-	deadline := time.Now().Add(45 * time.Second)
-	crashes := 0
-	for state(t, e.c, "a", "poison") != redeq.StateDead {
-		require.True(t, time.Now().Before(deadline), "the poison job never went dead")
-		// A supervisor restarts the crashed service.
-		c := r13StartChild(t, "twotopics", be.Addrs, false, cfg.Prefix, "", "R13_MAX_RECOVERIES=3", "R13_HOLD_MS=3000")
-		go func() {
-			for l := range c.lines {
-				if strings.HasPrefix(l, "start ") {
-					mu.Lock()
-					starts = append(starts, l)
-					mu.Unlock()
-				}
-			}
-		}()
-		<-c.drained // it dies by the poison job
-		c.kill()
-		crashes++
-		waitFor(t, 10*time.Second, "poison recovered", func() bool { return state(t, e.c, "a", "poison") != redeq.StateInFlight })
-		waitFor(t, 10*time.Second, "b1 recovered", func() bool { return state(t, e.c, "b", "b1") != redeq.StateInFlight })
-	}
-	mu.Lock()
-	t.Logf("%d crashes; handler starts: %v", crashes, starts)
-	mu.Unlock()
-	b1, err := e.c.Get(ctx, "b", "b1")
+	e := poisonBesideB1(t, "twotopics")
+	b1, err := e.c.Get(context.Background(), "b", "b1")
 	if errors.Is(err, redeq.ErrJobNotFound) {
 		return // b1 ran to the end alone, and was acked
 	}

@@ -26,29 +26,13 @@ func TestReview13RestartKillDuringDowntime(t *testing.T) {
 			if persist {
 				args = []string{"--appendonly", "yes", "--appendfsync", "always"}
 			}
-			srv, be := r13Server(t, args...)
+			srv, be := privateServer(t, args...)
 			ctx := context.Background()
 			cfg := testutil.Config(t)
 			e := setup(t, be, cfg)
-			runs := &r13Runs{runs: map[string][]*redeq.Job{}}
-			ch := r13StartChild(t, "slow", be.Addrs, false, cfg.Prefix, "t", "R13_HOLD_MS=600000")
-			ch.expect(t, "id ", 15*time.Second)
-			for i := range 4 {
-				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("k", i)}))
-			}
-			held := map[string]bool{}
-			for len(held) < 4 {
-				held[ch.expect(t, "start ", 10*time.Second)] = true
-			}
-			for i := range 2 {
-				l := newListener("t", runs.handler(1500*time.Millisecond))
-				l.workers = 4
-				c := e.c
-				if i > 0 {
-					c = e.another(t, nil)
-				}
-				startWith(t, c, l)
-			}
+			runs := &jobRuns{}
+			ch, held := startHolder(t, e, 15*time.Second, 4, nil)
+			startSlowConsumers(t, e, runs, 2)
 			const n = 20
 			for i := range n {
 				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i), Delay: time.Duration(i) * 100 * time.Millisecond}))
@@ -62,7 +46,7 @@ func TestReview13RestartKillDuringDowntime(t *testing.T) {
 			restarted := time.Now()
 			if !persist {
 				// Everything is gone; a new consumer process takes new jobs and dies.
-				ch2 := r13StartChild(t, "slow", be.Addrs, false, cfg.Prefix, "t", "R13_HOLD_MS=600000")
+				ch2 := startFaultChild(t, "slow", be, cfg.Prefix, "t", childHoldForever)
 				ch2.expect(t, "id ", 15*time.Second)
 				time.Sleep(time.Second)
 				for i := range 30 {
@@ -82,32 +66,11 @@ func TestReview13RestartKillDuringDowntime(t *testing.T) {
 						held[l[6:]] = true
 					}
 				}
-				waitFor(t, 20*time.Second, "every new job ran", func() bool {
-					got := runs.snapshot()
-					for i := range 30 {
-						if len(got[fmt.Sprint("n", i)]) == 0 {
-							return false
-						}
-					}
-					return true
-				})
+				waitFor(t, 20*time.Second, "every new job ran", func() bool { return runs.ranAll("n", 30, nil) })
 				t.Logf("after a restart without persistence, %d+ jobs of a killed consumer and all new jobs ran within %v", len(held), time.Since(restarted))
 				return
 			}
-			waitFor(t, 30*time.Second, "every job ran", func() bool {
-				got := runs.snapshot()
-				for i := range n {
-					if len(got[fmt.Sprint("j", i)]) == 0 {
-						return false
-					}
-				}
-				for id := range held {
-					if len(got[id]) == 0 {
-						return false
-					}
-				}
-				return true
-			})
+			waitFor(t, 30*time.Second, "every job ran", func() bool { return runs.ranAll("j", n, held) })
 			t.Logf("all ran %v after the restart", time.Since(restarted))
 			var bad []string
 			for id, js := range runs.snapshot() {

@@ -24,7 +24,7 @@ import (
 // MaxRetries. A job not yet due that a dead consumer never held must not
 // run early because of the recovery.
 func TestReview13RecoveryKeepsScheduleHeadersAttempts(t *testing.T) {
-	_, be := r13Server(t)
+	_, be := privateServer(t)
 	ctx := context.Background()
 	cfg := testutil.Config(t)
 	e := setup(t, be, cfg)

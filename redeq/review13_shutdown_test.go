@@ -3,7 +3,6 @@ package redeq_test
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -15,23 +14,6 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// r13RedeqGoroutines counts goroutines whose stack runs redeq code.
-func r13RedeqGoroutines() (int, string) {
-	buf := make([]byte, 1<<22)
-	buf = buf[:runtime.Stack(buf, true)]
-	n := 0
-	var some []string
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "github.com/redeq-go/redeq/") && !strings.Contains(g, "redeq/redeq_test.") {
-			n++
-			if len(some) < 3 {
-				some = append(some, g)
-			}
-		}
-	}
-	return n, strings.Join(some, "\n\n")
-}
-
 // TestReview13ShutdownDuringPause attacks promise 7: a consumer shuts down
 // while Redis is paused (CLIENT PAUSE ALL, 4 s). Shutdown must return
 // within its budget; its jobs, which it could not roll back, must run
@@ -40,7 +22,7 @@ func r13RedeqGoroutines() (int, string) {
 func TestReview13ShutdownDuringPause(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(),
 		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
-	srv, be := r13Server(t)
+	srv, be := privateServer(t)
 	ctx := context.Background()
 	cfg := testutil.Config(t)
 	e := setup(t, be, cfg)
@@ -60,24 +42,12 @@ func TestReview13ShutdownDuringPause(t *testing.T) {
 	require.NoError(t, admin.Do(ctx, "CLIENT", "PAUSE", "4000", "ALL").Err())
 	paused := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, time.Second)
-	done := make(chan error, 1)
-	go func() { done <- a.Shutdown(sctx) }()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(2500 * time.Millisecond):
-		buf := make([]byte, 1<<22)
-		buf = buf[:runtime.Stack(buf, true)]
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "Shutdown") {
-				t.Logf("Shutdown still running 2.5 s after it began:\n%s", g)
-			}
-		}
-		err = <-done
-	}
+	err := shutdownLogStuck(t, sctx, a, "Shutdown still running 2.5 s after it began", func(g string) bool {
+		return strings.Contains(g, "Shutdown")
+	})
 	cancel()
 	took := time.Since(paused)
-	n, some := r13RedeqGoroutines()
+	n, some := redeqGoroutines()
 	t.Logf("Shutdown during the pause returned after %v: %v; redeq goroutines alive in the process right after (both clients): %d", took, err, n)
 	_ = some
 	defer func() {

@@ -23,7 +23,7 @@ import (
 // can outlast it by up to HeartbeatInterval, and is not covered. Review 13
 // first asserted the whole ConsumerTimeout, which the docs promised then.
 func TestReview13StallWithinToleranceKeepsJob(t *testing.T) {
-	_, be := r13Server(t)
+	_, be := privateServer(t)
 	ctx := context.Background()
 	cfg := testutil.Config(t)
 	cfg.ConsumerTimeout = 1500 * time.Millisecond
@@ -31,8 +31,8 @@ func TestReview13StallWithinToleranceKeepsJob(t *testing.T) {
 	e := setup(t, be, cfg)
 	require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
 
-	ch := r13StartChild(t, "slow", be.Addrs, false, cfg.Prefix, "t",
-		"R13_CT_MS=1500", "R13_HB_MS=500", "R13_HOLD_MS=12000")
+	ch := startFaultChild(t, "slow", be, cfg.Prefix, "t",
+		childConsumerTimeoutEnv+"=1500", childHeartbeatEnv+"=500", childHoldEnv+"=12000")
 	cid := strings.TrimSpace(ch.expect(t, "id ", 15*time.Second))
 	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
 	require.Equal(t, "j", ch.expect(t, "start ", 10*time.Second))
@@ -65,12 +65,4 @@ func TestReview13StallWithinToleranceKeepsJob(t *testing.T) {
 	require.Zerof(t, l.count(), "a consumer stalled %v < ConsumerTimeout %v - HeartbeatInterval %v had its job handed to another live consumer (%d deliveries there, recoveries %v) while it still ran it",
 		stall, cfg.ConsumerTimeout, cfg.HeartbeatInterval, l.count(), recoveriesOf(l))
 	_ = redis.Nil
-}
-
-func recoveriesOf(l *listener) []int {
-	var out []int
-	for _, d := range l.deliveries() {
-		out = append(out, d.job.Recoveries)
-	}
-	return out
 }

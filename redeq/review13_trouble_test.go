@@ -3,8 +3,6 @@ package redeq_test
 import (
 	"context"
 	"fmt"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,40 +13,6 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// r13Runs records every run of every job across clients.
-type r13Runs struct {
-	mu   sync.Mutex
-	runs map[string][]*redeq.Job
-	at   map[string]time.Time // first run
-}
-
-func (r *r13Runs) handler(hold time.Duration) func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-	return func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-		r.mu.Lock()
-		r.runs[job.ID] = append(r.runs[job.ID], job)
-		if r.at == nil {
-			r.at = map[string]time.Time{}
-		}
-		if _, ok := r.at[job.ID]; !ok {
-			r.at[job.ID] = time.Now()
-		}
-		r.mu.Unlock()
-		time.Sleep(hold)
-		ch.Ack()
-		return nil
-	}
-}
-
-func (r *r13Runs) snapshot() map[string][]*redeq.Job {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := map[string][]*redeq.Job{}
-	for k, v := range r.runs {
-		out[k] = append([]*redeq.Job(nil), v...)
-	}
-	return out
-}
-
 // TestReview13RedisTroubleWithKilledAndSlowConsumers attacks promises 1, 3
 // and 4 on one real redis-server: three live clients run slow jobs (1.5 s,
 // well over ConsumerTimeout 600 ms, so their jobs stay in flight across
@@ -58,30 +22,13 @@ func (r *r13Runs) snapshot() map[string][]*redeq.Job {
 // consumer's jobs run again with Attempt 0; no job of a live consumer is
 // recovered (Recoveries 0, one run).
 func TestReview13RedisTroubleWithKilledAndSlowConsumers(t *testing.T) {
-	srv, be := r13Server(t, "--enable-debug-command", "yes")
+	srv, be := privateServer(t, "--enable-debug-command", "yes")
 	ctx := context.Background()
 	cfg := testutil.Config(t)
 	e := setup(t, be, cfg)
-	runs := &r13Runs{runs: map[string][]*redeq.Job{}}
-	ch := r13StartChild(t, "slow", be.Addrs, false, cfg.Prefix, "t", "R13_HOLD_MS=600000")
-	ch.expect(t, "id ", 15*time.Second)
-	const first = 4
-	for i := range first {
-		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("k", i), Headers: map[string]string{"h": "v"}}))
-	}
-	held := map[string]bool{}
-	for len(held) < first {
-		held[strings.TrimSpace(ch.expect(t, "start ", 10*time.Second))] = true
-	}
-	for i := range 3 {
-		l := newListener("t", runs.handler(1500*time.Millisecond))
-		l.workers = 4
-		c := e.c
-		if i > 0 {
-			c = e.another(t, nil)
-		}
-		startWith(t, c, l)
-	}
+	runs := &jobRuns{}
+	ch, held := startHolder(t, e, 15*time.Second, 4, map[string]string{"h": "v"})
+	startSlowConsumers(t, e, runs, 3)
 	const n = 60
 	for i := range n {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i), Delay: time.Duration(i) * 150 * time.Millisecond}))
@@ -101,20 +48,7 @@ func TestReview13RedisTroubleWithKilledAndSlowConsumers(t *testing.T) {
 	require.NoError(t, admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err())
 	require.NoError(t, admin.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err())
 
-	waitFor(t, 30*time.Second, "every job ran", func() bool {
-		got := runs.snapshot()
-		for i := range n {
-			if len(got[fmt.Sprint("j", i)]) == 0 {
-				return false
-			}
-		}
-		for id := range held {
-			if len(got[id]) == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	waitFor(t, 30*time.Second, "every job ran", func() bool { return runs.ranAll("j", n, held) })
 	got := runs.snapshot()
 	runs.mu.Lock()
 	var lastRecovered time.Time

@@ -16,30 +16,18 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// r14IDs returns one job id per bucket of a topic of n buckets.
-func r14IDs(n int) []string {
+// idPerBucket returns one job id per bucket of a topic of n buckets.
+func idPerBucket(n int) []string {
 	ids := make([]string, n)
 	left := n
 	for i := 0; left > 0; i++ {
 		id := fmt.Sprint("j", i)
-		if b := r14Bucket(id, n); ids[b] == "" {
+		if b := bucketOf(id, n); ids[b] == "" {
 			ids[b] = id
 			left--
 		}
 	}
 	return ids
-}
-
-// r14Pause pauses the node at addr (CLIENT PAUSE ALL) for d, undone at
-// cleanup.
-func r14Pause(t *testing.T, addr string, d time.Duration) {
-	t.Helper()
-	pn := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() {
-		_ = pn.Do(context.Background(), "CLIENT", "UNPAUSE").Err()
-		pn.Close()
-	})
-	require.NoError(t, pn.Do(context.Background(), "CLIENT", "PAUSE", fmt.Sprint(d.Milliseconds()), "ALL").Err())
 }
 
 // TestReview14HungNodeDelaysRecoveryOfManyBuckets attacks promise 3 with
@@ -56,19 +44,15 @@ func r14Pause(t *testing.T, addr string, d time.Duration) {
 // R14_CTX_TIMEOUTS=1 runs it with ContextTimeoutEnabled on the client,
 // to confirm the cause: it then passes.
 func TestReview14HungNodeDelaysRecoveryOfManyBuckets(t *testing.T) {
-	rc, be := r13Cluster(t, 3)
+	rc, be := privateCluster(t, 3)
 	if os.Getenv("R14_CTX_TIMEOUTS") != "" {
-		be.New = func(t testing.TB) redis.UniversalClient {
-			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs, ContextTimeoutEnabled: true})
-			t.Cleanup(func() { c.Close() })
-			return c
-		}
+		be = clusterBackend(rc.Addrs, true)
 	}
 	ctx := context.Background()
 	cfg := testutil.Config(t)
 	cfg.Concurrency = 64
 	e := setup(t, be, cfg)
-	ids := r14IDs(64)
+	ids := idPerBucket(64)
 	for _, id := range ids {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: id}))
 	}
@@ -81,22 +65,22 @@ func TestReview14HungNodeDelaysRecoveryOfManyBuckets(t *testing.T) {
 	}
 	time.Sleep(2 * cfg.ConsumerTimeout) // the reaper has looked for long, the deliveries are old
 
-	aliveNode := r13NodeOf(t, e.rdb, keys.Alive(cfg.Prefix))
+	aliveNode := nodeOf(t, e.rdb, keys.Alive(cfg.Prefix))
 	var hung string
 	for _, id := range ids {
-		if n := r13NodeOf(t, e.rdb, keys.ForBucket(cfg.Prefix, "t", r14Bucket(id, 64)).Pool()); n != aliveNode {
+		if n := nodeOf(t, e.rdb, keys.ForBucket(cfg.Prefix, "t", bucketOf(id, 64)).Pool()); n != aliveNode {
 			hung = n
 			break
 		}
 	}
 	var healthy []string
 	for _, id := range ids {
-		if r13NodeOf(t, e.rdb, keys.ForBucket(cfg.Prefix, "t", r14Bucket(id, 64)).Pool()) != hung {
+		if nodeOf(t, e.rdb, keys.ForBucket(cfg.Prefix, "t", bucketOf(id, 64)).Pool()) != hung {
 			healthy = append(healthy, id)
 		}
 	}
 	t.Logf("alive set on %s; %d of 64 buckets on the hung node %s", aliveNode, 64-len(healthy), hung)
-	r14Pause(t, hung, 12*time.Second) // Redis 7.0 pauses CLIENT UNPAUSE too: it ends by itself
+	pauseNode(t, hung, 12*time.Second, "ALL") // Redis 7.0 pauses CLIENT UNPAUSE too: it ends by itself
 
 	// c1 crashed.
 	require.NoError(t, e.rdb.HSet(ctx, keys.AliveTopics(cfg.Prefix), "c1", keys.Address("t", 64)).Err())
@@ -108,7 +92,7 @@ func TestReview14HungNodeDelaysRecoveryOfManyBuckets(t *testing.T) {
 			if _, ok := back[id]; ok {
 				continue
 			}
-			k := keys.ForBucket(cfg.Prefix, "t", r14Bucket(id, 64))
+			k := keys.ForBucket(cfg.Prefix, "t", bucketOf(id, 64))
 			if e.rdb.HGet(ctx, k.State(), id).Val() == "r" {
 				back[id] = time.Since(died)
 			}

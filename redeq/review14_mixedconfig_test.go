@@ -25,14 +25,14 @@ import (
 // jobs must run again unspent within about its own ConsumerTimeout plus a
 // few seconds, not before it was silent for its own timeout.
 func TestReview14MixedConfigKillAndStall(t *testing.T) {
-	_, be := r13Server(t)
+	_, be := privateServer(t)
 	ctx := context.Background()
 	cfg := testutil.Config(t) // ConsumerTimeout 600 ms
 	e := setup(t, be, cfg)
 	require.NoError(t, e.c.Start(ctx)) // producer that moves and reaps
 
-	ch := r13StartChild(t, "slow", be.Addrs, false, cfg.Prefix, "t",
-		"R13_CT_MS=3000", "R13_HB_MS=1000", "R13_HOLD_MS=20000")
+	ch := startFaultChild(t, "slow", be, cfg.Prefix, "t",
+		childConsumerTimeoutEnv+"=3000", childHeartbeatEnv+"=1000", childHoldEnv+"=20000")
 	cid := strings.TrimSpace(ch.expect(t, "id ", 15*time.Second))
 	for i := range 4 {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))

@@ -3,7 +3,6 @@ package redeq_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,7 +26,7 @@ import (
 // process go idle, so topic "a", which has nothing to do with either, stops
 // for as long as the slow handler runs.
 func TestReview14QuarantineWaitFreezesEveryTopic(t *testing.T) {
-	_, be := r13Server(t)
+	_, be := privateServer(t)
 	ctx := context.Background()
 	cfg := testutil.Config(t)
 	cfg.ConsumeTimeout = 500 * time.Millisecond
@@ -37,7 +36,7 @@ func TestReview14QuarantineWaitFreezesEveryTopic(t *testing.T) {
 	var once sync.Once
 	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the Shutdowns (cleanups run last-in first-out)
 
-	var cnt r14Counter
+	var cnt runCounter
 	slow := newListener("slow", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 		cnt.of("slow").Add(1)
 		select { // ignores ctx: a call without a deadline
@@ -47,18 +46,8 @@ func TestReview14QuarantineWaitFreezesEveryTopic(t *testing.T) {
 		return nil
 	})
 	slow.workers = 1
-	mk := func(topic string) *listener {
-		l := newListener(topic, func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-			cnt.of(topic).Add(1)
-			time.Sleep(5 * time.Millisecond)
-			ch.Ack()
-			return nil
-		})
-		l.workers = 4
-		return l
-	}
 	consumer := e.another(t, nil)
-	startWith(t, consumer, slow, mk("a"), mk("q"))
+	startWith(t, consumer, slow, cnt.listener("a", 5*time.Millisecond), cnt.listener("q", 5*time.Millisecond))
 
 	// A steady stream on "a".
 	stop := make(chan struct{})
@@ -83,7 +72,7 @@ func TestReview14QuarantineWaitFreezesEveryTopic(t *testing.T) {
 
 	// A job recovered twice falls due on "q".
 	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "q", ID: "q1", Delay: 300 * time.Millisecond}))
-	r14Quarantine(t, e.rdb, e.cfg, "q", "q1", 2)
+	quarantine(t, e.rdb, e.cfg, "q", "q1", 2)
 	time.Sleep(time.Second)
 	from := cnt.of("a").Load()
 	time.Sleep(8 * time.Second)
@@ -105,28 +94,18 @@ func TestReview14QuarantineWaitFreezesEveryTopic(t *testing.T) {
 // (dispatch: r.alone && idleAll() && claimSolo), which never comes while
 // the winner's topic has work: the loser's topic runs nothing at all.
 func TestReview14QuarantineLoserStarves(t *testing.T) {
-	_, be := r13Server(t)
+	_, be := privateServer(t)
 	ctx := context.Background()
 	cfg := testutil.Config(t)
 	e := setup(t, be, cfg)
 	require.NoError(t, e.c.Start(ctx)) // moves the jobs, consumes nothing
 
-	var cnt r14Counter
-	mk := func(topic string) *listener {
-		l := newListener(topic, func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-			cnt.of(topic).Add(1)
-			time.Sleep(10 * time.Millisecond)
-			ch.Ack()
-			return nil
-		})
-		l.workers = 4
-		return l
-	}
+	var cnt runCounter
 	for attempt := 0; attempt < 3; attempt++ { // the first start races; a few tries
 		x, y := fmt.Sprint("x", attempt), fmt.Sprint("y", attempt)
 		for _, topic := range []string{x, y} {
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: "q"}))
-			r14Quarantine(t, e.rdb, e.cfg, topic, "q", 2)
+			quarantine(t, e.rdb, e.cfg, topic, "q", 2)
 			jobs := make([]*redeq.Job, 300)
 			for i := range jobs {
 				jobs[i] = &redeq.Job{Topic: topic, ID: fmt.Sprint("j", i)}
@@ -152,7 +131,7 @@ func TestReview14QuarantineLoserStarves(t *testing.T) {
 			})
 		}
 		c := e.another(t, nil)
-		startWith(t, c, mk(x), mk(y))
+		startWith(t, c, cnt.listener(x, 10*time.Millisecond), cnt.listener(y, 10*time.Millisecond))
 		time.Sleep(6 * time.Second)
 		nx, ny := cnt.of(x).Load(), cnt.of(y).Load()
 		close(stop)
@@ -177,41 +156,8 @@ func TestReview14QuarantineLoserStarves(t *testing.T) {
 // the quarantined b1 while X runs the quarantined poison, b1 is counted at
 // every crash, and goes to the dead set as poison.
 func TestReview14PoisonKillsBystanderOfAnotherClient(t *testing.T) {
-	_, be := r13Server(t)
-	ctx := context.Background()
-	cfg := testutil.Config(t)
-	cfg.MaxRecoveries = 3
-	e := setup(t, be, cfg)
-	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "a", ID: "poison"}))
-	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "b", ID: "b1"}))
-	require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
-
-	var mu sync.Mutex
-	var starts []string
-	deadline := time.Now().Add(45 * time.Second)
-	crashes := 0
-	for state(t, e.c, "a", "poison") != redeq.StateDead {
-		require.True(t, time.Now().Before(deadline), "the poison job never went dead")
-		c := r13StartChild(t, "", be.Addrs, false, cfg.Prefix, "", r14ChildEnv+"=twoclients", "R13_MAX_RECOVERIES=3", "R13_HOLD_MS=3000")
-		go func() {
-			for l := range c.lines {
-				if strings.HasPrefix(l, "start ") {
-					mu.Lock()
-					starts = append(starts, l)
-					mu.Unlock()
-				}
-			}
-		}()
-		<-c.drained // it dies by the poison job
-		c.kill()
-		crashes++
-		waitFor(t, 10*time.Second, "poison recovered", func() bool { return state(t, e.c, "a", "poison") != redeq.StateInFlight })
-		waitFor(t, 10*time.Second, "b1 recovered", func() bool { return state(t, e.c, "b", "b1") != redeq.StateInFlight })
-	}
-	mu.Lock()
-	t.Logf("%d crashes; handler starts: %v", crashes, starts)
-	mu.Unlock()
-	b1, err := e.c.Get(ctx, "b", "b1")
+	e := poisonBesideB1(t, "twoclients")
+	b1, err := e.c.Get(context.Background(), "b", "b1")
 	require.NoError(t, err)
 	t.Logf("b1: state %s, recoveries %d, reason %q", b1.State, b1.Recoveries, b1.Reason)
 	require.NotEqualf(t, redeq.StateDead, b1.State,

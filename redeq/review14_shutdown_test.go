@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,8 +16,8 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// r14Pid returns the process id of the redis-server at addr.
-func r14Pid(t *testing.T, srv *testutil.Server) int {
+// serverPid returns the process id of srv.
+func serverPid(t *testing.T, srv *testutil.Server) int {
 	t.Helper()
 	info, err := srv.Client(nil).Info(context.Background(), "server").Result()
 	require.NoError(t, err)
@@ -47,10 +46,10 @@ func r14Pid(t *testing.T, srv *testutil.Server) int {
 func TestReview14ShutdownWhileRedisStopped(t *testing.T) {
 	for _, mode := range []string{"sigstop", "reset-then-sigstop"} {
 		t.Run(mode, func(t *testing.T) {
-			srv, be := r13Server(t)
+			srv, be := privateServer(t)
 			ctx := context.Background()
 			cfg := testutil.Config(t)
-			pid := r14Pid(t, srv)
+			pid := serverPid(t, srv)
 			admin := srv.Client(nil)
 			t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 
@@ -78,35 +77,23 @@ func TestReview14ShutdownWhileRedisStopped(t *testing.T) {
 			sctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
 			began := time.Now()
-			done := make(chan error, 1)
-			go func() { done <- a.Shutdown(sctx) }()
-			var err error
-			select {
-			case err = <-done:
-			case <-time.After(2500 * time.Millisecond):
-				buf := make([]byte, 1<<22)
-				buf = buf[:runtime.Stack(buf, true)]
-				for _, g := range strings.Split(string(buf), "\n\n") {
-					if strings.Contains(g, "redeq.(*Client).Shutdown") || strings.Contains(g, "PubSub).Close") {
-						t.Logf("still running 2.5 s after Shutdown began:\n%s", g)
-					}
-				}
-				err = <-done
-			}
+			err := shutdownLogStuck(t, sctx, a, "still running 2.5 s after Shutdown began", func(g string) bool {
+				return strings.Contains(g, "redeq.(*Client).Shutdown") || strings.Contains(g, "PubSub).Close")
+			})
 			took := time.Since(began)
 			t.Logf("%s: Shutdown(ctx with a 1 s deadline) returned after %v: %v", mode, took, err)
 
 			// redeq's goroutines must end soon after Shutdown returned
 			// (Redis still stopped): go-redis's read timeout is 3 s.
 			returned := time.Now()
-			n, some := r13RedeqGoroutines()
+			n, some := redeqGoroutines()
 			at5 := ""
 			for n > 0 && time.Since(returned) < 20*time.Second {
 				time.Sleep(250 * time.Millisecond)
 				if at5 == "" && time.Since(returned) > 5*time.Second {
-					at5 = r14RedeqFrames()
+					at5 = redeqFrames()
 				}
-				if m, s := r13RedeqGoroutines(); m > 0 || n == 0 {
+				if m, s := redeqGoroutines(); m > 0 || n == 0 {
 					n, some = m, s
 				} else {
 					n = 0
@@ -134,24 +121,4 @@ func TestReview14ShutdownWhileRedisStopped(t *testing.T) {
 			require.Lessf(t, lingered, 18*time.Second, "redeq goroutines (movers releasing locks, leaving the fleet) outlived Shutdown by %v", lingered)
 		})
 	}
-}
-
-// r14RedeqFrames lists, per goroutine running redeq code, its redeq frames.
-func r14RedeqFrames() string {
-	buf := make([]byte, 1<<22)
-	buf = buf[:runtime.Stack(buf, true)]
-	var out []string
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if !strings.Contains(g, "github.com/redeq-go/redeq/") || strings.Contains(g, "redeq/redeq_test.") {
-			continue
-		}
-		var fr []string
-		for _, l := range strings.Split(g, "\n") {
-			if strings.HasPrefix(l, "github.com/redeq-go/redeq/") {
-				fr = append(fr, strings.TrimPrefix(l, "github.com/redeq-go/redeq/"))
-			}
-		}
-		out = append(out, "  "+strings.Join(fr, " <- "))
-	}
-	return strings.Join(out, "\n")
 }
