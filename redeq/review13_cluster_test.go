@@ -26,6 +26,7 @@ import (
 // retries (3 s x 4), then the reaper backs off; so the healthy node's jobs
 // wait behind the paused one.
 func TestReview13PausedNodeHoldsUpRecoveryElsewhere(t *testing.T) {
+	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	_, be := privateCluster(t, 3)
 	ctx := context.Background()
 	cfg := testutil.Config(t)
@@ -101,6 +102,7 @@ func TestReview13PausedNodeHoldsUpRecoveryElsewhere(t *testing.T) {
 // killed consumer's jobs run again unspent; no live consumer's job is
 // recovered or run twice.
 func TestReview13ClusterKillNineDuringAliveNodePause(t *testing.T) {
+	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	_, be := privateCluster(t, 3)
 	ctx := context.Background()
 	cfg := testutil.Config(t)

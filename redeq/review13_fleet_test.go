@@ -22,6 +22,7 @@ import (
 // the late client, unspent and counted once, within about ConsumerTimeout
 // plus a few seconds; no job of the five live processes may be handed out.
 func TestReview13FleetKillReapersAndHoldersAtOnce(t *testing.T) {
+	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	_, be := privateServer(t)
 	ctx := context.Background()
 	cfg := testutil.Config(t)

@@ -25,6 +25,7 @@ import (
 // neither stalled nor silent by its own settings (it heartbeats every 2 s)
 // and hands it to the other consumer while the first still runs it.
 func TestReview13RaisedConsumerTimeoutIgnoredByOtherReapers(t *testing.T) {
+	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	_, be := privateServer(t)
 	ctx := context.Background()
 	pcfg := testutil.Config(t) // the producer service: ConsumerTimeout 600 ms

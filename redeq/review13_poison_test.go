@@ -20,6 +20,7 @@ import (
 // beside the quarantined poison of the other topic, is counted at every
 // crash, and goes to the dead set as poison although it never failed.
 func TestReview13PoisonKillsBystanderOfAnotherTopic(t *testing.T) {
+	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	e := poisonBesideB1(t, "twotopics")
 	b1, err := e.c.Get(context.Background(), "b", "b1")
 	if errors.Is(err, redeq.ErrJobNotFound) {

@@ -20,6 +20,7 @@ import (
 // persistence every job is gone with the data; a consumer killed after
 // the restart still has the jobs added since recovered.
 func TestReview13RestartKillDuringDowntime(t *testing.T) {
+	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	for _, persist := range []bool{true, false} {
 		t.Run(fmt.Sprintf("aof=%v", persist), func(t *testing.T) {
 			var args []string
@@ -29,6 +30,10 @@ func TestReview13RestartKillDuringDowntime(t *testing.T) {
 			srv, be := privateServer(t, args...)
 			ctx := context.Background()
 			cfg := testutil.Config(t)
+			// Live consumers get a ConsumerTimeout after the restart to
+			// heartbeat again; 600 ms is too thin a margin for a new
+			// connection under a loaded CI run (its dial retries back off).
+			cfg.ConsumerTimeout, cfg.HeartbeatInterval = 3*time.Second, time.Second
 			e := setup(t, be, cfg)
 			runs := &jobRuns{}
 			ch, held := startHolder(t, e, 15*time.Second, 4, nil)

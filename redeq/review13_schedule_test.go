@@ -24,6 +24,7 @@ import (
 // MaxRetries. A job not yet due that a dead consumer never held must not
 // run early because of the recovery.
 func TestReview13RecoveryKeepsScheduleHeadersAttempts(t *testing.T) {
+	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	_, be := privateServer(t)
 	ctx := context.Background()
 	cfg := testutil.Config(t)

@@ -23,6 +23,7 @@ import (
 // can outlast it by up to HeartbeatInterval, and is not covered. Review 13
 // first asserted the whole ConsumerTimeout, which the docs promised then.
 func TestReview13StallWithinToleranceKeepsJob(t *testing.T) {
+	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	_, be := privateServer(t)
 	ctx := context.Background()
 	cfg := testutil.Config(t)

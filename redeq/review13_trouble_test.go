@@ -22,6 +22,7 @@ import (
 // consumer's jobs run again with Attempt 0; no job of a live consumer is
 // recovered (Recoveries 0, one run).
 func TestReview13RedisTroubleWithKilledAndSlowConsumers(t *testing.T) {
+	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	srv, be := privateServer(t, "--enable-debug-command", "yes")
 	ctx := context.Background()
 	cfg := testutil.Config(t)

@@ -44,6 +44,7 @@ func idPerBucket(n int) []string {
 // R14_CTX_TIMEOUTS=1 runs it with ContextTimeoutEnabled on the client,
 // to confirm the cause: it then passes.
 func TestReview14HungNodeDelaysRecoveryOfManyBuckets(t *testing.T) {
+	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	rc, be := privateCluster(t, 3)
 	if os.Getenv("R14_CTX_TIMEOUTS") != "" {
 		be = clusterBackend(rc.Addrs, true)

@@ -25,6 +25,7 @@ import (
 // jobs must run again unspent within about its own ConsumerTimeout plus a
 // few seconds, not before it was silent for its own timeout.
 func TestReview14MixedConfigKillAndStall(t *testing.T) {
+	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	_, be := privateServer(t)
 	ctx := context.Background()
 	cfg := testutil.Config(t) // ConsumerTimeout 600 ms

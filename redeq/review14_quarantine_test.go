@@ -156,6 +156,7 @@ func TestReview14QuarantineLoserStarves(t *testing.T) {
 // the quarantined b1 while X runs the quarantined poison, b1 is counted at
 // every crash, and goes to the dead set as poison.
 func TestReview14PoisonKillsBystanderOfAnotherClient(t *testing.T) {
+	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	e := poisonBesideB1(t, "twoclients")
 	b1, err := e.c.Get(context.Background(), "b", "b1")
 	require.NoError(t, err)
