@@ -135,4 +135,3 @@ func TestReview15QuarantineWaitersSurviveShutdownPauseDelete(t *testing.T) {
 	require.NoError(t, e.c.Resume(ctx, "p"))
 	waitFor(t, 10*time.Second, "p's quarantined job after resume", func() bool { return state(t, e.c, "p", "qp") == redeq.State("") })
 }
-
