@@ -288,7 +288,6 @@ func signal(ch chan struct{}) {
 // strands it.
 func (r *runner) dispatch(ctx context.Context) {
 	defer close(r.jobs)
-	defer releaseSolo(r) // the client stops: another may run one now
 	log := r.g.env.Logger.With("topic", r.topic)
 	sweep := time.NewTimer(r.g.cfg.ConsumerTimeout)
 	defer sweep.Stop()
@@ -710,8 +709,20 @@ func (r *runner) flush(batch []settleReq) {
 // workers on workers, and the settler, which ends with settlerDone.
 func (r *runner) runAll(fetchCtx context.Context, fetchers, workers *sync.WaitGroup) {
 	fetchers.Go(func() { r.dispatch(fetchCtx) })
+	var mine sync.WaitGroup
 	for range r.workers {
-		workers.Go(r.work)
+		mine.Add(1)
+		workers.Go(func() {
+			defer mine.Done()
+			r.work()
+		})
 	}
+	// Once the client stops and its handlers have ended, its quarantined
+	// job, if it had one, no longer runs: another may run one now. Not
+	// before: a stopping client's handler runs on until it returns.
+	workers.Go(func() {
+		mine.Wait()
+		releaseSolo(r)
+	})
 	go r.settle()
 }
