@@ -207,6 +207,14 @@ func (m *Mover) Run(ctx context.Context) {
 	}
 }
 
+// setKnown sets topic's bucket count in topics, which Wake reads as
+// m.known from the listen loop: under m.mu.
+func (m *Mover) setKnown(topics map[string]int, topic string, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	topics[topic] = n
+}
+
 // recordUnknown records again the topics that wake-ups named but the
 // topic set lacks: a producer that still knew a retired (or lost) topic
 // added a job to it.
@@ -228,7 +236,7 @@ func (m *Mover) recordUnknown(ctx context.Context, topics map[string]int) error 
 		}
 		if n > 0 {
 			m.env.Logger.Info("redeq: recorded a topic again: a job was added to it after it was retired or lost", "topic", topic)
-			topics[topic] = n
+			m.setKnown(topics, topic, n)
 		}
 	}
 	for topic, want := range m.cfg.Listened {
@@ -248,7 +256,7 @@ func (m *Mover) recordUnknown(ctx context.Context, topics map[string]int) error 
 			continue
 		}
 		m.env.Logger.Warn("redeq: recorded a listened topic again: it was missing from the topic set (a failover lost its record, or a retirement raced the listener)", "topic", topic)
-		topics[topic] = n
+		m.setKnown(topics, topic, n)
 	}
 	return nil
 }
@@ -301,7 +309,7 @@ func (m *Mover) recordCounts(ctx context.Context, topics map[string]int, lost []
 			continue
 		}
 		m.env.Logger.Warn("redeq: recorded a topic's bucket count again: it was lost (a failover)", "topic", topic, "buckets", n)
-		topics[topic] = n
+		m.setKnown(topics, topic, n)
 	}
 }
 
