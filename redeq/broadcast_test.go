@@ -21,6 +21,7 @@ import (
 // subscriber disconnected and lose all of them. Every client must receive
 // every job once, body intact.
 func TestBroadcastBurstReachesEveryClient(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var bls []*sizeListener

@@ -222,6 +222,7 @@ type chaosScenario struct {
 // of a job is explained by the SIGKILL of the process that ran it before,
 // after that run started and before its outcome was applied.
 func TestChaos(t *testing.T) {
+	t.Parallel()
 	var size chaosSize
 	switch os.Getenv(chaosEnv) {
 	case "ci":

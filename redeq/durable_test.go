@@ -60,6 +60,7 @@ func asleep(t *testing.T, srv *testutil.Server, d time.Duration) <-chan error {
 // is busy; with the replica down, Add returns ErrNotReplicated once
 // WaitTimeout has passed, and the job is stored on the master.
 func TestDurableAddOnPair(t *testing.T) {
+	t.Parallel()
 	pair := testutil.StartPair(t, "--enable-debug-command", "yes")
 	ctx := context.Background()
 	master := pair.Master.Client(&redis.Options{ReadTimeout: 10 * time.Second})
@@ -117,6 +118,7 @@ func TestDurableAddOnPair(t *testing.T) {
 // the master's whole replication offset, the first run's write included,
 // though that connection wrote nothing: this test keeps it so.)
 func TestDurableRerunWaitsForReplica(t *testing.T) {
+	t.Parallel()
 	pair := testutil.StartPair(t, "--enable-debug-command", "yes")
 	ctx := context.Background()
 	const name = "durable-rerun"
@@ -169,6 +171,7 @@ func TestDurableRerunWaitsForReplica(t *testing.T) {
 // backoff, until the replica is back and has it; Shutdown then has nothing
 // left unsettled.
 func TestDurableSettleWaitsForReplica(t *testing.T) {
+	t.Parallel()
 	pair := testutil.StartPair(t)
 	ctx := context.Background()
 	logs := &syncBuffer{}

@@ -67,6 +67,7 @@ func TestBucketsSpreadOverMasters(t *testing.T) {
 // meanwhile, never a half-written job; the background loops recover
 // without a restart and every job whose Add succeeded runs.
 func TestRedisOutage(t *testing.T) {
+	t.Parallel()
 	srv := testutil.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
 	cfg := testutil.Config(t)
 	opts := &redis.Options{MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond}

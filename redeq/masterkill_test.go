@@ -25,6 +25,7 @@ import (
 // WaitReplicas 1 returns once the replica of the job's master holds it;
 // with that replica down, Add returns ErrNotReplicated.
 func TestDurableAddOnCluster(t *testing.T) {
+	t.Parallel()
 	cl := testutil.StartCluster(t, 3, time.Second)
 	ctx := context.Background()
 	rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
@@ -84,6 +85,7 @@ func bucketOf(id string, buckets int) int {
 // replica before the kill, or its Add was retried after an ambiguous
 // error.
 func TestMasterKill(t *testing.T) {
+	t.Parallel()
 	jobs := 0
 	switch os.Getenv(chaosEnv) {
 	case "ci":

@@ -172,6 +172,7 @@ func TestShutdownWaitsForHandlers(t *testing.T) {
 // race detector on a busy machine can cause); such a second run must show
 // the recovery in the job's Recoveries.
 func TestManyClientsExactlyOnce(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		const perClient = 3000

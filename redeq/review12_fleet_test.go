@@ -32,6 +32,7 @@ func r12Live(t *testing.T, rdb redis.UniversalClient, prefix string, window time
 // does not keep them; a SIGSTOPped client is dropped and, after SIGCONT,
 // rejoins.
 func TestReview12FleetKilledStoppedAndBounded(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			ctx := context.Background()

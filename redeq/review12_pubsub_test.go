@@ -176,6 +176,7 @@ func TestReview12ShutdownWhileSubscriptionMisbehaves(t *testing.T) {
 // deployment keeps producing (so the subscription is never silent). Each of
 // 5 due jobs must run within 2 x 10 ScanIntervals of its due time.
 func TestReview12SubscriptionPartialDropsAndDelays(t *testing.T) {
+	t.Parallel()
 	addr := r12Addr(t)
 	for _, mode := range []string{"drop90", "delay5s"} {
 		t.Run(mode, func(t *testing.T) {

@@ -164,6 +164,7 @@ func TestReview12LostBucketCountStrandsOnNewClient(t *testing.T) {
 // retire after 1 s, and a producer that recorded the topic before keeps
 // adding due jobs; A listens. Each job must run within 3 s of being added.
 func TestReview12TopicSetEntryDeletedRepeatedly(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			ctx := context.Background()
