@@ -21,7 +21,6 @@ import (
 // TestClusterFailover: a 3-master + 3-replica cluster; under load, one
 // master hands over to its replica with CLUSTER FAILOVER. Every job runs.
 func TestClusterFailover(t *testing.T) {
-	t.Parallel()
 	var nodes []*testutil.Server
 	for range 6 {
 		// The bus port is named: port+10000 may be taken or out of range.
