@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -77,6 +78,23 @@ type runner struct {
 	// nothing: it holds a quarantined job, or a fetch stopped at one.
 	// Only the dispatcher touches it.
 	alone bool
+	// soloBucket is the bucket whose fetch stopped at a quarantined job,
+	// to fetch from alone once the runner is idle; -1 when the runner runs
+	// a quarantined job. Only the dispatcher touches it.
+	soloBucket int
+
+	// The fetch tasks (see launch); only the dispatcher touches these.
+	results    chan fetchResult
+	fetching   []bool      // a task of the bucket is under way
+	inFlight   int         // tasks under way
+	launched   []time.Time // when the bucket's task started
+	reservedBy []int       // workers the bucket's task holds for its jobs
+	reserved   int         // their sum
+	soloFetch  bool        // a task fetches a quarantined job alone
+	slow       []bool      // the bucket's last fetch overran slowFetch
+	retryAt    []time.Time // a failed bucket's next fetch, not before
+	backoff    []env.Backoff
+	failing    int // buckets whose last task failed
 
 	jobs chan delivery
 	outs chan settleReq
@@ -117,6 +135,14 @@ func newRunner(g *Group, l Listener, buckets int) *runner {
 		suspect:        make([]bool, buckets),
 		fetched:        make([]bool, buckets),
 		held:           make([]map[string]bool, buckets),
+		soloBucket:     -1,
+		results:        make(chan fetchResult, buckets),
+		fetching:       make([]bool, buckets),
+		launched:       make([]time.Time, buckets),
+		reservedBy:     make([]int, buckets),
+		slow:           make([]bool, buckets),
+		retryAt:        make([]time.Time, buckets),
+		backoff:        make([]env.Backoff, buckets),
 		notify:         make(chan struct{}, 1),
 		freed:          make(chan struct{}, 1),
 		jobs:           make(chan delivery, 2*w),
@@ -197,24 +223,15 @@ var solo struct {
 	waiting map[*runner]bool // runners to wake when the holder lets go
 }
 
-// claimSolo makes r the holder if there is none, and reports whether it
-// is.
-func claimSolo(r *runner) bool {
+// trySolo makes r the holder if there is none, and reports whether it is;
+// when another runner holds it, r is woken once it lets go.
+func trySolo(r *runner) bool {
 	solo.mu.Lock()
 	defer solo.mu.Unlock()
 	if solo.holder == nil {
 		solo.holder = r
 	}
-	return solo.holder == r
-}
-
-// mayRunAlone reports whether r may fetch a quarantined job: no other
-// runner of the process runs one, or claimed the right to. When one does,
-// r is woken once it lets go.
-func mayRunAlone(r *runner) bool {
-	solo.mu.Lock()
-	defer solo.mu.Unlock()
-	if solo.holder == nil || solo.holder == r {
+	if solo.holder == r {
 		return true
 	}
 	if solo.waiting == nil {
@@ -249,21 +266,6 @@ func (r *runner) holds(b int) func(member string) bool {
 	}
 }
 
-// reconcile gives back what a fetch with a lost reply moved into this
-// consumer's in-flight list of bucket b, so that no job waits there for a
-// consumer that does not know it has it.
-func (r *runner) reconcile(ctx context.Context, b int) error {
-	n, err := ready.Release(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, r.holds(b))
-	if err != nil {
-		return err
-	}
-	r.suspect[b] = false
-	if n > 0 {
-		r.g.env.Logger.Warn("redeq: returned in-flight jobs this consumer did not know it held (a fetch reply was lost)", "topic", r.topic, "bucket", b, "jobs", n)
-	}
-	return nil
-}
-
 // wake marks bucket n as holding ready work.
 func (r *runner) wake(n int) {
 	if n < 0 || n >= r.buckets {
@@ -280,135 +282,280 @@ func signal(ch chan struct{}) {
 	}
 }
 
+// slowFetch is how long a fetch may take before the dispatcher stops
+// counting the workers it asked for: a bucket whose node hangs must not
+// hold up the fetches of the others. A fetch that answers later keeps what
+// fits in the workers free then and leaves the rest to be given back (see
+// landed).
+const slowFetch = 200 * time.Millisecond
+
+// fetchResult is what a bucket's fetch task reports to the dispatcher.
+type fetchResult struct {
+	bucket     int
+	want       int  // workers the task asked for; 0: it only reconciled
+	alone      bool // it claimed the process's quarantine slot
+	reconciled bool
+	items      []ready.Item
+	stopped    bool
+	err        error
+}
+
+// fetchTask reconciles bucket b when asked, then fetches up to want jobs
+// from it. It runs on a goroutine of its own: at most one per bucket, so
+// that no reconcile of a bucket overlaps a fetch from it.
+func (r *runner) fetchTask(ctx context.Context, b, want int, alone, reconcile bool) fetchResult {
+	res := fetchResult{bucket: b, want: want, alone: alone}
+	if reconcile {
+		n, err := ready.Release(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, r.holds(b))
+		if err != nil {
+			res.err = err
+			return res
+		}
+		res.reconciled = true
+		if n > 0 {
+			r.g.env.Logger.Warn("redeq: returned in-flight jobs this consumer did not know it held (a fetch reply was lost)", "topic", r.topic, "bucket", b, "jobs", n)
+		}
+	}
+	if want > 0 {
+		res.items, res.stopped, res.err = ready.Fetch(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, want, alone)
+	}
+	return res
+}
+
+// launch starts bucket b's fetch task. The workers it asks for are
+// reserved until it answers, or until it is slow.
+func (r *runner) launch(ctx context.Context, tasks *sync.WaitGroup, b, want int, alone bool) {
+	reconcile := r.suspect[b]
+	r.fetching[b] = true
+	r.inFlight++
+	r.reservedBy[b] = want
+	r.reserved += want
+	r.launched[b] = r.g.env.Clock.Now()
+	if want > 0 {
+		r.fetched[b] = true
+	}
+	if alone {
+		r.soloFetch = true
+	}
+	tasks.Go(func() {
+		// The channel holds one result per bucket: the send never blocks,
+		// even after the dispatcher ended.
+		r.results <- r.fetchTask(ctx, b, want, alone, reconcile)
+	})
+}
+
+// landed takes in a fetch task's result: it holds the jobs fetched and
+// hands them to the workers.
+func (r *runner) landed(res fetchResult, log *slog.Logger) {
+	b := res.bucket
+	r.fetching[b] = false
+	r.inFlight--
+	r.reserved -= r.reservedBy[b]
+	r.reservedBy[b] = 0
+	if res.alone {
+		r.soloFetch = false
+	}
+	if res.reconciled {
+		r.suspect[b] = false
+	}
+	if res.err != nil {
+		// The script may have run and its reply been lost: reconcile
+		// before the next fetch.
+		r.suspect[b] = true
+		if res.want > 0 {
+			r.maybe[b].Store(true)
+		}
+		if res.alone {
+			releaseSolo(r)
+		}
+		if !r.backoff[b].Failing() {
+			r.failing++
+		}
+		wait := r.backoff[b].Next()
+		r.retryAt[b] = r.g.env.Clock.Now().Add(wait)
+		r.g.env.Failure("redeq: fetch failed", "topic", r.topic, "bucket", b, "err", res.err, "retry_in", wait)
+		return
+	}
+	if r.backoff[b].Failing() {
+		r.backoff[b].Reset()
+		if r.failing--; r.failing == 0 {
+			log.Info("redeq: fetch recovered")
+		}
+	}
+	if res.want == 0 {
+		return
+	}
+	if r.g.env.Clock.Now().Sub(r.launched[b]) < slowFetch {
+		r.slow[b] = false
+	}
+	items := res.items
+	if len(items) == res.want || res.stopped {
+		r.maybe[b].Store(true) // more may wait
+	}
+	// A fetch that answered after slowFetch no longer had workers
+	// reserved: it keeps what the free workers can start now. The rest
+	// waits in this consumer's in-flight list, unheld, and the reconcile
+	// before the bucket's next fetch gives it back.
+	if free := r.capacity - int(r.busy.Load()) - r.reserved; len(items) > free {
+		items = items[:max(free, 0)]
+		r.suspect[b] = true
+		r.maybe[b].Store(true)
+	}
+	if res.alone && !quarantined(items) {
+		releaseSolo(r) // it claimed, but took no quarantined job
+	}
+	if res.stopped {
+		// The fetch stopped at a quarantined job: fetch nothing more until
+		// everything running is done, then fetch it alone.
+		r.alone, r.soloBucket = true, b
+	} else if quarantined(items) {
+		r.alone, r.soloBucket = true, -1 // run it alone
+	}
+	r.hold(b, items)
+	r.busy.Add(int64(len(items)))
+	var at time.Time
+	if r.g.observer != nil {
+		at = r.g.env.Clock.Now()
+	}
+	for _, it := range items {
+		r.jobs <- delivery{bucket: b, item: it, at: at}
+	}
+}
+
 // dispatch fetches ready jobs for the workers until ctx ends, then closes
 // the jobs channel. It fetches from the buckets flagged by wake: it does
 // not poll. A bucket's owner repeats the ready notification at each scan
 // while the ready list holds jobs, and every bucket is flagged when the
 // subscription reconnects, so a lost notification delays a job, never
 // strands it.
-func (r *runner) dispatch(ctx context.Context) {
+//
+// Each fetch runs on a task of its own (launch), at most one per bucket,
+// so that a bucket whose Redis node hangs delays its own jobs only; and a
+// bucket whose fetch failed backs off on its own.
+func (r *runner) dispatch(ctx context.Context, tasks *sync.WaitGroup) {
 	defer close(r.jobs)
 	log := r.g.env.Logger.With("topic", r.topic)
-	sweep := time.NewTimer(r.g.cfg.ConsumerTimeout)
-	defer sweep.Stop()
+	clock := r.g.env.Clock
+	// wake ends the wait for the next deadline of the loop: a periodic
+	// sweep, a bucket's backoff, a slow fetch.
+	wake := time.NewTimer(r.g.cfg.ConsumerTimeout)
+	defer wake.Stop()
 	// linger bounds how long a free worker waits for others to free up,
 	// so that fetches come in batches without idling workers for long.
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	lingering, lingered := false, false
-	var bo env.Backoff
-	r.lastSweep = r.g.env.Clock.Now()
+	r.lastSweep = clock.Now()
 	for ctx.Err() == nil {
-		if now := r.g.env.Clock.Now(); now.Sub(r.lastSweep) >= r.g.cfg.ConsumerTimeout {
+		now := clock.Now()
+		if now.Sub(r.lastSweep) >= r.g.cfg.ConsumerTimeout {
+			// go-redis may have retried a fetch whose reply was lost,
+			// hiding the loss: reconcile what was fetched from since the
+			// last sweep.
 			r.lastSweep = now
 			for i := range r.suspect {
-				if !r.fetched[i] {
-					continue // nothing fetched here since the last sweep: nothing to hide
-				}
-				r.fetched[i] = false
-				if err := r.reconcile(ctx, i); err != nil {
-					r.suspect[i] = true // reconciled before the next fetch
-					r.maybe[i].Store(true)
+				if r.fetched[i] {
+					r.fetched[i] = false
+					r.suspect[i] = true
 				}
 			}
 		}
-		free := r.capacity - int(r.busy.Load())
-		if r.alone && r.idle() {
-			releaseSolo(r) // its quarantined job is done
-			if mayRunAlone(r) {
-				r.alone = false // else it waits for the other's to end
+		for b, want := range r.reservedBy {
+			if want > 0 && now.Sub(r.launched[b]) >= slowFetch {
+				// Slow: its workers may serve other buckets, and its next
+				// fetches ask for one job, until one answers in time.
+				r.reserved -= want
+				r.reservedBy[b] = 0
+				r.slow[b] = true
 			}
 		}
+		if r.alone && !r.soloFetch && r.inFlight == 0 && r.idle() {
+			releaseSolo(r) // its quarantined job, if it ran one, is done
+			switch {
+			case r.soloBucket < 0:
+				r.alone = false
+			case trySolo(r):
+				// Fetch the quarantined job alone; nothing else of this
+				// runner starts until that fetch answers.
+				b := r.soloBucket
+				r.alone, r.soloBucket = false, -1
+				r.maybe[b].Store(false)
+				r.launch(ctx, tasks, b, min(r.capacity, ready.MaxFetch), true)
+			}
+			// Else another runner of the process holds the slot: this one
+			// is woken when it lets go.
+		}
+		free := r.capacity - int(r.busy.Load()) - r.reserved
 		// Fetch in batches: wait until half the workers are free, unless
 		// nothing is running at all, or fewer have been free for a linger.
-		ripe := !r.alone && (free >= max(1, r.workers/2) || r.busy.Load() == 0 || (free > 0 && lingered))
+		ripe := free > 0 && !r.alone && !r.soloFetch &&
+			(free >= max(1, r.workers/2) || r.busy.Load() == 0 || lingered)
+		next := r.lastSweep.Add(r.g.cfg.ConsumerTimeout)
 		if ripe && r.anyMaybe() && !r.g.heard() {
 			// Unheard for most of a ConsumerTimeout: a reaper may forget
 			// this consumer; fetch once a heartbeat got through again.
 			r.g.env.Failure("redeq: fetch waits for a heartbeat to get through", "topic", r.topic)
-			sleep(ctx, r.g.cfg.HeartbeatInterval/4)
-			continue
+			ripe = false
+			next = earliest(next, now.Add(r.g.cfg.HeartbeatInterval/4))
 		}
 		if ripe {
 			lingered = false
-			for i := 0; i < r.buckets && free > 0; i++ {
-				b := (r.rr + i) % r.buckets
-				if !r.maybe[b].Swap(false) {
-					continue
+		}
+		for i := range r.buckets {
+			b := (r.rr + i) % r.buckets
+			if r.fetching[b] {
+				if r.reservedBy[b] > 0 {
+					next = earliest(next, r.launched[b].Add(slowFetch))
 				}
-				want := min(free, ready.MaxFetch)
-				var items []ready.Item
-				var err error
-				if r.suspect[b] {
-					err = r.reconcile(ctx, b)
-				}
-				var stopped bool
-				if err == nil {
-					r.fetched[b] = true
-					alone := r.idle() && claimSolo(r)
-					items, stopped, err = ready.Fetch(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, want, alone)
-					if alone && (err != nil || !quarantined(items)) {
-						releaseSolo(r) // it claimed, but took no quarantined job
-					}
-					if err != nil {
-						r.suspect[b] = true
-					}
-				}
-				if err != nil {
-					r.maybe[b].Store(true)
-					if ctx.Err() != nil {
-						return
-					}
-					wait := bo.Next()
-					r.g.env.Failure("redeq: fetch failed", "topic", r.topic, "bucket", b, "err", err, "retry_in", wait)
-					sleep(ctx, wait)
-					break
-				}
-				if bo.Failing() {
-					log.Info("redeq: fetch recovered")
-				}
-				bo.Reset()
-				if len(items) == want || stopped {
-					r.maybe[b].Store(true) // more may wait
-				}
-				if stopped || quarantined(items) {
-					// Run a quarantined job alone: fetch nothing more until
-					// it (or, when the fetch stopped at it, everything
-					// running) is done, then fetch it alone.
-					r.alone = true
-					free = 0
-				}
-				r.hold(b, items)
-				r.busy.Add(int64(len(items)))
-				free -= len(items)
-				var at time.Time
-				if r.g.observer != nil {
-					at = r.g.env.Clock.Now()
-				}
-				for _, it := range items {
-					r.jobs <- delivery{bucket: b, item: it, at: at}
-				}
-			}
-			r.rr++
-			if free > 0 && !r.alone && r.anyMaybe() {
 				continue
 			}
+			if now.Before(r.retryAt[b]) {
+				if r.suspect[b] || r.maybe[b].Load() {
+					next = earliest(next, r.retryAt[b])
+				}
+				continue
+			}
+			want := 0
+			if ripe && free > 0 && !r.soloFetch && r.maybe[b].Swap(false) {
+				want = min(free, ready.MaxFetch)
+				if r.slow[b] {
+					want = 1
+				}
+			}
+			if want == 0 && !r.suspect[b] {
+				continue
+			}
+			r.launch(ctx, tasks, b, want, false)
+			free -= want
+			if want > 0 {
+				next = earliest(next, now.Add(slowFetch))
+			}
 		}
-		if free := r.capacity - int(r.busy.Load()); free > 0 && !r.alone && !lingering && r.anyMaybe() {
+		r.rr++
+		if free > 0 && !r.alone && !lingering && r.anyMaybe() {
 			lingering = true
 			linger.Reset(lingerTime)
 		}
+		wake.Reset(max(next.Sub(now), time.Millisecond))
 		select {
 		case <-ctx.Done():
 			return
+		case res := <-r.results:
+			r.landed(res, log)
 		case <-linger.C:
 			lingering, lingered = false, true
 		case <-r.notify:
 		case <-r.freed:
-		case <-sweep.C:
-			sweep.Reset(r.g.cfg.ConsumerTimeout) // the sweep runs at the top of the loop
+		case <-wake.C:
 		}
 	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // quarantined reports whether items is a quarantined job, which a fetch
@@ -631,84 +778,107 @@ func (r *runner) submit(bucket int, out ack.Outcome) {
 	}
 }
 
-// settle applies outcomes in batches until stopSettle is closed, then
-// applies what is queued and closes settlerDone.
+// settle hands outcomes to their bucket's lane until stopSettle is
+// closed, then hands over what is queued, lets the lanes apply it and
+// closes settlerDone. Each bucket settles on a lane of its own, so that an
+// outcome that cannot be applied (its bucket's Redis node hangs) holds up
+// no other bucket's.
 func (r *runner) settle() {
 	defer close(r.settlerDone)
+	lanes := make([]chan ack.Outcome, r.buckets)
+	var wg sync.WaitGroup
+	send := func(s settleReq) {
+		ch := lanes[s.bucket]
+		if ch == nil {
+			// A lane holds at most the bucket's deliveries this runner
+			// holds, fewer than its workers, unless its settles keep
+			// failing while its fetches work; it then fills, and the
+			// workers wait in submit: the runner fetches no more.
+			ch = make(chan ack.Outcome, 2*r.workers)
+			lanes[s.bucket] = ch
+			wg.Go(func() { r.lane(s.bucket, ch) })
+		}
+		ch <- s.out
+	}
 	for {
-		var batch []settleReq
 		select {
 		case o := <-r.outs:
-			batch = append(batch, o)
+			send(o)
 		case <-r.stopSettle:
 			for {
 				select {
 				case o := <-r.outs:
-					batch = append(batch, o)
+					send(o)
 					continue
 				default:
 				}
 				break
 			}
-			r.flush(batch)
+			for _, ch := range lanes {
+				if ch != nil {
+					close(ch)
+				}
+			}
+			wg.Wait()
 			return
 		}
+	}
+}
+
+// lane applies bucket b's outcomes in batches until in is closed.
+func (r *runner) lane(b int, in chan ack.Outcome) {
+	log := r.g.env.Logger.With("topic", r.topic)
+	for o := range in {
+		batch := []ack.Outcome{o}
 	more:
 		for len(batch) < maxSettle {
 			select {
-			case o := <-r.outs:
+			case o, ok := <-in:
+				if !ok {
+					break more
+				}
 				batch = append(batch, o)
 			default:
 				break more
 			}
 		}
-		r.flush(batch)
+		r.flush(b, batch, log)
 	}
 }
 
-// flush settles a batch, bucket by bucket, retrying Redis failures until
-// they succeed or the group gives up at the end of Shutdown.
-func (r *runner) flush(batch []settleReq) {
-	if len(batch) == 0 {
-		return
-	}
-	byBucket := map[int][]ack.Outcome{}
-	for _, s := range batch {
-		byBucket[s.bucket] = append(byBucket[s.bucket], s.out)
-	}
+// flush settles a batch of bucket b, retrying Redis failures until they
+// succeed or the group gives up at the end of Shutdown.
+func (r *runner) flush(b int, outs []ack.Outcome, log *slog.Logger) {
 	ctx := r.g.settleCtx
-	log := r.g.env.Logger.With("topic", r.topic)
-	for b, outs := range byBucket {
-		var bo env.Backoff
-		unconfirmed := false // applied once, but not by enough replicas
-		for {
-			applied, err := r.g.settler.Settle(ctx, r.topic, b, outs)
-			if err == nil {
-				r.unhold(b, outs)
-				signal(r.freed) // a runner waiting to be idle may go on
-				for i, ok := range applied {
-					if !ok && !unconfirmed {
-						log.Info("redeq: outcome dropped: job deleted or recovered by another consumer", "id", outs[i].ID, "op", string(outs[i].Op))
-					}
+	var bo env.Backoff
+	unconfirmed := false // applied once, but not by enough replicas
+	for {
+		applied, err := r.g.settler.Settle(ctx, r.topic, b, outs)
+		if err == nil {
+			r.unhold(b, outs)
+			signal(r.freed) // a runner waiting to be idle may go on
+			for i, ok := range applied {
+				if !ok && !unconfirmed {
+					log.Info("redeq: outcome dropped: job deleted or recovered by another consumer", "id", outs[i].ID, "op", string(outs[i].Op))
 				}
-				break
 			}
-			if ctx.Err() != nil {
-				log.Warn("redeq: outcomes not applied before shutdown; the jobs run again", "count", len(outs), "err", err)
-				break
-			}
-			unconfirmed = unconfirmed || errors.Is(err, rdb.ErrNotReplicated)
-			wait := bo.Next()
-			r.g.env.Failure("redeq: settle failed", "topic", r.topic, "bucket", b, "err", err, "retry_in", wait)
-			sleep(ctx, wait)
+			return
 		}
+		if ctx.Err() != nil {
+			log.Warn("redeq: outcomes not applied before shutdown; the jobs run again", "count", len(outs), "err", err)
+			return
+		}
+		unconfirmed = unconfirmed || errors.Is(err, rdb.ErrNotReplicated)
+		wait := bo.Next()
+		r.g.env.Failure("redeq: settle failed", "topic", r.topic, "bucket", b, "err", err, "retry_in", wait)
+		sleep(ctx, wait)
 	}
 }
 
 // runAll starts the runner's goroutines: the dispatcher on fetchers, the
 // workers on workers, and the settler, which ends with settlerDone.
 func (r *runner) runAll(fetchCtx context.Context, fetchers, workers *sync.WaitGroup) {
-	fetchers.Go(func() { r.dispatch(fetchCtx) })
+	fetchers.Go(func() { r.dispatch(fetchCtx, fetchers) })
 	var mine sync.WaitGroup
 	for range r.workers {
 		mine.Add(1)

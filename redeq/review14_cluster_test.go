@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -128,4 +130,94 @@ func TestReview14HungNodeDelaysRecoveryOfManyBuckets(t *testing.T) {
 	limit := cfg.ConsumerTimeout + 3*time.Second
 	require.Len(t, back, len(healthy), "jobs on healthy nodes did not come back within 11 s")
 	require.LessOrEqualf(t, last, limit, "jobs of a crashed consumer on healthy nodes waited %v (limit %v) behind a hung node they do not live on", last, limit)
+}
+
+// TestReview14HungNodeStallsListenerOnHealthyNodes attacks promise 3 ("a
+// node that hangs delays only the jobs stored on that node") for a live
+// consumer: one listener, 64 buckets over 3 masters, a steady stream of
+// 10 ms jobs. One master (not the alive set's) hangs for 12 s. The jobs on
+// the two healthy masters must keep running: neither a fetch from a hung
+// bucket nor the outcome of a job stored there may hold up the others.
+func TestReview14HungNodeStallsListenerOnHealthyNodes(t *testing.T) {
+	t.Parallel() // its own Redis: it runs beside the other fault tests
+	_, be := privateCluster(t, 3)
+	ctx := context.Background()
+	cfg := testutil.Config(t)
+	cfg.Concurrency = 64
+	e := setup(t, be, cfg)
+	ids := idPerBucket(64)
+	aliveNode := nodeOf(t, e.rdb, keys.Alive(cfg.Prefix))
+	nodeOfBucket := map[int]string{}
+	var hung string
+	for b := range 64 {
+		nodeOfBucket[b] = nodeOf(t, e.rdb, keys.ForBucket(cfg.Prefix, "t", b).Pool())
+		if hung == "" && nodeOfBucket[b] != aliveNode {
+			hung = nodeOfBucket[b]
+		}
+	}
+	var hungIDs, healthyIDs []string
+	for b, id := range ids {
+		if nodeOfBucket[b] == hung {
+			hungIDs = append(hungIDs, id)
+		} else {
+			healthyIDs = append(healthyIDs, id)
+		}
+	}
+
+	var healthyRuns atomic.Int64
+	l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+		if nodeOfBucket[bucketOf(job.ID, 64)] != hung {
+			healthyRuns.Add(1)
+		}
+		time.Sleep(10 * time.Millisecond)
+		ch.Ack()
+		return nil
+	})
+	l.workers = 8
+	consumer := e.another(t, nil)
+	startWith(t, consumer, l)
+	require.NoError(t, e.c.Start(ctx))
+
+	// Streams of Adds: one over the healthy buckets, one over the hung
+	// node's (stopped when it hangs: an Add there would wait for it). An id
+	// is added again once its last run was acked (ErrJobExists before).
+	stop, stopHung := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	stream := func(stop chan struct{}, pick []string) {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			_ = e.c.Add(ctx, &redeq.Job{Topic: "t", ID: pick[i%len(pick)]})
+		}
+	}
+	wg.Go(func() { stream(stop, healthyIDs) })
+	wg.Go(func() { stream(stopHung, hungIDs) })
+	defer func() { close(stop); wg.Wait() }()
+	time.Sleep(3 * time.Second)
+	before := healthyRuns.Load()
+	require.Greater(t, before, int64(100), "the listener runs")
+
+	close(stopHung)
+	pauseNode(t, hung, 12*time.Second, "ALL")
+	paused := time.Now()
+	last := healthyRuns.Load()
+	var perSec []int64
+	for time.Since(paused) < 10*time.Second {
+		time.Sleep(time.Second)
+		n := healthyRuns.Load()
+		perSec = append(perSec, n-last)
+		last = n
+	}
+	t.Logf("%d of 64 buckets on the hung node %s; runs of jobs on healthy nodes: %d in the 3 s before, per second while it hangs: %v",
+		len(hungIDs), hung, before, perSec)
+	stalled := 0
+	for _, n := range perSec {
+		if n < 10 {
+			stalled++
+		}
+	}
+	require.LessOrEqualf(t, stalled, 1, "the listener ran fewer than 10 jobs stored on healthy nodes in %d of the 10 s a node it does not need hung: %v", stalled, perSec)
 }
