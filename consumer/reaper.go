@@ -168,7 +168,7 @@ func (g *Group) reap(ctx context.Context, act bool) (int, error) {
 	var total reapTotal
 	parallel(len(found), func(i int) {
 		n, err := g.reapConsumer(ctx, found[i])
-		total.add(n, err)
+		total.add("", n, false, err)
 	})
 	return total.n, errors.Join(total.errs...)
 }
@@ -196,17 +196,28 @@ func parallel(n int, f func(i int)) {
 	wg.Wait()
 }
 
-// reapTotal adds up what parallel recoveries did.
+// reapTotal adds up what parallel recoveries did: the jobs they
+// recovered (in all, and per topic when they name one), their errors, and
+// whether one found its list busy.
 type reapTotal struct {
-	mu   sync.Mutex
-	n    int
-	errs []error
+	mu      sync.Mutex
+	n       int
+	byTopic map[string]int
+	busy    bool
+	errs    []error
 }
 
-func (t *reapTotal) add(n int, err error) {
+func (t *reapTotal) add(topic string, n int, busy bool, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.n += n
+	if topic != "" {
+		if t.byTopic == nil {
+			t.byTopic = map[string]int{}
+		}
+		t.byTopic[topic] += n
+	}
+	t.busy = t.busy || busy
 	if err != nil {
 		t.errs = append(t.errs, err)
 	}
@@ -316,21 +327,17 @@ func (g *Group) reapConsumer(ctx context.Context, s silent) (int, error) {
 			lists = append(lists, list{topic, b})
 		}
 	}
-	var tmu sync.Mutex
-	recovered := map[string]int{}
+	var lt reapTotal
 	parallel(len(lists), func(i int) {
 		l := lists[i]
 		n, busy, err := g.recoverList(ctx, l.topic, l.b, s.cid, modeRecover, s.look, s.timeout)
-		tmu.Lock()
-		defer tmu.Unlock()
-		recovered[l.topic] += n
-		if err != nil {
-			errs = append(errs, err)
-			clean = false
-		} else if busy {
-			clean = false // it fetched lately, or after the look: a later look decides
-		}
+		lt.add(l.topic, n, busy, err)
 	})
+	// A list that failed, or that its consumer fetched into lately (or
+	// after the look), leaves the consumer for a later look to decide.
+	clean = clean && len(lt.errs) == 0 && !lt.busy
+	errs = append(errs, lt.errs...)
+	recovered := lt.byTopic
 	total := 0
 	for _, line := range s.topics {
 		topic, _, ok := keys.ParseAddress(line)

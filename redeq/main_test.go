@@ -43,6 +43,9 @@ func TestMain(m *testing.M) {
 	case "twoclients":
 		runTwoClientsChild()
 		return
+	case review15ShutKind:
+		runReview15ShutChild()
+		return
 	default:
 		runChild()
 		return

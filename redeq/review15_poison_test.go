@@ -18,14 +18,11 @@ import (
 
 const review15ShutKind = "review15shut"
 
-// init runs the review-15 child kind without touching TestMain: a service
-// process that embeds client X (topic "a") and client Y (topic "b") and,
-// on SIGTERM, shuts them down one by one (X first), gracefully. The job
+// runReview15ShutChild is a service process (child kind review15ShutKind)
+// that embeds client X (topic "a") and client Y (topic "b") and, on
+// SIGTERM, shuts them down one by one (X first), gracefully. The job
 // "poison" kills the process 2 s after it starts; other jobs run 3 s.
-func init() {
-	if os.Getenv(childEnv) != review15ShutKind {
-		return
-	}
+func runReview15ShutChild() {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM)
 	var clients []*redeq.Client
