@@ -297,6 +297,7 @@ type fetchResult struct {
 	reconciled bool
 	items      []ready.Item
 	stopped    bool
+	more       bool // the ready list may hold more (ready.Batch.More)
 	err        error
 }
 
@@ -313,11 +314,16 @@ func (r *runner) fetchTask(ctx context.Context, b, want int, alone, reconcile bo
 		}
 		res.reconciled = true
 		if n > 0 {
-			r.g.env.Logger.Warn("redeq: returned in-flight jobs this consumer did not know it held (a fetch reply was lost)", "topic", r.topic, "bucket", b, "jobs", n)
+			// A lost reply, or a late one that brought more than the
+			// free workers could start: rate-limited, since a hung node's
+			// late answers come bucket after bucket.
+			r.g.env.Failure("redeq: returned in-flight jobs this consumer did not hold (a fetch reply was lost, or came late)", "topic", r.topic, "bucket", b, "jobs", n)
 		}
 	}
 	if want > 0 {
-		res.items, res.stopped, res.err = ready.Fetch(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, want, alone)
+		var got ready.Batch
+		got, res.err = ready.FetchBatch(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, want, alone)
+		res.items, res.stopped, res.more = got.Items, got.Stopped, got.More
 	}
 	return res
 }
@@ -389,7 +395,7 @@ func (r *runner) landed(res fetchResult, log *slog.Logger) {
 		r.slow[b] = false
 	}
 	items := res.items
-	if len(items) == res.want || res.stopped {
+	if len(items) == res.want || res.stopped || res.more {
 		r.maybe[b].Store(true) // more may wait
 	}
 	// A fetch that answered after slowFetch no longer had workers

@@ -23,7 +23,10 @@
 -- ARGV[2] -> consumer id
 -- ARGV[3] -> recoveries from which a job is quarantined
 -- ARGV[4] -> "1" when the consumer runs nothing
--- Returns {stopped at a quarantined job: 1 or 0, then per job: id, token,
+-- Returns {1 when it stopped at a quarantined job, else 2 when it read as
+-- many ids as it could take (the list may hold more: entries it dropped as
+-- stale count too, so that a fetch that met deleted jobs is followed by
+-- another at once, not by the mover's next scan), else 0; then per job: id, token,
 -- envelope, last error or false, ms since its due time or false when the
 -- mover did not record it}; nothing ({0}) while the topic is paused
 -- (state field "\0paused", keys.PausedField, is set).
@@ -61,7 +64,7 @@ for i, id in ipairs(ids) do
   end
 end
 -- Every read is done; now the writes, the ready list's trim last.
-local out = {stopped}
+local out = {stopped == 1 and 1 or (#ids == tonumber(ARGV[1]) and 2 or 0)}
 if #take > 0 then
   -- Only a job that failed before has a last error.
   local tids, pos = {}, {}

@@ -72,6 +72,24 @@ const Quarantine = 2
 // quarantined job (see Quarantine), alone. stopped reports that the fetch
 // stopped at a quarantined job it could not take.
 func Fetch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, max int, idle bool) (items []Item, stopped bool, err error) {
+	b, err := FetchBatch(ctx, c, prefix, topic, n, cid, max, idle)
+	return b.Items, b.Stopped, err
+}
+
+// Batch is what one fetch took.
+type Batch struct {
+	Items []Item
+	// Stopped reports that the fetch stopped at a quarantined job it
+	// could not take.
+	Stopped bool
+	// More reports that the ready list may hold more: the fetch stopped,
+	// or read as many entries as it could take (some may have been stale:
+	// deleted jobs leave their ids in the list until a fetch drops them).
+	More bool
+}
+
+// FetchBatch is Fetch, telling also whether the ready list may hold more.
+func FetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, max int, idle bool) (Batch, error) {
 	k := keys.ForBucket(prefix, topic, n)
 	flag := "0"
 	if idle {
@@ -80,15 +98,15 @@ func Fetch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n
 	v, err := fetchScript.Run(ctx, c, []string{k.Ready(), k.InFlight(cid), k.Pool(), k.State(), k.Seq(), k.Errors(), k.Due(), k.HistoryPrefix()},
 		min(max, MaxFetch), cid, Quarantine, flag).Result()
 	if err != nil {
-		return nil, false, fmt.Errorf("fetch %s: %w", keys.Address(topic, n), err)
+		return Batch{}, fmt.Errorf("fetch %s: %w", keys.Address(topic, n), err)
 	}
 	r, err := rdb.Slice(v)
 	if err != nil || len(r)%5 != 1 {
-		return nil, false, fmt.Errorf("fetch %s: bad reply %v", keys.Address(topic, n), v)
+		return Batch{}, fmt.Errorf("fetch %s: bad reply %v", keys.Address(topic, n), v)
 	}
 	first, _ := rdb.Int(r[0])
 	r = r[1:]
-	items = make([]Item, len(r)/5)
+	items := make([]Item, len(r)/5)
 	for i := range items {
 		items[i].ID, _ = rdb.Str(r[5*i])
 		items[i].Token, _ = rdb.Str(r[5*i+1])
@@ -99,7 +117,7 @@ func Fetch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n
 			items[i].Late = time.Duration(ms) * time.Millisecond
 		}
 	}
-	return items, first == 1, nil
+	return Batch{Items: items, Stopped: first == 1, More: first >= 1}, nil
 }
 
 // Release returns to the head of the ready list of bucket n every delivery
