@@ -24,8 +24,13 @@ const (
 	ShutdownTimeoutDefault   = 10 * time.Second
 	DeadRetentionDefault     = 10_000
 	MaxRecoveriesDefault     = 5
-	RetireAfterDefault       = 24 * time.Hour
-	WaitTimeoutDefault       = time.Second
+	// MinMaxRecoveries is the least MaxRecoveries: the recoveries from
+	// which a job runs alone (ready.Quarantine, the same figure). With
+	// fewer, a healthy job that was in flight beside a poison job through
+	// its crashes would go dead with it before it ever ran alone.
+	MinMaxRecoveries   = 2
+	RetireAfterDefault = 24 * time.Hour
+	WaitTimeoutDefault = time.Second
 )
 
 // Bounds on sizes a caller controls.
@@ -187,7 +192,7 @@ type Config struct {
 	DeadRetention int `yaml:"dead_retention"`
 	// MaxRecoveries is how many times a job may be recovered from a crashed
 	// consumer before it is treated as poison and moved to the dead set, at
-	// least 1. Defaults to 5.
+	// least MinMaxRecoveries (2). Defaults to 5.
 	MaxRecoveries int `yaml:"max_recoveries"`
 	// RetireAfter is how long a topic may hold no job and have no consumer
 	// before the movers retire it: it leaves the topic set and costs

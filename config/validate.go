@@ -136,8 +136,8 @@ func (c Config) problems(name func(string) string) []*FieldError {
 	if c.DeadRetention < 1 {
 		bad("DeadRetention", "%d must be positive", c.DeadRetention)
 	}
-	if c.MaxRecoveries < 1 {
-		bad("MaxRecoveries", "%d must be positive", c.MaxRecoveries)
+	if c.MaxRecoveries < MinMaxRecoveries {
+		bad("MaxRecoveries", "%d is below %d, the recoveries from which a job runs alone (a healthy job in flight beside a poison job would go dead with it)", c.MaxRecoveries, MinMaxRecoveries)
 	}
 	if c.RetireAfter >= 0 { // negative: never
 		inRange("RetireAfter", c.RetireAfter, MinRetireAfter, MaxRetireAfter)

@@ -480,6 +480,12 @@ func (r *runner) dispatch(ctx context.Context, tasks *sync.WaitGroup) {
 			switch {
 			case r.soloBucket < 0:
 				r.alone = false
+			case r.unreconciled():
+				// A fetch whose reply was lost may have left a delivery in
+				// this consumer's in-flight sets that it does not hold:
+				// give such deliveries back first (the bucket loop below
+				// launches the reconciles), so that nothing of this runner
+				// is in flight beside the quarantined job.
 			case trySolo(r):
 				// Fetch the quarantined job alone; nothing else of this
 				// runner starts until that fetch answers.
@@ -555,6 +561,21 @@ func (r *runner) dispatch(ctx context.Context, tasks *sync.WaitGroup) {
 		case <-wake.C:
 		}
 	}
+}
+
+// unreconciled marks for a reconcile every bucket fetched from since the
+// last sweep (go-redis may have retried a fetch whose reply was lost,
+// hiding the loss), and reports whether any bucket still awaits one.
+func (r *runner) unreconciled() bool {
+	pending := false
+	for b := range r.buckets {
+		if r.fetched[b] {
+			r.fetched[b] = false
+			r.suspect[b] = true
+		}
+		pending = pending || r.suspect[b]
+	}
+	return pending
 }
 
 func earliest(a, b time.Time) time.Time {

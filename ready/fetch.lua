@@ -23,10 +23,10 @@
 -- ARGV[2] -> consumer id
 -- ARGV[3] -> recoveries from which a job is quarantined
 -- ARGV[4] -> "1" when the consumer runs nothing
--- Returns {1 when it stopped at a quarantined job, else 2 when it read as
--- many ids as it could take (the list may hold more: entries it dropped as
--- stale count too, so that a fetch that met deleted jobs is followed by
--- another at once, not by the mover's next scan), else 0; then per job: id, token,
+-- Returns {1 when it stopped at a quarantined job, else 2 when the list
+-- may hold more than it read (so that a fetch that met stale entries is
+-- followed by another at once, not by the mover's next scan), else 0; then
+-- per job: id, token,
 -- envelope, last error or false, ms since its due time or false when the
 -- mover did not record it}; nothing ({0}) while the topic is paused
 -- (state field "\0paused", keys.PausedField, is set).
@@ -36,10 +36,43 @@
 -- server without BITFIELD (miniredis) records no history, never a failed
 -- fetch.
 if redis.call('HGET', KEYS[4], '\0paused') then return {0} end
-local ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+local want = tonumber(ARGV[1])
+-- One entry more than it may take, to tell whether the list ends within
+-- the window (ended).
+local ids = redis.call('LRANGE', KEYS[1], 0, want)
 if #ids == 0 then return {0} end
-local envs = redis.call('HMGET', KEYS[3], unpack(ids))
+local ended = #ids <= want
+if not ended then ids[#ids] = nil end
 local states = redis.call('HMGET', KEYS[4], unpack(ids))
+-- An entry whose state is not "r" is stale (its job was deleted,
+-- rescheduled or taken since it was pushed). When stale entries fill part
+-- of the window, the fetch reads on, 64 entries at a time and 256 in all,
+-- until the window holds want live entries: a consumer with one free
+-- worker then drops a run of deleted jobs in one fetch, not one a round
+-- trip.
+local live = 0
+for i = 1, #ids do
+  if states[i] == 'r' then live = live + 1 end
+end
+while live < want and not ended and #ids < 256 do
+  local from = #ids
+  local asked = math.min(64, 256 - from)
+  local more = redis.call('LRANGE', KEYS[1], from, from + asked - 1)
+  ended = #more < asked
+  if #more == 0 then break end
+  local mst = redis.call('HMGET', KEYS[4], unpack(more))
+  for j = 1, #more do
+    ids[#ids + 1], states[#states + 1] = more[j], mst[j]
+    if mst[j] == 'r' then
+      live = live + 1
+      if live == want then
+        ended = ended and j == #more
+        break
+      end
+    end
+  end
+end
+local envs = redis.call('HMGET', KEYS[3], unpack(ids))
 local t = redis.call('TIME')
 local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
 local quarantine, idle = tonumber(ARGV[3]), ARGV[4] == '1'
@@ -64,7 +97,7 @@ for i, id in ipairs(ids) do
   end
 end
 -- Every read is done; now the writes, the ready list's trim last.
-local out = {stopped == 1 and 1 or (#ids == tonumber(ARGV[1]) and 2 or 0)}
+local out = {stopped == 1 and 1 or ((consumed < #ids or not ended) and 2 or 0)}
 if #take > 0 then
   -- Only a job that failed before has a last error.
   local tids, pos = {}, {}

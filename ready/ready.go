@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/rdb"
 )
@@ -58,7 +59,7 @@ func Member(token, id string) string { return token + ":" + id }
 // alone, and only by a consumer running nothing else: a job that was in
 // flight each time its consumers died, twice, may be what kills them, and
 // running it alone keeps the jobs beside it from being counted with it.
-const Quarantine = 2
+const Quarantine = config.MinMaxRecoveries
 
 // Fetch atomically moves at most max ids from the ready list of bucket n of
 // topic into the in-flight set of consumer cid, and returns them with

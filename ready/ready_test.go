@@ -55,3 +55,66 @@ func TestFetchMovesIntoInFlight(t *testing.T) {
 		})
 	}
 }
+
+// A consumer with one free worker drops a run of stale entries (jobs
+// deleted while ready) in few fetches, not one fetch an entry, and each
+// fetch says whether the list may hold more.
+func TestFetchSkipsRunsOfStaleEntries(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := be.New(t)
+			prefix := testutil.Prefix(t)
+			s := pool.NewStore(rdb, prefix)
+			k := keys.ForBucket(prefix, "t", 0)
+			const stale = 300
+			for i := range stale {
+				_, err := s.Add(ctx, &pool.Job{Topic: "t", ID: fmt.Sprint("gone", i)}, pool.Placement{Limit: 1000})
+				require.NoError(t, err)
+			}
+			time.Sleep(2 * time.Millisecond)
+			_, err := s.Add(ctx, &pool.Job{Topic: "t", ID: "live"}, pool.Placement{Limit: 1000})
+			require.NoError(t, err)
+			time.Sleep(2 * time.Millisecond)
+			moved, err := bucket.Move(ctx, rdb, prefix, "t", 0, 1000)
+			require.NoError(t, err)
+			require.Equal(t, stale+1, moved.Moved)
+			for i := range stale {
+				id := fmt.Sprint("gone", i)
+				require.NoError(t, rdb.HDel(ctx, k.Pool(), id).Err())
+				require.NoError(t, rdb.HDel(ctx, k.State(), id).Err())
+			}
+
+			// The first fetch reads 256 entries, all stale: nothing, more.
+			b, err := ready.FetchBatch(ctx, rdb, prefix, "t", 0, "me", 1, false)
+			require.NoError(t, err)
+			require.Empty(t, b.Items)
+			require.True(t, b.More, "256 of 301 entries read: the list holds more")
+			require.EqualValues(t, stale+1-256, rdb.LLen(ctx, k.Ready()).Val())
+			// The second reads the rest and takes the live job.
+			b, err = ready.FetchBatch(ctx, rdb, prefix, "t", 0, "me", 1, false)
+			require.NoError(t, err)
+			require.Len(t, b.Items, 1)
+			require.Equal(t, "live", b.Items[0].ID)
+			require.False(t, b.More, "the list is empty")
+			require.Zero(t, rdb.LLen(ctx, k.Ready()).Val())
+
+			// A full window of live entries says more; the last one does not.
+			for _, id := range []string{"a", "b"} {
+				_, err := s.Add(ctx, &pool.Job{Topic: "t", ID: id}, pool.Placement{Limit: 1000})
+				require.NoError(t, err)
+				time.Sleep(2 * time.Millisecond)
+			}
+			_, err = bucket.Move(ctx, rdb, prefix, "t", 0, 1000)
+			require.NoError(t, err)
+			b, err = ready.FetchBatch(ctx, rdb, prefix, "t", 0, "me", 1, false)
+			require.NoError(t, err)
+			require.Len(t, b.Items, 1)
+			require.True(t, b.More)
+			b, err = ready.FetchBatch(ctx, rdb, prefix, "t", 0, "me", 1, false)
+			require.NoError(t, err)
+			require.Len(t, b.Items, 1)
+			require.False(t, b.More)
+		})
+	}
+}

@@ -486,3 +486,17 @@ func recoveriesOf(l *listener) []int {
 	}
 	return out
 }
+
+// perSecond samples n once a second for d and returns how much it grew in
+// each second.
+func perSecond(n *atomic.Int64, d time.Duration) []int64 {
+	start, last := time.Now(), n.Load()
+	var out []int64
+	for time.Since(start) < d {
+		time.Sleep(time.Second)
+		now := n.Load()
+		out = append(out, now-last)
+		last = now
+	}
+	return out
+}

@@ -202,15 +202,7 @@ func TestReview14HungNodeStallsListenerOnHealthyNodes(t *testing.T) {
 
 	close(stopHung)
 	pauseNode(t, hung, 12*time.Second, "ALL")
-	paused := time.Now()
-	last := healthyRuns.Load()
-	var perSec []int64
-	for time.Since(paused) < 10*time.Second {
-		time.Sleep(time.Second)
-		n := healthyRuns.Load()
-		perSec = append(perSec, n-last)
-		last = n
-	}
+	perSec := perSecond(&healthyRuns, 10*time.Second)
 	t.Logf("%d of 64 buckets on the hung node %s; runs of jobs on healthy nodes: %d in the 3 s before, per second while it hangs: %v",
 		len(hungIDs), hung, before, perSec)
 	stalled := 0

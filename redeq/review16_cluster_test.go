@@ -70,15 +70,7 @@ func TestReview16HungAliveNodePausesFetchingUntilHeard(t *testing.T) {
 	require.Greater(t, before, int64(100), "the listener runs")
 
 	pauseNode(t, aliveNode, 6*time.Second, "ALL")
-	paused := time.Now()
-	last := ran.Load()
-	var perSec []int64
-	for time.Since(paused) < 9*time.Second {
-		time.Sleep(time.Second)
-		n := ran.Load()
-		perSec = append(perSec, n-last)
-		last = n
-	}
+	perSec := perSecond(&ran, 9*time.Second)
 	t.Logf("%d of 64 buckets on healthy nodes, none on the hung alive node %s; runs in the 2 s before: %d; per second while it hangs (6 s) and after: %v",
 		len(healthyBucket), aliveNode, before, perSec)
 	mu.Lock()
