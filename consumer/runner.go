@@ -196,6 +196,13 @@ func (r *runner) unhold(b int, outs []ack.Outcome) {
 	r.heldMu.Unlock()
 }
 
+// heldLen is how many deliveries of bucket b the runner holds.
+func (r *runner) heldLen(b int) int {
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	return len(r.held[b])
+}
+
 // idle reports that the runner holds no delivery: none running, none
 // waiting for its outcome to be applied. Only then may it take a
 // quarantined job, so that if that job kills the process, nothing else of
@@ -513,6 +520,7 @@ func (r *runner) dispatch(ctx context.Context, tasks *sync.WaitGroup) {
 		if ripe {
 			lingered = false
 		}
+		waiting := false
 		for i := range r.buckets {
 			b := (r.rr + i) % r.buckets
 			if r.fetching[b] {
@@ -527,11 +535,21 @@ func (r *runner) dispatch(ctx context.Context, tasks *sync.WaitGroup) {
 				}
 				continue
 			}
+			// room bounds the deliveries of a bucket held at once (running,
+			// or their outcomes waiting to be applied) to twice the
+			// workers: a bucket whose outcomes cannot be applied (its node
+			// refuses writes, or its replica lags behind WaitReplicas)
+			// stops being fetched from, so its settle lane never fills and
+			// never holds up the workers, nor so the other buckets.
 			want := 0
-			if ripe && free > 0 && !r.soloFetch && r.maybe[b].Swap(false) {
-				want = min(free, ready.MaxFetch)
-				if r.slow[b] {
-					want = 1
+			if room := 2*r.capacity - r.heldLen(b); room > 0 && !r.soloFetch && r.maybe[b].Load() {
+				if ripe && free > 0 && r.maybe[b].CompareAndSwap(true, false) {
+					want = min(free, room, ready.MaxFetch)
+					if r.slow[b] {
+						want = 1
+					}
+				} else {
+					waiting = true // for free workers
 				}
 			}
 			if want == 0 && !r.suspect[b] {
@@ -544,7 +562,7 @@ func (r *runner) dispatch(ctx context.Context, tasks *sync.WaitGroup) {
 			}
 		}
 		r.rr++
-		if free > 0 && !r.alone && !lingering && r.anyMaybe() {
+		if free > 0 && !r.alone && !lingering && waiting {
 			lingering = true
 			linger.Reset(lingerTime)
 		}
@@ -818,10 +836,10 @@ func (r *runner) settle() {
 		ch := lanes[s.bucket]
 		if ch == nil {
 			// A lane holds at most the bucket's deliveries this runner
-			// holds, fewer than its workers, unless its settles keep
-			// failing while its fetches work; it then fills, and the
-			// workers wait in submit: the runner fetches no more.
-			ch = make(chan ack.Outcome, 2*r.workers)
+			// holds, which dispatch bounds to twice the capacity: the
+			// send never blocks, and the settler never waits for one
+			// bucket while the others' outcomes queue behind it.
+			ch = make(chan ack.Outcome, 2*r.capacity)
 			lanes[s.bucket] = ch
 			wg.Go(func() { r.lane(s.bucket, ch) })
 		}

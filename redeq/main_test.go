@@ -194,3 +194,39 @@ func (c *child) kill() time.Time {
 	_ = c.cmd.Wait()
 	return time.Now()
 }
+
+// isolatedEnv names the one test a child test process runs (see isolated).
+const isolatedEnv = "REDEQ_TEST_ISOLATED"
+
+// isolated runs the calling test in a process of its own: this test
+// binary, running that test alone. Tests that count the process's
+// goroutines, or take the process-wide quarantine slot, then run beside
+// the others (t.Parallel) instead of one after another, without seeing
+// their goroutines or their quarantined jobs. It returns true in the
+// child, where the test goes on; in the parent it waits for the child,
+// fails the test if the child failed (its output in the log) and returns
+// false.
+//
+//	if !isolated(t) {
+//		return
+//	}
+func isolated(t *testing.T) bool {
+	t.Helper()
+	if os.Getenv(isolatedEnv) == t.Name() {
+		return true
+	}
+	t.Parallel()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1", "-test.timeout=10m")
+	cmd.Env = append(os.Environ(), isolatedEnv+"="+t.Name())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s in a process of its own: %v\n%s", t.Name(), err, out)
+	}
+	// Its own log lines (figures), not the whole transcript.
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "_test.go:") {
+			t.Log(strings.TrimSpace(line))
+		}
+	}
+	return false
+}

@@ -111,6 +111,9 @@ var _ = runtime.NumGoroutine
 // counts goroutines and open subscribed connections at 10 s and at the end,
 // checks a job added at the end is still delivered, then times Shutdown.
 func TestReview12DeafSubscriptionLeaksAndShutdown(t *testing.T) {
+	if !isolated(t) {
+		return // it counts goroutines or takes the quarantine slot: a process of its own
+	}
 	addr := r12Addr(t)
 	ctx := context.Background()
 	p := startFaultProxy(t, addr)

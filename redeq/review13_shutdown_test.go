@@ -20,6 +20,9 @@ import (
 // again on another client (unspent) soon after Redis answers again; once
 // everything has shut down no goroutine may be left.
 func TestReview13ShutdownDuringPause(t *testing.T) {
+	if !isolated(t) {
+		return // it counts goroutines or takes the quarantine slot: a process of its own
+	}
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(),
 		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 	srv, be := privateServer(t)

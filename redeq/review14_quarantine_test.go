@@ -26,6 +26,9 @@ import (
 // process go idle, so topic "a", which has nothing to do with either, stops
 // for as long as the slow handler runs.
 func TestReview14QuarantineWaitFreezesEveryTopic(t *testing.T) {
+	if !isolated(t) {
+		return // it counts goroutines or takes the quarantine slot: a process of its own
+	}
 	_, be := privateServer(t)
 	ctx := context.Background()
 	cfg := testutil.Config(t)
@@ -94,6 +97,9 @@ func TestReview14QuarantineWaitFreezesEveryTopic(t *testing.T) {
 // (dispatch: r.alone && idleAll() && claimSolo), which never comes while
 // the winner's topic has work: the loser's topic runs nothing at all.
 func TestReview14QuarantineLoserStarves(t *testing.T) {
+	if !isolated(t) {
+		return // it counts goroutines or takes the quarantine slot: a process of its own
+	}
 	_, be := privateServer(t)
 	ctx := context.Background()
 	cfg := testutil.Config(t)

@@ -44,6 +44,9 @@ func serverPid(t *testing.T, srv *testutil.Server) int {
 //     PubSub.Close, which takes that mutex) outside any budget, and only
 //     then computes the budget for the movers (at least another 500 ms).
 func TestReview14ShutdownWhileRedisStopped(t *testing.T) {
+	if !isolated(t) {
+		return // it counts goroutines or takes the quarantine slot: a process of its own
+	}
 	for _, mode := range []string{"sigstop", "reset-then-sigstop"} {
 		t.Run(mode, func(t *testing.T) {
 			srv, be := privateServer(t)

@@ -18,6 +18,9 @@ import (
 // stream of healthy jobs into every topic. Every quarantined job must run
 // (one at a time) and every topic must drain its backlog.
 func TestReview15ManyQuarantinedWorkersOne(t *testing.T) {
+	if !isolated(t) {
+		return // it takes the quarantine slot: a process of its own
+	}
 	_, be := privateServer(t)
 	ctx := context.Background()
 	cfg := testutil.Config(t)
@@ -83,6 +86,9 @@ func TestReview15ManyQuarantinedWorkersOne(t *testing.T) {
 // wait and a new client of the process starts. After y's job, everything
 // left must run: w's job, x's healthy jobs, and p's job once resumed.
 func TestReview15QuarantineWaitersSurviveShutdownPauseDelete(t *testing.T) {
+	if !isolated(t) {
+		return // it takes the quarantine slot: a process of its own
+	}
 	_, be := privateServer(t)
 	ctx := context.Background()
 	cfg := testutil.Config(t)

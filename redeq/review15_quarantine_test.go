@@ -55,6 +55,9 @@ func (w *quarantineWatch) enter(job *redeq.Job) func() {
 // quarantine while qa still runs, so Y fetches qb beside it. Had qa been
 // the poison, qb would be counted a third time and go dead.
 func TestReview15ShutdownLetsAnotherClientRunQuarantinedBeside(t *testing.T) {
+	if !isolated(t) {
+		return // it takes the quarantine slot: a process of its own
+	}
 	_, be := privateServer(t)
 	ctx := context.Background()
 	cfg := testutil.Config(t)

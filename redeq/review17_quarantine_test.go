@@ -88,6 +88,9 @@ func (h *fetchReplyLost) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // If q is the poison and kills the process now, the reaper counts a
 // recovery for h too, the very thing quarantine is for.
 func TestReview17QuarantinedBesideUnheldDelivery(t *testing.T) {
+	if !isolated(t) {
+		return // it takes the quarantine slot: a process of its own
+	}
 	for _, mode := range []string{"lost", "rerun"} {
 		t.Run(mode, func(t *testing.T) {
 			// Not parallel: both take the process-wide quarantine slot.
