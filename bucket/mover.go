@@ -435,7 +435,9 @@ func (m *Mover) step(ctx context.Context, topic string, n int, mu *lock.Mutex, l
 		if res, err = moveOverdue(ctx, m.rdb, m.cfg.Prefix, topic, n, m.cfg.MoveBatch, 2*m.cfg.ScanInterval); err == nil {
 			bo.Reset()
 			if res.Moved > 0 {
-				log.Warn("redeq: moved jobs the bucket's lock holder left overdue", "jobs", res.Moved)
+				// Rate-limited: after an outage every bucket's holder is
+				// behind at once.
+				m.env.Failure("redeq: moved jobs the bucket's lock holder left overdue", "topic", topic, "bucket", n, "jobs", res.Moved)
 			}
 			m.ready(topic, n, res)
 			if res.Moved >= m.cfg.MoveBatch {

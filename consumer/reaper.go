@@ -95,8 +95,10 @@ func (g *Group) reapLoop(ctx context.Context) {
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, errStalled):
+			if !down { // once an outage, not once a pass
+				g.env.Logger.Info("redeq: redis answered late; the reaper waits a ConsumerTimeout before reaping")
+			}
 			down = true
-			g.env.Logger.Info("redeq: redis answered late; the reaper waits a ConsumerTimeout before reaping")
 		default:
 			if errors.Is(err, errUnreachable) {
 				down = true

@@ -330,12 +330,12 @@ func startSlowConsumers(t *testing.T, e *env, runs *jobRuns, n int) {
 // supervisor would, starts a child of kind again each time the poison job
 // kills it, until the poison job is dead. It logs the crashes and the
 // handler starts.
-func poisonBesideB1(t *testing.T, kind string) *env {
+func poisonBesideB1(t *testing.T, kind string, maxRecoveries int) *env {
 	t.Helper()
 	_, be := privateServer(t)
 	ctx := context.Background()
 	cfg := testutil.Config(t)
-	cfg.MaxRecoveries = 3
+	cfg.MaxRecoveries = maxRecoveries
 	e := setup(t, be, cfg)
 	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "a", ID: "poison"}))
 	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "b", ID: "b1"}))
@@ -348,7 +348,7 @@ func poisonBesideB1(t *testing.T, kind string) *env {
 	for state(t, e.c, "a", "poison") != redeq.StateDead {
 		require.True(t, time.Now().Before(deadline), "the poison job never went dead")
 		// A supervisor restarts the crashed service.
-		c := startFaultChild(t, kind, be, cfg.Prefix, "", childMaxRecoveriesEnv+"=3", childHoldEnv+"=3000")
+		c := startFaultChild(t, kind, be, cfg.Prefix, "", childMaxRecoveriesEnv+"="+strconv.Itoa(maxRecoveries), childHoldEnv+"=3000")
 		go func() {
 			for l := range c.lines {
 				if strings.HasPrefix(l, "start ") {

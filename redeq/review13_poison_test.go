@@ -21,7 +21,7 @@ import (
 // crash, and goes to the dead set as poison although it never failed.
 func TestReview13PoisonKillsBystanderOfAnotherTopic(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
-	e := poisonBesideB1(t, "twotopics")
+	e := poisonBesideB1(t, "twotopics", 3)
 	b1, err := e.c.Get(context.Background(), "b", "b1")
 	if errors.Is(err, redeq.ErrJobNotFound) {
 		return // b1 ran to the end alone, and was acked

@@ -163,7 +163,7 @@ func TestReview14QuarantineLoserStarves(t *testing.T) {
 // every crash, and goes to the dead set as poison.
 func TestReview14PoisonKillsBystanderOfAnotherClient(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
-	e := poisonBesideB1(t, "twoclients")
+	e := poisonBesideB1(t, "twoclients", 3)
 	b1, err := e.c.Get(context.Background(), "b", "b1")
 	require.NoError(t, err)
 	t.Logf("b1: state %s, recoveries %d, reason %q", b1.State, b1.Recoveries, b1.Reason)
