@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -402,8 +403,8 @@ func (r *runner) landed(res fetchResult, log *slog.Logger) {
 		r.slow[b] = false
 	}
 	items := res.items
-	if len(items) == res.want || res.stopped || res.more {
-		r.maybe[b].Store(true) // more may wait
+	if res.more {
+		r.maybe[b].Store(true) // more may wait (a stop included)
 	}
 	// A fetch that answered after slowFetch no longer had workers
 	// reserved: it keeps what the free workers can start now. The rest
@@ -466,12 +467,7 @@ func (r *runner) dispatch(ctx context.Context, tasks *sync.WaitGroup) {
 			// hiding the loss: reconcile what was fetched from since the
 			// last sweep.
 			r.lastSweep = now
-			for i := range r.suspect {
-				if r.fetched[i] {
-					r.fetched[i] = false
-					r.suspect[i] = true
-				}
-			}
+			r.suspectFetched()
 		}
 		for b, want := range r.reservedBy {
 			if want > 0 && now.Sub(r.launched[b]) >= slowFetch {
@@ -542,13 +538,16 @@ func (r *runner) dispatch(ctx context.Context, tasks *sync.WaitGroup) {
 			// stops being fetched from, so its settle lane never fills and
 			// never holds up the workers, nor so the other buckets.
 			want := 0
-			if room := 2*r.capacity - r.heldLen(b); room > 0 && !r.soloFetch && r.maybe[b].Load() {
-				if ripe && free > 0 && r.maybe[b].CompareAndSwap(true, false) {
+			if !r.soloFetch && r.maybe[b].Load() {
+				switch room := 2*r.capacity - r.heldLen(b); {
+				case room <= 0:
+					// Its outcomes first: a settle lane signals freed.
+				case ripe && free > 0 && r.maybe[b].CompareAndSwap(true, false):
 					want = min(free, room, ready.MaxFetch)
 					if r.slow[b] {
 						want = 1
 					}
-				} else {
+				default:
 					waiting = true // for free workers
 				}
 			}
@@ -581,19 +580,23 @@ func (r *runner) dispatch(ctx context.Context, tasks *sync.WaitGroup) {
 	}
 }
 
-// unreconciled marks for a reconcile every bucket fetched from since the
-// last sweep (go-redis may have retried a fetch whose reply was lost,
-// hiding the loss), and reports whether any bucket still awaits one.
-func (r *runner) unreconciled() bool {
-	pending := false
+// suspectFetched marks for a reconcile every bucket fetched from since the
+// last sweep: go-redis may have resent a fetch whose reply was lost,
+// hiding the loss.
+func (r *runner) suspectFetched() {
 	for b := range r.buckets {
 		if r.fetched[b] {
 			r.fetched[b] = false
 			r.suspect[b] = true
 		}
-		pending = pending || r.suspect[b]
 	}
-	return pending
+}
+
+// unreconciled marks the buckets fetched from since the last sweep for a
+// reconcile, and reports whether any bucket still awaits one.
+func (r *runner) unreconciled() bool {
+	r.suspectFetched()
+	return slices.Contains(r.suspect, true)
 }
 
 func earliest(a, b time.Time) time.Time {

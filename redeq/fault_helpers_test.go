@@ -500,3 +500,14 @@ func perSecond(n *atomic.Int64, d time.Duration) []int64 {
 	}
 	return out
 }
+
+// bucketNodes returns the address of the cluster node that stores each
+// of the n buckets of topic.
+func bucketNodes(t *testing.T, e *env, topic string, n int) []string {
+	t.Helper()
+	nodes := make([]string, n)
+	for b := range n {
+		nodes[b] = nodeOf(t, e.rdb, keys.ForBucket(e.cfg.Prefix, topic, b).Pool())
+	}
+	return nodes
+}

@@ -147,12 +147,12 @@ func TestReview14HungNodeStallsListenerOnHealthyNodes(t *testing.T) {
 	e := setup(t, be, cfg)
 	ids := idPerBucket(64)
 	aliveNode := nodeOf(t, e.rdb, keys.Alive(cfg.Prefix))
-	nodeOfBucket := map[int]string{}
+	nodeOfBucket := bucketNodes(t, e, "t", 64)
 	var hung string
-	for b := range 64 {
-		nodeOfBucket[b] = nodeOf(t, e.rdb, keys.ForBucket(cfg.Prefix, "t", b).Pool())
-		if hung == "" && nodeOfBucket[b] != aliveNode {
-			hung = nodeOfBucket[b]
+	for _, n := range nodeOfBucket {
+		if n != aliveNode {
+			hung = n
+			break
 		}
 	}
 	var hungIDs, healthyIDs []string

@@ -35,8 +35,8 @@ func TestReview16HungAliveNodePausesFetchingUntilHeard(t *testing.T) {
 	e := setup(t, be, cfg)
 	aliveNode := nodeOf(t, e.rdb, keys.Alive(cfg.Prefix))
 	healthyBucket := map[int]bool{}
-	for b := range 64 {
-		if nodeOf(t, e.rdb, keys.ForBucket(cfg.Prefix, "t", b).Pool()) != aliveNode {
+	for b, n := range bucketNodes(t, e, "t", 64) {
+		if n != aliveNode {
 			healthyBucket[b] = true
 		}
 	}
@@ -104,8 +104,8 @@ func TestReview16LateFetchAnswers(t *testing.T) {
 	e := setup(t, be, cfg)
 	aliveNode := nodeOf(t, e.rdb, keys.Alive(cfg.Prefix))
 	var hung string
-	for b := range 64 {
-		if n := nodeOf(t, e.rdb, keys.ForBucket(cfg.Prefix, "t", b).Pool()); n != aliveNode {
+	for _, n := range bucketNodes(t, e, "t", 64) {
+		if n != aliveNode {
 			hung = n
 			break
 		}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
@@ -37,10 +36,11 @@ func TestReview18SettleLaneFillsAndBlocksOtherBuckets(t *testing.T) {
 	cfg.WaitReplicas = 1
 	cfg.WaitTimeout = 50 * time.Millisecond
 	e := setup(t, be, cfg)
-	sickNode := nodeOf(t, e.rdb, keys.ForBucket(cfg.Prefix, "t", 0).Pool())
+	nodes := bucketNodes(t, e, "t", 8)
+	sickNode := nodes[0]
 	sick := map[int]bool{}
-	for b := range 8 {
-		sick[b] = nodeOf(t, e.rdb, keys.ForBucket(cfg.Prefix, "t", b).Pool()) == sickNode
+	for b, n := range nodes {
+		sick[b] = n == sickNode
 	}
 	var sickIDs, healthyIDs []string
 	for i := 0; len(sickIDs) < 60 || len(healthyIDs) < 20; i++ {
