@@ -511,3 +511,17 @@ func bucketNodes(t *testing.T, e *env, topic string, n int) []string {
 	}
 	return nodes
 }
+
+// earlyBy is how long before due a job started at start, by the wall clock
+// the Redis server schedules by; base is a time read before due and
+// start were. This machine's wall clock can be stepped while a test runs:
+// a step forward makes the server move jobs sooner in elapsed time, which
+// is not early by its clock, so the wall clock is compared, not the
+// monotonic one; a step back between a job's move and its start makes the
+// start read earlier than it was, so what the clock went back since base
+// is not counted.
+func earlyBy(start, due, base time.Time) time.Duration {
+	wall := start.Round(0).Sub(base.Round(0))
+	back := max(0, start.Sub(base)-wall) // monotonic minus wall elapsed
+	return due.Round(0).Sub(start.Round(0)) - back
+}

@@ -111,8 +111,8 @@ func TestReview17OutageManyBuckets(t *testing.T) {
 		if len(rs) > 1 {
 			twice = append(twice, id)
 		}
-		if rs[0].Before(due[id].Add(-5 * time.Millisecond)) {
-			early = append(early, fmt.Sprintf("%s %v early", id, due[id].Sub(rs[0])))
+		if e := earlyBy(rs[0], due[id], base); e > 5*time.Millisecond {
+			early = append(early, fmt.Sprintf("%s %v early", id, e))
 		}
 		if due[id].Before(contAt) && due[id].After(stopAt) {
 			lateAfterCont = max(lateAfterCont, rs[0].Sub(contAt))
