@@ -218,7 +218,9 @@ func (c *Client) listen(ctx context.Context, r *runtime) {
 			}
 			p.send(ctx, &r.wg, c.rdb, probeChan)
 		}
-		m, err := ps.ReceiveTimeout(ctx, time.Until(next))
+		// At least 1ms: go-redis reads without a deadline for 0, and
+		// keeps the connection's last deadline below it.
+		m, err := ps.ReceiveTimeout(ctx, max(time.Until(next), time.Millisecond))
 		if err != nil {
 			var ne net.Error
 			switch {
