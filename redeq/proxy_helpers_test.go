@@ -27,7 +27,9 @@ import (
 //     nothing (e.g. a cluster node cut off from the cluster bus);
 //   - dropRate: drop that fraction (0..1) of message pushes at random;
 //   - delay: forward each frame of a subscribed connection after a delay,
-//     in order.
+//     in order;
+//   - holdNew: accept new connections and never answer them (a dial that
+//     hangs in its handshake).
 //
 // Connections that never subscribe are forwarded untouched.
 type faultProxy struct {
@@ -43,6 +45,7 @@ type faultProxy struct {
 	subs    atomic.Int64 // subscribed connections ever seen
 	subOpen atomic.Int64 // subscribed connections currently open
 	deaf    atomic.Bool  // drop every frame to a subscribed connection
+	holdNew atomic.Bool  // accept new connections, and never answer them
 
 	stop  chan struct{}
 	mu    sync.Mutex
@@ -94,6 +97,14 @@ func (p *faultProxy) serve() {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
+		}
+		if p.holdNew.Load() {
+			// Open, and silent: a dial that succeeds and a handshake
+			// that never gets an answer.
+			p.mu.Lock()
+			p.conns = append(p.conns, c)
+			p.mu.Unlock()
+			continue
 		}
 		u, err := net.DialTimeout("tcp", p.upstream, 2*time.Second)
 		if err != nil {

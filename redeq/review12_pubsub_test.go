@@ -22,11 +22,19 @@ import (
 // direct client.
 func r12Setup(t *testing.T, p *faultProxy, addr string) (string, *redeq.Client, *redeq.Client, *listener, *redis.Client) {
 	t.Helper()
+	return r12SetupWith(t, p, addr, redis.Options{})
+}
+
+// r12SetupWith is r12Setup with L's client built from opts (its Addr set
+// to the proxy's).
+func r12SetupWith(t *testing.T, p *faultProxy, addr string, opts redis.Options) (string, *redeq.Client, *redeq.Client, *listener, *redis.Client) {
+	t.Helper()
 	ctx := context.Background()
 	cfg := testutil.Config(t)
 	direct := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { direct.Close() })
-	viaProxy := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	opts.Addr = p.Addr()
+	viaProxy := redis.NewClient(&opts)
 	t.Cleanup(func() { viaProxy.Close() })
 	m, err := redeq.New(direct, cfg)
 	require.NoError(t, err)

@@ -193,38 +193,35 @@ func (c *Client) Start(ctx context.Context) error {
 // A subscription can also lose messages without an error: a half-open
 // connection, a proxy that stopped forwarding it, a cluster node cut off
 // from the cluster bus. go-redis's PINGs pass through all of these, and
-// fetchers do not poll. So every listenProbe the client publishes a
-// message to itself, on its own channel, through the path notifications
-// take; when the last one it published has not come back by the next, it
-// looks everywhere as after a resubscription, and subscribes again on a
-// new connection.
+// fetchers do not poll. So a watch on a goroutine of its own (watch)
+// publishes a message to itself every listenProbe, through the path
+// notifications take; when the last one it published has not come back by
+// the next, it looks everywhere as after a resubscription, and subscribes
+// again on a new connection. The watch runs apart from the receiving, so
+// that a receive stuck in go-redis (a read without a deadline, a
+// reconnection that hangs) cannot stop it: closing the old subscription
+// ends such a receive.
 func (c *Client) listen(ctx context.Context, r *runtime) {
 	every := listenProbe(c.cfg.ScanInterval)
 	probeChan := keys.ProbeChannel(c.cfg.Prefix, c.group.ID())
-	ps := r.pubsub()
+	p := &prober{}
+	r.wg.Go(func() { c.watch(ctx, r, p, every, probeChan) })
 	bo := env.Backoff{Max: c.cfg.ScanInterval}
-	var p prober
-	next := time.Now().Add(every)
-	for ps != nil {
-		if now := time.Now(); !now.Before(next) {
-			next = now.Add(every)
-			if p.lost() {
-				c.env.Failure("redeq: subscription lost a message to itself; looking at every bucket and subscribing again", "within", every)
-				c.lookEverywhere(r)
-				if ps = c.resubscribe(ctx, r); ps == nil {
-					return
-				}
-				p.reset()
-			}
-			p.send(ctx, &r.wg, c.rdb, probeChan)
+	for {
+		ps := r.pubsub()
+		if ps == nil || ctx.Err() != nil {
+			return // Shutdown closed it
 		}
-		// At least 1ms: go-redis reads without a deadline for 0, and
-		// keeps the connection's last deadline below it.
-		m, err := ps.ReceiveTimeout(ctx, max(time.Until(next), time.Millisecond))
+		m, err := ps.ReceiveTimeout(ctx, every)
 		if err != nil {
 			var ne net.Error
 			switch {
-			case errors.Is(err, redis.ErrClosed) || ctx.Err() != nil:
+			case ctx.Err() != nil:
+				return
+			case r.pubsub() != ps:
+				// The watch replaced it (or Shutdown closed it): go on
+				// with the new one.
+			case errors.Is(err, redis.ErrClosed):
 				return
 			case !errors.As(err, &ne) || !ne.Timeout():
 				// go-redis reconnects at the next receive.
@@ -243,35 +240,71 @@ func (c *Client) listen(ctx context.Context, r *runtime) {
 	}
 }
 
+// watch sends the probes of listen every period until ctx ends. When the
+// last probe Redis took has not come back, it makes the movers and the
+// listeners look everywhere, and subscribes again, on a goroutine of its
+// own so that a subscription that hangs delays no look: while probes stay
+// lost, every period looks everywhere.
+func (c *Client) watch(ctx context.Context, r *runtime, p *prober, every time.Duration, probeChan string) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	var resubscribing atomic.Bool
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if p.lost() {
+			c.env.Failure("redeq: subscription lost a message to itself; looking at every bucket and subscribing again", "within", every)
+			c.lookEverywhere(r)
+			if resubscribing.CompareAndSwap(false, true) {
+				// The next probe goes once the new subscription is made,
+				// so that the next tick judges it; until then the probes
+				// stay lost, and every tick looks everywhere.
+				r.wg.Go(func() {
+					defer resubscribing.Store(false)
+					if c.resubscribe(ctx, r) != nil {
+						p.reset()
+						p.send(ctx, &r.wg, c.rdb, probeChan)
+					}
+				})
+			}
+			continue
+		}
+		p.send(ctx, &r.wg, c.rdb, probeChan)
+	}
+}
+
 // listenProbe is how often listen sends itself a message: the movers' idle
 // scan (5 ScanIntervals), so that a client's check costs one call that
 // often.
 func listenProbe(scan time.Duration) time.Duration { return 5 * scan }
 
-// prober tracks the messages listen sends itself. Only listen's goroutine
-// calls its methods; the publish runs on a goroutine of its own, one at a
-// time, so that a slow Redis never holds up the routing of messages.
+// prober tracks the messages listen sends itself. The watch sends them;
+// the publish runs on a goroutine of its own, one at a time, so that a
+// slow Redis never holds up the watch; listen hears them.
 type prober struct {
-	n         uint64        // the last probe sent
+	n         atomic.Uint64 // the last probe sent
 	published atomic.Uint64 // the last probe Redis took
-	back      uint64        // the last probe that came back
+	back      atomic.Uint64 // the last probe that came back
 	busy      atomic.Bool   // a publish is under way
 }
 
 // lost reports whether the last probe Redis took has not come back.
 func (p *prober) lost() bool {
-	return p.n > 0 && p.published.Load() == p.n && p.back != p.n
+	n := p.n.Load()
+	return n > 0 && p.published.Load() == n && p.back.Load() != n
 }
 
 // reset forgets the probes under way: a new subscription starts afresh.
-func (p *prober) reset() { p.back = p.n }
+func (p *prober) reset() { p.back.Store(p.n.Load()) }
 
 func (p *prober) send(ctx context.Context, wg *sync.WaitGroup, rdb redis.UniversalClient, channel string) {
 	if !p.busy.CompareAndSwap(false, true) {
 		return // the last publish is still under way: Redis is slow, not the subscription
 	}
-	p.n++
-	n := p.n
+	n := p.n.Add(1)
 	wg.Go(func() {
 		defer p.busy.Store(false)
 		if rdb.Publish(ctx, channel, strconv.FormatUint(n, 10)).Err() == nil {
@@ -280,9 +313,17 @@ func (p *prober) send(ctx context.Context, wg *sync.WaitGroup, rdb redis.Univers
 	})
 }
 
+// heard records a probe that came back.
 func (p *prober) heard(payload string) {
-	if n, err := strconv.ParseUint(payload, 10, 64); err == nil && n > p.back && n <= p.n {
-		p.back = n
+	n, err := strconv.ParseUint(payload, 10, 64)
+	if err != nil || n > p.n.Load() {
+		return
+	}
+	for {
+		back := p.back.Load()
+		if n <= back || p.back.CompareAndSwap(back, n) {
+			return
+		}
 	}
 }
 
