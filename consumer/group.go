@@ -20,6 +20,7 @@ import (
 	"github.com/redeq-go/redeq/internal/rdb"
 	"github.com/redeq-go/redeq/lock"
 	"github.com/redeq-go/redeq/pool"
+	"github.com/redeq-go/redeq/ready"
 )
 
 // Errors of registration.
@@ -204,8 +205,13 @@ func (g *Group) Notify(topic string, n int) {
 // handlers it returns an error wrapping ctx.Err() (or
 // context.DeadlineExceeded after ShutdownTimeout), joined with any error
 // of the rollback.
-// A handler that ignores its context keeps its goroutine until it returns;
-// its outcome is then dropped, and its job was rolled back.
+// A handler still running when the rollback comes (it ignores its
+// context, or winds down for longer than a short grace) keeps its
+// goroutine and its job: the job stays in flight, so that no other
+// consumer runs it beside the handler, and goes back to the head of its
+// ready list when the handler returns, whatever it returned; should the
+// handler never return, the reaper recovers the job after
+// ConsumerTimeout.
 func (g *Group) Shutdown(ctx context.Context) error {
 	if !g.started.Load() || !g.stopping.CompareAndSwap(false, true) {
 		return nil
@@ -249,20 +255,32 @@ func (g *Group) Shutdown(ctx context.Context) error {
 
 	var err error
 	clean := true
+	kept := 0
 	if g.cfg.Rollback() {
 		// go-redis does not bound every wait by ctx (a new connection's
 		// handshake has its own timeout), so the rollback runs on its own
 		// and Shutdown stops waiting for it when the budget ends. What it
 		// had not rolled back by then stays in flight for the reaper; if
 		// it goes on later, its scripts are fenced and harmless.
-		rolled := make(chan error, 1)
-		go func() { rolled <- g.rollback(cleanup) }()
+		type rolledBack struct {
+			kept int
+			err  error
+		}
+		rolled := make(chan rolledBack, 1)
+		go func() {
+			kept, err := g.rollback(cleanup)
+			rolled <- rolledBack{kept, err}
+		}()
 		select {
-		case err = <-rolled:
+		case rb := <-rolled:
+			err, kept = rb.err, rb.kept
 		case <-cleanup.Done():
 			err = fmt.Errorf("redeq: rollback unfinished when shutdown's time ran out (the reaper recovers the rest): %w", cleanup.Err())
 		}
-		clean = err == nil
+		// A job left in flight keeps this consumer in the alive set: the
+		// reaper recovers it only after ConsumerTimeout, should its
+		// handler never return.
+		clean = err == nil && kept == 0
 	} else {
 		clean = false
 	}
@@ -277,7 +295,11 @@ func (g *Group) Shutdown(ctx context.Context) error {
 		if cause == nil {
 			cause = context.DeadlineExceeded // ShutdownTimeout passed
 		}
-		err = errors.Join(fmt.Errorf("redeq: shutdown canceled handlers still running (their jobs were rolled back): %w", cause), err)
+		what := "their jobs were rolled back"
+		if kept > 0 {
+			what = fmt.Sprintf("%d of their jobs stay in flight until their handlers return, then go back", kept)
+		}
+		err = errors.Join(fmt.Errorf("redeq: shutdown canceled handlers still running (%s): %w", what, cause), err)
 	}
 	return err
 }
@@ -331,19 +353,31 @@ func waitFor(ctx context.Context, wg *sync.WaitGroup) bool {
 }
 
 // rollback returns every job of this consumer's in-flight lists to its
-// bucket, due now, without counting an attempt.
-func (g *Group) rollback(ctx context.Context) error {
+// bucket, due now, without counting an attempt; except the jobs whose
+// handler still runs, which it leaves in flight for their workers to give
+// back when the handlers return (see runner.keepRunning): another
+// consumer must not run a job beside its handler here. It returns how
+// many it left.
+func (g *Group) rollback(ctx context.Context) (kept int, err error) {
 	var errs []error
 	for topic, r := range g.runners {
+		keep := r.keepRunning()
 		for b := range r.buckets {
-			n, _, err := g.recoverList(ctx, topic, b, g.cid, modeRollback, "+inf", g.cfg.ConsumerTimeout)
+			var n int
+			var err error
+			if len(keep[b]) > 0 {
+				kept += len(keep[b])
+				n, err = ready.Release(ctx, g.rdb, g.cfg.Prefix, topic, b, g.cid, func(m string) bool { return keep[b][m] })
+			} else {
+				n, _, err = g.recoverList(ctx, topic, b, g.cid, modeRollback, "+inf", g.cfg.ConsumerTimeout)
+			}
 			if err != nil {
 				errs = append(errs, err)
 			}
 			g.returned(topic, n, false)
 		}
 	}
-	return errors.Join(errs...)
+	return kept, errors.Join(errs...)
 }
 
 // leave removes this consumer from its topics' consumer sets and from

@@ -65,10 +65,16 @@ type runner struct {
 	// knows it holds: from their fetch until their outcome is settled.
 	heldMu sync.Mutex
 	held   []map[string]bool
-	notify chan struct{}
-	freed  chan struct{}
-	busy   atomic.Int64
-	rr     int
+	// running is, per bucket, the deliveries whose handler runs; kept,
+	// those Shutdown left in flight because their handler still ran when
+	// it rolled back (see keepRunning): each worker gives its own back
+	// when its handler returns. Both under heldMu.
+	running []map[string]bool
+	kept    []map[string]bool
+	notify  chan struct{}
+	freed   chan struct{}
+	busy    atomic.Int64
+	rr      int
 	// unacked counts the jobs parked in un_ack; the warning about them is
 	// rate-limited.
 	unacked     atomic.Int64
@@ -136,6 +142,8 @@ func newRunner(g *Group, l Listener, buckets int) *runner {
 		suspect:        make([]bool, buckets),
 		fetched:        make([]bool, buckets),
 		held:           make([]map[string]bool, buckets),
+		running:        make([]map[string]bool, buckets),
+		kept:           make([]map[string]bool, buckets),
 		soloBucket:     -1,
 		results:        make(chan fetchResult, buckets),
 		fetching:       make([]bool, buckets),
@@ -165,6 +173,8 @@ func newRunner(g *Group, l Listener, buckets int) *runner {
 	for i := range r.maybe {
 		r.maybe[i].Store(true)
 		r.held[i] = map[string]bool{}
+		r.running[i] = map[string]bool{}
+		r.kept[i] = map[string]bool{}
 	}
 	return r
 }
@@ -196,6 +206,59 @@ func (r *runner) unhold(b int, outs []ack.Outcome) {
 	}
 	r.heldMu.Unlock()
 }
+
+// started records that the handler of delivery member of bucket b runs.
+func (r *runner) started(b int, member string) {
+	r.heldMu.Lock()
+	r.running[b][member] = true
+	r.heldMu.Unlock()
+}
+
+// returned records that the handler of delivery member of bucket b
+// returned, and reports whether Shutdown left the delivery in flight for
+// it (keepRunning): its worker then gives it back.
+func (r *runner) returned(b int, member string) bool {
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	delete(r.running[b], member)
+	kept := r.kept[b][member]
+	delete(r.kept[b], member)
+	return kept
+}
+
+// keepRunning marks every delivery whose handler still runs as kept in
+// flight, and returns them per bucket: Shutdown's rollback leaves them,
+// so that no other consumer runs a job while its handler here still winds
+// down, and each worker gives its own back once its handler returned.
+func (r *runner) keepRunning() []map[string]bool {
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	keep := make([]map[string]bool, r.buckets)
+	for b, running := range r.running {
+		keep[b] = map[string]bool{}
+		for m := range running {
+			r.kept[b][m] = true
+			keep[b][m] = true
+		}
+	}
+	return keep
+}
+
+// giveBack returns delivery member of bucket b, left in flight by
+// Shutdown while its handler ran on, to the head of its ready list. It
+// runs on the worker once the handler returned, after Shutdown did: when
+// Redis cannot be reached then (a client from Open closed its connection),
+// the reaper recovers the job after ConsumerTimeout.
+func (r *runner) giveBack(b int, member string) {
+	ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
+	defer cancel()
+	if _, err := ready.ReleaseMembers(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, []string{member}); err != nil {
+		r.g.env.Logger.Warn("redeq: cannot give back a job whose handler returned after shutdown (the reaper recovers it after ConsumerTimeout)", "topic", r.topic, "bucket", b, "err", err)
+	}
+}
+
+// giveBackTimeout bounds giveBack.
+const giveBackTimeout = 2 * time.Second
 
 // heldLen is how many deliveries of bucket b the runner holds.
 func (r *runner) heldLen(b int) int {
@@ -676,10 +739,22 @@ func (r *runner) handle(d delivery) {
 	if g.observer != nil {
 		start = r.observeStart(d, job)
 	}
+	member := d.item.Member()
+	r.started(d.bucket, member)
 	err = r.call(ctx, job, ch)
+	kept := r.returned(d.bucket, member)
 	var took time.Duration
 	if g.observer != nil {
 		took = g.env.Clock.Now().Sub(start)
+	}
+	if kept {
+		// Shutdown rolled back the others and left this job in flight
+		// while its handler wound down: give it back now, whatever the
+		// handler returned (at least once).
+		cancel()
+		r.giveBack(d.bucket, member)
+		r.observeDone(took, job, OutcomeInterrupted, err)
+		return
 	}
 	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
 	cancel()

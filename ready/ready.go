@@ -121,6 +121,30 @@ func FetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic stri
 	return Batch{Items: items, Stopped: first == 1, More: first >= 1}, nil
 }
 
+// ReleaseMembers returns to the head of the ready list of bucket n the
+// deliveries members (at most releaseChunk) of consumer cid's in-flight
+// set, those still in it and still this consumer's; it returns how many
+// ids it gave back.
+func ReleaseMembers(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, members []string) (int, error) {
+	if len(members) == 0 {
+		return 0, nil
+	}
+	if len(members) > releaseChunk {
+		return 0, fmt.Errorf("release %s: %d members, at most %d", keys.Address(topic, n), len(members), releaseChunk)
+	}
+	k := keys.ForBucket(prefix, topic, n)
+	args := make([]any, 0, 3+len(members))
+	args = append(args, keys.ReadyChannel(prefix), keys.Address(topic, n), cid)
+	for _, m := range members {
+		args = append(args, m)
+	}
+	got, err := releaseScript.Run(ctx, c, []string{k.InFlight(cid), k.Ready(), k.State()}, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("release %s: %w", keys.Address(topic, n), err)
+	}
+	return got, nil
+}
+
 // Release returns to the head of the ready list of bucket n every delivery
 // in consumer cid's in-flight set for which held reports false: deliveries
 // taken by a fetch whose reply never arrived. It reads the set in pages and
@@ -136,19 +160,17 @@ func Release(ctx context.Context, c redis.UniversalClient, prefix, topic string,
 		if err != nil {
 			return total, fmt.Errorf("release %s: %w", keys.Address(topic, n), err)
 		}
-		args := []any{keys.ReadyChannel(prefix), keys.Address(topic, n), cid}
+		var give []string
 		for _, m := range members {
 			if !held(m) && strings.Contains(m, ":") {
-				args = append(args, m)
+				give = append(give, m)
 			}
 		}
-		released := len(args) - 3
-		if released > 0 {
-			got, err := releaseScript.Run(ctx, c, []string{k.InFlight(cid), k.Ready(), k.State()}, args...).Int()
-			if err != nil {
-				return total, fmt.Errorf("release %s: %w", keys.Address(topic, n), err)
-			}
-			total += got
+		released := len(give)
+		got, err := ReleaseMembers(ctx, c, prefix, topic, n, cid, give)
+		total += got
+		if err != nil {
+			return total, err
 		}
 		if len(members) < releaseChunk {
 			return total, nil

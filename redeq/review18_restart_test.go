@@ -46,6 +46,58 @@ func (o *overlap) leave(id string) {
 	o.running[id]--
 }
 
+// TestReview18RestartBesideWindingDownHandler attacks promises 2 and 3: a
+// listener with Workers 1 is shut down (ctx 300 ms) while its handler
+// runs; the handler honours its context but needs 250 ms to wind down (a
+// call it must finish, a transaction to roll back), longer than
+// Shutdown's 100 ms grace. Shutdown returns, the service starts a new
+// client with the same listener, the job rolled back "due now" is fetched
+// at once: two handlers of the Workers-1 listener run at once, and the
+// same job runs twice at once while the first consumer still runs it.
+func TestReview18RestartBesideWindingDownHandler(t *testing.T) {
+	t.Parallel()
+	_, be := privateServer(t)
+	ctx := context.Background()
+	cfg := testutil.Config(t)
+	e := setup(t, be, cfg)
+	var o overlap
+	l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+		o.enter(job.ID)
+		defer o.leave(job.ID)
+		select {
+		case <-ctx.Done():
+			time.Sleep(250 * time.Millisecond) // winding down
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+			ch.Ack()
+			return nil
+		}
+	})
+	l.workers = 1
+	a := e.another(t, nil)
+	startWith(t, a, l)
+	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+	waitFor(t, 5*time.Second, "j runs", func() bool { return l.count() == 1 })
+
+	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	err := a.Shutdown(sctx)
+	t.Logf("Shutdown took %v: %v", time.Since(began), err)
+
+	b := e.another(t, nil) // the service restarts its consumer
+	startWith(t, b, l)
+	waitFor(t, 10*time.Second, "j acked", func() bool {
+		_, err := e.c.Get(ctx, "t", "j")
+		return errors.Is(err, redeq.ErrJobNotFound)
+	})
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t.Logf("Workers 1: at most %d handlers at once; jobs run twice at once: %v; runs %v", o.max, o.twice, o.runs)
+	require.Equal(t, 1, o.max, "a Workers-1 listener ran more handlers at once")
+	require.Empty(t, o.twice, "a job ran twice at once")
+}
+
 // TestReview18StartShutdownCycles attacks promise 4: a service restarts
 // its consumer five times in one process while jobs run, with a short
 // Shutdown ctx each time; a last client drains. No job is lost, none is

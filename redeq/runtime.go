@@ -403,8 +403,13 @@ func (r *runtime) closePubSub() error {
 // outcomes handlers returned, and rolls every job still in this client's
 // in-flight sets back to its bucket due now, without spending an attempt
 // (with CrashRollback; otherwise the reaper recovers them after
-// ConsumerTimeout). Then it stops the heartbeat, the reaper, the movers
-// and the subscription, and returns once their goroutines have ended.
+// ConsumerTimeout). A job whose handler still runs then (it ignores its
+// context, or winds down for longer than a 100 ms grace) stays in flight,
+// so that no other client runs it beside its handler: it goes back when
+// the handler returns, or to the reaper after ConsumerTimeout should the
+// handler never return. Then Shutdown stops the heartbeat, the reaper,
+// the movers and the subscription, and returns once their goroutines
+// have ended.
 // When it had to cancel running handlers, it returns an error wrapping
 // ctx.Err(), or context.DeadlineExceeded when ShutdownTimeout passed
 // first (the rollback still happened); else an error of the rollback, or
