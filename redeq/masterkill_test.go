@@ -24,6 +24,13 @@ import (
 // TestDurableAddOnCluster: on a 3-master/3-replica cluster, Add with
 // WaitReplicas 1 returns once the replica of the job's master holds it;
 // with that replica down, Add returns ErrNotReplicated.
+
+// fetchToStart bounds the time from a fetch's reply to its handler's
+// start on a loaded machine: a run that starts that soon after the kill
+// may have been fetched before it (3 such runs, within 5 ms of each other,
+// were seen beside the other tests).
+const fetchToStart = 50 * time.Millisecond
+
 func TestDurableAddOnCluster(t *testing.T) {
 	t.Parallel()
 	cl := testutil.StartCluster(t, 3, time.Second)
@@ -350,8 +357,10 @@ func runMasterKill(t *testing.T, cl *testutil.ReplCluster, jobs, replicas int) {
 			unexplained = append(unexplained, id)
 		case !probe.applied[id].IsZero() && probe.applied[id].Before(killTime):
 			dups[id] = fmt.Sprintf("ack applied on the master at %s, before the kill, not yet on its replica", probe.applied[id].Format("15:04:05.000"))
-		case first.Before(killTime):
-			dups[id] = "first run started before the kill, its outcome not applied before it"
+		case first.Before(killTime.Add(fetchToStart)):
+			// The killed master answers nothing after the kill: a run
+			// that starts just after it was fetched before it.
+			dups[id] = "first run started before the kill (or fetched before it), its outcome not applied before it"
 		default:
 			dups[id] = fmt.Sprintf("first run at %s, after the kill; recoveries %d", first.Format("15:04:05.000"), rs[len(rs)-1].rec)
 			if replicas > 0 {
@@ -361,8 +370,8 @@ func runMasterKill(t *testing.T, cl *testutil.ReplCluster, jobs, replicas int) {
 	}
 	slices.Sort(lost)
 	slices.Sort(unexplained)
-	t.Logf("WaitReplicas %d: %d jobs, %d Add nil, %d retried, %d found stored by a retry, %d given up; killed %s, %s promoted in %v",
-		replicas, jobs, len(addedOK), len(retried), len(exists), len(gaveUp), victim.Addr, heir.Addr, promoted.Round(time.Millisecond))
+	t.Logf("WaitReplicas %d: %d jobs, %d Add nil, %d retried, %d found stored by a retry, %d given up; killed %s at %s, %s promoted in %v",
+		replicas, jobs, len(addedOK), len(retried), len(exists), len(gaveUp), victim.Addr, killTime.Format("15:04:05.000"), heir.Addr, promoted.Round(time.Millisecond))
 	t.Logf("WaitReplicas %d: lost %d of the jobs whose Add returned nil: %v", replicas, len(lost), lost)
 	why := map[string]int{}
 	for id, w := range dups {

@@ -48,7 +48,10 @@ func TestReview16BacklogKeepsWorkersBusy(t *testing.T) {
 			took := time.Since(start)
 			ideal := time.Duration(n) * 5 * time.Millisecond / 8
 			t.Logf("buckets %d: %d jobs in %v, ideal %v: %.0f%% busy", buckets, n, took, ideal, 100*float64(ideal)/float64(took))
-			require.Less(t, took, ideal*2)
+			// A stall (workers idle until the movers' next scan, 5 s away)
+			// takes several times the ideal; 4x leaves room for a loaded
+			// machine, where 2x failed at 2.1 s beside the other tests.
+			require.Less(t, took, ideal*4)
 		})
 	}
 }
