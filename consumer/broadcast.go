@@ -63,6 +63,7 @@ type broadcasts struct {
 	stop   chan struct{} // closed at Shutdown: start no more handlers
 	closed atomic.Bool
 	wg     sync.WaitGroup
+	busy   atomic.Int64 // loops reading or running a broadcast
 
 	dropped  atomic.Uint64
 	lastWarn atomic.Int64 // unix ns of the last drop warning
@@ -215,9 +216,11 @@ func (g *Group) broadcastLoop(l *bcastListener) {
 				return
 			default:
 			}
+			g.bc.busy.Add(1)
 			if job := g.readBroadcast(n); job != nil {
 				g.runBroadcast(l.handler, job)
 			}
+			g.bc.busy.Add(-1)
 		}
 	}
 }
@@ -316,6 +319,14 @@ func (g *Group) endBroadcasts(ctx, cleanup context.Context) bool {
 	defer g.bc.cancel()
 	if waitFor(ctx, &g.bc.wg) {
 		return true
+	}
+	if g.bc.busy.Load() == 0 {
+		// ctx ended, but no loop runs a handler: they end at once.
+		grace, cancel := context.WithTimeout(cleanup, handlerGrace)
+		defer cancel()
+		if waitFor(grace, &g.bc.wg) {
+			return true
+		}
 	}
 	g.bc.cancel()
 	grace, cancel := context.WithTimeout(cleanup, handlerGrace)

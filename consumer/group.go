@@ -45,6 +45,8 @@ type Group struct {
 	observer   Observer // nil: nothing observed
 	runners    map[string]*runner
 	bc         broadcasts
+	// cleanupUntil is the end of Shutdown's budget once it is fixed.
+	cleanupUntil atomic.Pointer[time.Time]
 
 	started  atomic.Bool
 	stopping atomic.Bool
@@ -208,10 +210,10 @@ func (g *Group) Notify(topic string, n int) {
 // A handler still running when the rollback comes (it ignores its
 // context, or winds down for longer than a short grace) keeps its
 // goroutine and its job: the job stays in flight, so that no other
-// consumer runs it beside the handler, and goes back to the head of its
-// ready list when the handler returns, whatever it returned; should the
-// handler never return, the reaper recovers the job after
-// ConsumerTimeout.
+// consumer runs it beside the handler; when the handler returns, its
+// worker applies its outcome, or gives the job back to the head of its
+// ready list if it was canceled. Should the handler never return, the
+// reaper recovers the job ConsumerTimeout after a last heartbeat.
 func (g *Group) Shutdown(ctx context.Context) error {
 	if !g.started.Load() || !g.stopping.CompareAndSwap(false, true) {
 		return nil
@@ -220,17 +222,31 @@ func (g *Group) Shutdown(ctx context.Context) error {
 	g.closeBroadcasts()
 	waitCtx, cancel := context.WithTimeout(ctx, g.cfg.ShutdownTimeout)
 	defer cancel()
-	finished := waitFor(waitCtx, &g.workerWG)
+	// One goroutine waits for the workers, whatever the waits below: a
+	// handler that never returns keeps it, and only it.
+	workersDone := make(chan struct{})
+	go func() {
+		g.workerWG.Wait()
+		close(workersDone)
+	}()
+	finished := waitDone(waitCtx, workersDone)
 	// From here on every step shares one budget (see cleanupContext), so
 	// that Shutdown returns soon after ctx ends even when Redis hangs.
 	cleanup, cancelCleanup := g.cleanupContext(ctx)
 	defer cancelCleanup()
+	if !finished && !g.handlersRunning() {
+		// ctx ended (or had ended), but no handler runs: the workers end
+		// as soon as the dispatchers do, and nothing was abandoned.
+		grace, cancelGrace := context.WithTimeout(cleanup, handlerGrace)
+		finished = waitDone(grace, workersDone)
+		cancelGrace()
+	}
 	if !finished {
 		g.handlerCancel()
 		// A short grace: a handler that returns as soon as it is canceled
 		// ends here; its job is rolled back below either way.
 		grace, cancelGrace := context.WithTimeout(cleanup, handlerGrace)
-		waitFor(grace, &g.workerWG)
+		waitDone(grace, workersDone)
 		cancelGrace()
 	}
 	g.handlerCancel()
@@ -288,6 +304,13 @@ func (g *Group) Shutdown(ctx context.Context) error {
 	waitFor(cleanup, &g.bgWG)
 	if clean {
 		g.leave(cleanup)
+	} else if kept > 0 {
+		// A last heartbeat: the reaper's ConsumerTimeout for the jobs left
+		// in flight counts from now, so a handler that returns within it
+		// concludes its job before any other consumer may take it.
+		if herr := g.heartbeat(cleanup); herr != nil {
+			g.env.Logger.Warn("redeq: last heartbeat for the jobs left in flight failed", "err", herr)
+		}
 	}
 	if !finished {
 		// Like net/http.Server.Shutdown: say that handlers were abandoned.
@@ -296,8 +319,11 @@ func (g *Group) Shutdown(ctx context.Context) error {
 			cause = context.DeadlineExceeded // ShutdownTimeout passed
 		}
 		what := "their jobs were rolled back"
-		if kept > 0 {
-			what = fmt.Sprintf("%d of their jobs stay in flight until their handlers return, then go back", kept)
+		switch {
+		case kept > 0:
+			what = fmt.Sprintf("%d of their jobs stay in flight until their handlers return", kept)
+		case err != nil || !g.cfg.Rollback():
+			what = "their jobs go back with the rollback or the reaper"
 		}
 		err = errors.Join(fmt.Errorf("redeq: shutdown canceled handlers still running (%s): %w", what, cause), err)
 	}
@@ -319,13 +345,31 @@ const (
 // deadline, ShutdownTimeout. A step still waiting on Redis when it ends is
 // abandoned: its jobs stay in flight and the reaper recovers them.
 func (g *Group) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithDeadline(context.WithoutCancel(ctx), g.CleanupDeadline(ctx))
+	until := g.CleanupDeadline(ctx)
+	g.cleanupUntil.Store(&until)
+	return context.WithDeadline(context.WithoutCancel(ctx), until)
+}
+
+// handlersRunning reports whether a listener's handler runs (or its
+// FinalRetry).
+func (g *Group) handlersRunning() bool {
+	for _, r := range g.runners {
+		if r.anyRunning() {
+			return true
+		}
+	}
+	return false
 }
 
 // CleanupDeadline is when Shutdown stops waiting on Redis and on its
 // background goroutines: ctx's deadline, but at least cleanupMin from now;
-// without a deadline, ShutdownTimeout from now.
+// without a deadline, ShutdownTimeout from now. Once Shutdown fixed its
+// budget, it is that budget's end, so that the client's own steps after
+// the group's share it.
 func (g *Group) CleanupDeadline(ctx context.Context) time.Time {
+	if until := g.cleanupUntil.Load(); until != nil {
+		return *until
+	}
 	now := g.env.Clock.Now()
 	until := now.Add(g.cfg.ShutdownTimeout)
 	if d, ok := ctx.Deadline(); ok {
@@ -344,6 +388,12 @@ func waitFor(ctx context.Context, wg *sync.WaitGroup) bool {
 		wg.Wait()
 		close(done)
 	}()
+	return waitDone(ctx, done)
+}
+
+// waitDone waits for done to close until ctx ends; it reports whether it
+// closed.
+func waitDone(ctx context.Context, done <-chan struct{}) bool {
 	select {
 	case <-done:
 		return true

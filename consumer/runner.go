@@ -67,8 +67,8 @@ type runner struct {
 	held   []map[string]bool
 	// running is, per bucket, the deliveries whose handler runs; kept,
 	// those Shutdown left in flight because their handler still ran when
-	// it rolled back (see keepRunning): each worker gives its own back
-	// when its handler returns. Both under heldMu.
+	// it rolled back (see keepRunning): each worker concludes its own when
+	// its handler returns. Both under heldMu.
 	running []map[string]bool
 	kept    []map[string]bool
 	notify  chan struct{}
@@ -216,7 +216,7 @@ func (r *runner) started(b int, member string) {
 
 // returned records that the handler of delivery member of bucket b
 // returned, and reports whether Shutdown left the delivery in flight for
-// it (keepRunning): its worker then gives it back.
+// it (keepRunning): its worker then concludes it itself.
 func (r *runner) returned(b int, member string) bool {
 	r.heldMu.Lock()
 	defer r.heldMu.Unlock()
@@ -226,10 +226,22 @@ func (r *runner) returned(b int, member string) bool {
 	return kept
 }
 
+// anyRunning reports whether a handler of the runner runs.
+func (r *runner) anyRunning() bool {
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	for _, m := range r.running {
+		if len(m) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // keepRunning marks every delivery whose handler still runs as kept in
 // flight, and returns them per bucket: Shutdown's rollback leaves them,
 // so that no other consumer runs a job while its handler here still winds
-// down, and each worker gives its own back once its handler returned.
+// down, and each worker concludes its own once its handler returned.
 func (r *runner) keepRunning() []map[string]bool {
 	r.heldMu.Lock()
 	defer r.heldMu.Unlock()
@@ -244,21 +256,35 @@ func (r *runner) keepRunning() []map[string]bool {
 	return keep
 }
 
-// giveBack returns delivery member of bucket b, left in flight by
-// Shutdown while its handler ran on, to the head of its ready list. It
-// runs on the worker once the handler returned, after Shutdown did: when
-// Redis cannot be reached then (a client from Open closed its connection),
-// the reaper recovers the job after ConsumerTimeout.
-func (r *runner) giveBack(b int, member string) {
-	ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
+// conclude ends the run of delivery member of bucket b with its outcome
+// (nil: none, its handler was canceled): it hands the outcome to the
+// settler. When Shutdown left the delivery in flight for it (keepRunning),
+// the settler is gone: it applies the outcome itself, or gives the job
+// back to the head of its ready list, once; when Redis cannot be reached
+// then (a client from Open closed its connection), the reaper recovers
+// the job after ConsumerTimeout.
+func (r *runner) conclude(b int, member string, out *ack.Outcome) {
+	if !r.returned(b, member) {
+		if out != nil {
+			r.submit(b, *out)
+		}
+		return // the rollback gives back a job without an outcome
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), concludeTimeout)
 	defer cancel()
-	if _, err := ready.ReleaseMembers(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, []string{member}); err != nil {
-		r.g.env.Logger.Warn("redeq: cannot give back a job whose handler returned after shutdown (the reaper recovers it after ConsumerTimeout)", "topic", r.topic, "bucket", b, "err", err)
+	var err error
+	if out != nil {
+		_, err = r.g.settler.Settle(ctx, r.topic, b, []ack.Outcome{*out})
+	} else {
+		_, err = ready.ReleaseMembers(ctx, r.g.rdb, r.g.cfg.Prefix, r.topic, b, r.g.cid, []string{member})
+	}
+	if err != nil {
+		r.g.env.Logger.Warn("redeq: cannot conclude a job whose handler returned after shutdown (the reaper recovers it after ConsumerTimeout)", "topic", r.topic, "bucket", b, "err", err)
 	}
 }
 
-// giveBackTimeout bounds giveBack.
-const giveBackTimeout = 2 * time.Second
+// concludeTimeout bounds conclude's own call to Redis.
+const concludeTimeout = 2 * time.Second
 
 // heldLen is how many deliveries of bucket b the runner holds.
 func (r *runner) heldLen(b int) int {
@@ -739,35 +765,28 @@ func (r *runner) handle(d delivery) {
 	if g.observer != nil {
 		start = r.observeStart(d, job)
 	}
+	// From here until conclude, the delivery counts as running: a
+	// Shutdown that rolls back meanwhile leaves it in flight.
 	member := d.item.Member()
 	r.started(d.bucket, member)
 	err = r.call(ctx, job, ch)
-	kept := r.returned(d.bucket, member)
 	var took time.Duration
 	if g.observer != nil {
 		took = g.env.Clock.Now().Sub(start)
-	}
-	if kept {
-		// Shutdown rolled back the others and left this job in flight
-		// while its handler wound down: give it back now, whatever the
-		// handler returned (at least once).
-		cancel()
-		r.giveBack(d.bucket, member)
-		r.observeDone(took, job, OutcomeInterrupted, err)
-		return
 	}
 	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
 	cancel()
 	interrupted := g.handlerCtx.Err() != nil
 	if interrupted && (err != nil || timedOut) {
 		r.observeDone(took, job, OutcomeInterrupted, err)
-		return // canceled by Shutdown: the rollback returns it unspent
+		r.conclude(d.bucket, member, nil) // canceled by Shutdown: the job goes back unspent
+		return
 	}
 	if err == nil && timedOut {
 		err = ErrConsumeTimeout
 	}
 	if err != nil {
-		r.observeDone(took, job, r.fail(d.bucket, job, h, token, err), err)
+		r.observeDone(took, job, r.fail(d.bucket, member, job, h, token, err), err)
 		return
 	}
 	acked, rejoined, delay := ch.State()
@@ -787,7 +806,7 @@ func (r *runner) handle(d delivery) {
 		r.warnUnAck(job.ID)
 	}
 	r.observeDone(took, job, outcomeOf(out.Op), nil)
-	r.submit(d.bucket, out)
+	r.conclude(d.bucket, member, &out)
 }
 
 // observeStart tells the observer a handler starts; its lateness is the
@@ -839,7 +858,7 @@ func (r *runner) warnUnAck(id string) {
 }
 
 // fail applies the retry policy to a failed delivery and tells which.
-func (r *runner) fail(bucket int, job *pool.Job, h pool.Header, token string, cause error) Outcome {
+func (r *runner) fail(bucket int, member string, job *pool.Job, h pool.Header, token string, cause error) Outcome {
 	g := r.g
 	h.Attempt++
 	policy := retry.For(h.MaxRetries, job.RetryIntervals, r.retries, r.intervals)
@@ -852,7 +871,7 @@ func (r *runner) fail(bucket int, job *pool.Job, h pool.Header, token string, ca
 	}
 	if again {
 		g.env.Logger.Debug("redeq: job failed, retrying", "topic", r.topic, "id", job.ID, "attempt", h.Attempt, "retry_in", delay, "err", cause)
-		r.submit(bucket, ack.Outcome{ID: job.ID, Token: token, Op: ack.OpRetry, Delay: delay, Header: ack.HeaderFor(ack.OpRetry, h), Err: cause.Error()})
+		r.conclude(bucket, member, &ack.Outcome{ID: job.ID, Token: token, Op: ack.OpRetry, Delay: delay, Header: ack.HeaderFor(ack.OpRetry, h), Err: cause.Error()})
 		return OutcomeRetry
 	}
 	g.env.Logger.Warn("redeq: job failed for the last time", "topic", r.topic, "id", job.ID, "attempt", h.Attempt, "err", cause)
@@ -862,7 +881,7 @@ func (r *runner) fail(bucket int, job *pool.Job, h pool.Header, token string, ca
 		final.LastError = ack.Cut(cause.Error())
 		r.final(fr, &final)
 	}
-	r.submit(bucket, ack.Outcome{ID: job.ID, Token: token, Op: ack.OpDead, Header: ack.HeaderFor(ack.OpDead, h),
+	r.conclude(bucket, member, &ack.Outcome{ID: job.ID, Token: token, Op: ack.OpDead, Header: ack.HeaderFor(ack.OpDead, h),
 		Reason: fmt.Sprintf("failed %d times; last: %v", h.Attempt, cause), Err: cause.Error()})
 	return OutcomeDead
 }

@@ -405,9 +405,10 @@ func (r *runtime) closePubSub() error {
 // (with CrashRollback; otherwise the reaper recovers them after
 // ConsumerTimeout). A job whose handler still runs then (it ignores its
 // context, or winds down for longer than a 100 ms grace) stays in flight,
-// so that no other client runs it beside its handler: it goes back when
-// the handler returns, or to the reaper after ConsumerTimeout should the
-// handler never return. Then Shutdown stops the heartbeat, the reaper,
+// so that no other client runs it beside its handler: when the handler
+// returns, its outcome is applied (or, canceled, the job goes back), and
+// should it never return, the reaper recovers the job ConsumerTimeout
+// after Shutdown. Then Shutdown stops the heartbeat, the reaper,
 // the movers and the subscription, and returns once their goroutines
 // have ended.
 // When it had to cancel running handlers, it returns an error wrapping
