@@ -1,0 +1,621 @@
+package redeq_test
+
+// Review 19: attacks on the promises about a misbehaving subscription:
+//
+//  1. a due job reaches a listening client while its subscription drops
+//     every message, goes deaf, delays every frame, drops a fraction, is
+//     cut again and again, or while subscribing again hangs: late by at
+//     most about 10 x ScanInterval, never stranded, never twice, never
+//     early;
+//  2. no goroutine or connection leaks while it resubscribes, over a
+//     minute of faults; at most one subscription connection per client;
+//  3. Shutdown returns well under 2 s whatever the subscription does,
+//     also while a resubscription is stuck, and leaves no goroutine;
+//  4. once the fault ends, pub/sub delivers again (lateness back to
+//     milliseconds) and the client stops resubscribing.
+//
+// Lateness is measured by the wall clock the server schedules by, from the
+// latest moment the job can have been due (Add's return plus its delay);
+// earliness from the earliest (Add's call plus its delay).
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/bucket"
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// r19Env is M (direct, owns the topic's only bucket; nil when the test has
+// no mover client) and L (the only listener, through the proxy).
+type r19Env struct {
+	t      *testing.T
+	p      *faultProxy
+	addr   string
+	prefix string
+	topic  string
+	m, lc  *redeq.Client
+	l      *listener
+	direct *redis.Client
+	dials  atomic.Int64 // dials L's go-redis client made
+
+	mu  sync.Mutex
+	due map[string][2]time.Time // earliest, latest due time
+}
+
+// r19Setup builds the environment. With m false, L is alone and owns
+// every bucket. opts configures L's go-redis client (Addr and Dialer are
+// set here).
+func r19Setup(t *testing.T, withM bool, opts redis.Options) *r19Env {
+	t.Helper()
+	addr := r12Addr(t)
+	ctx := context.Background()
+	e := &r19Env{t: t, addr: addr, due: map[string][2]time.Time{}}
+	e.p = startFaultProxy(t, addr)
+	cfg := testutil.Config(t)
+	e.prefix = cfg.Prefix
+	e.direct = redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { e.direct.Close() })
+	opts.Addr = e.p.Addr()
+	opts.Dialer = func(ctx context.Context, network, a string) (net.Conn, error) {
+		e.dials.Add(1)
+		d := net.Dialer{Timeout: 5 * time.Second}
+		return d.DialContext(ctx, network, a)
+	}
+	viaProxy := redis.NewClient(&opts)
+	t.Cleanup(func() { viaProxy.Close() })
+	lc, err := redeq.New(viaProxy, cfg)
+	require.NoError(t, err)
+	e.lc = lc
+	t.Cleanup(func() { _ = lc.Shutdown(context.Background()) })
+	if !withM {
+		e.topic = "t"
+		e.l = newListener(e.topic, nil)
+		startWith(t, lc, e.l)
+		require.NoError(t, e.direct.Ping(ctx).Err())
+		require.NoError(t, lc.Add(ctx, &redeq.Job{Topic: e.topic, ID: "before"}))
+		waitFor(t, 10*time.Second, "the job added before the fault ran (setup works)", func() bool { return e.l.byID()["before"] == 1 })
+		return e
+	}
+	m, err := redeq.New(e.direct, cfg)
+	require.NoError(t, err)
+	e.m = m
+	t.Cleanup(func() { _ = m.Shutdown(context.Background()) })
+	for i := 0; e.topic == ""; i++ {
+		if name := fmt.Sprint("t", i); bucket.Owner([]string{m.ConsumerID(), lc.ConsumerID()}, keys.Address(name, 0)) == m.ConsumerID() {
+			e.topic = name
+		}
+	}
+	require.NoError(t, m.Add(ctx, &redeq.Job{Topic: e.topic, ID: "before"}))
+	require.NoError(t, m.Start(ctx))
+	e.l = newListener(e.topic, nil)
+	startWith(t, lc, e.l)
+	waitFor(t, 10*time.Second, "the job added before the fault ran (setup works)", func() bool { return e.l.byID()["before"] == 1 })
+	waitFor(t, 10*time.Second, "both clients announced", func() bool {
+		return e.direct.ZCard(ctx, keys.Movers(cfg.Prefix)).Val() == 2
+	})
+	time.Sleep(3 * cfg.ScanInterval)
+	return e
+}
+
+// add adds one job due after d, through M, and records its due window.
+func (e *r19Env) add(id string, d time.Duration) {
+	lo := time.Now().Add(d)
+	require.NoError(e.t, e.m.Add(context.Background(), &redeq.Job{Topic: e.topic, ID: id, Delay: d}))
+	hi := time.Now().Add(d)
+	e.mu.Lock()
+	e.due[id] = [2]time.Time{lo, hi}
+	e.mu.Unlock()
+}
+
+// feed adds n jobs named prefix0.., one every gap, each due after a random
+// delay below maxDelay (a quarter of them due at once); it returns their
+// ids and when the last is due.
+func (e *r19Env) feed(rng *rand.Rand, prefix string, n int, gap, maxDelay time.Duration) ([]string, time.Time) {
+	var ids []string
+	var last time.Time
+	for i := range n {
+		id := fmt.Sprint(prefix, i)
+		d := time.Duration(0)
+		if rng.IntN(4) != 0 {
+			d = time.Duration(rng.Int64N(int64(maxDelay)))
+		}
+		e.add(id, d)
+		last = time.Now().Add(d)
+		ids = append(ids, id)
+		time.Sleep(gap)
+	}
+	return ids, last
+}
+
+// r19Figures is what happened to a set of jobs.
+type r19Figures struct {
+	n, got, missing, twice, early int
+	maxEarly                      time.Duration
+	p50, p90, p99, max            time.Duration
+	over1s, over2s                int
+	worst                         []string
+}
+
+func (f r19Figures) String() string {
+	return fmt.Sprintf("jobs=%d delivered=%d missing=%d twice=%d early=%d(max %v) lateness p50=%v p90=%v p99=%v max=%v; >1s(10 scans)=%d >2s=%d; worst: %s",
+		f.n, f.got, f.missing, f.twice, f.early, f.maxEarly, f.p50, f.p90, f.p99, f.max, f.over1s, f.over2s, strings.Join(f.worst, ", "))
+}
+
+// judge reads what happened to ids so far.
+func (e *r19Env) judge(ids []string) r19Figures {
+	runs := map[string][]time.Time{}
+	for _, d := range e.l.deliveries() {
+		runs[d.job.ID] = append(runs[d.job.ID], d.at)
+	}
+	f := r19Figures{n: len(ids)}
+	type late struct {
+		id string
+		d  time.Duration
+	}
+	var lates []late
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, id := range ids {
+		rs := runs[id]
+		if len(rs) == 0 {
+			f.missing++
+			f.worst = append(f.worst, id+" missing, due "+time.Since(e.due[id][1]).Round(time.Millisecond).String()+" ago")
+			continue
+		}
+		f.got++
+		if len(rs) > 1 {
+			f.twice++
+		}
+		at := rs[0].Round(0)
+		if eb := e.due[id][0].Round(0).Sub(at); eb > 5*time.Millisecond {
+			f.early++
+			f.maxEarly = max(f.maxEarly, eb)
+		}
+		lates = append(lates, late{id, max(0, at.Sub(e.due[id][1].Round(0)))})
+	}
+	slices.SortFunc(lates, func(a, b late) int { return int(a.d - b.d) })
+	q := func(p float64) time.Duration {
+		if len(lates) == 0 {
+			return 0
+		}
+		return lates[min(len(lates)-1, int(p*float64(len(lates))))].d.Round(time.Millisecond)
+	}
+	f.p50, f.p90, f.p99 = q(0.5), q(0.9), q(0.99)
+	if len(lates) > 0 {
+		f.max = lates[len(lates)-1].d.Round(time.Millisecond)
+	}
+	for i := len(lates) - 1; i >= 0; i-- {
+		if lates[i].d > time.Second {
+			f.over1s++
+		}
+		if lates[i].d > 2*time.Second {
+			f.over2s++
+		}
+		if len(lates)-i <= 3 {
+			f.worst = append(f.worst, fmt.Sprintf("%s %v", lates[i].id, lates[i].d.Round(time.Millisecond)))
+		}
+	}
+	return f
+}
+
+// cutSubs closes, from the server's side, every subscribed connection that
+// goes through the proxy (L's subscription only): a reset, not a silence.
+func (e *r19Env) cutSubs() int {
+	e.p.mu.Lock()
+	ours := map[string]bool{}
+	for _, c := range e.p.conns {
+		ours[c.LocalAddr().String()] = true
+	}
+	e.p.mu.Unlock()
+	ctx := context.Background()
+	list, err := e.direct.Do(ctx, "CLIENT", "LIST", "TYPE", "pubsub").Text()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		var id, a string
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "id="); ok {
+				id = v
+			}
+			if v, ok := strings.CutPrefix(f, "addr="); ok {
+				a = v
+			}
+		}
+		if id != "" && ours[a] {
+			if e.direct.Do(ctx, "CLIENT", "KILL", "ID", id).Err() == nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// clientSockets counts the sockets of this machine connected to the proxy
+// and established: L's connections as L sees them (those the proxy holds
+// in their handshake too).
+func (e *r19Env) clientSockets() int {
+	_, port, _ := net.SplitHostPort(e.p.Addr())
+	pn, _ := strconv.Atoi(port)
+	want := fmt.Sprintf(":%04X", pn)
+	f, err := os.Open("/proc/net/tcp")
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) > 3 && strings.HasSuffix(fs[2], want) && fs[3] == "01" {
+			n++
+		}
+	}
+	return n
+}
+
+// heldHandshakes is how many of L's connections the proxy holds in their
+// handshake (holdNew) and L has not given up yet.
+func (e *r19Env) heldHandshakes() int64 { return int64(e.clientSockets()) - e.p.open.Load() }
+
+// r19Sampler samples the subscription connections every 20 ms.
+type r19Sampler struct {
+	stop                 chan struct{}
+	done                 chan struct{}
+	maxSubOpen, maxHeld  atomic.Int64
+	samples, overOne     atomic.Int64 // samples; samples with >1 subscribed conn
+	maxSocks, maxOverOne atomic.Int64 // longest run of >1, in samples
+}
+
+func (e *r19Env) sample() *r19Sampler {
+	s := &r19Sampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		run := int64(0)
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			so := e.p.subOpen.Load()
+			socks := int64(e.clientSockets())
+			held := socks - e.p.open.Load()
+			s.samples.Add(1)
+			if so > s.maxSubOpen.Load() {
+				s.maxSubOpen.Store(so)
+			}
+			if held > s.maxHeld.Load() {
+				s.maxHeld.Store(held)
+			}
+			if socks > s.maxSocks.Load() {
+				s.maxSocks.Store(socks)
+			}
+			if so+max(0, held) > 1 {
+				s.overOne.Add(1)
+				run++
+				if run > s.maxOverOne.Load() {
+					s.maxOverOne.Store(run)
+				}
+			} else {
+				run = 0
+			}
+		}
+	}()
+	return s
+}
+
+func (s *r19Sampler) end() string {
+	close(s.stop)
+	<-s.done
+	return fmt.Sprintf("max subscribed conns open=%d, max handshakes held=%d, max L sockets=%d, samples with >1 subscription conn (open or in handshake)=%d/%d (longest run %v)",
+		s.maxSubOpen.Load(), s.maxHeld.Load(), s.maxSocks.Load(), s.overOne.Load(), s.samples.Load(), time.Duration(s.maxOverOne.Load())*20*time.Millisecond)
+}
+
+// r19Fault is one way the subscription misbehaves: on sets it up, step
+// (when every > 0) runs every `every`, off ends it.
+type r19Fault struct {
+	on, off func(e *r19Env)
+	every   time.Duration
+	step    func(e *r19Env, i int, rng *rand.Rand)
+	pool    bool          // L keeps 16 idle connections (modes where new connections hang)
+	window  time.Duration // how long jobs are added under the fault
+}
+
+func (f r19Fault) run(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	opts := redis.Options{}
+	if f.pool {
+		opts = redis.Options{PoolSize: 16, MinIdleConns: 16}
+	}
+	e := r19Setup(t, true, opts)
+	rng := rand.New(rand.NewPCG(19, uint64(len(t.Name()))))
+	bound := 2 * 10 * testutil.Fast().ScanInterval
+	var fails []string
+
+	// Healthy, for comparison.
+	base, last := e.feed(rng, "base", 8, 150*time.Millisecond, 800*time.Millisecond)
+	time.Sleep(time.Until(last) + 500*time.Millisecond)
+	fb := e.judge(base)
+	t.Logf("healthy:   %v", fb)
+
+	// Under the fault.
+	s0, d0 := e.p.subs.Load(), e.dials.Load()
+	g0 := runtime.NumGoroutine()
+	smp := e.sample()
+	f.on(e)
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		if f.every == 0 {
+			return
+		}
+		r := rand.New(rand.NewPCG(7, 19))
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(f.every):
+			}
+			f.step(e, i, r)
+		}
+	}()
+	time.Sleep(time.Second) // the fault is established
+	n := int(f.window / (200 * time.Millisecond))
+	faulty, last := e.feed(rng, "f", n, 200*time.Millisecond, time.Second)
+	time.Sleep(time.Until(last) + bound + 500*time.Millisecond)
+	ff := e.judge(faulty)
+	close(stop)
+	<-stopped
+	f.off(e)
+	sm := smp.end()
+	t.Logf("fault:     %v", ff)
+	t.Logf("fault:     %s; subscriptions made=%d, dials=%d, goroutines %d -> %d, proxy dropped %d frames",
+		sm, e.p.subs.Load()-s0, e.dials.Load()-d0, g0, runtime.NumGoroutine(), e.p.dropped.Load())
+	if ff.missing > 0 || ff.twice > 0 || ff.early > 0 || ff.over2s > 0 {
+		fails = append(fails, "under the fault: "+ff.String())
+	}
+
+	// After the fault: how long until L stops making new subscriptions
+	// (none for 3 s; at most 15 s watched).
+	offAt := time.Now()
+	sOff := e.p.subs.Load()
+	seen, changed := sOff, offAt
+	for time.Since(changed) < 3*time.Second && time.Since(offAt) < 15*time.Second {
+		time.Sleep(20 * time.Millisecond)
+		if n := e.p.subs.Load(); n != seen {
+			seen, changed = n, time.Now()
+		}
+	}
+	t.Logf("recovered: the last new subscription came %v after the fault ended (%d subscriptions made since; watched %v)",
+		changed.Sub(offAt).Round(time.Millisecond), seen-sOff, time.Since(offAt).Round(time.Millisecond))
+	if time.Since(changed) < 3*time.Second {
+		fails = append(fails, fmt.Sprintf("still making new subscriptions %v after the fault ended", time.Since(offAt).Round(time.Millisecond)))
+	}
+	s1, d1, h1 := e.p.subs.Load(), e.dials.Load(), e.p.subOpen.Load()
+	recStart := time.Now()
+	rec, last := e.feed(rng, "r", 15, 200*time.Millisecond, time.Second)
+	time.Sleep(time.Until(last) + 1500*time.Millisecond)
+	fr := e.judge(rec)
+	s2, d2, h2 := e.p.subs.Load(), e.dials.Load(), e.p.subOpen.Load()
+	t.Logf("recovered: %v", fr)
+	t.Logf("recovered: over the %v of these jobs: new subscriptions=%d, new dials=%d, subscribed conns open %d -> %d",
+		time.Since(recStart).Round(time.Millisecond), s2-s1, d2-d1, h1, h2)
+	if fr.missing > 0 || fr.twice > 0 || fr.early > 0 || fr.max > 250*time.Millisecond {
+		fails = append(fails, "after recovery (want lateness <= 250 ms): "+fr.String())
+	}
+	if s2 != s1 {
+		fails = append(fails, fmt.Sprintf("still resubscribing after recovery: %d new subscriptions", s2-s1))
+	}
+	_ = ctx
+	require.Emptyf(t, fails, "bound under the fault %v (2 x 10 ScanIntervals)", bound)
+}
+
+func r19Off(e *r19Env) {
+	e.p.deaf.Store(false)
+	e.p.dropMsgs.Store(false)
+	e.p.setDropRate(0)
+	e.p.delay.Store(0)
+	e.p.holdNew.Store(false)
+}
+
+
+
+
+
+
+
+
+// Every new connection hangs in its handshake, and the subscription is
+// reset every second: go-redis's own reconnection (inside the receive)
+// hangs, and so does subscribing again.
+func TestReview19HoldNewCutSubs(t *testing.T) {
+	r19Fault{on: func(e *r19Env) { e.p.holdNew.Store(true) }, off: r19Off, pool: true, window: 10 * time.Second,
+		every: time.Second, step: func(e *r19Env, _ int, _ *rand.Rand) { e.cutSubs() }}.run(t)
+}
+
+// Every 300 ms another fault: none, deaf, messages dropped, frames delayed
+// 1 s, the subscription reset, new connections held (with the subscription
+// reset), every connection cut.
+func TestReview19Chaos(t *testing.T) {
+	r19Fault{on: func(e *r19Env) {}, off: r19Off, pool: true, window: 12 * time.Second,
+		every: 300 * time.Millisecond, step: func(e *r19Env, _ int, r *rand.Rand) {
+			r19Off(e)
+			switch r.IntN(7) {
+			case 1:
+				e.p.deaf.Store(true)
+			case 2:
+				e.p.dropMsgs.Store(true)
+			case 3:
+				e.p.delay.Store(int64(time.Second))
+			case 4:
+				e.cutSubs()
+			case 5:
+				e.p.holdNew.Store(true)
+				e.cutSubs()
+			case 6:
+				e.p.cutAll()
+			}
+		}}.run(t)
+}
+
+
+// ownGoroutines counts the goroutines of the process other than the
+// proxy's.
+func ownGoroutines() int {
+	n := 0
+	for _, g := range goroutineStacks() {
+		if !strings.Contains(g, "(*faultProxy)") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestReview19NoLeakOverAMinute attacks promise 2: about a minute of
+// faults, one after another (8 s each): every message dropped, deaf on
+// and off every 300 ms, deaf with every new connection hanging in its
+// handshake, new connections hanging with the subscription reset every
+// second, every frame delayed 3 s, the subscription reset every 200 ms.
+// At the end of each, it counts the process's goroutines (the proxy's
+// left out), L's established sockets, its subscribed connections, and the
+// handshakes the proxy holds; after the faults, the same once L settled.
+func TestReview19NoLeakOverAMinute(t *testing.T) {
+	if !isolated(t) {
+		return // counts goroutines: a process of its own
+	}
+	e := r19Setup(t, true, redis.Options{PoolSize: 16, MinIdleConns: 16})
+	ctx := context.Background()
+	type phase struct {
+		name  string
+		on    func()
+		every time.Duration
+		step  func(i int)
+	}
+	phases := []phase{
+		{name: "dropMsgs", on: func() { e.p.dropMsgs.Store(true) }},
+		{name: "deafFlap300ms", on: func() { e.p.deaf.Store(true) }, every: 300 * time.Millisecond, step: func(i int) { e.p.deaf.Store(i%2 == 1) }},
+		{name: "holdNew+deaf", on: func() { e.p.holdNew.Store(true); e.p.deaf.Store(true) }},
+		{name: "holdNew+cutSubs1s", on: func() { e.p.holdNew.Store(true) }, every: time.Second, step: func(int) { e.cutSubs() }},
+		{name: "delay3s", on: func() { e.p.delay.Store(int64(3 * time.Second)) }},
+		{name: "cutSubs200ms", on: func() {}, every: 200 * time.Millisecond, step: func(int) { e.cutSubs() }},
+	}
+	time.Sleep(time.Second)
+	g0, k0, s0 := ownGoroutines(), e.clientSockets(), e.p.subOpen.Load()
+	t.Logf("before: goroutines=%d L sockets=%d subscribed conns open=%d", g0, k0, s0)
+	smp := e.sample()
+	gmax := g0
+	var fails []string
+	for pi, ph := range phases {
+		ph.on()
+		end := time.Now().Add(8 * time.Second)
+		next := time.Now().Add(ph.every)
+		for i := 0; time.Now().Before(end); {
+			time.Sleep(20 * time.Millisecond)
+			gmax = max(gmax, ownGoroutines())
+			if ph.every > 0 && time.Now().After(next) {
+				ph.step(i)
+				i++
+				next = next.Add(ph.every)
+			}
+		}
+		id := fmt.Sprint("phase", pi)
+		e.add(id, 0)
+		waitFor(t, 3*time.Second, "a job added at the end of "+ph.name+" ran", func() bool { return e.l.byID()[id] == 1 })
+		t.Logf("end of %-18s goroutines=%d L sockets=%d subscribed conns open=%d handshakes held=%d subscriptions made so far=%d dials=%d",
+			ph.name+":", ownGoroutines(), e.clientSockets(), e.p.subOpen.Load(), e.heldHandshakes(), e.p.subs.Load(), e.dials.Load())
+		r19Off(e)
+	}
+	sm := smp.end()
+	offAt := time.Now()
+	seen, changed := e.p.subs.Load(), offAt
+	for time.Since(changed) < 3*time.Second && time.Since(offAt) < 12*time.Second {
+		time.Sleep(20 * time.Millisecond)
+		if n := e.p.subs.Load(); n != seen {
+			seen, changed = n, time.Now()
+		}
+	}
+	g1, k1, s1 := ownGoroutines(), e.clientSockets(), e.p.subOpen.Load()
+	t.Logf("over the faults: %s; max goroutines=%d", sm, gmax)
+	t.Logf("after (settled %v after the faults): goroutines=%d (before %d) L sockets=%d (before %d) subscribed conns open=%d",
+		changed.Sub(offAt).Round(time.Millisecond), g1, g0, k1, k0, s1)
+	require.NoError(t, e.m.Add(ctx, &redeq.Job{Topic: e.topic, ID: "after"}))
+	waitFor(t, 2*time.Second, "a job after the faults ran", func() bool { return e.l.byID()["after"] == 1 })
+	if g1 > g0+5 {
+		fails = append(fails, fmt.Sprintf("goroutines %d -> %d", g0, g1))
+	}
+	if k1 > k0+1 {
+		fails = append(fails, fmt.Sprintf("L's sockets %d -> %d", k0, k1))
+	}
+	if s1 != 1 || smp.maxSubOpen.Load() > 1 {
+		fails = append(fails, fmt.Sprintf("subscribed conns open %d at the end, max %d", s1, smp.maxSubOpen.Load()))
+	}
+	require.Empty(t, fails)
+}
+
+
+// TestReview19CutAllDuringHungResubscribe attacks promises 1 and 4: five
+// times, L's subscription goes deaf and new connections hang, so that a
+// resubscription is stuck in its handshake; then every connection through
+// the proxy is cut (the stuck handshake too) and the fault ends at once.
+// Each time it measures how long until L stops making new subscriptions,
+// and the lateness of a job added 1 s after the cut.
+func TestReview19CutAllDuringHungResubscribe(t *testing.T) {
+	t.Parallel()
+	e := r19Setup(t, true, redis.Options{PoolSize: 16, MinIdleConns: 16})
+	var fails, figs []string
+	for k := range 5 {
+		e.p.holdNew.Store(true)
+		e.p.deaf.Store(true)
+		waitFor(t, 10*time.Second, "a resubscription hangs in its handshake", func() bool { return e.heldHandshakes() > 0 })
+		time.Sleep(time.Duration(100+200*k) * time.Millisecond)
+		r19Off(e)
+		e.p.cutAll()
+		cut := time.Now()
+		seen, changed := e.p.subs.Load(), cut
+		added := false
+		id := fmt.Sprint("cut", k)
+		for time.Since(changed) < 2*time.Second && time.Since(cut) < 10*time.Second {
+			time.Sleep(20 * time.Millisecond)
+			if n := e.p.subs.Load(); n != seen {
+				seen, changed = n, time.Now()
+			}
+			if !added && time.Since(cut) > time.Second {
+				e.add(id, 0)
+				added = true
+			}
+		}
+		if !added {
+			e.add(id, 0)
+			time.Sleep(time.Second)
+		}
+		f := e.judge([]string{id})
+		figs = append(figs, fmt.Sprintf("cycle %d: last new subscription %v after the cut, job lateness %v, subscribed conns open %d",
+			k, changed.Sub(cut).Round(time.Millisecond), f.max, e.p.subOpen.Load()))
+		if f.missing > 0 || f.twice > 0 || f.max > 250*time.Millisecond || time.Since(changed) < 2*time.Second || e.p.subOpen.Load() != 1 {
+			fails = append(fails, figs[len(figs)-1])
+		}
+	}
+	t.Logf("%s", strings.Join(figs, "\n"))
+	require.Empty(t, fails)
+}
