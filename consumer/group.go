@@ -47,6 +47,9 @@ type Group struct {
 	bc         broadcasts
 	// cleanupUntil is the end of Shutdown's budget once it is fixed.
 	cleanupUntil atomic.Pointer[time.Time]
+	canceledAt   atomic.Pointer[time.Time] // when Shutdown's ctx was first seen canceled
+	keptWG       sync.WaitGroup            // deliveries kept in flight for their handlers, until concluded
+	keptN        atomic.Int64              // their number
 
 	started  atomic.Bool
 	stopping atomic.Bool
@@ -251,8 +254,38 @@ func (g *Group) Shutdown(ctx context.Context) error {
 	}
 	g.handlerCancel()
 	finished = g.endBroadcasts(waitCtx, cleanup) && finished
+	// From now on, a handler still running keeps its job in flight: its
+	// worker concludes it itself once the handler returns (keepRunning).
+	// The outcomes of the handlers that returned before reach the
+	// settlers, which apply them before they stop.
+	keep := make(map[*runner][]map[string]bool, len(g.runners))
+	kept := 0
+	for _, r := range g.runners {
+		k, n := r.keepRunning()
+		keep[r], kept = k, kept+n
+	}
+	if kept > 0 {
+		// A heartbeat now: the reaper's ConsumerTimeout for the jobs kept
+		// counts from here at the earliest, so a handler that returns
+		// within it of being canceled concludes its job before any other
+		// consumer may take it, whatever happens to the rollback. On a
+		// goroutine of its own, like the rollback: a new connection's
+		// handshake ignores ctx.
+		beat := make(chan error, 1)
+		go func() { beat <- g.heartbeat(cleanup) }()
+		var herr error
+		select {
+		case herr = <-beat:
+		case <-cleanup.Done():
+			herr = cleanup.Err()
+		}
+		if herr != nil {
+			g.env.Logger.Warn("redeq: heartbeat for the jobs left in flight failed", "err", herr)
+		}
+	}
 	waitFor(cleanup, &g.fetchWG) // dispatchers end with fetchCtx; settlers end below
 	for _, r := range g.runners {
+		waitFor(cleanup, &r.submits) // outcomes on their way to the settler
 		close(r.stopSettle)
 	}
 	settled := make(chan struct{})
@@ -270,33 +303,24 @@ func (g *Group) Shutdown(ctx context.Context) error {
 	g.settleCancel()
 
 	var err error
-	clean := true
-	kept := 0
+	clean := kept == 0
 	if g.cfg.Rollback() {
 		// go-redis does not bound every wait by ctx (a new connection's
 		// handshake has its own timeout), so the rollback runs on its own
 		// and Shutdown stops waiting for it when the budget ends. What it
 		// had not rolled back by then stays in flight for the reaper; if
 		// it goes on later, its scripts are fenced and harmless.
-		type rolledBack struct {
-			kept int
-			err  error
-		}
-		rolled := make(chan rolledBack, 1)
-		go func() {
-			kept, err := g.rollback(cleanup)
-			rolled <- rolledBack{kept, err}
-		}()
+		rolled := make(chan error, 1)
+		go func() { rolled <- g.rollback(cleanup, keep) }()
 		select {
-		case rb := <-rolled:
-			err, kept = rb.err, rb.kept
+		case err = <-rolled:
 		case <-cleanup.Done():
 			err = fmt.Errorf("redeq: rollback unfinished when shutdown's time ran out (the reaper recovers the rest): %w", cleanup.Err())
 		}
 		// A job left in flight keeps this consumer in the alive set: the
 		// reaper recovers it only after ConsumerTimeout, should its
 		// handler never return.
-		clean = err == nil && kept == 0
+		clean = clean && err == nil
 	} else {
 		clean = false
 	}
@@ -304,13 +328,6 @@ func (g *Group) Shutdown(ctx context.Context) error {
 	waitFor(cleanup, &g.bgWG)
 	if clean {
 		g.leave(cleanup)
-	} else if kept > 0 {
-		// A last heartbeat: the reaper's ConsumerTimeout for the jobs left
-		// in flight counts from now, so a handler that returns within it
-		// concludes its job before any other consumer may take it.
-		if herr := g.heartbeat(cleanup); herr != nil {
-			g.env.Logger.Warn("redeq: last heartbeat for the jobs left in flight failed", "err", herr)
-		}
 	}
 	if !finished {
 		// Like net/http.Server.Shutdown: say that handlers were abandoned.
@@ -347,8 +364,38 @@ const (
 func (g *Group) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	until := g.CleanupDeadline(ctx)
 	g.cleanupUntil.Store(&until)
-	return context.WithDeadline(context.WithoutCancel(ctx), until)
+	return g.Budget(ctx)
 }
+
+// Budget is a context that ends with Shutdown's budget (CleanupDeadline),
+// or cleanupMin after ctx is canceled, whichever comes first: a ctx
+// canceled without a deadline ends the budget as its deadline would.
+func (g *Group) Budget(ctx context.Context) (context.Context, context.CancelFunc) {
+	budget, cancel := context.WithDeadline(context.WithoutCancel(ctx), g.CleanupDeadline(ctx))
+	var timer atomic.Pointer[time.Timer]
+	stop := context.AfterFunc(ctx, func() {
+		// From the first time ctx was seen canceled: the client's steps
+		// after the group's share the budget.
+		now := g.env.Clock.Now()
+		g.canceledAt.CompareAndSwap(nil, &now)
+		timer.Store(time.AfterFunc(max(cleanupMin-now.Sub(*g.canceledAt.Load()), 0), cancel))
+	})
+	return budget, func() {
+		stop()
+		if t := timer.Load(); t != nil {
+			t.Stop()
+		}
+		cancel()
+	}
+}
+
+// WaitKept waits until every job Shutdown left in flight for its handler
+// was concluded by its worker, or ctx ends; it reports whether they were.
+func (g *Group) WaitKept(ctx context.Context) bool { return waitFor(ctx, &g.keptWG) }
+
+// Kept is the number of jobs Shutdown left in flight for their handlers
+// that are not concluded yet.
+func (g *Group) Kept() int { return int(g.keptN.Load()) }
 
 // handlersRunning reports whether a listener's handler runs (or its
 // FinalRetry).
@@ -374,6 +421,8 @@ func (g *Group) CleanupDeadline(ctx context.Context) time.Time {
 	until := now.Add(g.cfg.ShutdownTimeout)
 	if d, ok := ctx.Deadline(); ok {
 		until = d
+	} else if ctx.Err() != nil {
+		until = now // canceled: as a deadline passed
 	}
 	if least := now.Add(cleanupMin); until.Before(least) {
 		until = least
@@ -403,21 +452,20 @@ func waitDone(ctx context.Context, done <-chan struct{}) bool {
 }
 
 // rollback returns every job of this consumer's in-flight lists to its
-// bucket, due now, without counting an attempt; except the jobs whose
-// handler still runs, which it leaves in flight for their workers to give
-// back when the handlers return (see runner.keepRunning): another
-// consumer must not run a job beside its handler here. It returns how
-// many it left.
-func (g *Group) rollback(ctx context.Context) (kept int, err error) {
+// bucket, due now, without counting an attempt; except the jobs kept in
+// flight for their handlers (keep, from runner.keepRunning), and any whose
+// handler runs still: another consumer must not run a job beside its
+// handler here, and the worker concludes it.
+func (g *Group) rollback(ctx context.Context, keep map[*runner][]map[string]bool) error {
 	var errs []error
 	for topic, r := range g.runners {
-		keep := r.keepRunning()
 		for b := range r.buckets {
 			var n int
 			var err error
-			if len(keep[b]) > 0 {
-				kept += len(keep[b])
-				n, err = ready.Release(ctx, g.rdb, g.cfg.Prefix, topic, b, g.cid, func(m string) bool { return keep[b][m] })
+			if len(keep[r][b]) > 0 || r.runningIn(b) {
+				n, err = ready.Release(ctx, g.rdb, g.cfg.Prefix, topic, b, g.cid, func(m string) bool {
+					return keep[r][b][m] || r.isRunning(b, m)
+				})
 			} else {
 				n, _, err = g.recoverList(ctx, topic, b, g.cid, modeRollback, "+inf", g.cfg.ConsumerTimeout)
 			}
@@ -427,7 +475,7 @@ func (g *Group) rollback(ctx context.Context) (kept int, err error) {
 			g.returned(topic, n, false)
 		}
 	}
-	return kept, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // leave removes this consumer from its topics' consumer sets and from

@@ -71,6 +71,9 @@ type runner struct {
 	// its handler returns. Both under heldMu.
 	running []map[string]bool
 	kept    []map[string]bool
+	// submits counts the outcomes on their way to the settler: Shutdown
+	// waits for them before it stops the settler.
+	submits sync.WaitGroup
 	notify  chan struct{}
 	freed   chan struct{}
 	busy    atomic.Int64
@@ -214,18 +217,6 @@ func (r *runner) started(b int, member string) {
 	r.heldMu.Unlock()
 }
 
-// returned records that the handler of delivery member of bucket b
-// returned, and reports whether Shutdown left the delivery in flight for
-// it (keepRunning): its worker then concludes it itself.
-func (r *runner) returned(b int, member string) bool {
-	r.heldMu.Lock()
-	defer r.heldMu.Unlock()
-	delete(r.running[b], member)
-	kept := r.kept[b][member]
-	delete(r.kept[b], member)
-	return kept
-}
-
 // anyRunning reports whether a handler of the runner runs.
 func (r *runner) anyRunning() bool {
 	r.heldMu.Lock()
@@ -242,18 +233,37 @@ func (r *runner) anyRunning() bool {
 // flight, and returns them per bucket: Shutdown's rollback leaves them,
 // so that no other consumer runs a job while its handler here still winds
 // down, and each worker concludes its own once its handler returned.
-func (r *runner) keepRunning() []map[string]bool {
+func (r *runner) keepRunning() ([]map[string]bool, int) {
 	r.heldMu.Lock()
 	defer r.heldMu.Unlock()
 	keep := make([]map[string]bool, r.buckets)
+	n := 0
 	for b, running := range r.running {
 		keep[b] = map[string]bool{}
 		for m := range running {
 			r.kept[b][m] = true
 			keep[b][m] = true
+			r.g.keptWG.Add(1) // under heldMu: before its conclude sees it kept
+			r.g.keptN.Add(1)
+			n++
 		}
 	}
-	return keep
+	return keep, n
+}
+
+// runningIn reports whether a handler of bucket b runs.
+func (r *runner) runningIn(b int) bool {
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	return len(r.running[b]) > 0
+}
+
+// isRunning reports whether the handler of delivery member of bucket b
+// runs.
+func (r *runner) isRunning(b int, member string) bool {
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	return r.running[b][member]
 }
 
 // conclude ends the run of delivery member of bucket b with its outcome
@@ -264,12 +274,25 @@ func (r *runner) keepRunning() []map[string]bool {
 // then (a client from Open closed its connection), the reaper recovers
 // the job after ConsumerTimeout.
 func (r *runner) conclude(b int, member string, out *ack.Outcome) {
-	if !r.returned(b, member) {
+	r.heldMu.Lock()
+	delete(r.running[b], member)
+	kept := r.kept[b][member]
+	delete(r.kept[b], member)
+	if !kept && out != nil {
+		r.submits.Add(1) // under heldMu: before keepRunning, or kept
+	}
+	r.heldMu.Unlock()
+	if !kept {
 		if out != nil {
 			r.submit(b, *out)
+			r.submits.Done()
 		}
 		return // the rollback gives back a job without an outcome
 	}
+	defer func() {
+		r.g.keptN.Add(-1)
+		r.g.keptWG.Done()
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), concludeTimeout)
 	defer cancel()
 	var err error

@@ -439,13 +439,6 @@ func r19Off(e *r19Env) {
 	e.p.holdNew.Store(false)
 }
 
-
-
-
-
-
-
-
 // Every new connection hangs in its handshake, and the subscription is
 // reset every second: go-redis's own reconnection (inside the receive)
 // hangs, and so does subscribing again.
@@ -478,7 +471,6 @@ func TestReview19Chaos(t *testing.T) {
 			}
 		}}.run(t)
 }
-
 
 // ownGoroutines counts the goroutines of the process other than the
 // proxy's.
@@ -572,7 +564,6 @@ func TestReview19NoLeakOverAMinute(t *testing.T) {
 	}
 	require.Empty(t, fails)
 }
-
 
 // TestReview19CutAllDuringHungResubscribe attacks promises 1 and 4: five
 // times, L's subscription goes deaf and new connections hang, so that a

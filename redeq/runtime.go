@@ -430,7 +430,25 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	c.closed = true
 	r := c.run
 	c.mu.Unlock()
-	defer c.closeOwnRedis() // last, once nothing uses the connection
+	// Last, once nothing uses the connection: the jobs Shutdown left in
+	// flight for their handlers are concluded through it when the
+	// handlers return, so it closes then, or ConsumerTimeout later, when
+	// the reaper may have taken them anyway.
+	defer func() {
+		if !c.ownsRedis {
+			return
+		}
+		if c.group.Kept() == 0 {
+			c.closeOwnRedis()
+			return
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConsumerTimeout)
+			defer cancel()
+			c.group.WaitKept(ctx)
+			c.closeOwnRedis()
+		}()
+	}()
 	if r == nil {
 		return nil
 	}
@@ -440,7 +458,7 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	// stuck on a Redis that does not answer is not waited for past the
 	// budget (it ends once go-redis's own timeouts fire: a subscription
 	// reconnecting holds its lock through the handshake, whatever ctx).
-	budget, cancel := context.WithDeadline(context.WithoutCancel(ctx), c.group.CleanupDeadline(ctx))
+	budget, cancel := c.group.Budget(ctx)
 	defer cancel()
 	done := make(chan struct{})
 	go func() {
