@@ -798,9 +798,13 @@ func (r *runner) handle(d delivery) {
 		took = g.env.Clock.Now().Sub(start)
 	}
 	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
+	// Interrupted: the handler's own context was canceled by Shutdown
+	// when it returned. Shutdown's cancel reaches a handler's context
+	// (a child, with ConsumeTimeout) a moment after the client's: a
+	// failure returned meanwhile, its context still alive, is a failure.
+	interrupted := errors.Is(ctx.Err(), context.Canceled) && g.handlerCtx.Err() != nil
 	cancel()
-	interrupted := g.handlerCtx.Err() != nil
-	if interrupted && (err != nil || timedOut) {
+	if interrupted && err != nil {
 		r.observeDone(took, job, OutcomeInterrupted, err)
 		r.conclude(d.bucket, member, nil) // canceled by Shutdown: the job goes back unspent
 		return

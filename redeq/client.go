@@ -84,9 +84,14 @@ type Client struct {
 	group    *consumer.Group
 	observer Observer // set by Observe before use; nil: nothing observed
 
-	mu     sync.Mutex
-	run    *runtime // nil until Start
-	closed bool
+	mu  sync.Mutex
+	run *runtime // nil until Start
+	// starting is set while Start runs its calls to Redis, without the
+	// lock: a Shutdown meanwhile cancels startCancel and returns; Start
+	// then takes down what it started.
+	starting    bool
+	startCancel context.CancelFunc
+	closed      bool
 
 	ownsRedis bool // set by Open: Shutdown closes rdb (see open.go)
 }

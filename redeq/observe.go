@@ -52,7 +52,7 @@ func (c *Client) Observe(o Observer) error {
 	if c.closed {
 		return ErrClientClosed
 	}
-	if c.run != nil {
+	if c.run != nil || c.starting {
 		return ErrStarted
 	}
 	if err := c.group.Observe(o); err != nil {

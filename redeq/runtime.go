@@ -109,7 +109,7 @@ func (c *Client) beforeStart(f func() error) error {
 	if c.closed {
 		return ErrClientClosed
 	}
-	if c.run != nil {
+	if c.run != nil || c.starting {
 		return ErrStarted
 	}
 	return f()
@@ -121,25 +121,62 @@ func (c *Client) beforeStart(f func() error) error {
 // topic, whether or not they listen to it. ctx bounds the start-up calls and its
 // values reach the handlers; cancelling it later does not stop the client:
 // Shutdown does.
+//
+// Start does not hold up a Shutdown called meanwhile: that Shutdown
+// returns at once, and Start, once its calls to Redis end, stops what it
+// started and returns ErrClientClosed.
 func (c *Client) Start(ctx context.Context) error {
 	if ctx == nil {
 		return pool.ErrNilContext
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
+		c.mu.Unlock()
 		return ErrClientClosed
 	}
-	if c.run != nil {
+	if c.run != nil || c.starting {
+		c.mu.Unlock()
 		return ErrStarted
 	}
+	sctx, cancel := context.WithCancel(ctx)
+	c.starting, c.startCancel = true, cancel
+	c.mu.Unlock()
+	r, err := c.start(sctx)
+	cancel()
+	c.mu.Lock()
+	c.starting, c.startCancel = false, nil
+	if err == nil && c.closed {
+		c.mu.Unlock()
+		// Shutdown came while Start ran: stop what it started.
+		sdctx, sdcancel := context.WithTimeout(context.WithoutCancel(ctx), startAbortTimeout)
+		defer sdcancel()
+		_ = c.stop(sdctx, r)
+		return ErrClientClosed
+	}
+	closed := c.closed
+	if err == nil {
+		c.run = r
+	}
+	c.mu.Unlock()
+	if err != nil && closed {
+		return fmt.Errorf("%w: shut down while starting: %w", ErrClientClosed, err)
+	}
+	return err
+}
+
+// startAbortTimeout bounds the Shutdown a Start runs when a Shutdown came
+// while it started.
+const startAbortTimeout = time.Second
+
+// start makes the client's runtime: the calls to Redis of Start.
+func (c *Client) start(ctx context.Context) (*runtime, error) {
 	// Fail fast, with a clear error, when Redis does not answer: the
 	// subscription below would otherwise retry until ctx ends.
 	pctx, cancel := context.WithTimeout(ctx, StartPingTimeout)
 	err := c.rdb.Ping(pctx).Err()
 	cancel()
 	if err != nil {
-		return fmt.Errorf("redeq: start: redis does not answer: %w", err)
+		return nil, fmt.Errorf("redeq: start: redis does not answer: %w", err)
 	}
 	chans := []string{keys.WakeChannel(c.cfg.Prefix), keys.ReadyChannel(c.cfg.Prefix), keys.ProbeChannel(c.cfg.Prefix, c.group.ID())}
 	if c.group.HasBroadcast() {
@@ -149,7 +186,7 @@ func (c *Client) Start(ctx context.Context) error {
 	// Subscribe before anything moves, so no notification is missed.
 	if _, err := ps.Receive(ctx); err != nil {
 		ps.Close()
-		return fmt.Errorf("redeq: subscribe: %w", err)
+		return nil, fmt.Errorf("redeq: subscribe: %w", err)
 	}
 	fleet := bucket.NewFleet(c.rdb, c.cfg.Prefix, c.group.ID(), c.cfg.ScanInterval)
 	// Two clients of the fleet look for silent consumers, not every one:
@@ -157,11 +194,11 @@ func (c *Client) Start(ctx context.Context) error {
 	// announces itself is reaped by the other.
 	if err := c.group.SetReaper(func() bool { return fleet.Ranks(bucket.ReaperAddress, 2) }); err != nil {
 		ps.Close()
-		return err
+		return nil, err
 	}
 	if err := c.group.Start(ctx); err != nil {
 		ps.Close()
-		return err
+		return nil, err
 	}
 	r := &runtime{ps: ps, chans: chans}
 	listened := map[string]int{}
@@ -177,8 +214,7 @@ func (c *Client) Start(ctx context.Context) error {
 	r.cancel = cancel
 	r.wg.Go(func() { r.mover.Run(runCtx) })
 	r.wg.Go(func() { c.listen(runCtx, r) })
-	c.run = r
-	return nil
+	return r, nil
 }
 
 // listen routes pub/sub messages until the subscription is closed. Nothing
@@ -414,8 +450,9 @@ func (r *runtime) closePubSub() error {
 // When it had to cancel running handlers, it returns an error wrapping
 // ctx.Err(), or context.DeadlineExceeded when ShutdownTimeout passed
 // first (the rollback still happened); else an error of the rollback, or
-// nil. A Shutdown of a client never started just
-// closes it. Later calls to Shutdown, Start and Register return
+// nil. A Shutdown of a client never started just closes it; one called
+// while Start still runs returns at once, and that Start stops what it
+// started and returns ErrClientClosed. Later calls to Shutdown, Start and Register return
 // ErrClientClosed; Add, Get and Delete keep working, except on a client
 // from Open, whose Redis connection Shutdown closes last.
 func (c *Client) Shutdown(ctx context.Context) error {
@@ -429,7 +466,19 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	}
 	c.closed = true
 	r := c.run
+	if c.starting {
+		// Start is still calling Redis: it stops what it started once
+		// those calls end (go-redis's own timeouts bound them).
+		c.startCancel()
+		c.mu.Unlock()
+		return nil
+	}
 	c.mu.Unlock()
+	return c.stop(ctx, r)
+}
+
+// stop is Shutdown of a client whose runtime is r (nil: never started).
+func (c *Client) stop(ctx context.Context, r *runtime) error {
 	// Last, once nothing uses the connection: the jobs Shutdown left in
 	// flight for their handlers are concluded through it when the
 	// handlers return, so it closes then, or ConsumerTimeout later, when
