@@ -247,7 +247,8 @@ func (g *Group) Shutdown(ctx context.Context) error {
 	if !finished {
 		g.handlerCancel()
 		// A short grace: a handler that returns as soon as it is canceled
-		// ends here; its job is rolled back below either way.
+		// ends here, and its job is rolled back below; one still running
+		// after it keeps its job (keepRunning).
 		grace, cancelGrace := context.WithTimeout(cleanup, handlerGrace)
 		waitDone(grace, workersDone)
 		cancelGrace()
