@@ -63,6 +63,17 @@ type run21 struct {
 	result              string
 }
 
+// acker is a listener of topic "t" with workers workers whose handler
+// acks at once, recorded under label.
+func (r *rec21) acker(label string, workers int) *fnListener {
+	return &fnListener{topic: "t", workers: workers, on: func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+		i := r.enter(label, job)
+		ch.Ack()
+		r.leave(job.ID, i, "ack")
+		return nil
+	}}
+}
+
 func newRec21() *rec21 {
 	return &rec21{runs: map[string][]run21{}, running: map[string]int{}, finals: map[string]int{}, t0: time.Now()}
 }
@@ -432,12 +443,7 @@ func TestReview21CrashRollbackOffLateAck(t *testing.T) {
 			r.leave(job.ID, i, "ack")
 			return nil
 		}}
-		lb := &fnListener{topic: "t", workers: 1, on: func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-			i := r.enter("B", job)
-			ch.Ack()
-			r.leave(job.ID, i, "ack")
-			return nil
-		}}
+		lb := r.acker("B", 1)
 		a := e.another(t, func(c *config.Config) { mod(c); c.CrashRollback = &off })
 		startWith(t, a, la)
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
@@ -510,12 +516,7 @@ func TestReview21WaitReplicasLaggingReplicaAtShutdown(t *testing.T) {
 		r.leave(job.ID, i, "ack")
 		return nil
 	}}
-	lb := &fnListener{topic: "t", workers: 2, on: func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-		i := r.enter("B", job)
-		ch.Ack()
-		r.leave(job.ID, i, "ack")
-		return nil
-	}}
+	lb := r.acker("B", 2)
 	a := e.another(t, mod)
 	startWith(t, a, la)
 	for _, id := range []string{"acker", "kept"} {
@@ -601,12 +602,7 @@ func TestReview21DeleteUpdateWhileKept(t *testing.T) {
 			r.leave(job.ID, i, "ack")
 			return nil
 		}}
-		lb := &fnListener{topic: "t", workers: 3, on: func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-			i := r.enter("B", job)
-			ch.Ack()
-			r.leave(job.ID, i, "ack")
-			return nil
-		}}
+		lb := r.acker("B", 3)
 		a := e.another(t, mod)
 		startWith(t, a, la)
 		ids := []string{"del-rejoin", "del-cancel", "upd"}
@@ -813,12 +809,7 @@ func TestReview21OpenClientLateAck(t *testing.T) {
 		err := a.Shutdown(sctx)
 		returned := time.Now()
 		b := e.another(t, func(c *config.Config) { c.ConsumerTimeout, c.HeartbeatInterval = timeout, 500*time.Millisecond })
-		startWith(t, b, &fnListener{topic: "t", workers: 1, on: func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-			i := r.enter("B", job)
-			ch.Ack()
-			r.leave(job.ID, i, "ack")
-			return nil
-		}})
+		startWith(t, b, r.acker("B", 1))
 		time.Sleep(time.Second)
 		once.Do(func() { close(release) })
 		time.Sleep(3 * timeout)
