@@ -272,14 +272,9 @@ func (g *Group) Shutdown(ctx context.Context) error {
 		// consumer may take it, whatever happens to the rollback. On a
 		// goroutine of its own, like the rollback: a new connection's
 		// handshake ignores ctx.
-		beat := make(chan error, 1)
-		go func() { beat <- g.heartbeat(cleanup) }()
-		var herr error
-		select {
-		case herr = <-beat:
-		case <-cleanup.Done():
-			herr = cleanup.Err()
-		}
+		_, herr := within(cleanup, g.cfg.HeartbeatInterval, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, g.heartbeat(ctx)
+		})
 		if herr != nil {
 			g.env.Logger.Warn("redeq: heartbeat for the jobs left in flight failed", "err", herr)
 		}

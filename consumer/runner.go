@@ -116,6 +116,7 @@ type runner struct {
 type delivery struct {
 	bucket int
 	item   ready.Item
+	member string    // item.Member(), made once
 	at     time.Time // when fetched, set only for an Observer
 }
 
@@ -194,12 +195,16 @@ func chain(h Handler, own, client []Middleware) Handler {
 	return h
 }
 
-func (r *runner) hold(b int, items []ready.Item) {
+// hold records items as held and returns their in-flight members.
+func (r *runner) hold(b int, items []ready.Item) []string {
+	members := make([]string, len(items))
 	r.heldMu.Lock()
-	for _, it := range items {
-		r.held[b][it.Member()] = true
+	for i, it := range items {
+		members[i] = it.Member()
+		r.held[b][members[i]] = true
 	}
 	r.heldMu.Unlock()
+	return members
 }
 
 func (r *runner) unhold(b int, outs []ack.Outcome) {
@@ -537,14 +542,14 @@ func (r *runner) landed(res fetchResult, log *slog.Logger) {
 	} else if quarantined(items) {
 		r.alone, r.soloBucket = true, -1 // run it alone
 	}
-	r.hold(b, items)
+	members := r.hold(b, items)
 	r.busy.Add(int64(len(items)))
 	var at time.Time
 	if r.g.observer != nil {
 		at = r.g.env.Clock.Now()
 	}
-	for _, it := range items {
-		r.jobs <- delivery{bucket: b, item: it, at: at}
+	for i, it := range items {
+		r.jobs <- delivery{bucket: b, item: it, member: members[i], at: at}
 	}
 }
 
@@ -790,7 +795,7 @@ func (r *runner) handle(d delivery) {
 	}
 	// From here until conclude, the delivery counts as running: a
 	// Shutdown that rolls back meanwhile leaves it in flight.
-	member := d.item.Member()
+	member := d.member
 	r.started(d.bucket, member)
 	err = r.call(ctx, job, ch)
 	var took time.Duration
