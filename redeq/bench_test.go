@@ -55,6 +55,26 @@ func BenchmarkAdd(b *testing.B) {
 	}
 }
 
+// BenchmarkAddWithDeadline: BenchmarkAdd with the ctx of a request, which
+// can end (a deadline 5 s on): Add then returns when it ends, so the call
+// to Redis runs off the caller's goroutine.
+func BenchmarkAddWithDeadline(b *testing.B) {
+	c := benchClient(b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := c.Add(rctx, &redeq.Job{Topic: "bench", ID: fmt.Sprint("d-", i), Body: body100, Delay: time.Hour})
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkAddParallel: Add from GOMAXPROCS x 8 goroutines.
 func BenchmarkAddParallel(b *testing.B) {
 	c := benchClient(b)

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -19,6 +20,14 @@ const (
 	// both busy (one pipeline runs while the next forms), and batch more
 	// than four would, which matters on a server short of CPU.
 	maxInFlight = 2
+	// linger is how long a round trip's goroutine waits for the next
+	// round trip before it ends. A caller that adds in a loop with a ctx
+	// that can end calls again within tens of µs: the goroutine that ran
+	// its last call runs the next, with the stack it already grew, where a
+	// new goroutine per call cost the caller twice the CPU per Add (stack
+	// growth and thread wake-ups). It ends soon after the last call, so an
+	// idle Committer holds no goroutine.
+	linger = time.Millisecond
 )
 
 // Committer runs one script for many concurrent callers (group commit).
@@ -29,8 +38,9 @@ const (
 // returns when its ctx ends even if its call is still on the wire.
 //
 // A round trip runs on a goroutine of its own, except a lone call whose
-// ctx can never end, which its caller runs itself. Wait tells when none is
-// left.
+// ctx can never end, which its caller runs itself. The goroutine of a
+// round trip that ended waits up to linger for the next one. Wait tells
+// when no round trip is left.
 type Committer struct {
 	rdb     redis.UniversalClient
 	script  *redis.Script
@@ -43,6 +53,10 @@ type Committer struct {
 	queue    []*request
 	inFlight int           // round trips under way
 	idle     chan struct{} // made by Wait, closed when inFlight drops to 0
+
+	// handoff gives a round trip's batch to a goroutine that ran one and
+	// waits for the next (unbuffered: a send succeeds only when one waits).
+	handoff chan []*request
 }
 
 type request struct {
@@ -55,7 +69,7 @@ type request struct {
 
 // NewCommitter returns a Committer of script over c.
 func NewCommitter(c redis.UniversalClient, script *redis.Script) *Committer {
-	return &Committer{rdb: c, script: script}
+	return &Committer{rdb: c, script: script, handoff: make(chan []*request)}
 }
 
 // runOne runs call alone: with a joining script, a run of one.
@@ -109,7 +123,7 @@ func (c *Committer) Do(ctx context.Context, call Call) (any, error) {
 	if c.inFlight < maxInFlight {
 		c.inFlight++
 		c.mu.Unlock()
-		go c.loop([]*request{r})
+		c.start([]*request{r})
 	} else {
 		c.queue = append(c.queue, r)
 		c.mu.Unlock()
@@ -152,19 +166,50 @@ func detach(args []any) {
 	}
 }
 
-// next hands the queue to a new goroutine after a caller ran its own call,
+// next hands the queue to a goroutine after a caller ran its own call,
 // or ends the round trip.
 func (c *Committer) next() {
 	c.mu.Lock()
 	batch := c.take()
 	c.mu.Unlock()
 	if batch != nil {
+		c.start(batch)
+	}
+}
+
+// start runs batch, a round trip already counted in inFlight, on a
+// goroutine that waits for one, or else on a new one.
+func (c *Committer) start(batch []*request) {
+	select {
+	case c.handoff <- batch:
+	default:
 		go c.loop(batch)
 	}
 }
 
-// loop runs batch, then whatever queued meanwhile, until the queue is empty.
+// loop runs batch, then whatever queued meanwhile, until the queue is
+// empty; then it waits up to linger for another round trip to run.
 func (c *Committer) loop(batch []*request) {
+	var t *time.Timer
+	for {
+		c.drain(batch)
+		if t == nil {
+			t = time.NewTimer(linger)
+		} else {
+			t.Reset(linger)
+		}
+		select {
+		case batch = <-c.handoff:
+			t.Stop()
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// drain runs batch, then whatever queued meanwhile, until the queue is
+// empty, which ends the round trip.
+func (c *Committer) drain(batch []*request) {
 	for batch != nil {
 		c.run(batch)
 		// The callers just answered are runnable now, and a busy caller
