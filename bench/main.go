@@ -556,8 +556,17 @@ func (f *firstErr) check() {
 	}
 }
 
+// call runs f with a ctx of its own that ends 5 s on, as a request
+// handler's does: what a service passes to an enqueue call.
+func call(ctx context.Context, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return f(ctx)
+}
+
 // enqueueRate adds n delayed jobs with g goroutines (batch: in batches of
-// 100) and returns jobs per second.
+// 100), each call with a ctx of its own (see call), and returns jobs per
+// second.
 func (b *bench) enqueueRate(s system, n, g int, batch bool, prefix string) float64 {
 	list := ids(prefix, n)
 	at := time.Now().Add(time.Hour)
@@ -573,7 +582,9 @@ func (b *bench) enqueueRate(s system, n, g int, batch bool, prefix string) float
 					if i >= n {
 						return
 					}
-					if err := s.EnqueueBatch(b.ctx, list[i:min(i+100, n)], body100, at); err != nil {
+					if err := call(b.ctx, func(ctx context.Context) error {
+						return s.EnqueueBatch(ctx, list[i:min(i+100, n)], body100, at)
+					}); err != nil {
 						errs.set(fmt.Errorf("%s enqueue: %w", s.Name(), err))
 					}
 					continue
@@ -582,7 +593,7 @@ func (b *bench) enqueueRate(s system, n, g int, batch bool, prefix string) float
 				if i >= n {
 					return
 				}
-				if err := s.Enqueue(b.ctx, list[i], body100, at); err != nil {
+				if err := call(b.ctx, func(ctx context.Context) error { return s.Enqueue(ctx, list[i], body100, at) }); err != nil {
 					errs.set(fmt.Errorf("%s enqueue: %w", s.Name(), err))
 				}
 			}
