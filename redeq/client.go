@@ -172,6 +172,12 @@ func (c *Client) ensureTopic(ctx context.Context, topic string) error {
 // docs/decisions.md, "Such calls give up"). Errors from Redis are
 // returned as they are: a server that refuses writes (maxmemory,
 // min-replicas-to-write) fails Add with its error (docs/operations.md).
+//
+// To return when ctx ends, Add runs its call to Redis on another
+// goroutine, which costs the caller CPU. With a ctx that never ends
+// (context.Background, context.WithoutCancel) it runs the call on the
+// caller's goroutine when fewer than two of the client's Adds are under
+// way. AddBatch sends many jobs per round trip.
 func (c *Client) Add(ctx context.Context, job *Job) error {
 	if ctx == nil {
 		return pool.ErrNilContext
