@@ -45,6 +45,7 @@ type Store struct {
 	opTTL   any           // ms, rdb.OpTTL of the client and durable: how long an op key keeps a reply
 	runs    string        // names this Store's add runs: a uuid and "-"
 	runSeq  atomic.Uint64 // numbers them
+	bounded bool          // go-redis's timeouts bound every attempt (rdb.TimeoutsSet)
 
 	targets struct {
 		sync.RWMutex
@@ -62,7 +63,7 @@ func (s *Store) SetDurability(d rdb.Durability) {
 
 // NewStore returns a Store over c.
 func NewStore(c redis.UniversalClient, prefix string) *Store {
-	s := &Store{rdb: c, prefix: prefix, runs: uuid.NewString() + "-", opTTL: OpTTL(c).Milliseconds()}
+	s := &Store{rdb: c, prefix: prefix, runs: uuid.NewString() + "-", opTTL: OpTTL(c).Milliseconds(), bounded: rdb.TimeoutsSet(c)}
 	s.adds = rdb.NewJoiningCommitter(c, addScript, addShared, s.runKey)
 	return s
 }
@@ -205,17 +206,23 @@ func (s *Store) AddMany(ctx context.Context, jobs []*Job, at []Placement) (errs 
 		for i := start; i < end; i++ {
 			calls = append(calls, s.addCall(jobs[i], at[i]))
 		}
-		if ctx.Done() != nil {
+		var vals []any
+		var cerrs []error
+		bctx, cancel := rdb.Bounded(ctx, s.durable.Window())
+		// The caller waits until ctx ends; and no longer than the window
+		// when go-redis's reads may have no end.
+		wait := ctx
+		if !s.bounded {
+			wait = bctx
+		}
+		if wait.Done() != nil {
 			// Await may return while the pipeline is still being sent:
 			// it must not read the caller's bodies then.
 			for _, call := range calls {
 				rdb.Detach(call.Args)
 			}
 		}
-		var vals []any
-		var cerrs []error
-		bctx, cancel := rdb.Bounded(ctx, s.durable.Window())
-		err := rdb.Await(ctx, func() (err error) {
+		err := rdb.Await(wait, func() (err error) {
 			vals, cerrs, err = rdb.RunJoined(bctx, s.rdb, addScript, calls, addShared, PipelineChunk, s.runKey, s.durable)
 			return err
 		})

@@ -48,6 +48,7 @@ type Committer struct {
 	runKey  func(keys []string) string // names a run's op key; its round trips then run under Bounded (window.go)
 	shared  int                        // Args the joined calls have in common
 	durable Durability                 // see durable.go; off by default
+	bounded bool                       // go-redis's timeouts bound each attempt (TimeoutsSet)
 
 	mu       sync.Mutex
 	queue    []*request
@@ -69,7 +70,7 @@ type request struct {
 
 // NewCommitter returns a Committer of script over c.
 func NewCommitter(c redis.UniversalClient, script *redis.Script) *Committer {
-	return &Committer{rdb: c, script: script, handoff: make(chan []*request)}
+	return &Committer{rdb: c, script: script, bounded: TimeoutsSet(c), handoff: make(chan []*request)}
 }
 
 // runOne runs call alone: with a joining script, a run of one.
@@ -96,7 +97,11 @@ func (c *Committer) runOne(ctx context.Context, call Call) (any, error) {
 // Do runs call and returns the script's reply. When ctx ends first, Do
 // returns ctx's error at once, and the call may or may not have run: a
 // call already sent in a pipeline goes on under go-redis's timeouts, since
-// the pipeline carries other callers' calls too. Such a call carries
+// the pipeline carries other callers' calls too. A call that keeps its
+// reply for a rerun (runKey) returns context.DeadlineExceeded once its
+// window passed (Durability.Window): go-redis starts no attempt after it,
+// and a read it began may go on for the client's ReadTimeout, without end
+// when the client sets none. A call whose caller may so return carries
 // copies of the byte slices among call.Args (Do replaces them in place),
 // so that its caller may reuse them once Do returned.
 func (c *Committer) Do(ctx context.Context, call Call) (any, error) {
@@ -104,14 +109,23 @@ func (c *Committer) Do(ctx context.Context, call Call) (any, error) {
 		return nil, err
 	}
 	c.mu.Lock()
-	if c.inFlight < maxInFlight && ctx.Done() == nil {
-		// The queue is empty (every round trip that ends takes it), and
-		// ctx cannot end: run the call here, without a goroutine.
+	if c.inFlight < maxInFlight && ctx.Done() == nil && c.bounded {
+		// The queue is empty (every round trip that ends takes it), ctx
+		// cannot end, and go-redis's timeouts end the call soon after its
+		// window: run it here, without a goroutine.
 		c.inFlight++
 		c.mu.Unlock()
 		val, err := c.runOne(ctx, call)
 		c.next()
 		return val, err
+	}
+	c.mu.Unlock()
+	if c.runKey != nil {
+		// The same deadline bounds go-redis's attempts (runOne finds it
+		// already set) and the caller's wait.
+		var cancel context.CancelFunc
+		ctx, cancel = Bounded(ctx, c.durable.Window())
+		defer cancel()
 	}
 	if ctx.Done() != nil {
 		// The call leaves this goroutine, and its caller may return (ctx
@@ -120,6 +134,7 @@ func (c *Committer) Do(ctx context.Context, call Call) (any, error) {
 		detach(call.Args)
 	}
 	r := &request{ctx: ctx, call: call, done: make(chan struct{})}
+	c.mu.Lock()
 	if c.inFlight < maxInFlight {
 		c.inFlight++
 		c.mu.Unlock()

@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"context"
+	"reflect"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -69,6 +70,31 @@ func Slack(c any) time.Duration {
 		write = blockingSlack
 	}
 	return dial + rounds*(read+write)
+}
+
+// TimeoutsSet reports whether go-redis bounds every read and write of c
+// by a timeout: a *redis.Client or a *redis.ClusterClient (without
+// NewClient, which may give its nodes other options) whose ReadTimeout and
+// WriteTimeout, as go-redis keeps them, are positive (it keeps a -1 given,
+// none, as 0, and a -2, no deadline set, as -1). Only then does a call
+// that runs on its caller's goroutine end soon after its window.
+func TimeoutsSet(c any) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		o := c.Options()
+		return o.ReadTimeout > 0 && o.WriteTimeout > 0
+	case *redis.ClusterClient:
+		o := c.Options()
+		return ownNewClient(o.NewClient) && o.ReadTimeout > 0 && o.WriteTimeout > 0
+	}
+	return false
+}
+
+// ownNewClient reports whether f is go-redis's own redis.NewClient, which
+// a cluster client uses unless its options name another, and which
+// builds each node's client with the cluster's timeouts.
+func ownNewClient(f func(*redis.Options) *redis.Client) bool {
+	return f == nil || reflect.ValueOf(f).Pointer() == reflect.ValueOf(redis.NewClient).Pointer()
 }
 
 // handshakeRounds is the round trips of go-redis's handshake on a new
