@@ -1,0 +1,1405 @@
+package redeq_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/config"
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// Review 23: attacks on the promises of the single-job Client.Add.
+//
+//  1. When ctx ends before Redis answers, Add returns ctx's error promptly,
+//     even while Redis hangs; the caller may then reuse job.Body.
+//  2. An Add that returns nil stored its job as given (id, body, due
+//     time); ErrJobExists did not overwrite; concurrent Adds each get their
+//     own result.
+//  3. No goroutine of the library is left some ms after the last Add
+//     returned: after bursts, cancellations mid-call, Shutdown/Close.
+//  4. A job is never added twice nor reported as existing to its own
+//     first Add, when go-redis resends the script after a lost or late
+//     reply.
+//  5. Add works alike from one goroutine in a tight loop (a ctx of its
+//     own per call), from 64 goroutines, and mixed with AddBatch.
+
+// r23Slack is how long past its ctx's end an Add may take to return
+// ("within a few ms"; -race on a shared 2-core machine).
+const r23Slack = 25 * time.Millisecond
+
+// r23Standalone returns the single-server backends (a proxy can stand in
+// front of them): miniredis and the real server.
+func r23Standalone(t *testing.T) []testutil.Backend {
+	var out []testutil.Backend
+	for _, be := range testutil.Backends(t) {
+		if be.Name != "cluster" {
+			out = append(out, be)
+		}
+	}
+	return out
+}
+
+func r23Redis(t *testing.T, addr string, mod func(*redis.Options)) *redis.Client {
+	o := &redis.Options{Addr: addr, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
+	if mod != nil {
+		mod(o)
+	}
+	c := redis.NewClient(o)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func r23Client(t *testing.T, rdb redis.UniversalClient, cfg config.Config) *redeq.Client {
+	c, err := redeq.New(rdb, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+	return c
+}
+
+// r23LibGoroutines lists the goroutines the library started for Add's
+// calls (a Committer's round trips, Await's calls): those created by a
+// function of internal/rdb.
+func r23LibGoroutines() []string {
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "created by github.com/redeq-go/redeq/internal/rdb.") {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// r23RequireNoLibGoroutines fails unless every goroutine of the library
+// has ended within d.
+func r23RequireNoLibGoroutines(t *testing.T, d time.Duration, what string) {
+	t.Helper()
+	start := time.Now()
+	for {
+		left := r23LibGoroutines()
+		if len(left) == 0 {
+			t.Logf("%s: no goroutine of the library after %v", what, time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if time.Since(start) > d {
+			require.Failf(t, "goroutines of the library left", "%s: %d goroutines still there %v after the last Add returned; the first:\n%s",
+				what, len(left), d, r23Frames(left[0]))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// r23Stored reads every job of topic's n buckets under prefix straight
+// from Redis, and fails when one is stored twice: a pool field and a ZSET
+// member per job, each id once (plain or broadcast, not both).
+type r23Job struct {
+	body      string
+	dueMs     int64
+	broadcast bool
+	headers   map[string]string
+}
+
+func r23Stored(t *testing.T, c *redeq.Client, rdb redis.UniversalClient, prefix, topic string, n int) map[string]r23Job {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]r23Job{}
+	for b := range n {
+		k := keys.ForBucket(prefix, topic, b)
+		fields, err := rdb.HKeys(ctx, k.Pool()).Result()
+		require.NoError(t, err)
+		members, err := rdb.ZRangeWithScores(ctx, k.Scheduled(), 0, -1).Result()
+		require.NoError(t, err)
+		seen := map[string]bool{}
+		for _, m := range members {
+			s := m.Member.(string)
+			id := strings.TrimPrefix(s, keys.BroadcastMark)
+			require.False(t, seen[id], "bucket %d: id %q has two ZSET members: stored twice", b, id)
+			seen[id] = true
+		}
+		slices.Sort(fields)
+		ids := slices.Sorted(func(yield func(string) bool) {
+			for id := range seen {
+				if !yield(id) {
+					return
+				}
+			}
+		})
+		require.Equal(t, fields, ids, "bucket %d: pool and ZSET disagree", b)
+		for _, m := range members {
+			s := m.Member.(string)
+			id := strings.TrimPrefix(s, keys.BroadcastMark)
+			j, err := c.Get(ctx, topic, id)
+			require.NoError(t, err, id)
+			out[id] = r23Job{body: string(j.Body), dueMs: int64(m.Score), broadcast: s != id, headers: j.Headers}
+		}
+	}
+	return out
+}
+
+// r23Frames shortens a goroutine's stack to its header and the functions
+// of the library and go-redis it is in.
+func r23Frames(g string) string {
+	lines := strings.Split(g, "\n")
+	out := []string{lines[0]}
+	for _, l := range lines[1:] {
+		if strings.HasPrefix(l, "\t") {
+			continue
+		}
+		if i := strings.LastIndex(l, "("); i > 0 && !strings.HasPrefix(l, "created by") {
+			l = l[:i]
+		}
+		out = append(out, "  "+l)
+	}
+	if len(out) > 14 {
+		out = append(out[:6], append([]string{"  ..."}, out[len(out)-7:]...)...)
+	}
+	return strings.Join(out, "\n")
+}
+
+func r23Scribble(b []byte) {
+	for i := range b {
+		b[i] = 'X'
+	}
+}
+
+func r23IsCtxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// TestReview23AddCtxEndsWhileHung (promise 1): with the server hung (its
+// replies held by a proxy), Adds whose ctx ends return ctx's error within
+// r23Slack of its end, in every state Add can be in: the first Add of a
+// topic (recording it), a lone Add on the wire, Adds queued behind two
+// round trips on the wire, deadlines and cancels. Each caller then
+// scribbles over its body buffer; once the server answers again, a job
+// whose Add gave up is stored with its body as given, or not at all, and
+// the Adds with context.Background that waited meanwhile are stored with
+// theirs.
+func TestReview23AddCtxEndsWhileHung(t *testing.T) {
+	for _, be := range r23Standalone(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			p := startR23Proxy(t, be.Addrs[0])
+			cfg := testutil.Config(t)
+			c := r23Client(t, r23Redis(t, p.Addr(), nil), cfg)
+			admin := be.New(t)
+			reader := r23Client(t, admin, cfg)
+
+			type gaveUp struct {
+				id, body string
+			}
+			var mu sync.Mutex
+			var gave []gaveUp
+			var worst time.Duration
+			// add runs one Add whose ctx ends after d (by deadline, or by
+			// cancel when cancelAt), and checks it returns in time.
+			add := func(what, topic, id string, d time.Duration, cancelAt bool) {
+				t.Helper()
+				body := []byte("body of " + id)
+				j := &redeq.Job{Topic: topic, ID: id, Body: body, Delay: time.Hour}
+				var ctx context.Context
+				var cancel context.CancelFunc
+				if cancelAt {
+					ctx, cancel = context.WithCancel(context.Background())
+					time.AfterFunc(d, cancel)
+				} else {
+					ctx, cancel = context.WithTimeout(context.Background(), d)
+				}
+				defer cancel()
+				start := time.Now()
+				err := c.Add(ctx, j)
+				took := time.Since(start)
+				// The ctx ended at start+d at the earliest.
+				over := took - d
+				if cancelAt {
+					require.ErrorIs(t, err, context.Canceled, "%s: %s", what, id)
+				} else {
+					require.ErrorIs(t, err, context.DeadlineExceeded, "%s: %s", what, id)
+				}
+				require.LessOrEqual(t, over, r23Slack, "%s: Add of %s returned %v after its ctx ended (ctx %v, took %v)", what, id, over, d, took)
+				r23Scribble(body) // the caller reuses its buffer
+				mu.Lock()
+				gave = append(gave, gaveUp{id, "body of " + id})
+				worst = max(worst, over)
+				mu.Unlock()
+			}
+
+			p.stall.Store(true)
+			// a) The first Add of a topic: recording the topic hangs.
+			add("first Add of a topic", "t", "first", 40*time.Millisecond, false)
+			add("first Add of a topic, canceled", "t", "first2", 40*time.Millisecond, true)
+			p.stall.Store(false)
+			require.NoError(t, c.Add(context.Background(), &redeq.Job{Topic: "t", ID: "warm", Delay: time.Hour}))
+
+			// b) A lone Add on the wire.
+			p.stall.Store(true)
+			add("lone Add", "t", "lone", 40*time.Millisecond, false)
+			add("lone Add, canceled", "t", "lone2", 40*time.Millisecond, true)
+
+			// c) Adds with context.Background fill the round trips (and
+			// queue); Adds with a ctx that ends queue behind them, or go on
+			// the wire while one is free.
+			bgDone := make(chan error, 4)
+			bgBodies := map[string][]byte{}
+			for i := range 4 {
+				id := fmt.Sprint("bg", i)
+				b := []byte("body of " + id)
+				bgBodies[id] = b
+				go func() {
+					bgDone <- c.Add(context.Background(), &redeq.Job{Topic: "t", ID: id, Body: b, Delay: time.Hour})
+				}()
+			}
+			time.Sleep(20 * time.Millisecond)
+			var wg sync.WaitGroup
+			for i := range 24 {
+				wg.Go(func() {
+					d := time.Duration(20+rand.IntN(40)) * time.Millisecond
+					add("queued Add", "t", fmt.Sprint("q", i), d, i%3 == 0)
+				})
+			}
+			wg.Wait()
+			select {
+			case err := <-bgDone:
+				t.Fatalf("an Add with context.Background returned while the server was hung: %v", err)
+			default:
+			}
+			p.stall.Store(false)
+			for range 4 {
+				select {
+				case err := <-bgDone:
+					require.NoError(t, err, "an Add with context.Background, once the server answered")
+				case <-time.After(15 * time.Second):
+					t.Fatal("Adds with context.Background did not return once the server answered")
+				}
+			}
+			t.Logf("worst return past the ctx's end: %v (%d Adds gave up)", worst, len(gave))
+			time.Sleep(100 * time.Millisecond) // round trips whose callers gave up end
+			ctx := context.Background()
+			for id, b := range bgBodies {
+				r23Scribble(b)
+				j, err := reader.Get(ctx, "t", id)
+				require.NoError(t, err, id)
+				require.Equal(t, "body of "+id, string(j.Body), id)
+			}
+			stored := 0
+			for _, g := range gave {
+				j, err := reader.Get(ctx, "t", g.id)
+				if errors.Is(err, redeq.ErrJobNotFound) {
+					continue
+				}
+				require.NoError(t, err, g.id)
+				stored++
+				require.Equal(t, g.body, string(j.Body), "%s: its Add returned ctx's error, then its caller reused the buffer", g.id)
+			}
+			t.Logf("%d of the %d jobs whose Add gave up were stored", stored, len(gave))
+		})
+	}
+}
+
+// r23Outcome is one job's Add (or AddBatch entry) and its answer.
+type r23Outcome struct {
+	topic     string
+	id, body  string
+	dueMs     int64
+	broadcast bool
+	headers   map[string]string
+	kind      int // ctx kind, see r23Ctx
+	batch     bool
+	err       error
+	unknown   bool // the call failed as a whole: stored or not
+}
+
+// r23Ctx returns a ctx of kind k: 0 Background, 1 WithoutCancel, 2 a
+// deadline of 0..3 ms (ends mid-call now and then), 3 a deadline of 20 s,
+// 4 canceled by another goroutine after 0..2 ms, 5 canceled already.
+func r23Ctx(k int, rng *rand.Rand) (context.Context, context.CancelFunc) {
+	switch k {
+	case 0:
+		return context.Background(), func() {}
+	case 1:
+		ctx, cancel := context.WithCancel(context.Background())
+		return context.WithoutCancel(ctx), cancel
+	case 2:
+		return context.WithTimeout(context.Background(), time.Duration(rng.IntN(3000))*time.Microsecond)
+	case 3:
+		return context.WithTimeout(context.Background(), 20*time.Second)
+	case 4:
+		ctx, cancel := context.WithCancel(context.Background())
+		d := time.Duration(rng.IntN(2000)) * time.Microsecond
+		go func() {
+			time.Sleep(d)
+			cancel()
+		}()
+		return ctx, cancel
+	default:
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		return ctx, cancel
+	}
+}
+
+// TestReview23ConcurrentMixedOwnResults (promises 2 and 5): 64 goroutines
+// add jobs of 300 ids in 2 topics (so that ids collide) with every kind
+// of ctx, and 8 more add batches of the same ids, over 4 buckets each. Each job has a body,
+// due time (sub-ms RunAt), headers and broadcast flag of its own; each
+// caller scribbles over its body once its call returned. Then, per id:
+// at most one caller was told "added", and the stored job is that
+// caller's, body, due time (rounded up to the ms), flag and headers; a
+// caller told "exists" did not store its job; a job stored though nobody
+// was told "added" is one whose call gave up; a ctx that cannot end never
+// yields a ctx error; nothing is stored twice.
+func TestReview23ConcurrentMixedOwnResults(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			cfg := testutil.Config(t)
+			cfg.Concurrency = 4
+			cfg.MaxPool = 1 << 20
+			e := setup(t, be, cfg)
+			ctx := context.Background()
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "id0", Body: []byte("seed"), RunAt: time.UnixMilli(4e12)}))
+			base := time.Now().Add(time.Hour)
+			const ids, adders, each, batchers, batches = 300, 64, 25, 8, 4
+			var mu sync.Mutex
+			outcomes := []r23Outcome{{topic: "t", id: "id0", body: "seed", dueMs: 4e12, kind: 0}}
+			var seq atomic.Int64
+			topics := []string{"t", "u"}
+			mk := func(rng *rand.Rand, kind int) (*redeq.Job, *r23Outcome) {
+				n := seq.Add(1)
+				topic := topics[rng.IntN(2)]
+				id := fmt.Sprint("id", rng.IntN(ids))
+				at := base.Add(time.Duration(rng.IntN(1e6)) * time.Millisecond).Add(time.Duration(rng.IntN(1e6)) * time.Nanosecond)
+				o := &r23Outcome{topic: topic, id: id, body: fmt.Sprintf("body %d of %s/%s", n, topic, id), kind: kind, broadcast: rng.IntN(4) == 0}
+				o.dueMs = at.UnixMilli()
+				if at.Nanosecond()%1e6 != 0 {
+					o.dueMs++
+				}
+				j := &redeq.Job{Topic: topic, ID: id, Body: []byte(o.body), RunAt: at, Broadcast: o.broadcast}
+				if rng.IntN(3) == 0 {
+					o.headers = map[string]string{"n": fmt.Sprint(n)}
+					j.Headers = map[string]string{"n": fmt.Sprint(n)}
+				}
+				return j, o
+			}
+			var wg sync.WaitGroup
+			for g := range adders {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(uint64(g), 23))
+					for range each {
+						kind := rng.IntN(6)
+						j, o := mk(rng, kind)
+						cctx, cancel := r23Ctx(kind, rng)
+						o.err = e.c.Add(cctx, j)
+						cancel()
+						r23Scribble(j.Body)
+						mu.Lock()
+						outcomes = append(outcomes, *o)
+						mu.Unlock()
+					}
+				})
+			}
+			for g := range batchers {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(uint64(g), 77))
+					for range batches {
+						kind := rng.IntN(6)
+						var jobs []*redeq.Job
+						var os []*r23Outcome
+						for range 10 {
+							j, o := mk(rng, kind)
+							o.batch = true
+							jobs = append(jobs, j)
+							os = append(os, o)
+						}
+						cctx, cancel := r23Ctx(kind, rng)
+						err := e.c.AddBatch(cctx, jobs)
+						cancel()
+						var be *redeq.BatchError
+						for i, o := range os {
+							switch {
+							case err == nil:
+							case errors.As(err, &be):
+								o.err = be.Errs[i]
+							default:
+								o.err, o.unknown = err, true
+							}
+							r23Scribble(jobs[i].Body)
+						}
+						mu.Lock()
+						for _, o := range os {
+							outcomes = append(outcomes, *o)
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			time.Sleep(50 * time.Millisecond) // round trips whose callers gave up end
+
+			stored := map[string]r23Job{}
+			for _, topic := range topics {
+				for id, j := range r23Stored(t, e.c, e.rdb, cfg.Prefix, topic, cfg.Concurrency) {
+					stored[topic+"/"+id] = j
+				}
+			}
+			byID := map[string][]r23Outcome{}
+			counts := map[string]int{}
+			for _, o := range outcomes {
+				byID[o.topic+"/"+o.id] = append(byID[o.topic+"/"+o.id], o)
+				switch {
+				case o.err == nil:
+					counts["added"]++
+				case errors.Is(o.err, redeq.ErrJobExists):
+					counts["exists"]++
+				case r23IsCtxErr(o.err):
+					counts["ctx"]++
+					require.Contains(t, []int{2, 4, 5}, o.kind, "%s (%q): a ctx that cannot end, yet %v", o.id, o.body, o.err)
+				default:
+					require.Failf(t, "unexpected error", "%s (%q, batch %v): %v", o.id, o.body, o.batch, o.err)
+				}
+			}
+			t.Logf("outcomes: %v, %d ids stored", counts, len(stored))
+			for id, os := range byID {
+				got, have := stored[id]
+				var winners []r23Outcome
+				for _, o := range os {
+					if o.err == nil {
+						winners = append(winners, o)
+					}
+				}
+				require.LessOrEqual(t, len(winners), 1, "%s: %d callers were told their job was added: %+v", id, len(winners), winners)
+				if len(winners) == 1 {
+					w := winners[0]
+					require.True(t, have, "%s: added (%q), not stored", id, w.body)
+					require.Equal(t, w.body, got.body, "%s: the caller told \"added\" is not the one stored", id)
+					require.Equal(t, w.dueMs, got.dueMs, "%s (%q): due time", id, w.body)
+					require.Equal(t, w.broadcast, got.broadcast, "%s (%q): broadcast", id, w.body)
+					if len(w.headers) == 0 {
+						require.Empty(t, got.headers, id)
+					} else {
+						require.Equal(t, w.headers, got.headers, id)
+					}
+				}
+				for _, o := range os {
+					if errors.Is(o.err, redeq.ErrJobExists) {
+						require.True(t, have, "%s (%q): told \"exists\", yet nothing is stored", id, o.body)
+						require.NotEqual(t, o.body, got.body, "%s: told \"exists\", yet its own job is stored", id)
+					}
+				}
+				if have && len(winners) == 0 {
+					var owner *r23Outcome
+					for _, o := range os {
+						if o.body == got.body {
+							owner = &o
+						}
+					}
+					require.NotNil(t, owner, "%s: stored %q, which no caller added", id, got.body)
+					require.True(t, r23IsCtxErr(owner.err) || owner.unknown, "%s: stored %q, whose caller was told %v", id, got.body, owner.err)
+					require.Equal(t, owner.dueMs, got.dueMs, "%s (%q): due time", id, got.body)
+				}
+			}
+			for id := range stored {
+				require.Contains(t, byID, id, "%s stored, never added", id)
+			}
+		})
+	}
+}
+
+// TestReview23TightLoopAndFanout (promise 5): a web handler's pattern:
+// each Add with a context.WithTimeout of its own, canceled once it
+// returned. From one goroutine in a tight loop, from 64 goroutines at
+// once, and from 64 goroutines beside 8 that AddBatch: every Add succeeds
+// and stores its job, the library's goroutines do not pile up meanwhile
+// (a handful, not one per Add), and none is left 50 ms after the last
+// Add returned.
+func TestReview23TightLoopAndFanout(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			cfg := testutil.Config(t)
+			cfg.MaxPool = 1 << 20
+			e := setup(t, be, cfg)
+			loop := 3000
+			if be.Mini != nil {
+				loop = 1000 // miniredis runs Lua slowly under -race
+			}
+			var peak atomic.Int64
+			stop := make(chan struct{})
+			sampled := make(chan struct{})
+			go func() {
+				defer close(sampled)
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(2 * time.Millisecond):
+					}
+					n := int64(len(r23LibGoroutines()))
+					if n > peak.Load() {
+						peak.Store(n)
+					}
+				}
+			}()
+			add := func(id string) error {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				body := []byte("body of " + id)
+				err := e.c.Add(ctx, &redeq.Job{Topic: "t", ID: id, Body: body, Delay: time.Hour})
+				r23Scribble(body)
+				return err
+			}
+			start := time.Now()
+			for i := range loop {
+				require.NoError(t, add(fmt.Sprint("loop", i)))
+			}
+			t.Logf("tight loop: %d Adds, %v each", loop, time.Since(start)/time.Duration(loop))
+			r23RequireNoLibGoroutines(t, 50*time.Millisecond, "tight loop")
+			loopPeak := peak.Swap(0)
+
+			var wg sync.WaitGroup
+			start = time.Now()
+			per := loop / 64
+			for g := range 64 {
+				wg.Go(func() {
+					for i := range per {
+						if err := add(fmt.Sprint("fan", g, "-", i)); err != nil {
+							t.Errorf("fan %d-%d: %v", g, i, err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			t.Logf("64 goroutines: %d Adds, %v each", 64*per, time.Since(start)/time.Duration(64*per))
+			r23RequireNoLibGoroutines(t, 50*time.Millisecond, "64 goroutines")
+			fanPeak := peak.Swap(0)
+
+			for g := range 64 {
+				wg.Go(func() {
+					for i := range per {
+						if err := add(fmt.Sprint("mix", g, "-", i)); err != nil {
+							t.Errorf("mix %d-%d: %v", g, i, err)
+							return
+						}
+					}
+				})
+			}
+			for g := range 8 {
+				wg.Go(func() {
+					for b := range 4 {
+						var jobs []*redeq.Job
+						for i := range 32 {
+							jobs = append(jobs, &redeq.Job{Topic: "t", ID: fmt.Sprint("batch", g, "-", b, "-", i), Body: []byte("batch body"), Delay: time.Hour})
+						}
+						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+						err := e.c.AddBatch(ctx, jobs)
+						cancel()
+						if err != nil {
+							t.Errorf("batch %d-%d: %v", g, b, err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			r23RequireNoLibGoroutines(t, 50*time.Millisecond, "64 goroutines beside AddBatch")
+			close(stop)
+			<-sampled
+			mixPeak := peak.Load()
+			t.Logf("library goroutines at most: %d in the loop, %d from 64 goroutines, %d beside AddBatch", loopPeak, fanPeak, mixPeak)
+			require.LessOrEqual(t, loopPeak, int64(4), "one goroutine adding in a loop piled up the library's goroutines")
+			require.LessOrEqual(t, fanPeak, int64(8), "64 goroutines adding piled up the library's goroutines")
+
+			st := stats(t, e.c, "t")
+			require.EqualValues(t, loop+2*64*per+8*4*32, st.Pool)
+			require.EqualValues(t, st.Pool, st.Scheduled)
+			for _, id := range []string{"loop0", fmt.Sprint("loop", loop-1), "fan63-0", fmt.Sprint("mix0-", per-1)} {
+				j, err := e.c.Get(context.Background(), "t", id)
+				require.NoError(t, err, id)
+				require.Equal(t, "body of "+id, string(j.Body), id)
+			}
+		})
+	}
+}
+
+// TestReview23NoGoroutineLeftAfterAdds (promise 3): no goroutine of the
+// library is left shortly after the last Add returned: after a burst of
+// Adds with ctxs that end, after Adds canceled mid-call on a slow server
+// (each reply 30 ms late, each ctx 5 ms), and after Shutdown.
+func TestReview23NoGoroutineLeftAfterAdds(t *testing.T) {
+	for _, be := range r23Standalone(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			p := startR23Proxy(t, be.Addrs[0])
+			cfg := testutil.Config(t)
+			rdb := r23Redis(t, p.Addr(), nil)
+			c := r23Client(t, rdb, cfg)
+			require.NoError(t, c.Add(context.Background(), &redeq.Job{Topic: "t", ID: "warm", Delay: time.Hour}))
+
+			// A burst.
+			var wg sync.WaitGroup
+			for g := range 64 {
+				wg.Go(func() {
+					for i := range 10 {
+						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+						err := c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("burst", g, "-", i), Delay: time.Hour})
+						cancel()
+						if err != nil {
+							t.Errorf("burst: %v", err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			r23RequireNoLibGoroutines(t, 50*time.Millisecond, "after a burst")
+
+			// Canceled mid-call: every add reply 30 ms late.
+			p.delay.Store(int64(30 * time.Millisecond))
+			p.delayReply.Store(1 << 30)
+			for g := range 16 {
+				wg.Go(func() {
+					for i := range 5 {
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+						err := c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("cut", g, "-", i), Delay: time.Hour})
+						cancel()
+						if !r23IsCtxErr(err) {
+							t.Errorf("an Add of 5 ms on a server 30 ms late: %v", err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			// The round trips on the wire end with their late replies.
+			r23RequireNoLibGoroutines(t, 30*time.Millisecond+100*time.Millisecond, "after Adds canceled mid-call")
+			p.delayReply.Store(0)
+
+			// A topic not recorded yet, its recording canceled mid-call.
+			p.stall.Store(true)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+			require.ErrorIs(t, c.Add(ctx, &redeq.Job{Topic: "fresh", ID: "x"}), context.DeadlineExceeded)
+			cancel()
+			p.stall.Store(false)
+			r23RequireNoLibGoroutines(t, 100*time.Millisecond, "after the recording of a topic was canceled")
+
+			// Adds, then Shutdown.
+			for i := range 20 {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("last", i), Delay: time.Hour}))
+				cancel()
+			}
+			require.NoError(t, c.Shutdown(context.Background()))
+			r23RequireNoLibGoroutines(t, 50*time.Millisecond, "after Shutdown")
+		})
+	}
+}
+
+// TestReview23ShutdownWhileHungLeavesNoGoroutine (promise 3, the hard
+// case): Adds whose ctx ended while the server hangs (their round trips
+// still on the wire), then the client's Shutdown, as a service stopping
+// does. What docs/operations.md says of calls left behind:
+//   - the Redis client closed as well: no goroutine of the library is left
+//     100 ms later, although the server still does not answer;
+//   - the Redis client left open, with go-redis's default timeouts: they
+//     end within go-redis's timeouts while the server still hangs (the
+//     caller gave up, so go-redis makes no further attempt);
+//   - reads without a timeout (ReadTimeout -1): they end once the server
+//     answers.
+func TestReview23ShutdownWhileHungLeavesNoGoroutine(t *testing.T) {
+	for _, be := range r23Standalone(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			for _, tc := range []struct {
+				closeRedis  bool
+				readTimeout time.Duration
+			}{{true, 0}, {false, 0}, {false, -1}} {
+				closeRedis := tc.closeRedis
+				t.Run(fmt.Sprintf("close redis %v, ReadTimeout %v", closeRedis, tc.readTimeout), func(t *testing.T) {
+					if tc.readTimeout < 0 && be.Mini != nil {
+						t.Skip("once is enough")
+					}
+					p := startR23Proxy(t, be.Addrs[0])
+					cfg := testutil.Config(t)
+					// go-redis's defaults, or reads without a timeout.
+					rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: tc.readTimeout})
+					defer rdb.Close()
+					c, err := redeq.New(rdb, cfg)
+					require.NoError(t, err)
+					require.NoError(t, c.Add(context.Background(), &redeq.Job{Topic: "t", ID: "warm", Delay: time.Hour}))
+					p.stall.Store(true)
+					defer p.stall.Store(false)
+					for i := range 3 {
+						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+						require.ErrorIs(t, c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("hung", i), Delay: time.Hour}), context.DeadlineExceeded)
+						cancel()
+					}
+					require.NoError(t, c.Shutdown(context.Background()))
+					switch {
+					case closeRedis:
+						require.NoError(t, rdb.Close())
+						r23RequireNoLibGoroutines(t, 100*time.Millisecond, "Shutdown and the Redis client closed while the server hangs")
+					case tc.readTimeout >= 0:
+						// One read, not resent: go-redis's ReadTimeout (3 to
+						// 5 s by version), well within its retries' 13 s.
+						r23RequireNoLibGoroutines(t, 10*time.Second, "Shutdown while the server hangs, go-redis's default timeouts")
+					default:
+						time.Sleep(time.Second)
+						require.NotEmpty(t, r23LibGoroutines(), "a read without a timeout on a server that does not answer ended")
+						p.stall.Store(false)
+						r23RequireNoLibGoroutines(t, 2*time.Second, "the server answers again, reads without a timeout")
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestReview23RerunAfterLostReply (promise 4): go-redis resends an add run
+// whose reply was lost (the connection cut after the server ran it), late
+// (past ReadTimeout), or whose request reached the server late (after the
+// resend ran). Lone Adds with context.Background (run on the caller's
+// goroutine), lone Adds with a ctx (run on a goroutine), and 16 Adds at
+// once (one pipeline of joined runs, one of them with an id stored
+// before): every caller is told "added" for its own job, the one of the
+// stored id "exists", and each job is stored once, as given.
+func TestReview23RerunAfterLostReply(t *testing.T) {
+	t.Parallel() // counts no goroutines: beside the other parallel tests
+	for _, be := range r23Standalone(t) {
+		for _, fault := range []string{"cut", "late reply", "late request"} {
+			t.Run(be.Name+"/"+fault, func(t *testing.T) {
+				p := startR23Proxy(t, be.Addrs[0])
+				p.delay.Store(int64(400 * time.Millisecond))
+				rt := 150 * time.Millisecond
+				if be.Mini != nil {
+					rt = 250 * time.Millisecond // miniredis runs Lua slowly under -race
+				}
+				rdb := r23Redis(t, p.Addr(), func(o *redis.Options) {
+					o.ReadTimeout, o.MaxRetries, o.MinRetryBackoff = rt, 4, -1
+				})
+				cfg := testutil.Config(t)
+				cfg.Concurrency = 2
+				c := r23Client(t, rdb, cfg)
+				admin := be.New(t)
+				ctx := context.Background()
+				require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "t", ID: "seed", Body: []byte("seed"), Delay: time.Hour}))
+				arm := func(n int64) {
+					switch fault {
+					case "cut":
+						p.cutReply.Store(n)
+					case "late reply":
+						p.delayReply.Store(n)
+					default:
+						p.delayRequest.Store(n)
+					}
+				}
+				want := map[string]string{"seed": "seed"}
+				runs0, faults0 := p.addRequests.Load(), p.faults.Load()
+				check := func(what, id string, err error) {
+					t.Helper()
+					require.NoError(t, err, "%s: %s, its own first add (%d faults, %d add requests so far)", what, id, p.faults.Load()-faults0, p.addRequests.Load()-runs0)
+				}
+				for i := range 3 {
+					arm(1)
+					id := fmt.Sprint("bg", i)
+					body := []byte("body of " + id)
+					check("lone Add, context.Background", id, c.Add(ctx, &redeq.Job{Topic: "t", ID: id, Body: body, Delay: time.Hour}))
+					want[id] = string(body)
+				}
+				for i := range 3 {
+					arm(1)
+					id := fmt.Sprint("ctx", i)
+					body := []byte("body of " + id)
+					cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+					check("lone Add, ctx", id, c.Add(cctx, &redeq.Job{Topic: "t", ID: id, Body: body, Delay: time.Hour}))
+					cancel()
+					want[id] = string(body)
+				}
+				for round := range 3 {
+					arm(2)
+					var wg sync.WaitGroup
+					errs := make([]error, 16)
+					for i := range 16 {
+						id := fmt.Sprint("many", round, "-", i)
+						if i == 7 {
+							id = "seed"
+						}
+						wg.Go(func() {
+							cctx, cancel := r23Ctx(i%4&1*3, nil) // Background or a deadline of 20 s
+							defer cancel()
+							errs[i] = c.Add(cctx, &redeq.Job{Topic: "t", ID: id, Body: []byte("body of " + id), Delay: time.Hour})
+						})
+						if id != "seed" {
+							want[id] = "body of " + id
+						}
+					}
+					wg.Wait()
+					for i, err := range errs {
+						if i == 7 {
+							require.ErrorIs(t, err, redeq.ErrJobExists, "seed, stored before")
+							continue
+						}
+						check("16 at once", fmt.Sprint("many", round, "-", i), err)
+					}
+				}
+				faults, runs := p.faults.Load()-faults0, p.addRequests.Load()-runs0
+				t.Logf("%s: %d faults injected, %d add requests reached the proxy", fault, faults, runs)
+				require.GreaterOrEqual(t, faults, int64(6), "the faults were not injected")
+				time.Sleep(600 * time.Millisecond) // late requests reach the server
+				got := r23Stored(t, c, admin, cfg.Prefix, "t", cfg.Concurrency)
+				require.Len(t, got, len(want))
+				for id, body := range want {
+					require.Equal(t, body, got[id].body, id)
+				}
+			})
+		}
+	}
+}
+
+// TestReview23BodyReuseRacesTheWire (promise 1, body): callers whose ctx
+// ends while their call waits or is on the wire scribble over their body
+// at once, many times, while the round trips that carry them are still
+// being written (the server slow: each add reply 5 ms late). No job may
+// be stored with a scribbled body, and -race must find no race on it.
+func TestReview23BodyReuseRacesTheWire(t *testing.T) {
+	for _, be := range r23Standalone(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			p := startR23Proxy(t, be.Addrs[0])
+			p.delay.Store(int64(5 * time.Millisecond))
+			p.delayReply.Store(1 << 30)
+			cfg := testutil.Config(t)
+			cfg.MaxPool = 1 << 20
+			c := r23Client(t, r23Redis(t, p.Addr(), nil), cfg)
+			require.NoError(t, c.Add(context.Background(), &redeq.Job{Topic: "t", ID: "warm", Delay: time.Hour}))
+			var wg sync.WaitGroup
+			var gave, added atomic.Int64
+			for g := range 32 {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(uint64(g), 5))
+					buf := make([]byte, 4096) // one buffer, reused for every job
+					for i := range 20 {
+						id := fmt.Sprint("j", g, "-", i)
+						body := buf[:64+rng.IntN(4000)]
+						fill := byte('a' + (g+i)%26)
+						for k := range body {
+							body[k] = fill
+						}
+						ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(30000))*time.Microsecond)
+						j := &redeq.Job{Topic: "t", ID: id, Body: body, Delay: time.Hour}
+						if rng.IntN(3) == 0 {
+							j.Headers = map[string]string{"h": id}
+						}
+						err := c.Add(ctx, j)
+						cancel()
+						switch {
+						case err == nil:
+							added.Add(1)
+						case r23IsCtxErr(err):
+							gave.Add(1)
+						default:
+							t.Errorf("%s: %v", id, err)
+						}
+						r23Scribble(body)
+					}
+				})
+			}
+			wg.Wait()
+			p.delayReply.Store(0)
+			time.Sleep(200 * time.Millisecond)
+			t.Logf("%d added, %d gave up", added.Load(), gave.Load())
+			got := r23Stored(t, c, be.New(t), cfg.Prefix, "t", cfg.Concurrency)
+			for id, j := range got {
+				if id == "warm" {
+					continue
+				}
+				var g, i int
+				_, err := fmt.Sscanf(id, "j%d-%d", &g, &i)
+				require.NoError(t, err)
+				fill := string(rune('a' + (g+i)%26))
+				require.NotContains(t, j.body, "X", "%s: stored with its caller's scribbles", id)
+				require.Equal(t, strings.Repeat(fill, len(j.body)), j.body, id)
+			}
+			require.GreaterOrEqual(t, int64(len(got)-1), added.Load())
+		})
+	}
+}
+
+// TestReview23RerunAfterAckNotReadded (promise 4): the add run that
+// reaches the server late is the one go-redis gave up on (its request
+// held 600 ms, past ReadTimeout), or its reply comes late: go-redis's
+// resend runs first, the Add returns, a consumer runs the job and acks
+// it, and only then does the held run reach the server. The job must not
+// be stored again (it would run twice), and each Add is told "added".
+func TestReview23RerunAfterAckNotReadded(t *testing.T) {
+	t.Parallel() // counts no goroutines: beside the other parallel tests
+	for _, be := range r23Standalone(t) {
+		for _, fault := range []string{"late reply", "late request"} {
+			t.Run(be.Name+"/"+fault, func(t *testing.T) {
+				p := startR23Proxy(t, be.Addrs[0])
+				p.delay.Store(int64(600 * time.Millisecond))
+				rt := 150 * time.Millisecond
+				if be.Mini != nil {
+					rt = 250 * time.Millisecond
+				}
+				rdb := r23Redis(t, p.Addr(), func(o *redis.Options) {
+					o.ReadTimeout, o.MaxRetries, o.MinRetryBackoff = rt, 4, -1
+				})
+				cfg := testutil.Config(t)
+				producer := r23Client(t, rdb, cfg)
+				consumer := r23Client(t, be.New(t), cfg)
+				var mu sync.Mutex
+				runs := map[string]int{}
+				require.NoError(t, consumer.Register(redeq.ListenerFunc("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+					mu.Lock()
+					runs[job.ID]++
+					mu.Unlock()
+					ch.Ack()
+					return nil
+				})))
+				ctx := context.Background()
+				require.NoError(t, consumer.Start(ctx))
+				require.NoError(t, producer.Add(ctx, &redeq.Job{Topic: "t", ID: "warm", Delay: time.Hour}))
+				arm := func(n int64) {
+					if fault == "late reply" {
+						p.delayReply.Store(n)
+					} else {
+						p.delayRequest.Store(n)
+					}
+				}
+				var ids []string
+				for i := range 4 {
+					arm(1)
+					id := fmt.Sprint("lone", i)
+					ids = append(ids, id)
+					cctx, cancel := r23Ctx(i%2*3, nil)
+					require.NoError(t, producer.Add(cctx, &redeq.Job{Topic: "t", ID: id, Body: []byte(id)}), "%s: its own first add", id)
+					cancel()
+				}
+				for round := range 2 {
+					arm(1)
+					var wg sync.WaitGroup
+					for i := range 8 {
+						id := fmt.Sprint("many", round, "-", i)
+						ids = append(ids, id)
+						wg.Go(func() {
+							cctx, cancel := r23Ctx(i%2*3, nil)
+							defer cancel()
+							if err := producer.Add(cctx, &redeq.Job{Topic: "t", ID: id, Body: []byte(id)}); err != nil {
+								t.Errorf("%s: its own first add: %v", id, err)
+							}
+						})
+					}
+					wg.Wait()
+				}
+				require.GreaterOrEqual(t, p.faults.Load(), int64(6), "the faults were not injected")
+				waitFor(t, 20*time.Second, "every job ran", func() bool {
+					mu.Lock()
+					defer mu.Unlock()
+					for _, id := range ids {
+						if runs[id] == 0 {
+							return false
+						}
+					}
+					return true
+				})
+				time.Sleep(1500 * time.Millisecond) // the held runs reach the server; a job stored again runs again
+				t.Logf("%s: %d faults, %d held requests written to the server late", fault, p.faults.Load(), p.lateWritten.Load())
+				mu.Lock()
+				defer mu.Unlock()
+				for _, id := range ids {
+					require.Equal(t, 1, runs[id], "%s ran %d times: stored again by a late run", id, runs[id])
+					_, err := producer.Get(ctx, "t", id)
+					require.ErrorIs(t, err, redeq.ErrJobNotFound, "%s: acked, yet stored again by a late run", id)
+				}
+			})
+		}
+	}
+}
+
+// TestReview23AddCtxEndsWhileHungHook (promise 1, every backend, the
+// cluster included): a hook holds every command of the producer's Redis
+// client (a hung server or cluster node); Adds with a ctx that ends return
+// its error within r23Slack, the first of a topic included, and a job
+// whose Add gave up is stored with its body as given (the caller
+// scribbled over it), or not at all.
+func TestReview23AddCtxEndsWhileHungHook(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			cfg := testutil.Config(t)
+			rdb := be.New(t)
+			h := &r23Hold{}
+			h.release = make(chan struct{})
+			rdb.AddHook(h)
+			c := r23Client(t, rdb, cfg)
+			reader := r23Client(t, be.New(t), cfg)
+			h.on.Store(true)
+			var wg sync.WaitGroup
+			bodies := map[string][]byte{}
+			for i := range 16 {
+				id := fmt.Sprint("j", i)
+				bodies[id] = []byte("body of " + id)
+			}
+			run := func(topic string) {
+				for i := range 16 {
+					id := fmt.Sprint("j", i)
+					body := []byte("body of " + id)
+					wg.Go(func() {
+						d := time.Duration(20+i*2) * time.Millisecond
+						ctx, cancel := context.WithTimeout(context.Background(), d)
+						defer cancel()
+						start := time.Now()
+						err := c.Add(ctx, &redeq.Job{Topic: topic, ID: id, Body: body, Delay: time.Hour})
+						over := time.Since(start) - d
+						if !errors.Is(err, context.DeadlineExceeded) {
+							t.Errorf("%s/%s: %v", topic, id, err)
+						}
+						if over > r23Slack {
+							t.Errorf("%s/%s: returned %v after its ctx ended", topic, id, over)
+						}
+						r23Scribble(body)
+					})
+				}
+				wg.Wait()
+			}
+			run("fresh") // the topic is recorded by these Adds
+			h.on.Store(false)
+			close(h.release)
+			require.NoError(t, c.Add(context.Background(), &redeq.Job{Topic: "t", ID: "warm", Delay: time.Hour}))
+			h.mu.Lock()
+			h.release = make(chan struct{})
+			h.mu.Unlock()
+			h.on.Store(true)
+			run("t")
+			h.on.Store(false)
+			h.mu.Lock()
+			close(h.release)
+			h.mu.Unlock()
+			time.Sleep(200 * time.Millisecond)
+			for _, topic := range []string{"fresh", "t"} {
+				for id, want := range bodies {
+					j, err := reader.Get(context.Background(), topic, id)
+					if errors.Is(err, redeq.ErrJobNotFound) || errors.Is(err, redeq.ErrUnknownTopic) {
+						continue
+					}
+					require.NoError(t, err, id)
+					require.Equal(t, string(want), string(j.Body), "%s/%s: stored with its caller's scribbles", topic, id)
+				}
+			}
+		})
+	}
+}
+
+// r23Hold holds every command while on, until release is closed.
+type r23Hold struct {
+	on      atomic.Bool
+	mu      sync.Mutex
+	release chan struct{}
+}
+
+func (h *r23Hold) wait() {
+	if !h.on.Load() {
+		return
+	}
+	h.mu.Lock()
+	r := h.release
+	h.mu.Unlock()
+	<-r
+}
+
+func (h *r23Hold) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *r23Hold) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.wait()
+		return next(ctx, cmd)
+	}
+}
+func (h *r23Hold) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.wait()
+		return next(ctx, cmds)
+	}
+}
+
+// TestReview23AddGivesUpAfterItsWindow (promise 1, Add's doc): Add
+// returns context.DeadlineExceeded when Redis has not answered 15 s after
+// the job was sent, or, with a ctx that never ends, at the latest when a
+// read go-redis began before then ends. The server hangs for good; the
+// producer's client reads with a timeout of 16 s (a read begun at once
+// ends at 16 s) or without one (ReadTimeout -1, as clients built for
+// blocking commands are: Add then waits on another goroutine). Adds with
+// context.Background and with a ctx that could end but does not must each
+// return context.DeadlineExceeded within 26 s; review 23 found those of
+// the client without a read timeout waiting for good.
+func TestReview23AddGivesUpAfterItsWindow(t *testing.T) {
+	t.Parallel() // counts no goroutines: beside the other parallel tests
+	var real []testutil.Backend
+	for _, be := range testutil.RealBackends(t) {
+		if be.Name == "redis" {
+			real = append(real, be)
+		}
+	}
+	if len(real) == 0 {
+		t.Skip("no standalone redis-server")
+	}
+	be := real[0]
+	p := startR23Proxy(t, be.Addrs[0])
+	cfg := testutil.Config(t)
+	type result struct {
+		what string
+		err  error
+		took time.Duration
+	}
+	results := make(chan result, 8)
+	var clients []*redeq.Client
+	for _, rt := range []time.Duration{16 * time.Second, -1} {
+		c := r23Client(t, r23Redis(t, p.Addr(), func(o *redis.Options) { o.ReadTimeout = rt }), cfg)
+		require.NoError(t, c.Add(context.Background(), &redeq.Job{Topic: "t", ID: fmt.Sprint("warm", rt), Delay: time.Hour}))
+		clients = append(clients, c)
+	}
+	p.stall.Store(true)
+	defer p.stall.Store(false)
+	n := 0
+	for k, rt := range []time.Duration{16 * time.Second, -1} {
+		for _, ctxKind := range []string{"context.Background", "a ctx that does not end"} {
+			n++
+			what := fmt.Sprintf("ReadTimeout %v, %s", rt, ctxKind)
+			id := fmt.Sprint("hung", n)
+			go func() {
+				ctx := context.Background()
+				if ctxKind != "context.Background" {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithCancel(ctx)
+					defer cancel()
+				}
+				start := time.Now()
+				err := clients[k].Add(ctx, &redeq.Job{Topic: "t", ID: id, Delay: time.Hour})
+				results <- result{what, err, time.Since(start)}
+			}()
+		}
+	}
+	deadline := time.After(26 * time.Second)
+	var failures []string
+	for got := 0; got < n; {
+		select {
+		case r := <-results:
+			got++
+			t.Logf("%s: %v after %v", r.what, r.err, r.took.Round(time.Millisecond))
+			if !errors.Is(r.err, context.DeadlineExceeded) {
+				failures = append(failures, fmt.Sprintf("%s: returned %v after %v, not context.DeadlineExceeded", r.what, r.err, r.took.Round(time.Millisecond)))
+			}
+		case <-deadline:
+			failures = append(failures, fmt.Sprintf("%d of %d Adds had not returned 26 s after they were sent to a server that does not answer", n-got, n))
+			got = n
+		}
+	}
+	p.stall.Store(false)
+	require.Empty(t, failures)
+}
+
+// Review 23: a TCP proxy in front of one Redis server that can, for the
+// runs of add.lua only (a request holding "evalsha" and an add run's op
+// key ":op:"), or for every reply:
+//   - stall: hold every reply while set (a hung server), forwarding them
+//     when cleared;
+//   - cutReply: forward the add request, then drop its reply and cut the
+//     connection (a reply lost after the server ran the script);
+//   - delayReply: forward the add request, and its reply after a delay
+//     (a late reply: go-redis gives up after its ReadTimeout and resends);
+//   - delayRequest: hold the add request for a delay before the server
+//     gets it (the resend runs first, the original after it).
+//
+// Each of cutReply, delayReply and delayRequest counts down: it applies to
+// that many add requests, then stops.
+type r23Proxy struct {
+	ln       net.Listener
+	upstream string
+
+	stall        atomic.Bool
+	cutReply     atomic.Int64
+	delayReply   atomic.Int64
+	delayRequest atomic.Int64
+	delay        atomic.Int64 // ns, for delayReply and delayRequest
+
+	addRequests atomic.Int64 // add requests forwarded to the server (reruns included)
+	faults      atomic.Int64 // faults injected
+	lateWritten atomic.Int64 // held requests written to the server, late
+
+	mu     sync.Mutex
+	conns  []net.Conn
+	closed bool
+}
+
+func startR23Proxy(t *testing.T, upstream string) *r23Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &r23Proxy{ln: ln, upstream: upstream}
+	p.delay.Store(int64(300 * time.Millisecond))
+	go p.serve()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *r23Proxy) Addr() string { return p.ln.Addr().String() }
+
+func (p *r23Proxy) close() {
+	_ = p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+func (p *r23Proxy) track(c ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns = append(p.conns, c...)
+	return true
+}
+
+// r23Take decrements n when positive and reports whether it did.
+func r23Take(n *atomic.Int64) bool {
+	for {
+		v := n.Load()
+		if v <= 0 {
+			return false
+		}
+		if n.CompareAndSwap(v, v-1) {
+			return true
+		}
+	}
+}
+
+func isAddRun(b []byte) bool {
+	l := bytes.ToLower(b)
+	return bytes.Contains(l, []byte("evalsha")) && bytes.Contains(b, []byte(":op:"))
+}
+
+func (p *r23Proxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		u, err := net.DialTimeout("tcp", p.upstream, 2*time.Second)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		if !p.track(c, u) {
+			_ = c.Close()
+			_ = u.Close()
+			return
+		}
+		var cut, late atomic.Bool
+		var held sync.WaitGroup // requests held back, still to be written to u
+		var once sync.Once
+		kill := func() {
+			_ = c.Close()
+			once.Do(func() {
+				go func() {
+					// A held request still reaches the server, late, after
+					// its client gave up on the connection.
+					held.Wait()
+					time.Sleep(200 * time.Millisecond)
+					_ = u.Close()
+				}()
+			})
+		}
+		go func() { // client -> server
+			var hold chan []byte // set once a request is held: what follows waits behind it
+			defer func() {
+				if hold != nil {
+					close(hold)
+				}
+				kill()
+			}()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := c.Read(buf)
+				if n > 0 {
+					chunk := buf[:n]
+					if isAddRun(chunk) {
+						p.addRequests.Add(1)
+						switch {
+						case r23Take(&p.cutReply):
+							p.faults.Add(1)
+							cut.Store(true)
+						case r23Take(&p.delayReply):
+							p.faults.Add(1)
+							late.Store(true)
+						case hold == nil && r23Take(&p.delayRequest):
+							p.faults.Add(1)
+							// The client gives up on this connection and
+							// resends on another; the server gets this
+							// request (and whatever follows it here) late,
+							// after the resend ran.
+							hold = make(chan []byte, 1024)
+							d := time.Duration(p.delay.Load())
+							held.Add(1)
+							go func() {
+								defer held.Done()
+								time.Sleep(d)
+								for b := range hold {
+									if _, err := u.Write(b); err == nil {
+										p.lateWritten.Add(1)
+									}
+								}
+							}()
+						}
+					}
+					if hold != nil {
+						hold <- bytes.Clone(chunk)
+						continue
+					}
+					if _, werr := u.Write(chunk); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+		go func() { // server -> client
+			defer kill()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := u.Read(buf)
+				if n > 0 {
+					for p.stall.Load() {
+						time.Sleep(time.Millisecond)
+					}
+					if cut.Load() {
+						return // the reply is dropped, the connection cut
+					}
+					if late.Swap(false) {
+						time.Sleep(time.Duration(p.delay.Load()))
+					}
+					if _, werr := c.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
