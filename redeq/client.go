@@ -167,9 +167,9 @@ func (c *Client) ensureTopic(ctx context.Context, topic string) error {
 // running client. When ctx ends first, Add returns ctx's error and the job
 // may or may not have been stored; Get tells. So it does, with
 // context.DeadlineExceeded, when Redis has not answered 15 s after the
-// job was sent (plus WaitTimeout with WaitReplicas), or, with a ctx that
-// never ends, at the latest when a read go-redis began before then ends
-// (the client's ReadTimeout; at 15 s when its reads have none): past that, a
+// job was sent (plus WaitTimeout with WaitReplicas), at the latest when a
+// read go-redis began before then ends (the client's ReadTimeout; at 15 s
+// when its reads have none): past that, a
 // resend by go-redis could no longer tell its own job from an existing one
 // (see docs/decisions.md, "Such calls give up"). Errors from Redis are
 // returned as they are: a server that refuses writes (maxmemory,

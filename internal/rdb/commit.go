@@ -98,10 +98,11 @@ func (c *Committer) runOne(ctx context.Context, call Call) (any, error) {
 // returns ctx's error at once, and the call may or may not have run: a
 // call already sent in a pipeline goes on under go-redis's timeouts, since
 // the pipeline carries other callers' calls too. A call that keeps its
-// reply for a rerun (runKey) returns context.DeadlineExceeded once its
-// window passed (Durability.Window): go-redis starts no attempt after it,
-// and a read it began may go on for the client's ReadTimeout, without end
-// when the client sets none. A call whose caller may so return carries
+// reply for a rerun (runKey) fails with context.DeadlineExceeded after its
+// window (Durability.Window): go-redis starts no attempt after it, and a
+// read it began goes on for the client's ReadTimeout; on a client whose
+// reads may have no end (TimeoutsSet), Do returns at the window. A call
+// whose caller may so return early carries
 // copies of the byte slices among call.Args (Do replaces them in place),
 // so that its caller may reuse them once Do returned.
 func (c *Committer) Do(ctx context.Context, call Call) (any, error) {
@@ -120,9 +121,9 @@ func (c *Committer) Do(ctx context.Context, call Call) (any, error) {
 		return val, err
 	}
 	c.mu.Unlock()
-	if c.runKey != nil {
-		// The same deadline bounds go-redis's attempts (runOne finds it
-		// already set) and the caller's wait.
+	if c.runKey != nil && !c.bounded {
+		// go-redis's reads may not end: the window bounds the caller's
+		// wait, and go-redis's attempts (runOne finds it already set).
 		var cancel context.CancelFunc
 		ctx, cancel = Bounded(ctx, c.durable.Window())
 		defer cancel()

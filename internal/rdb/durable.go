@@ -32,13 +32,8 @@ func (d Durability) On() bool { return d.Replicas > 0 }
 // a pipeline reads its replies, WAIT's included; ok is false when the
 // client's kind does not tell.
 func ReadTimeout(c redis.UniversalClient) (d time.Duration, ok bool) {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().ReadTimeout, true
-	case *redis.ClusterClient:
-		return c.Options().ReadTimeout, true
-	}
-	return 0, false
+	t, ok := timeoutsOf(c)
+	return t.read, ok
 }
 
 // Run runs one script call, and, when d is on, waits for d's replicas

@@ -25,8 +25,9 @@ const MaxJoin = 64
 // it is appended to the run's Keys, a fresh one per run, so that the
 // script can keep its reply there for a rerun of the same run.
 func NewJoiningCommitter(c redis.UniversalClient, script *redis.Script, shared int, runKey func(keys []string) string) *Committer {
-	return &Committer{rdb: c, script: script, join: true, shared: shared, runKey: runKey,
-		bounded: TimeoutsSet(c), handoff: make(chan []*request)}
+	cm := NewCommitter(c, script)
+	cm.join, cm.shared, cm.runKey = true, shared, runKey
+	return cm
 }
 
 // RunJoined runs calls of a joining script (see NewJoiningCommitter), at

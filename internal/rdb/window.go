@@ -48,46 +48,55 @@ func (d Durability) Window() time.Duration {
 // A read or write without a timeout, or a client of another kind, counts
 // blockingSlack for each.
 func Slack(c any) time.Duration {
-	var read, write, dial time.Duration
 	rounds := time.Duration(handshakeRounds)
-	switch c := c.(type) {
-	case *redis.Client:
-		o := c.Options()
-		read, write, dial = o.ReadTimeout, o.WriteTimeout, o.DialTimeout
-		if o.DB > 0 {
-			rounds++
-		}
-	case *redis.ClusterClient:
-		o := c.Options()
-		read, write, dial = o.ReadTimeout, o.WriteTimeout, o.DialTimeout
-	default:
+	o, ok := timeoutsOf(c)
+	if !ok {
 		return blockingSlack + rounds*2*blockingSlack
 	}
+	if o.db > 0 {
+		rounds++
+	}
+	read, write := o.read, o.write
 	if read <= 0 {
 		read = blockingSlack
 	}
 	if write <= 0 {
 		write = blockingSlack
 	}
-	return dial + rounds*(read+write)
+	return o.dial + rounds*(read+write)
 }
 
 // TimeoutsSet reports whether go-redis bounds every read and write of c
-// by a timeout: a *redis.Client or a *redis.ClusterClient (without
-// NewClient, which may give its nodes other options) whose ReadTimeout and
-// WriteTimeout, as go-redis keeps them, are positive (it keeps a -1 given,
-// none, as 0, and a -2, no deadline set, as -1). Only then does a call
-// that runs on its caller's goroutine end soon after its window.
+// by a timeout: a *redis.Client or a *redis.ClusterClient (without a
+// NewClient of its own, which may give its nodes other options) whose
+// ReadTimeout and WriteTimeout, as go-redis keeps them, are positive (it
+// keeps a -1 given, none, as 0, and a -2, no deadline set, as -1). Only
+// then does a call that runs on its caller's goroutine end soon after its
+// window.
 func TimeoutsSet(c any) bool {
+	o, ok := timeoutsOf(c)
+	return ok && o.ownNodes && o.read > 0 && o.write > 0
+}
+
+// timeouts are the options of a go-redis client that bound its calls.
+type timeouts struct {
+	read, write, dial time.Duration
+	db                int  // a *redis.Client's DB: SELECT on each new connection
+	ownNodes          bool // a cluster's nodes take these options (go-redis's own NewClient)
+}
+
+// timeoutsOf returns c's timeouts, as go-redis keeps them; ok is false for
+// a client of another kind, whose options do not tell.
+func timeoutsOf(c any) (t timeouts, ok bool) {
 	switch c := c.(type) {
 	case *redis.Client:
 		o := c.Options()
-		return o.ReadTimeout > 0 && o.WriteTimeout > 0
+		return timeouts{read: o.ReadTimeout, write: o.WriteTimeout, dial: o.DialTimeout, db: o.DB, ownNodes: true}, true
 	case *redis.ClusterClient:
 		o := c.Options()
-		return ownNewClient(o.NewClient) && o.ReadTimeout > 0 && o.WriteTimeout > 0
+		return timeouts{read: o.ReadTimeout, write: o.WriteTimeout, dial: o.DialTimeout, ownNodes: ownNewClient(o.NewClient)}, true
 	}
-	return false
+	return timeouts{}, false
 }
 
 // ownNewClient reports whether f is go-redis's own redis.NewClient, which
