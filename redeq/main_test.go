@@ -153,6 +153,7 @@ func startChild(t *testing.T, be testutil.Backend, prefix, topic string) *child 
 // to onLine (or the test log).
 func startChildKind(t *testing.T, kind string, be testutil.Backend, prefix, topic string, onLine func(string), extra ...string) *child {
 	t.Helper()
+	testutil.FaultTier(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+kind,
 		"REDEQ_TEST_ADDRS="+strings.Join(be.Addrs, ","),

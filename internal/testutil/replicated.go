@@ -48,10 +48,11 @@ func LowPort(t testing.TB) int {
 	return 0
 }
 
-// needBinaries skips the test when a binary is missing, or fails it under
-// REDEQ_REQUIRE_SERVER.
+// needBinaries skips the test outside the fault tier, and when a binary is
+// missing, or fails it then under REDEQ_REQUIRE_SERVER.
 func needBinaries(t testing.TB, names ...string) {
 	t.Helper()
+	FaultTier(t)
 	for _, name := range names {
 		if _, err := exec.LookPath(name); err != nil {
 			if os.Getenv(RequireServerEnv) != "" {

@@ -19,6 +19,22 @@ import (
 // fail instead of skip when it is missing. CI sets it.
 const RequireServerEnv = "REDEQ_REQUIRE_SERVER"
 
+// FaultTierEnv switches on the fault tier: tests that start redis-servers
+// or child processes of their own, kill or stop them, or run for minutes.
+// `go test ./...` without it is the fast tier a newcomer runs; .ci/run
+// sets it.
+const FaultTierEnv = "REDEQ_FAULT"
+
+// FaultTier skips the calling test unless the fault tier is on. Every
+// helper that starts a private server or a child process calls it, so a
+// test that uses one is in the fault tier whether or not it says so.
+func FaultTier(t testing.TB) {
+	t.Helper()
+	if os.Getenv(FaultTierEnv) == "" {
+		t.Skipf("fault tier: set %s=1 to run it (.ci/run does)", FaultTierEnv)
+	}
+}
+
 // Server is a redis-server process a test started, in a folder of its own,
 // that the test can stop, kill and start again on the same port.
 type Server struct {
@@ -31,10 +47,12 @@ type Server struct {
 }
 
 // StartServer starts redis-server on a free loopback port with extra
-// arguments (such as "--appendonly", "yes"). Without a redis-server binary
-// the test is skipped, unless REDEQ_REQUIRE_SERVER is set.
+// arguments (such as "--appendonly", "yes"). It belongs to the fault tier
+// (FaultTier). Without a redis-server binary the test is skipped, unless
+// REDEQ_REQUIRE_SERVER is set.
 func StartServer(t testing.TB, args ...string) *Server {
 	t.Helper()
+	FaultTier(t)
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Getenv(RequireServerEnv) != "" {
 			t.Fatalf("redis-server not found and %s is set", RequireServerEnv)
