@@ -12,7 +12,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	redeqotel "github.com/redeq-go/redeq/contrib/otel"
-	"github.com/redeq-go/redeq/internal/benchdrain"
+	"github.com/redeq-go/redeq/redeqtest/benchdrain"
 	"github.com/redeq-go/redeq/redeq"
 )
 

@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	redeqprom "github.com/redeq-go/redeq/contrib/prometheus"
-	"github.com/redeq-go/redeq/internal/benchdrain"
+	"github.com/redeq-go/redeq/redeqtest/benchdrain"
 	"github.com/redeq-go/redeq/redeq"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	redeqotel "github.com/redeq-go/redeq/contrib/otel"
 	redeqprom "github.com/redeq-go/redeq/contrib/prometheus"
-	"github.com/redeq-go/redeq/internal/benchdrain"
+	"github.com/redeq-go/redeq/redeqtest/benchdrain"
 	"github.com/redeq-go/redeq/redeq"
 )
 
