@@ -1,8 +1,3 @@
-// Package ack holds the Channel a handler answers through (the ack and
-// rejoin bits) and the script that applies each outcome.
-//
-// It is a building block of package redeq (github.com/redeq-go/redeq/redeq),
-// which services import; its API may change between minor versions.
 package ack
 
 import (

@@ -1,5 +1,3 @@
-// Package config holds redeq's settings: one Config struct, its defaults,
-// validation, and loading from a YAML file with REDEQ_* environment overrides.
 package config
 
 import (

@@ -1,8 +1,3 @@
-// Package pool holds the job envelope and the per-bucket HASH job pools:
-// adding, reading and deleting jobs by id.
-//
-// It is a building block of package redeq (github.com/redeq-go/redeq/redeq),
-// which services import; its API may change between minor versions.
 package pool
 
 import (

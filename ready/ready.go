@@ -1,9 +1,3 @@
-// Package ready holds the per-bucket ready lists and the reliable fetch
-// that moves due ids into a consumer's in-flight set, one delivery token
-// each.
-//
-// It is a building block of package redeq (github.com/redeq-go/redeq/redeq),
-// which services import; its API may change between minor versions.
 package ready
 
 import (

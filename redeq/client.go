@@ -1,25 +1,3 @@
-// Package redeq runs delayed jobs on Redis. A service adds jobs by id with a
-// delay, registers one listener per topic, and redeq delivers each job to
-// one listener instance at its due time, never before, at least once.
-//
-// Import it as github.com/redeq-go/redeq/redeq, with
-// github.com/redeq-go/redeq/config for the settings; the other packages of
-// the module are its building blocks and need not be imported.
-//
-//	c, _ := redeq.New(rdb, config.Default())     // or redeq.Open(ctx, "redeq.yaml")
-//	c.Use(logging)                               // middleware: func(Handler) Handler
-//	c.Register(redeq.Typed("order.close", func(ctx context.Context, o Order) error {
-//		return closeIfUnpaid(ctx, o) // nil acks; an error retries
-//	}))
-//	redeq.AddTyped(ctx, c, "order.close", "42", Order{ID: 42}, 30*time.Minute)
-//	c.Run(ctx)                                   // Start; Shutdown on ctx done or SIGTERM
-//
-// Producers: Add, AddBatch, AddTyped, Put (upsert), Get, Delete,
-// Reschedule, Update. Consumers: Register (a Listener, ListenerFunc,
-// Typed, TypedWithChannel), RegisterBroadcast, Use, Observe, Start, Run,
-// Shutdown.
-// Operators: Stats, Topics, List, UnAcked, ProcessUnAck, RequeueUnAck,
-// DeadJobs, RequeueDead, Pause, Resume.
 package redeq
 
 import (

@@ -1,8 +1,3 @@
-// Package retry is the retry policy: how long a failed job waits before its
-// next delivery, and when its retries have run out.
-//
-// It is a building block of package redeq (github.com/redeq-go/redeq/redeq),
-// which services import; its API may change between minor versions.
 package retry
 
 import (

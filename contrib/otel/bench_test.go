@@ -12,8 +12,8 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	redeqotel "github.com/redeq-go/redeq/contrib/otel"
-	"github.com/redeq-go/redeq/redeqtest/benchdrain"
 	"github.com/redeq-go/redeq/redeq"
+	"github.com/redeq-go/redeq/redeqtest/benchdrain"
 )
 
 // BenchmarkDrain drains b.N due jobs with a no-op handler, 16 workers, on

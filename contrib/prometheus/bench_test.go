@@ -7,8 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	redeqprom "github.com/redeq-go/redeq/contrib/prometheus"
-	"github.com/redeq-go/redeq/redeqtest/benchdrain"
 	"github.com/redeq-go/redeq/redeq"
+	"github.com/redeq-go/redeq/redeqtest/benchdrain"
 )
 
 // BenchmarkDrain drains b.N due jobs with a no-op handler, 16 workers, on

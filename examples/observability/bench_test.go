@@ -11,8 +11,8 @@ import (
 
 	redeqotel "github.com/redeq-go/redeq/contrib/otel"
 	redeqprom "github.com/redeq-go/redeq/contrib/prometheus"
-	"github.com/redeq-go/redeq/redeqtest/benchdrain"
 	"github.com/redeq-go/redeq/redeq"
+	"github.com/redeq-go/redeq/redeqtest/benchdrain"
 )
 
 // BenchmarkDrain drains b.N due jobs with a no-op handler, 16 workers, on
