@@ -9,14 +9,6 @@ import (
 	"github.com/redeq-go/redeq/internal/rdb"
 )
 
-// ErrNotReplicated is a write that the Redis master applied but that
-// fewer than Config.WaitReplicas replicas acknowledged within
-// Config.WaitTimeout. From Add, AddBatch (per job), Put or Update it means
-// the job may be stored, or lost if the master fails before its replicas
-// have it: Get tells; Put stores it again and waits again. It wraps
-// nothing else.
-var ErrNotReplicated = rdb.ErrNotReplicated
-
 func durability(cfg config.Config) rdb.Durability {
 	return rdb.Durability{Replicas: cfg.WaitReplicas, Timeout: cfg.WaitTimeout}
 }

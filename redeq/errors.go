@@ -5,10 +5,16 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/redeq-go/redeq/consumer"
+	"github.com/redeq-go/redeq/internal/rdb"
 	"github.com/redeq-go/redeq/pool"
+	"github.com/redeq-go/redeq/retry"
 )
 
-// Sentinels callers match with errors.Is.
+// Every error redeq returns that a caller matches: sentinels with
+// errors.Is, typed errors with errors.As.
+
+// Sentinels of the producing and inspecting side.
 var (
 	// ErrInvalidJob is a job rejected before anything is written: a bad
 	// topic or id, a negative delay, a body or headers over their bounds,
@@ -34,6 +40,32 @@ var (
 	ErrJobNotWaiting = pool.ErrJobNotWaiting
 	// ErrClientClosed is a Start, Register or Shutdown after Shutdown.
 	ErrClientClosed = errors.New("redeq: client closed")
+	// ErrUnknownTopic is a topic nobody ever added to: it has no recorded
+	// bucket count and is not in the topic set. Stats, List, Pause and
+	// Resume return it rather than an empty answer, so a typo in a topic
+	// name does not read as "no jobs".
+	ErrUnknownTopic = pool.ErrUnknownTopic
+	// ErrNotReplicated is a write that the Redis master applied but that
+	// fewer than Config.WaitReplicas replicas acknowledged within
+	// Config.WaitTimeout. From Add, AddBatch (per job), Put or Update it
+	// means the job may be stored, or lost if the master fails before its
+	// replicas have it: Get tells; Put stores it again and waits again. It
+	// wraps nothing else.
+	ErrNotReplicated = rdb.ErrNotReplicated
+)
+
+// Errors of the consuming side.
+var (
+	// ErrStarted is a Register or Start after Start.
+	ErrStarted = consumer.ErrStarted
+	// ErrDuplicateListener is a second listener for one topic.
+	ErrDuplicateListener = consumer.ErrDuplicate
+	// ErrConsumeTimeout is the failure of a handler that overran
+	// ConsumeTimeout.
+	ErrConsumeTimeout = consumer.ErrConsumeTimeout
+	// ErrSkipRetry, returned or wrapped by a handler, gives up on a job at
+	// once: FinalRetry runs and the job moves to the dead set.
+	ErrSkipRetry = retry.ErrSkipRetry
 )
 
 // MismatchError reports a bucket count that differs from the recorded one.
@@ -70,4 +102,9 @@ func (e *BatchError) Unwrap() []error {
 		}
 	}
 	return out
+}
+
+// invalidArg wraps ErrInvalidArgument with the reason.
+func invalidArg(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
 }

@@ -44,20 +44,6 @@ type WorkerCounter = consumer.WorkerCounter
 // failure: the job is retried on its schedule.
 type Channel = ack.Channel
 
-// Errors of the consuming side.
-var (
-	// ErrStarted is a Register or Start after Start.
-	ErrStarted = consumer.ErrStarted
-	// ErrDuplicateListener is a second listener for one topic.
-	ErrDuplicateListener = consumer.ErrDuplicate
-	// ErrConsumeTimeout is the failure of a handler that overran
-	// ConsumeTimeout.
-	ErrConsumeTimeout = consumer.ErrConsumeTimeout
-	// ErrSkipRetry, returned or wrapped by a handler, gives up on a job at
-	// once: FinalRetry runs and the job moves to the dead set.
-	ErrSkipRetry = retry.ErrSkipRetry
-)
-
 // SkipRetry wraps err so that the job is not retried.
 func SkipRetry(err error) error { return retry.Skip(err) }
 
