@@ -111,15 +111,27 @@ type Config struct {
 	// Prefix starts every Redis key and channel name: at most MaxName
 	// bytes, no braces, whitespace or control characters. Defaults to "redeq".
 	Prefix string `yaml:"prefix"`
-	// Concurrency is the number of buckets per topic, a power of two from 1
-	// to MaxConcurrency (1024). Jobs spread over buckets by a hash of their
-	// id; each bucket is moved and fetched independently and, on a Redis
-	// Cluster, may live on its own slot. The count is recorded per topic on
-	// first use. Defaults to 1.
+	// Concurrency is the number of buckets per topic (shards of its
+	// storage), a power of two from 1 to MaxConcurrency (1024); it is not
+	// a number of workers (that is Workers, per listener). Jobs spread over
+	// buckets by a hash of their id; each bucket is moved and fetched
+	// independently and, on a Redis Cluster, may live on its own slot. The
+	// count is recorded per topic on its first use, and a client with
+	// another count for that topic gets ErrBucketMismatch: choose it once.
+	// 1 serves thousands of jobs a second on one server; raise it for a
+	// topic that must spread over the masters of a cluster, or whose
+	// movers and fetches contend on one key. Defaults to 1.
 	Concurrency int `yaml:"concurrency"`
-	// ScanInterval is how often a mover rescans its bucket when no wake-up
-	// arrives; a non-holder of the bucket's lock moves the jobs overdue by
-	// more than two of it. From MinInterval (1ms) to MaxInterval (1h), and
+	// ScanInterval paces the movers' fallback. A job added while its
+	// bucket's owner sleeps is moved at its due time by the owner's
+	// wake-up (a PUBLISH from Add), not by a scan. The scans cover a lost
+	// wake-up: an owner rescans a bucket with nothing due sooner every five
+	// ScanIntervals or every third of LockExpiry, whichever is shorter (5s
+	// with the defaults), so a job whose wake-up was lost runs up to that
+	// late; a
+	// client that does not own the bucket moves its jobs overdue by more
+	// than two ScanIntervals at its own scans. Clients announce themselves
+	// every ScanInterval. From MinInterval (1ms) to MaxInterval (1h), and
 	// shorter than LockExpiry. Defaults to 1s.
 	ScanInterval time.Duration `yaml:"scan_interval"`
 	// MoveBatch is the most ids one mover script call moves, from 1 to
@@ -161,17 +173,20 @@ type Config struct {
 	// lock every quarter of it; meanwhile they move only jobs overdue by
 	// more than two ScanIntervals, so a crashed holder strands nothing for
 	// long. From MinLockExpiry (10ms) to MaxInterval (1h), and longer than
-	// ScanInterval. Defaults to 20s.
+	// ScanInterval. Defaults to 20s, or to twice ScanInterval when that is
+	// 20s or more.
 	LockExpiry time.Duration `yaml:"lock_expiry"`
 	// HeartbeatInterval is how often a consumer records that it is alive.
 	// From MinInterval (1ms) to a third of ConsumerTimeout, so that a
 	// consumer is declared silent only after missing at least two
-	// heartbeats. Defaults to 5s.
+	// heartbeats. Defaults to 5s, or to a third of ConsumerTimeout when that
+	// is set below 15s (consumer_timeout: 3s alone gives 1s heartbeats).
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
 	// ConsumerTimeout is how long a consumer may stay silent before the
 	// reaper hands its in-flight jobs to others; each consumer also sweeps
 	// its in-flight lists this often. From MinConsumerTimeout (100ms) to
-	// MaxTimeout (24h). Defaults to 15s.
+	// MaxTimeout (24h). Defaults to 15s, or to three HeartbeatIntervals when
+	// that is set above 5s.
 	ConsumerTimeout time.Duration `yaml:"consumer_timeout"`
 	// ShutdownTimeout bounds how long Shutdown waits for running handlers
 	// when its context has no earlier deadline. From MinInterval (1ms) to
@@ -236,7 +251,17 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.Retry, RetryDefault)
 	setDefault(&c.Workers, WorkersDefault)
 	setDefault(&c.PollTimeout, PollTimeoutDefault)
+	// Settings that bound one another: a default follows the setting given.
+	if c.LockExpiry == 0 && c.ScanInterval >= LockExpiryDefault {
+		c.LockExpiry = min(2*c.ScanInterval, MaxInterval)
+	}
 	setDefault(&c.LockExpiry, LockExpiryDefault)
+	if c.HeartbeatInterval == 0 && c.ConsumerTimeout > 0 {
+		c.HeartbeatInterval = max(min(HeartbeatIntervalDefault, c.ConsumerTimeout/3), MinInterval)
+	}
+	if c.ConsumerTimeout == 0 && c.HeartbeatInterval > 0 {
+		c.ConsumerTimeout = max(ConsumerTimeoutDefault, 3*c.HeartbeatInterval)
+	}
 	setDefault(&c.HeartbeatInterval, HeartbeatIntervalDefault)
 	setDefault(&c.ConsumerTimeout, ConsumerTimeoutDefault)
 	setDefault(&c.ShutdownTimeout, ShutdownTimeoutDefault)

@@ -226,7 +226,7 @@ func TestValidateJoinsEveryError(t *testing.T) {
 }
 
 func TestLoadNamesFileAndKey(t *testing.T) {
-	p := write(t, "scan_interval: -1s\nheartbeat_interval: 10s\nretry_intervals: [1s, 0s]\n")
+	p := write(t, "scan_interval: -1s\nheartbeat_interval: 10s\nconsumer_timeout: 15s\nretry_intervals: [1s, 0s]\n")
 	_, err := config.Load(p)
 	require.ErrorContains(t, err, p+": scan_interval: -1s must be positive")
 	require.ErrorContains(t, err, p+": heartbeat_interval: 10s must be at most a third of consumer_timeout 15s (5s)")

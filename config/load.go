@@ -45,19 +45,144 @@ func Load(path string) (Config, error) {
 			return Config{}, fmt.Errorf("%s: %w", path, err)
 		}
 	}
+	return finish(c, path, "")
+}
+
+// LoadSection is Load for a service's own YAML file that holds redeq's
+// settings under key, a dotted path of mapping keys ("redeq", or
+// "jobs.redeq"): the rest of the file is the service's and is not read.
+// The REDEQ_* overrides, the defaults and the validation are Load's, and
+// errors name the file and the key within it
+// ("service.yaml: redeq.scan_interval: -1s must be positive"). A missing
+// section is an error: a service that names one expects it to be there.
+func LoadSection(path, key string) (Config, error) {
+	if path == "" {
+		return Config{}, errors.New("config: LoadSection needs a file")
+	}
+	names, err := sectionPath(key)
+	if err != nil {
+		return Config{}, err
+	}
+	data, err := readFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	c, err := parseSection(data, names)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return finish(c, path, key+".")
+}
+
+// sectionPath splits a LoadSection key into its mapping keys.
+func sectionPath(key string) ([]string, error) {
+	if key == "" {
+		return nil, errors.New("config: LoadSection needs the key of redeq's section, such as \"redeq\"")
+	}
+	names := strings.Split(key, ".")
+	for _, n := range names {
+		if n == "" {
+			return nil, fmt.Errorf("config: section key %q has an empty part", key)
+		}
+	}
+	return names, nil
+}
+
+// parseSection decodes the mapping at names in a one-document YAML file as
+// a Config; an unknown key in it is an error, as in Parse.
+func parseSection(data []byte, names []string) (Config, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return Config{}, fmt.Errorf("no section %s: the file is empty", strings.Join(names, "."))
+		}
+		return Config{}, err
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); err == nil {
+		return Config{}, fmt.Errorf("a second YAML document starts at line %d: a config file holds one", next.Line)
+	} else if !errors.Is(err, io.EOF) {
+		return Config{}, err
+	}
+	n := &doc
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		n = n.Content[0]
+	}
+	for i, name := range names {
+		if n.Kind != yaml.MappingNode {
+			return Config{}, fmt.Errorf("line %d: %s is not a mapping", n.Line, strings.Join(names[:i], "."))
+		}
+		var found *yaml.Node
+		for j := 0; j+1 < len(n.Content); j += 2 {
+			if n.Content[j].Value == name {
+				found = n.Content[j+1]
+			}
+		}
+		if found == nil {
+			return Config{}, fmt.Errorf("no section %s", strings.Join(names[:i+1], "."))
+		}
+		n = found
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return Config{}, nil // "redeq:" with nothing under it: every default
+	}
+	if n.Kind != yaml.MappingNode {
+		return Config{}, fmt.Errorf("line %d: %s is not a mapping", n.Line, strings.Join(names, "."))
+	}
+	if err := knownKeys(n, strings.Join(names, ".")+".", ""); err != nil {
+		return Config{}, err
+	}
+	var c Config
+	if err := n.Decode(&c); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// knownKeys reports the first key under mapping n (at YAML path key within
+// the section shown as shown) that names no setting.
+func knownKeys(n *yaml.Node, shown, key string) error {
+	known := make(map[string]bool)
+	for _, s := range settings() {
+		known[s.key] = true
+	}
+	var walk func(n *yaml.Node, key string) error
+	walk = func(n *yaml.Node, key string) error {
+		for j := 0; j+1 < len(n.Content); j += 2 {
+			k, v := n.Content[j], n.Content[j+1]
+			path := key + k.Value
+			if !known[path] {
+				return fmt.Errorf("line %d: %s%s: no such setting", k.Line, shown, path)
+			}
+			if v.Kind == yaml.MappingNode {
+				if err := walk(v, path+"."); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return walk(n, key)
+}
+
+// finish applies the REDEQ_* overrides to c, fills defaults and
+// validates, naming each invalid setting by file and by section plus key.
+func finish(c Config, path, section string) (Config, error) {
 	fromEnv, err := c.applyEnv(os.Environ())
 	if err != nil {
 		return Config{}, err
 	}
 	c = c.WithDefaults()
-	errs := c.problems(yamlKey)
+	errs := c.problems(func(field string) string { return section + fieldKey(field) })
 	if path != "" && !fromEnv[fieldEnv("Redis.URL")] && urlHasPassword(c.Redis.URL) {
 		errs = append(errs, &FieldError{Field: "Redis.URL", Key: fieldKey("Redis.URL"),
-			Reason: "holds a password: keep it out of the file and name the variable that holds it in " + fieldKey("Redis.PasswordEnv")})
+			Reason: "holds a password: keep it out of the file and name the variable that holds it in " + section + fieldKey("Redis.PasswordEnv")})
 	}
 	out := make([]error, len(errs))
 	for i, e := range errs {
 		e.File, e.keyed = path, true
+		e.Key = section + e.Key
 		if env := fieldEnv(e.Field); fromEnv[env] {
 			e.Env = env
 		}
