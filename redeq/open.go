@@ -41,6 +41,27 @@ func Open(ctx context.Context, path string) (*Client, error) {
 	if from == "" {
 		from = "the environment"
 	}
+	return open(ctx, cfg, from)
+}
+
+// OpenSection is Open for a service's own YAML file that holds redeq's
+// settings, the redis section included, under key ("redeq", or
+// "jobs.redeq"; see config.LoadSection). The rest of the file is the
+// service's own.
+func OpenSection(ctx context.Context, path, key string) (*Client, error) {
+	if ctx == nil {
+		return nil, pool.ErrNilContext
+	}
+	cfg, err := config.LoadSection(path, key)
+	if err != nil {
+		return nil, err
+	}
+	return open(ctx, cfg, path+" ("+key+")")
+}
+
+// open builds the Redis client cfg describes, pings it and returns New's
+// client over it, owning the connection; from names where cfg came from.
+func open(ctx context.Context, cfg config.Config, from string) (*Client, error) {
 	if cfg.Redis.IsZero() {
 		return nil, fmt.Errorf("redeq: %s names no Redis: set redis.url or redis.addrs (or REDEQ_REDIS_URL)", from)
 	}
