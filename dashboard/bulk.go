@@ -106,7 +106,10 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
 }
 
-// purge empties a topic's dead set after a confirmation page.
+// purge empties a topic's dead set after a confirmation page. The page
+// counts the dead jobs but cannot name them all (a dead set holds up to
+// DeadRetention jobs a bucket), so it says plainly that what is dead at
+// the confirmation goes, and the outcome counts what was removed.
 func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
 	t := r.PostFormValue("t")
 	back := url.Values{"t": {t}, "state": {string(redeq.StateDead)}}
@@ -117,7 +120,7 @@ func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.render(w, r, http.StatusOK, "confirm.html", "Confirm", confirmData{
-			Question: fmt.Sprintf("Remove every dead job of topic %s, for good (%d now)?", t, st.Dead),
+			Question: fmt.Sprintf("Remove, for good, every job of topic %s that is dead when you confirm? %d are dead now; jobs that die before you confirm go too.", t, st.Dead),
 			Action:   "/purge", Fields: url.Values{"t": {t}},
 			Label: "Purge the dead jobs", Cancel: h.link("/topic", back),
 		})
