@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -106,31 +107,97 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
 }
 
-// purge empties a topic's dead set after a confirmation page.
+// MaxPurge bounds the dead jobs one purge names (its confirmation page
+// lists them); a larger dead set takes more than one purge.
+const MaxPurge = redeq.MaxBulk
+
+// purge removes dead jobs of a topic after a confirmation page that names
+// them: at most MaxPurge of the dead set as List pages it. Its POST
+// (confirm=1) removes those of the named jobs still dead, so jobs that die
+// while the page is open stay.
 func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
 	t := r.PostFormValue("t")
 	back := url.Values{"t": {t}, "state": {string(redeq.StateDead)}}
 	if r.PostFormValue("confirm") != "1" {
-		st, err := h.c.Stats(r.Context(), t)
+		st, err := h.c.Stats(ctx, t)
 		if err != nil {
 			h.apiFail(w, r, err)
 			return
 		}
+		ids, err := h.deadIDs(ctx, t)
+		if err != nil {
+			h.apiFail(w, r, err)
+			return
+		}
+		if len(ids) == 0 {
+			back.Set("done", "purged")
+			back.Set("n", "0")
+			http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
+			return
+		}
+		q := fmt.Sprintf("Remove these %d dead jobs of topic %s, for good?", len(ids), t)
+		if st.Dead > int64(len(ids)) {
+			q = fmt.Sprintf("Remove these %d of the %d dead jobs of topic %s, for good? (At most %d a purge.)", len(ids), st.Dead, t, MaxPurge)
+		}
 		h.render(w, r, http.StatusOK, "confirm.html", "Confirm", confirmData{
-			Question: fmt.Sprintf("Remove every dead job of topic %s, for good (%d now)?", t, st.Dead),
+			Question: q + " Jobs that die after this question stay.",
 			Action:   "/purge", Fields: url.Values{"t": {t}},
-			Label: "Purge the dead jobs", Cancel: h.link("/topic", back),
+			IDs: ids, Label: fmt.Sprintf("Purge %d dead jobs", len(ids)), Cancel: h.link("/topic", back),
 		})
 		return
 	}
-	n, err := h.c.PurgeDead(r.Context(), t)
+	_ = r.ParseForm()
+	var ids []string
+	seen := map[string]bool{}
+	for _, id := range r.PostForm["id"] {
+		if id != "" && !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		h.fail(w, r, http.StatusBadRequest, "No job named: purge from the confirmation page.")
+		return
+	}
+	if len(ids) > MaxPurge {
+		h.fail(w, r, http.StatusBadRequest, fmt.Sprintf("%d jobs named: at most %d at once.", len(ids), MaxPurge))
+		return
+	}
+	res, err := h.c.PurgeDeadJobs(ctx, t, ids)
 	if err != nil {
-		h.apiFail(w, r, err)
+		h.apiFail(w, r, fmt.Errorf("%d of %d jobs purged, then: %w", res.Done, len(ids), err))
 		return
 	}
 	back.Set("done", "purged")
-	back.Set("n", strconv.Itoa(n))
+	back.Set("n", strconv.Itoa(res.Done))
+	back.Set("skipped", strconv.Itoa(res.Skipped))
 	http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
+}
+
+// deadIDs returns the ids of at most MaxPurge dead jobs of topic, in the
+// order List pages them.
+func (h *handler) deadIDs(ctx context.Context, topic string) ([]string, error) {
+	var ids []string
+	seen := map[string]bool{}
+	cursor := ""
+	for len(ids) < MaxPurge {
+		page, err := h.c.List(ctx, topic, redeq.StateDead, redeq.ListOptions{Limit: min(redeq.MaxListLimit, MaxPurge-len(ids)), Cursor: cursor})
+		if err != nil {
+			return nil, err
+		}
+		for _, j := range page.Jobs {
+			if !seen[j.ID] && len(ids) < MaxPurge {
+				seen[j.ID] = true
+				ids = append(ids, j.ID)
+			}
+		}
+		if page.Next == "" {
+			break
+		}
+		cursor = page.Next
+	}
+	return ids, nil
 }
 
 // counted are the outcome codes whose message carries counts.

@@ -137,8 +137,11 @@ func TestBulkActionsAskFirst(t *testing.T) {
 	}
 }
 
+var hiddenIDRE = regexp.MustCompile(`<input type="hidden" name="id" value="([^"]+)">`)
+
 // TestPurgeDeadAsksFirst: the purge button leads to a confirmation page
-// with the count, which changes nothing; its POST empties the dead set.
+// that names the dead jobs, and changes nothing; its POST removes exactly
+// those, and the jobs that died while the page was open stay dead.
 func TestPurgeDeadAsksFirst(t *testing.T) {
 	for _, b := range testutil.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
@@ -155,20 +158,84 @@ func TestPurgeDeadAsksFirst(t *testing.T) {
 
 			code, page = e.postTo(t, "/purge", url.Values{"csrf": {tok}, "t": {"orders"}})
 			require.Equal(t, http.StatusOK, code, page)
-			require.Contains(t, page, "(3 now)")
+			require.Contains(t, page, "Remove these 3 dead jobs of topic orders, for good? Jobs that die after this question stay.")
+			list := regexp.MustCompile(`(?s)<ul id="confirm-ids">.*?</ul>`).FindString(page)
+			for _, id := range []string{"d1", "d2", "d3"} {
+				require.Contains(t, list, id)
+			}
+			form := url.Values{}
+			for _, m := range hiddenIDRE.FindAllStringSubmatch(page, -1) {
+				form.Add("id", m[1])
+			}
+			require.ElementsMatch(t, []string{"d1", "d2", "d3"}, form["id"], "the confirmation's form names the jobs")
 			st, err := e.c.Stats(context.Background(), "orders")
 			require.NoError(t, err)
 			require.EqualValues(t, 3, st.Dead, "nothing happens before the confirmation")
 
-			code, _ = e.postTo(t, "/purge", url.Values{"csrf": {tok}, "t": {"orders"}, "confirm": {"1"}})
-			require.Equal(t, http.StatusSeeOther, code)
-			st, err = e.c.Stats(context.Background(), "orders")
+			add(t, e.c, "orders", "d4", "x", 0)
+			add(t, e.c, "orders", "d5", "x", 0)
+			work(t, b, e.c, "d4", "d5") // die while the page is open
+			form.Set("csrf", tok)
+			form.Set("t", "orders")
+			form.Set("confirm", "1")
+			req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/purge", strings.NewReader(form.Encode()))
 			require.NoError(t, err)
-			require.Zero(t, st.Dead)
-			require.EqualValues(t, 1, st.Pool, "the scheduled job stays")
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			resp, err := e.hc.Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+			loc, err := url.Parse(resp.Header.Get("Location"))
+			require.NoError(t, err)
+			require.Equal(t, "3", loc.Query().Get("n"))
+			for _, id := range []string{"d1", "d2", "d3"} {
+				require.Equal(t, redeq.State("gone"), state(t, e.c, id), id)
+			}
+			for _, id := range []string{"d4", "d5"} {
+				require.Equal(t, redeq.StateDead, state(t, e.c, id), "%s died after the question", id)
+			}
+			require.Equal(t, redeq.StateScheduled, state(t, e.c, "later"), "the scheduled job stays")
 			code, page = e.get(t, "/topic?t=orders&state=dead&done=purged&n=3")
 			require.Equal(t, http.StatusOK, code)
 			require.Contains(t, page, "3 dead jobs purged.")
+
+			code, _ = e.postTo(t, "/purge", url.Values{"csrf": {tok}, "t": {"orders"}, "confirm": {"1"}})
+			require.Equal(t, http.StatusBadRequest, code, "a purge names its jobs")
+			require.Equal(t, redeq.StateDead, state(t, e.c, "d4"))
+		})
+	}
+}
+
+// TestPurgeOfALargeDeadSetNamesAtMostMaxPurge: over MaxPurge dead jobs, the
+// confirmation names MaxPurge of them and says how many are dead; its
+// POST removes those, and the rest stay for another purge.
+func TestPurgeOfALargeDeadSetNamesAtMostMaxPurge(t *testing.T) {
+	for _, b := range testutil.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			e := setup(t, b, dashboard.Options{})
+			ctx := context.Background()
+			var jobs []*redeq.Job
+			var ids []string
+			for i := range dashboard.MaxPurge + 5 {
+				ids = append(ids, fmt.Sprint("d", i))
+				jobs = append(jobs, &redeq.Job{Topic: "orders", ID: ids[i]})
+			}
+			require.NoError(t, e.c.AddBatch(ctx, jobs))
+			work(t, b, e.c, ids...)
+			tok := e.csrf(t, "/topic?t=orders&state=dead")
+			code, page := e.postTo(t, "/purge", url.Values{"csrf": {tok}, "t": {"orders"}})
+			require.Equal(t, http.StatusOK, code, page)
+			require.Contains(t, page, fmt.Sprintf("Remove these %d of the %d dead jobs of topic orders", dashboard.MaxPurge, dashboard.MaxPurge+5))
+			form := url.Values{"csrf": {tok}, "t": {"orders"}, "confirm": {"1"}}
+			for _, m := range hiddenIDRE.FindAllStringSubmatch(page, -1) {
+				form.Add("id", m[1])
+			}
+			require.Len(t, form["id"], dashboard.MaxPurge)
+			code, _ = e.postTo(t, "/purge", form)
+			require.Equal(t, http.StatusSeeOther, code)
+			st, err := e.c.Stats(ctx, "orders")
+			require.NoError(t, err)
+			require.EqualValues(t, 5, st.Dead, "the jobs not named stay")
 		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/dashboard"
@@ -265,6 +266,47 @@ func waitState(t *testing.T, c *redeq.Client, id string, want redeq.State) {
 
 // TestReadOnlyRefusesActions: read-only is enforced on the server: a
 // direct POST is refused and changes nothing, and no button is shown.
+// TestRunNowCountsOnTheServersClock: "Run now" makes a job due now by the
+// Redis server's clock, not the dashboard's (here, on miniredis, the
+// server's is 10 minutes behind: a due time by the dashboard's clock would
+// hold the job back 10 minutes).
+func TestRunNowCountsOnTheServersClock(t *testing.T) {
+	for _, b := range testutil.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			e := setup(t, b, dashboard.Options{})
+			ctx := context.Background()
+			if b.Mini != nil {
+				b.Mini.SetTime(time.Now().Add(-10 * time.Minute))
+			}
+			add(t, e.c, "orders", "later", "x", time.Hour)
+			tok := e.csrf(t, "/topic?t=orders")
+			code, body := e.post(t, url.Values{"csrf": {tok}, "op": {"run"}, "t": {"orders"}, "id": {"later"}})
+			require.Equal(t, http.StatusSeeOther, code, body)
+			now := serverTime(t, b)
+			j, err := e.c.Get(ctx, "orders", "later")
+			require.NoError(t, err)
+			require.Equal(t, redeq.StateScheduled, j.State, "no mover runs here")
+			// Due times are whole ms, rounded up.
+			require.False(t, j.RunAt.After(now.Add(time.Millisecond)), "due %v, after the server's now %v", j.RunAt, now)
+		})
+	}
+}
+
+// serverTime is the clock of the Redis server that holds topic "orders"'s
+// keys, by TIME.
+func serverTime(t *testing.T, b testutil.Backend) time.Time {
+	t.Helper()
+	rdb := b.New(t)
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(context.Background(), "{orders}")
+		require.NoError(t, err)
+		rdb = node
+	}
+	now, err := rdb.Time(context.Background()).Result()
+	require.NoError(t, err)
+	return now
+}
+
 func TestReadOnlyRefusesActions(t *testing.T) {
 	e := setup(t, testutil.Backends(t)[0], dashboard.Options{ReadOnly: true})
 	add(t, e.c, "orders", "1", "x", time.Hour)

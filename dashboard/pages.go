@@ -279,7 +279,9 @@ func (h *handler) action(w http.ResponseWriter, r *http.Request) {
 		_, err = h.c.Delete(ctx, t, id)
 		code, page = "deleted", "/topic"
 	case "run":
-		err = h.c.Reschedule(ctx, t, id, time.Now())
+		// Due now by the server's clock, which the movers go by: the
+		// dashboard's own may be ahead of it.
+		err = h.c.RescheduleIn(ctx, t, id, 0)
 		code, page = "run", "/job"
 	case "requeue-unack":
 		err = h.c.RequeueUnAck(ctx, t, id, 0)

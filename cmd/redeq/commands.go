@@ -326,14 +326,17 @@ func rescheduleCmd(o *opts) *cobra.Command {
 	var in time.Duration
 	cmd := &cobra.Command{
 		Use:   "reschedule TOPIC ID",
-		Short: "Give a waiting job a new due time: --at T or --in D (--in 0 runs it now)",
+		Short: "Give a waiting job a new due time: --at T or --in D by the server's clock (--in 0 runs it now)",
 		Args:  args(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			hasIn := cmd.Flags().Changed("in")
 			if (at == "") == !hasIn {
 				return usagef("give one of --at and --in")
 			}
-			when := time.Now().Add(in)
+			if in < 0 {
+				return usagef("--in %v: want 0 or more (0 runs the job now)", in)
+			}
+			var when time.Time
 			if at != "" {
 				t, err := parseTime(at)
 				if err != nil {
@@ -342,6 +345,14 @@ func rescheduleCmd(o *opts) *cobra.Command {
 				when = t
 			}
 			return withClient(o, func(ctx context.Context, c *redeq.Client, cmd *cobra.Command, a []string) error {
+				if hasIn {
+					// Counted on the Redis server's clock, the one the
+					// movers go by: this machine's may be off.
+					if err := c.RescheduleIn(ctx, a[0], a[1], in); err != nil {
+						return err
+					}
+					return done(o, cmd, "rescheduled", a[0], a[1], "due in "+in.String()+" by the server's clock")
+				}
 				if err := c.Reschedule(ctx, a[0], a[1], when); err != nil {
 					return err
 				}
@@ -350,7 +361,7 @@ func rescheduleCmd(o *opts) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&at, "at", "", "new due time, RFC 3339")
-	cmd.Flags().DurationVar(&in, "in", 0, "new due time, this long from now")
+	cmd.Flags().DurationVar(&in, "in", 0, "new due time, this long from now by the Redis server's clock")
 	return cmd
 }
 
@@ -369,16 +380,19 @@ func requeueCmd(o *opts) *cobra.Command {
 			if all != (len(a) == 2) {
 				return usagef("give a job id or --all, not both")
 			}
+			if in < 0 {
+				return usagef("--in %v: want 0 or more (0: due now)", in)
+			}
 			if all {
 				return withClient(o, func(ctx context.Context, c *redeq.Client, cmd *cobra.Command, _ []string) error {
-					n, err := requeueAll(ctx, c, from, a[1], in)
+					r, err := requeueAll(ctx, c, from, a[1], in)
 					if err != nil {
-						return fmt.Errorf("after requeuing %d jobs: %w", n, err)
+						return fmt.Errorf("after requeuing %d jobs: %w", r.Done, err)
 					}
 					if o.json() {
-						return writeJSON(cmd.OutOrStdout(), map[string]any{"done": "requeued", "topic": a[1], "from": from, "count": n})
+						return writeJSON(cmd.OutOrStdout(), map[string]any{"done": "requeued", "topic": a[1], "from": from, "count": r.Done, "skipped": r.Skipped})
 					}
-					fmt.Fprintf(cmd.OutOrStdout(), "requeued %d jobs of %s from %s\n", n, a[1], from)
+					fmt.Fprintf(cmd.OutOrStdout(), "requeued %d jobs of %s from %s%s\n", r.Done, a[1], from, skipped(r, from))
 					return nil
 				})(cmd, a)
 			}
@@ -396,92 +410,119 @@ func requeueCmd(o *opts) *cobra.Command {
 			})(cmd, a)
 		},
 	}
-	cmd.Flags().DurationVar(&in, "in", 0, "due this long from now")
-	cmd.Flags().BoolVar(&all, "all", false, "every job of the topic parked there when the command starts")
+	cmd.Flags().DurationVar(&in, "in", 0, "due this long from now by the Redis server's clock")
+	cmd.Flags().BoolVar(&all, "all", false, "every job of the topic parked there when the command starts, once each")
 	return cmd
 }
 
-// requeueBatch is how many parked jobs requeueAll lists at once.
-const requeueBatch = 500
-
-// requeueAll requeues the jobs of topic parked in from (unack or dead)
-// when it starts, oldest first, a listing of requeueBatch at a time. Jobs
-// parked after it started (a requeued job that fails again at once, for
-// one) are left, so it ends however fast jobs die. Jobs that leave the set
-// meanwhile are skipped.
-func requeueAll(ctx context.Context, c *redeq.Client, from, topic string, in time.Duration) (int, error) {
-	if _, err := c.Stats(ctx, topic); err != nil { // ErrUnknownTopic
-		return 0, err
-	}
-	start := time.Now().Add(time.Second) // parked times are the server's
-	n := 0
+// parkedIDs returns the ids of topic's jobs in state (unack or dead) as
+// List pages them now: the fixed set a bulk command acts on, whatever is
+// parked after. It holds the ids in memory (about 100 bytes a job).
+func parkedIDs(ctx context.Context, c *redeq.Client, topic string, state redeq.State) ([]string, error) {
+	var ids []string
+	seen := map[string]bool{}
+	cursor := ""
 	for {
-		var jobs []*redeq.Job
-		var err error
-		if from == "unack" {
-			jobs, err = c.UnAcked(ctx, topic, requeueBatch)
-		} else {
-			jobs, err = c.DeadJobs(ctx, topic, requeueBatch)
-		}
+		page, err := c.List(ctx, topic, state, redeq.ListOptions{Limit: redeq.MaxListLimit, Cursor: cursor})
 		if err != nil {
-			return n, err
+			return nil, err
 		}
-		moved := 0
-		for _, j := range jobs {
-			if j.RunAt.After(start) {
-				break // oldest first: the rest came later too
-			}
-			if from == "unack" {
-				err = c.RequeueUnAck(ctx, topic, j.ID, in)
-			} else {
-				err = c.RequeueDead(ctx, topic, j.ID, in)
-			}
-			switch {
-			case err == nil:
-				n++
-				moved++
-			case errors.Is(err, redeq.ErrJobNotFound), errors.Is(err, redeq.ErrJobNotWaiting):
-			default:
-				return n, err
+		for _, j := range page.Jobs {
+			if !seen[j.ID] {
+				seen[j.ID] = true
+				ids = append(ids, j.ID)
 			}
 		}
-		if moved == 0 {
-			return n, nil
+		if page.Next == "" {
+			return ids, nil
 		}
+		cursor = page.Next
 	}
+}
+
+// inBatches runs do on ids, at most redeq.MaxBulk at a time, and adds up
+// what it did.
+func inBatches(ids []string, do func([]string) (redeq.BulkResult, error)) (redeq.BulkResult, error) {
+	var total redeq.BulkResult
+	for len(ids) > 0 {
+		n := min(len(ids), redeq.MaxBulk)
+		r, err := do(ids[:n])
+		total.Done += r.Done
+		total.Skipped += r.Skipped
+		if err != nil {
+			return total, err
+		}
+		ids = ids[n:]
+	}
+	return total, nil
+}
+
+// requeueAll requeues, once each, the jobs of topic parked in from (unack
+// or dead) when it starts. Jobs parked after it started (a requeued job
+// that fails again at once, for one) are left, so it ends however fast
+// jobs die; jobs that left the set meanwhile are skipped and counted.
+func requeueAll(ctx context.Context, c *redeq.Client, from, topic string, in time.Duration) (redeq.BulkResult, error) {
+	state := redeq.StateDead
+	if from == "unack" {
+		state = redeq.StateUnAck
+	}
+	ids, err := parkedIDs(ctx, c, topic, state)
+	if err != nil {
+		return redeq.BulkResult{}, err
+	}
+	return inBatches(ids, func(b []string) (redeq.BulkResult, error) {
+		if from == "unack" {
+			return c.RequeueUnAckJobs(ctx, topic, b, in)
+		}
+		return c.RequeueDeadJobs(ctx, topic, b, in)
+	})
+}
+
+// skipped is the note a bulk command adds when jobs left its set before
+// it reached them.
+func skipped(r redeq.BulkResult, where string) string {
+	if r.Skipped == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d skipped, no longer %s", r.Skipped, where)
 }
 
 func purgeCmd(o *opts) *cobra.Command {
 	var yes bool
 	cmd := &cobra.Command{
 		Use:   "purge dead TOPIC",
-		Short: "Remove every dead job of a topic, for good (asks first unless --yes)",
-		Args:  args(cobra.ExactArgs(2)),
+		Short: "Remove the dead jobs of a topic, for good (asks first unless --yes)",
+		Long: `Remove the dead jobs of a topic, for good.
+
+It takes the ids of the jobs dead when it starts, asks about them (unless
+--yes), and removes those of them still dead: jobs that die while it asks
+or works stay.`,
+		Args: args(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			if a[0] != "dead" {
 				return usagef("purge %q: only the dead set can be purged", a[0])
 			}
 			return withClient(o, func(ctx context.Context, c *redeq.Client, cmd *cobra.Command, _ []string) error {
 				topic := a[1]
+				ids, err := parkedIDs(ctx, c, topic, redeq.StateDead)
+				if err != nil {
+					return err
+				}
 				if !yes {
-					st, err := c.Stats(ctx, topic)
-					if err != nil {
-						return err
-					}
-					fmt.Fprintf(cmd.ErrOrStderr(), "Remove the %d dead jobs of %s, for good? [y/N] ", st.Dead, topic)
+					fmt.Fprintf(cmd.ErrOrStderr(), "Remove the %d dead jobs of %s, for good? [y/N] ", len(ids), topic)
 					line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
 					if ans := strings.ToLower(strings.TrimSpace(line)); ans != "y" && ans != "yes" {
 						return errors.New("not confirmed: nothing removed (--yes skips the question)")
 					}
 				}
-				n, err := c.PurgeDead(ctx, topic)
+				r, err := inBatches(ids, func(b []string) (redeq.BulkResult, error) { return c.PurgeDeadJobs(ctx, topic, b) })
 				if err != nil {
-					return err
+					return fmt.Errorf("after purging %d dead jobs: %w", r.Done, err)
 				}
 				if o.json() {
-					return writeJSON(cmd.OutOrStdout(), map[string]any{"done": "purged", "topic": topic, "count": n})
+					return writeJSON(cmd.OutOrStdout(), map[string]any{"done": "purged", "topic": topic, "count": r.Done, "skipped": r.Skipped})
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "purged %d dead jobs of %s\n", n, topic)
+				fmt.Fprintf(cmd.OutOrStdout(), "purged %d dead jobs of %s%s\n", r.Done, topic, skipped(r, "dead"))
 				return nil
 			})(cmd, a)
 		},

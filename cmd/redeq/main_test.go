@@ -195,6 +195,56 @@ func TestCLIRequeue(t *testing.T) {
 	}
 }
 
+// serverTime is the clock of the Redis server that holds topic "orders"'s
+// keys, by TIME.
+func serverTime(t *testing.T, b testutil.Backend) time.Time {
+	t.Helper()
+	rdb := b.New(t)
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		// The master of the topic's keys, whose clock their scripts read.
+		node, err := cc.MasterForKey(context.Background(), "{orders}")
+		require.NoError(t, err)
+		now, err := node.Time(context.Background()).Result()
+		require.NoError(t, err)
+		return now
+	}
+	now, err := rdb.Time(context.Background()).Result()
+	require.NoError(t, err)
+	return now
+}
+
+// TestCLIRescheduleInCountsOnTheServersClock: reschedule --in D makes a
+// job due D from now by the Redis server's clock, however far this
+// machine's clock is from it (here the server's is 10 minutes ahead, on
+// miniredis); a negative --in is refused and changes nothing.
+func TestCLIRescheduleInCountsOnTheServersClock(t *testing.T) {
+	for _, b := range testutil.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			e := newEnv(t, b)
+			if b.Mini != nil {
+				b.Mini.SetTime(time.Now().Add(10 * time.Minute))
+			}
+			e.ok(t, "add", "orders", "o1", "--delay", "1h")
+			before := serverTime(t, b)
+			e.ok(t, "reschedule", "orders", "o1", "--in", "5m")
+			after := serverTime(t, b)
+			j := e.job(t, "orders", "o1")
+			require.Equal(t, redeq.StateScheduled, j.State)
+			require.False(t, j.RunAt.Before(before.Add(5*time.Minute).Truncate(time.Millisecond)),
+				"due %v, before the server's %v + 5m", j.RunAt, before)
+			require.False(t, j.RunAt.After(after.Add(5*time.Minute+time.Millisecond)), "due %v, after the server's %v + 5m", j.RunAt, after)
+
+			code, _, errs := e.run(t, "", "reschedule", "orders", "o1", "--in", "-1h")
+			require.Equal(t, 2, code)
+			require.Contains(t, errs, "--in -1h0m0s: want 0 or more")
+			require.Equal(t, j.RunAt, e.job(t, "orders", "o1").RunAt, "a refused reschedule changes nothing")
+			code, _, errs = e.run(t, "", "requeue", "dead", "orders", "--all", "--in", "-1m")
+			require.Equal(t, 2, code, errs)
+			require.Contains(t, errs, "--in -1m0s: want 0 or more")
+		})
+	}
+}
+
 func waitState(t *testing.T, c *redeq.Client, id string, want redeq.State) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)

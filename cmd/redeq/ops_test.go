@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,9 +23,11 @@ import (
 func park(t *testing.T, e *cliEnv, ids ...string) {
 	t.Helper()
 	ctx := context.Background()
+	var batch []*redeq.Job
 	for _, id := range ids {
-		e.ok(t, "add", "orders", id)
+		batch = append(batch, &redeq.Job{Topic: "orders", ID: id})
 	}
+	require.NoError(t, e.c.AddBatch(ctx, batch))
 	w, err := redeq.New(e.b.New(t), e.c.Config())
 	require.NoError(t, err)
 	require.NoError(t, w.Register(redeq.ListenerFunc("orders", func(_ context.Context, j *redeq.Job, _ *redeq.Channel) error {
@@ -70,7 +75,7 @@ func TestCLIPurgeDead(t *testing.T) {
 			require.NoError(t, err)
 			require.Zero(t, st.Dead)
 			require.EqualValues(t, 1, st.Pool, "the scheduled job stays")
-			require.JSONEq(t, `{"done":"purged","topic":"orders","count":0}`, e.ok(t, "purge", "dead", "orders", "--yes", "-o", "json"))
+			require.JSONEq(t, `{"done":"purged","topic":"orders","count":0,"skipped":0}`, e.ok(t, "purge", "dead", "orders", "--yes", "-o", "json"))
 
 			code, _, _ = e.run(t, "", "purge", "unack", "orders", "--yes")
 			require.Equal(t, 2, code)
@@ -110,6 +115,120 @@ func TestCLIRequeueAll(t *testing.T) {
 			code, _, _ := e.run(t, "", "requeue", "dead", "nosuchtopic", "--all")
 			require.Equal(t, 3, code)
 		})
+	}
+}
+
+// answerAfter is a standard input that runs before once, when the command
+// first reads it (after it asked its question), then answers answer.
+type answerAfter struct {
+	before func()
+	r      io.Reader
+	once   sync.Once
+}
+
+func (a *answerAfter) Read(p []byte) (int, error) {
+	a.once.Do(a.before)
+	return a.r.Read(p)
+}
+
+// TestCLIPurgeRemovesTheJobsItNamed: purge removes the dead jobs its
+// question counted, and the jobs that die while it waits for the answer
+// stay dead.
+func TestCLIPurgeRemovesTheJobsItNamed(t *testing.T) {
+	for _, b := range testutil.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			e := newEnv(t, b)
+			park(t, e, "d1", "d2", "d3")
+			var later []string
+			for i := range 40 {
+				later = append(later, fmt.Sprint("dlater", i))
+			}
+			stdin := &answerAfter{before: func() { park(t, e, later...) }, r: strings.NewReader("y\n")}
+			var out, errb strings.Builder
+			code := run(context.Background(), []string{"--redis", e.url, "--prefix", e.prefix, "purge", "dead", "orders"}, stdin, &out, &errb)
+			require.Equal(t, 0, code, errb.String())
+			require.Contains(t, errb.String(), "Remove the 3 dead jobs of orders, for good? [y/N]")
+			require.Equal(t, "purged 3 dead jobs of orders\n", out.String())
+			for _, id := range []string{"d1", "d2", "d3"} {
+				_, err := e.c.Get(context.Background(), "orders", id)
+				require.ErrorIs(t, err, redeq.ErrJobNotFound, id)
+			}
+			for _, id := range later {
+				require.Equal(t, redeq.StateDead, e.job(t, "orders", id).State, "%s died after the question", id)
+			}
+		})
+	}
+}
+
+// TestCLIRequeueAllRequeuesEachJobOnce: requeue --all requeues each job
+// parked (or dead) when it starts once, and stops, while a listener parks
+// (or kills) again each job it runs.
+func TestCLIRequeueAllRequeuesEachJobOnce(t *testing.T) {
+	const jobs = 300
+	for _, b := range testutil.Backends(t) {
+		for _, from := range []string{"unack", "dead"} {
+			t.Run(b.Name+"/"+from, func(t *testing.T) {
+				e := newEnv(t, b)
+				ctx := context.Background()
+				var mu sync.Mutex
+				runs := map[string]int{}
+				w, err := redeq.New(b.New(t), e.c.Config())
+				require.NoError(t, err)
+				require.NoError(t, w.Register(redeq.ListenerFunc("orders", func(_ context.Context, j *redeq.Job, _ *redeq.Channel) error {
+					mu.Lock()
+					runs[j.ID]++
+					mu.Unlock()
+					if from == "dead" {
+						return redeq.SkipRetry(errors.New("boom"))
+					}
+					return nil // parked in un_ack
+				})))
+				require.NoError(t, w.Start(ctx))
+				t.Cleanup(func() { _ = w.Shutdown(context.Background()) })
+				var batch []*redeq.Job
+				for i := range jobs {
+					batch = append(batch, &redeq.Job{Topic: "orders", ID: fmt.Sprint("j", i)})
+				}
+				require.NoError(t, e.c.AddBatch(ctx, batch))
+				parked := func() bool {
+					st, err := e.c.Stats(ctx, "orders")
+					require.NoError(t, err)
+					n := st.UnAck
+					if from == "dead" {
+						n = st.Dead
+					}
+					return n == jobs && st.Scheduled+st.Ready+st.InFlight == 0
+				}
+				waitFor(t, parked)
+
+				require.Equal(t, fmt.Sprintf("requeued %d jobs of orders from %s\n", jobs, from), e.ok(t, "requeue", from, "orders", "--all"))
+				waitFor(t, func() bool {
+					mu.Lock()
+					defer mu.Unlock()
+					for _, n := range runs {
+						if n < 2 {
+							return false
+						}
+					}
+					return parked()
+				})
+				mu.Lock()
+				defer mu.Unlock()
+				for id, n := range runs {
+					require.Equal(t, 2, n, "job %s ran %d times: once before the command, once after its one requeue", id, n)
+				}
+			})
+		}
+	}
+}
+
+// waitFor polls cond until it holds, for at most 20 seconds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		require.True(t, time.Now().Before(deadline), "condition never held")
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
