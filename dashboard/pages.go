@@ -120,8 +120,14 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 		h.apiFail(w, r, err)
 		return
 	}
-	pg, _ := strconv.Atoi(r.URL.Query().Get("page"))
-	pg = max(pg, 0)
+	// A page past the last shows the last; a bad or huge number, the first
+	// or the last: the multiplication below never overflows.
+	last := max(len(topics)-1, 0) / TopicsPerPage
+	pg, err := strconv.Atoi(r.URL.Query().Get("page"))
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		pg = 0
+	}
+	pg = min(max(pg, 0), last)
 	from := min(pg*TopicsPerPage, len(topics))
 	to := min(from+TopicsPerPage, len(topics))
 	d := overviewData{Total: len(topics)}
