@@ -12,9 +12,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
@@ -43,10 +45,50 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	err := root.ExecuteContext(ctx)
 	code := exitCode(err)
 	if err != nil {
-		_, _ = io.WriteString(stderr, "redeq: "+err.Error()+"\n")
+		msg := errorText(err)
+		if wantsJSON(args) {
+			b, _ := json.Marshal(struct {
+				Error string `json:"error"`
+				Exit  int    `json:"exit"`
+			}{msg, code})
+			_, _ = stderr.Write(append(b, '\n'))
+			return code
+		}
+		_, _ = io.WriteString(stderr, "redeq: "+msg+"\n")
 		if code == exitUsage {
 			_, _ = io.WriteString(stderr, "Run 'redeq --help' for usage.\n")
 		}
 	}
 	return code
+}
+
+// errorText is err's message without the "redeq: " that the library's
+// errors start with, however often wrapping repeated it.
+func errorText(err error) string {
+	msg := err.Error()
+	for {
+		rest, ok := strings.CutPrefix(msg, "redeq: ")
+		if !ok {
+			return msg
+		}
+		msg = rest
+	}
+}
+
+// wantsJSON reports whether the command line asks for JSON output, so that
+// an error, a usage error included, is JSON too.
+func wantsJSON(args []string) bool {
+	for i, a := range args {
+		switch {
+		case a == "--":
+			return false
+		case a == "-o" || a == "--output":
+			if i+1 < len(args) && args[i+1] == "json" {
+				return true
+			}
+		case a == "-ojson" || a == "-o=json" || a == "--output=json":
+			return true
+		}
+	}
+	return false
 }

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/internal/testutil"
+)
+
+// TestCLIErrors: an error says "redeq: " once, whatever the library's
+// message starts with; under -o json every error, a usage error included,
+// is one JSON object on standard error with the exit code.
+func TestCLIErrors(t *testing.T) {
+	e := newEnv(t, testutil.Backends(t)[0])
+	t.Run("PrefixOnce", func(t *testing.T) {
+		code, _, errs := e.run(t, "", "get", "orders", "nope")
+		require.Equal(t, exitNotFound, code)
+		require.True(t, strings.HasPrefix(errs, "redeq: "), errs)
+		require.NotContains(t, errs, "redeq: redeq:")
+	})
+	for _, args := range [][]string{
+		{"-o", "json", "get", "orders", "nope"},
+		{"--output=json", "get", "orders", "nope"},
+		{"-o", "json", "reschedule", "orders", "x", "--in", "-1h"},
+		{"-o", "json", "frobnicate"},
+	} {
+		t.Run("JSON "+strings.Join(args, " "), func(t *testing.T) {
+			code, out, errs := e.run(t, "", args...)
+			require.NotZero(t, code)
+			require.Empty(t, out)
+			var got struct {
+				Error string `json:"error"`
+				Exit  int    `json:"exit"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(errs), &got), "stderr %q", errs)
+			require.NotEmpty(t, got.Error)
+			require.Equal(t, code, got.Exit)
+			require.False(t, strings.HasPrefix(got.Error, "redeq: "), got.Error)
+		})
+	}
+}
