@@ -32,14 +32,27 @@ http://ADDR/?token=TOKEN once. --read-only refuses every action.`,
 			if opt.Token == "" {
 				opt.Token = os.Getenv("REDEQ_DASHBOARD_TOKEN")
 			}
+			if opt.Password == "" {
+				opt.Password = os.Getenv("REDEQ_DASHBOARD_PASSWORD")
+			}
+			if opt.Username != "" && opt.Password == "" {
+				return usagef("--username needs a password: --password or $REDEQ_DASHBOARD_PASSWORD")
+			}
+			if opt.PageSize < 1 || opt.PageSize > dashboard.MaxPageSize {
+				return usagef("--page-size %d: want 1 to %d", opt.PageSize, dashboard.MaxPageSize)
+			}
 			opt.Path = path
 			opt.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			ln, err := net.Listen("tcp", addr)
 			if err != nil {
 				return err
 			}
-			if opt.Token == "" && opt.Username == "" && !loopback(ln.Addr()) {
-				fmt.Fprintln(cmd.ErrOrStderr(), "warning: the dashboard listens beyond this machine with no --token: anyone who reaches it can act on the queues")
+			if opt.Token == "" && opt.Username == "" && !opt.ReadOnly {
+				where := "anyone on this machine"
+				if !loopback(ln.Addr()) {
+					where = "anyone who reaches " + ln.Addr().String()
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: the dashboard is writable with no --token or --username: %s can requeue, delete and purge jobs (add --read-only to only look)\n", where)
 			}
 			return serve(ctx, cmd, ln, dashboard.New(c, opt), path)
 		}),
@@ -48,6 +61,8 @@ http://ADDR/?token=TOKEN once. --read-only refuses every action.`,
 	f.StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on")
 	f.StringVar(&path, "path", "", "path to serve under, such as /redeq")
 	f.StringVar(&opt.Token, "token", "", "token every visitor must give (default $REDEQ_DASHBOARD_TOKEN)")
+	f.StringVar(&opt.Username, "username", "", "user name every visitor must give by HTTP Basic authentication")
+	f.StringVar(&opt.Password, "password", "", "password for --username (default $REDEQ_DASHBOARD_PASSWORD)")
 	f.BoolVar(&opt.ReadOnly, "read-only", false, "refuse every action")
 	f.IntVar(&opt.PageSize, "page-size", dashboard.DefaultPageSize, "jobs per topic page, 1..100")
 	return cmd
