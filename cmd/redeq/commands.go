@@ -26,6 +26,9 @@ func topicsCmd(o *opts) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if len(topics) == 0 {
+				noTopicsHint(c, cmd)
+			}
 			if o.json() {
 				type topicJSON struct {
 					Name      string `json:"name"`
@@ -119,6 +122,9 @@ func printStats(ctx context.Context, o *opts, c *redeq.Client, cmd *cobra.Comman
 		topics, err := c.Topics(ctx)
 		if err != nil {
 			return err
+		}
+		if len(topics) == 0 {
+			noTopicsHint(c, cmd)
 		}
 		for _, t := range topics {
 			names = append(names, t.Name)
@@ -553,4 +559,10 @@ func pauseCmd(o *opts, pause bool) *cobra.Command {
 			return done(o, cmd, "resumed", a[0], "", "")
 		}),
 	}
+}
+
+// noTopicsHint tells, on standard error, that the prefix holds no topic:
+// a wrong --prefix would otherwise read as an empty, healthy system.
+func noTopicsHint(c *redeq.Client, cmd *cobra.Command) {
+	fmt.Fprintf(cmd.ErrOrStderr(), "redeq: no topic under the prefix %q on this Redis: is --prefix (or the config's prefix) the one your services use?\n", c.Config().Prefix)
 }

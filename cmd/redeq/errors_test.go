@@ -42,3 +42,20 @@ func TestCLIErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestCLIHintsAtAnEmptyPrefix: stats and topics under a prefix that holds
+// no topic say so on standard error, and still succeed.
+func TestCLIHintsAtAnEmptyPrefix(t *testing.T) {
+	e := newEnv(t, testutil.Backends(t)[0])
+	for _, cmd := range []string{"stats", "topics"} {
+		code, _, errs := e.run(t, "", cmd)
+		require.Zero(t, code, errs)
+		require.Contains(t, errs, "no topic under the prefix \""+e.prefix+"\"")
+	}
+	e.ok(t, "add", "orders", "1", "--delay", "1h")
+	for _, cmd := range []string{"stats", "topics"} {
+		code, _, errs := e.run(t, "", cmd)
+		require.Zero(t, code, errs)
+		require.Empty(t, errs)
+	}
+}
