@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/redeq"
 )
 
 // TestCLIErrors: an error says "redeq: " once, whatever the library's
@@ -58,4 +61,18 @@ func TestCLIHintsAtAnEmptyPrefix(t *testing.T) {
 		require.Zero(t, code, errs)
 		require.Empty(t, errs)
 	}
+}
+
+// TestCLIEscapesControlCharacters: header values and errors that hold
+// terminal escape sequences or other control characters are shown
+// escaped, never sent to the terminal raw.
+func TestCLIEscapesControlCharacters(t *testing.T) {
+	e := newEnv(t, testutil.Backends(t)[0])
+	require.NoError(t, e.c.Add(context.Background(), &redeq.Job{Topic: "orders", ID: "esc", Delay: time.Hour,
+		Headers: map[string]string{"evil": "\x1b[2J\x1b]0;owned\x07", "ok": "plain"}}))
+	out := e.ok(t, "get", "orders", "esc")
+	require.NotContains(t, out, "\x1b")
+	require.NotContains(t, out, "\x07")
+	require.Contains(t, out, `\x1b[2J`)
+	require.Contains(t, out, "plain")
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -75,7 +76,7 @@ func fmtTime(t time.Time) string {
 // writeJob prints one job for a person.
 func writeJob(w io.Writer, j *redeq.Job) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", safe(k), safe(v)) }
 	row("topic", j.Topic)
 	row("id", j.ID)
 	row("state", string(j.State))
@@ -117,7 +118,7 @@ func writeJobs(w io.Writer, jobs []*redeq.Job) {
 		if reason == "" {
 			reason = j.LastError
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.State, j.Attempt, fmtTime(j.CreatedAt), fmtTime(j.RunAt), oneLine(reason))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", safe(j.ID), j.State, j.Attempt, fmtTime(j.CreatedAt), fmtTime(j.RunAt), safe(oneLine(reason)))
 	}
 	_ = tw.Flush()
 }
@@ -128,6 +129,25 @@ func oneLine(s string) string {
 		s = s[:77] + "..."
 	}
 	return s
+}
+
+// safe escapes what a terminal would act on instead of showing (escape
+// sequences, carriage returns, other control characters, invalid UTF-8)
+// in a field printed for a person: headers and errors come from producers
+// and handlers, not from the operator.
+func safe(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	q := strconv.QuoteToGraphic(s)
+	return q[1 : len(q)-1]
 }
 
 // printable reports whether b is UTF-8 text a terminal shows as is.
