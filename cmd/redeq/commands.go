@@ -217,6 +217,7 @@ func addCmd(o *opts) *cobra.Command {
 	var at, body string
 	var headers []string
 	var maxRetries int
+	var create bool
 	cmd := &cobra.Command{
 		Use:   "add TOPIC [ID]",
 		Short: "Add a job (an id is generated when none is given)",
@@ -254,6 +255,13 @@ func addCmd(o *opts) *cobra.Command {
 				j.Headers[k] = v
 			}
 			return withClient(o, func(ctx context.Context, c *redeq.Client, cmd *cobra.Command, _ []string) error {
+				if !create {
+					if _, err := c.Stats(ctx, j.Topic); errors.Is(err, redeq.ErrUnknownTopic) {
+						return fmt.Errorf("topic %q is not in use under the prefix %q (no job was ever added to it): check its name, or add --create to start it: %w", j.Topic, c.Config().Prefix, redeq.ErrUnknownTopic)
+					} else if err != nil {
+						return err
+					}
+				}
 				if err := c.Add(ctx, j); err != nil {
 					return err
 				}
@@ -271,6 +279,7 @@ func addCmd(o *opts) *cobra.Command {
 	f.StringVar(&body, "body", "", "the body: text, @FILE, or - for standard input")
 	f.StringArrayVar(&headers, "header", nil, "a header KEY=VALUE (repeatable)")
 	f.IntVar(&maxRetries, "max-retries", 0, "retries after a failure (0: the listener's or config's; -1: never)")
+	f.BoolVar(&create, "create", false, "add to a topic nobody has used yet (without it, a typo in the name is refused)")
 	return cmd
 }
 

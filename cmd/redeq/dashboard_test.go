@@ -50,7 +50,7 @@ func startDashboard(t *testing.T, e *cliEnv, args ...string) (string, *syncBuffe
 // page; a dashboard that anyone may act on says so when it starts.
 func TestCLIDashboardOptions(t *testing.T) {
 	e := newEnv(t, testutil.Backends(t)[0])
-	e.ok(t, "add", "orders", "1", "--delay", "1h")
+	e.ok(t, "add", "--create", "orders", "1", "--delay", "1h")
 	t.Run("PageSizeBounded", func(t *testing.T) {
 		for _, n := range []string{"0", "101", "500", "-3"} {
 			code, _, errs := e.run(t, "", "dashboard", "--addr", "127.0.0.1:0", "--page-size", n)

@@ -55,7 +55,7 @@ func TestCLIHintsAtAnEmptyPrefix(t *testing.T) {
 		require.Zero(t, code, errs)
 		require.Contains(t, errs, "no topic under the prefix \""+e.prefix+"\"")
 	}
-	e.ok(t, "add", "orders", "1", "--delay", "1h")
+	e.ok(t, "add", "--create", "orders", "1", "--delay", "1h")
 	for _, cmd := range []string{"stats", "topics"} {
 		code, _, errs := e.run(t, "", cmd)
 		require.Zero(t, code, errs)
@@ -75,4 +75,21 @@ func TestCLIEscapesControlCharacters(t *testing.T) {
 	require.NotContains(t, out, "\x07")
 	require.Contains(t, out, `\x1b[2J`)
 	require.Contains(t, out, "plain")
+}
+
+// TestCLIAddToAnUnusedTopicNeedsCreate: add refuses a topic nobody has
+// used (a typo would silently start a new topic), writing nothing, unless
+// --create says it is meant.
+func TestCLIAddToAnUnusedTopicNeedsCreate(t *testing.T) {
+	e := newEnv(t, testutil.Backends(t)[0])
+	code, _, errs := e.run(t, "", "add", "order.closd", "1", "--delay", "1h")
+	require.Equal(t, exitNotFound, code, errs)
+	require.Contains(t, errs, `topic "order.closd" is not in use`)
+	require.Contains(t, errs, "--create")
+	topics, err := e.c.Topics(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, topics, "a refused add writes nothing")
+
+	require.Equal(t, "1\n", e.ok(t, "add", "--create", "order.close", "1", "--delay", "1h"))
+	require.Equal(t, "2\n", e.ok(t, "add", "order.close", "2", "--delay", "1h"), "a topic in use needs no --create")
 }

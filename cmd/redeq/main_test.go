@@ -81,11 +81,11 @@ func TestCLIJobs(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			e := newEnv(t, b)
 			ctx := context.Background()
-			require.Equal(t, "o1\n", e.ok(t, "add", "orders", "o1", "--body", "<close>", "--delay", "1h", "--header", "trace=abc"))
+			require.Equal(t, "o1\n", e.ok(t, "add", "--create", "orders", "o1", "--body", "<close>", "--delay", "1h", "--header", "trace=abc"))
 			bin := filepath.Join(t.TempDir(), "body.bin")
 			require.NoError(t, os.WriteFile(bin, []byte{0, 1, 0xff}, 0o600))
-			e.ok(t, "add", "orders", "o2", "--body", "@"+bin, "--at", time.Now().Add(2*time.Hour).UTC().Format(time.RFC3339))
-			code, out, errs := e.run(t, "from stdin", "add", "orders", "--body", "-", "--delay", "3h")
+			e.ok(t, "add", "--create", "orders", "o2", "--body", "@"+bin, "--at", time.Now().Add(2*time.Hour).UTC().Format(time.RFC3339))
+			code, out, errs := e.run(t, "from stdin", "add", "--create", "orders", "--body", "-", "--delay", "3h")
 			require.Equal(t, 0, code, errs)
 			gen := strings.TrimSpace(out)
 			require.Equal(t, "from stdin", string(e.job(t, "orders", gen).Body))
@@ -166,8 +166,8 @@ func TestCLIRequeue(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			e := newEnv(t, b)
 			ctx := context.Background()
-			e.ok(t, "add", "orders", "park")
-			e.ok(t, "add", "orders", "fail")
+			e.ok(t, "add", "--create", "orders", "park")
+			e.ok(t, "add", "--create", "orders", "fail")
 			w, err := redeq.New(b.New(t), e.c.Config())
 			require.NoError(t, err)
 			require.NoError(t, w.Register(redeq.ListenerFunc("orders", func(_ context.Context, j *redeq.Job, _ *redeq.Channel) error {
@@ -224,7 +224,7 @@ func TestCLIRescheduleInCountsOnTheServersClock(t *testing.T) {
 			if b.Mini != nil {
 				b.Mini.SetTime(time.Now().Add(10 * time.Minute))
 			}
-			e.ok(t, "add", "orders", "o1", "--delay", "1h")
+			e.ok(t, "add", "--create", "orders", "o1", "--delay", "1h")
 			before := serverTime(t, b)
 			e.ok(t, "reschedule", "orders", "o1", "--in", "5m")
 			after := serverTime(t, b)
@@ -262,7 +262,7 @@ func waitState(t *testing.T, c *redeq.Client, id string, want redeq.State) {
 // job or topic that is not there, 1 for other failures; nothing written.
 func TestCLIExitCodes(t *testing.T) {
 	e := newEnv(t, testutil.Backends(t)[0])
-	e.ok(t, "add", "orders", "1", "--delay", "1h")
+	e.ok(t, "add", "--create", "orders", "1", "--delay", "1h")
 	for _, tc := range []struct {
 		want int
 		args []string
@@ -272,16 +272,16 @@ func TestCLIExitCodes(t *testing.T) {
 		{2, []string{"get", "orders", "1", "--nosuchflag"}},
 		{2, []string{"stats", "-o", "yaml"}},
 		{2, []string{"list", "orders", "bogus"}},
-		{2, []string{"add", "orders", "2", "--delay", "1h", "--at", "2030-01-01T00:00:00Z"}},
-		{2, []string{"add", "orders", "2", "--at", "tomorrow"}},
-		{2, []string{"add", "orders", "2", "--delay", "-1h"}},
+		{2, []string{"add", "--create", "orders", "2", "--delay", "1h", "--at", "2030-01-01T00:00:00Z"}},
+		{2, []string{"add", "--create", "orders", "2", "--at", "tomorrow"}},
+		{2, []string{"add", "--create", "orders", "2", "--delay", "-1h"}},
 		{2, []string{"reschedule", "orders", "1"}},
 		{2, []string{"requeue", "limbo", "orders", "1"}},
 		{3, []string{"get", "orders", "nope"}},
 		{3, []string{"delete", "orders", "nope"}},
 		{3, []string{"stats", "nosuchtopic"}},
 		{3, []string{"pause", "nosuchtopic"}},
-		{1, []string{"add", "orders", "1"}}, // exists
+		{1, []string{"add", "--create", "orders", "1"}}, // exists
 	} {
 		code, _, errs := e.run(t, "", tc.args...)
 		require.Equal(t, tc.want, code, "redeq %v: %s", tc.args, errs)
@@ -300,7 +300,7 @@ func TestCLIExitCodes(t *testing.T) {
 // file redeq.Open reads.
 func TestCLIConfigFile(t *testing.T) {
 	e := newEnv(t, testutil.Backends(t)[0])
-	e.ok(t, "add", "orders", "1", "--delay", "1h")
+	e.ok(t, "add", "--create", "orders", "1", "--delay", "1h")
 	path := filepath.Join(t.TempDir(), "redeq.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf("prefix: %s\nredis:\n  url: %s\n", e.prefix, e.url)), 0o600))
 	_, err := config.Load(path)
@@ -333,7 +333,7 @@ func (s *syncBuffer) String() string {
 // token, and stops cleanly when interrupted.
 func TestCLIDashboard(t *testing.T) {
 	e := newEnv(t, testutil.Backends(t)[0])
-	e.ok(t, "add", "orders", "1", "--delay", "1h")
+	e.ok(t, "add", "--create", "orders", "1", "--delay", "1h")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out, errb syncBuffer
@@ -407,7 +407,7 @@ func TestCLISentinel(t *testing.T) {
 		code := run(context.Background(), all, nil, &out, &errb)
 		return code, out.String(), errb.String()
 	}
-	code, _, errs := cli("add", "orders", "42", "--delay", "1h")
+	code, _, errs := cli("add", "--create", "orders", "42", "--delay", "1h")
 	require.Equal(t, 0, code, errs)
 	code, out, errs := cli("get", "orders", "42")
 	require.Equal(t, 0, code, errs)

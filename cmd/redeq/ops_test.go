@@ -56,7 +56,7 @@ func TestCLIPurgeDead(t *testing.T) {
 			e := newEnv(t, b)
 			ctx := context.Background()
 			park(t, e, "d1", "d2", "d3")
-			e.ok(t, "add", "orders", "later", "--delay", "1h")
+			e.ok(t, "add", "--create", "orders", "later", "--delay", "1h")
 
 			code, _, errs := e.run(t, "n\n", "purge", "dead", "orders")
 			require.Equal(t, 1, code)
@@ -239,7 +239,7 @@ func TestCLIStatsWatch(t *testing.T) {
 	for _, b := range testutil.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			e := newEnv(t, b)
-			e.ok(t, "add", "orders", "o1", "--delay", "1h")
+			e.ok(t, "add", "--create", "orders", "o1", "--delay", "1h")
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			var out, errb syncBuffer
@@ -261,7 +261,7 @@ func TestCLIStatsWatch(t *testing.T) {
 				}
 			}
 			wait("1")
-			e.ok(t, "add", "orders", "o2", "--delay", "1h")
+			e.ok(t, "add", "--create", "orders", "o2", "--delay", "1h")
 			wait("2")
 			cancel()
 			select {
