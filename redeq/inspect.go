@@ -264,7 +264,8 @@ func decodeCursor(s, topic string, state State) (cursor, error) {
 	if f[5] != "" {
 		if state == StateReady {
 			// A place may be negative: jobs given back push places below 0.
-			if _, err := strconv.ParseInt(f[5], 10, 64); err != nil {
+			// Places are counted in the scripts' float64: exact to 2^53.
+			if p, err := strconv.ParseInt(f[5], 10, 64); err != nil || p > 1<<53 || p < -(1<<53) {
 				return bad("bad position")
 			}
 		} else if x, err := strconv.ParseFloat(f[5], 64); err != nil || math.IsNaN(x) || math.IsInf(x, 0) {

@@ -2,6 +2,7 @@ package redeq_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
@@ -436,5 +437,23 @@ func TestListJobsHaveGetsFields(t *testing.T) {
 		dead := listFrom(t, e.c, topic, redeq.StateDead, 10, "")
 		require.Contains(t, dead[0].LastError, "bad d")
 		require.Contains(t, dead[0].Reason, "bad d")
+	})
+}
+
+// TestListRefusesAForgedReadyPlace: a ready cursor whose place is not a
+// whole number that the scripts count exactly (float64: to 2^53) is
+// ErrInvalidArgument, not a page read from a rounded place.
+func TestListRefusesAForgedReadyPlace(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "a"}))
+		for _, place := range []string{"99999999999999999999", "9007199254740993", "1.5", "x"} {
+			cur := base64.RawURLEncoding.EncodeToString([]byte(strings.Join([]string{"2", "t", "ready", "0", "", place, ""}, "\n")))
+			_, err := e.c.List(ctx, "t", redeq.StateReady, redeq.ListOptions{Cursor: cur})
+			require.ErrorIs(t, err, redeq.ErrInvalidArgument, place)
+		}
+		cur := base64.RawURLEncoding.EncodeToString([]byte(strings.Join([]string{"2", "t", "ready", "0", "", "-5", ""}, "\n")))
+		_, err := e.c.List(ctx, "t", redeq.StateReady, redeq.ListOptions{Cursor: cur})
+		require.NoError(t, err, "a place below 0 is one a give-back makes")
 	})
 }
