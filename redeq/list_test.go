@@ -184,7 +184,12 @@ func TestListPagesAJobThatStaysOnce(t *testing.T) {
 				return ctx.Err()
 			})
 			startWith(t, worker, l)
-			first := <-running
+			var first string
+			select {
+			case first = <-running:
+			case <-time.After(10 * time.Second):
+				require.FailNow(t, "no job ran")
+			}
 			stayed := readyNow(t, e, topic, 1)
 			page := firstPage(t, one, topic, redeq.StateReady, 100)
 			sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
@@ -258,6 +263,28 @@ func TestListPagesAJobThatStaysOnce(t *testing.T) {
 				require.NoError(t, one.Add(ctx, &redeq.Job{Topic: topic, ID: fmt.Sprintf("late%d", i), RunAt: due.Add(time.Hour)}))
 			}
 			listedOnce(t, stayed, append(page.Jobs, listFrom(t, one, topic, redeq.StateScheduled, 100, page.Next)...))
+		})
+
+		t.Run("ScheduledAcrossBuckets", func(t *testing.T) {
+			const topic = "scheduled-buckets"
+			four := e.another(t, func(c *config.Config) { c.Concurrency = 4 })
+			due := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+			stayed := map[string]bool{}
+			for i := range 200 {
+				id := fmt.Sprintf("s%03d", i)
+				require.NoError(t, four.Add(ctx, &redeq.Job{Topic: topic, ID: id, RunAt: due.Add(time.Duration(i%7) * time.Second)}))
+				stayed[id] = true
+			}
+			page := firstPage(t, four, topic, redeq.StateScheduled, 70)
+			for _, id := range []string{page.Jobs[69].ID, page.Jobs[3].ID, "s150", "s151"} {
+				_, err := four.Delete(ctx, topic, id)
+				require.NoError(t, err)
+				delete(stayed, id)
+			}
+			for i := range 40 {
+				require.NoError(t, four.Add(ctx, &redeq.Job{Topic: topic, ID: fmt.Sprintf("n%03d", i), RunAt: due.Add(time.Duration(i%9-1) * time.Second)}))
+			}
+			listedOnce(t, stayed, append(page.Jobs, listFrom(t, four, topic, redeq.StateScheduled, 70, page.Next)...))
 		})
 
 		t.Run("UnAckAndDead", func(t *testing.T) {
