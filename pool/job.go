@@ -23,9 +23,9 @@ type Job struct {
 	// Delay is the wait from now (the Redis server's clock) until the job
 	// is due. Ignored when RunAt is set.
 	Delay time.Duration
-	// RunAt is the absolute due time. Get and the dead and un_ack listings
-	// set it to the job's current due time, or leave it zero when the job is
-	// not scheduled.
+	// RunAt is the absolute due time. Get and List set it to a scheduled
+	// job's due time; List and the dead and un_ack listings set it to when
+	// an un_acked or dead job was parked; it is zero otherwise.
 	RunAt time.Time
 	// MaxRetries is how many times a failed job is retried: 0 means the
 	// config's Retry, -1 never.

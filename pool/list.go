@@ -38,10 +38,11 @@ type Position struct {
 	// Set indexes the consumers given to ListBucket (in-flight listings);
 	// 0 otherwise.
 	Set int
-	// At is the ZSET score or ready-list index of the last entry read; ""
-	// means the start of Set.
+	// At is the ZSET score or the ready-list place (see
+	// keys.ReadyHeadField) of the last entry read; "" means the start of
+	// Set.
 	At string
-	// Member is the ZSET member or id at At.
+	// Member is the ZSET member at At; the id at At in a ready list.
 	Member string
 }
 
@@ -49,13 +50,14 @@ type Position struct {
 // from, reading at most limit+ListSlack entries. For StateInFlight it reads
 // the in-flight sets of consumers (at most MaxListSets) in order, from.Set
 // indexing them. done reports that the sources were read to their end;
-// otherwise next is where the following call starts. Stale entries (of the
-// ready list and in-flight sets) are skipped; a corrupt envelope is listed
-// with its topic and id only, so that it can be found and deleted.
+// otherwise next is where the following call starts. Each job has the
+// fields Get gives it (its LastError too). Stale entries (of the ready list
+// and in-flight sets) are skipped; a corrupt envelope is listed with its
+// topic and id only, so that it can be found and deleted.
 func (s *Store) ListBucket(ctx context.Context, topic string, n int, state State, consumers []string,
 	from Position, limit int) (jobs []*Job, next Position, done bool, err error) {
 	k := keys.ForBucket(s.prefix, topic, n)
-	ks := []string{k.Pool(), k.State(), k.Reasons()}
+	ks := []string{k.Pool(), k.State(), k.Reasons(), k.Errors()}
 	args := []any{string(state), limit, limit + ListSlack, from.At, from.Member}
 	total := 0
 	switch state {
@@ -85,7 +87,7 @@ func (s *Store) ListBucket(ctx context.Context, topic string, n int, state State
 		return nil, Position{}, false, fmt.Errorf("list %s of %s: %w", state, keys.Address(topic, n), err)
 	}
 	r, err := rdb.Slice(v)
-	if err != nil || len(r) < 4 || (len(r)-4)%4 != 0 {
+	if err != nil || len(r) < 4 || (len(r)-4)%5 != 0 {
 		return nil, Position{}, false, fmt.Errorf("list %s of %s: bad reply %v", state, keys.Address(topic, n), v)
 	}
 	done = r[0] == int64(1)
@@ -98,7 +100,7 @@ func (s *Store) ListBucket(ctx context.Context, topic string, n int, state State
 			next.Set += from.Set
 		}
 	}
-	for i := 4; i < len(r); i += 4 {
+	for i := 4; i < len(r); i += 5 {
 		id, _ := rdb.Str(r[i])
 		env, _ := rdb.Str(r[i+1])
 		job, err := JobOf(topic, id, []byte(env))
@@ -117,6 +119,7 @@ func (s *Store) ListBucket(ctx context.Context, topic string, n int, state State
 				job.Consumer = extra
 			}
 		}
+		job.LastError, _ = rdb.Str(r[i+4])
 		jobs = append(jobs, job)
 	}
 	if state == StateInFlight && done && from.Set+len(consumers) < total {

@@ -1,60 +1,76 @@
 -- Reads one page of the jobs of a bucket in one state, for List: at most
--- ARGV[2] jobs, from at most ARGV[3] entries of the source (plus up to 65
--- to find the previous end again in the ready list), skipping stale
+-- ARGV[2] jobs, from at most ARGV[3] entries of the source, skipping stale
 -- entries: a ready-list entry counts only while state[id] is "r", an
 -- in-flight member only while state[id] names its delivery.
+-- A page resumes after the entry the previous one ended on, found by what
+-- does not change while the entry waits: in a ZSET its score and member
+-- (or, when it left, the first entry after them in ZSET order); in the
+-- ready list its place, its index plus the count of entries trimmed from
+-- the head less those pushed back there (state field "\0readyhead",
+-- keys.ReadyHeadField). Only the ends of a ready list change, so an entry
+-- keeps its place while it waits, and the page reads from the first place
+-- after the previous end in one LRANGE, whatever happened at the head.
 -- KEYS[1] -> pool HASH
 -- KEYS[2] -> state HASH
 -- KEYS[3] -> reasons HASH
--- KEYS[4..] -> the source: the bucket, unack or dead ZSET; the ready LIST;
+-- KEYS[4] -> errors HASH (id -> last handler error)
+-- KEYS[5..] -> the source: the bucket, unack or dead ZSET; the ready LIST;
 --              or the in-flight ZSETs of the consumers ARGV[6..], in order
 -- ARGV[1] -> state: scheduled, ready, inflight, unack or dead
 -- ARGV[2] -> most jobs to return
 -- ARGV[3] -> most source entries to read (ARGV[2] plus a little slack)
--- ARGV[4] -> where the previous page ended in KEYS[4]: a ZSET score or a
---            LIST index; "" to start at the beginning
--- ARGV[5] -> the member (ZSET) or id (LIST) the previous page ended on
--- ARGV[6..] -> inflight: the consumer of each in-flight set KEYS[4..]
--- Returns {done, key, pos, member, id, envelope, score, extra, id, ...}:
--- done is 1 when the sources were read to their end; else key (1 for
--- KEYS[4]), pos and member say where the next page starts (after them).
--- score is the ZSET score (false for ready and in flight); extra is a
--- dead job's reason or an in-flight job's consumer, else false.
+-- ARGV[4] -> where the previous page ended in KEYS[5]: a ZSET score or a
+--            ready-list place; "" to start at the beginning
+-- ARGV[5] -> the member the previous page ended on (ZSETs)
+-- ARGV[6..] -> inflight: the consumer of each in-flight set KEYS[5..]
+-- Returns {done, key, pos, member, id, envelope, score, extra, lasterr,
+-- id, ...}: done is 1 when the sources were read to their end; else key
+-- (1 for KEYS[5]), pos and member say where the next page starts (after
+-- them). score is the ZSET score (false for ready and in flight); extra is
+-- a dead job's reason or an in-flight job's consumer, else false; lasterr
+-- the job's last handler error or false. It only reads: a rerun answers
+-- alike for the same data.
 local mode = ARGV[1]
 local limit = tonumber(ARGV[2])
 local budget = tonumber(ARGV[3])
 local pos, last = ARGV[4], ARGV[5]
+local first = 5
 local cand = {} -- {key, pos, member, id, score, token}
 local done, stop = 1, false
 
+-- after reports that ZSET member a sorts after b among equal scores: byte
+-- order, as Redis sorts them (Lua's < follows the server's locale).
+local function after(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x > y end
+  end
+  return #a > #b
+end
+
 if mode == 'ready' then
+  local head = tonumber(redis.call('HGET', KEYS[2], '\0readyhead') or '0')
   local start = 0
   if pos ~= '' then
-    -- Fetches trim the list's head: find the previous end again within
-    -- the 64 places before where it was.
-    local idx = tonumber(pos)
-    local from = math.max(0, idx - 64)
-    local back = redis.call('LRANGE', KEYS[4], from, idx)
-    start = from
-    for i = #back, 1, -1 do
-      if back[i] == last then start = from + i; break end
-    end
+    -- Entries before that place were taken since, or pushed back at the
+    -- head after the previous page: not this listing's.
+    start = math.max(0, tonumber(pos) + 1 - head)
   end
-  local ids = redis.call('LRANGE', KEYS[4], start, start + budget - 1)
+  local ids = redis.call('LRANGE', KEYS[first], start, start + budget - 1)
   for i, id in ipairs(ids) do
-    cand[#cand + 1] = {1, string.format('%d', start + i - 1), id, id, false, false}
+    cand[#cand + 1] = {1, string.format('%d', head + start + i - 1), id, id, false, false}
   end
   if #ids == budget then done, stop = 0, cand[#cand] end
 else
   local read = 0
-  for k = 4, #KEYS do
+  for k = first, #KEYS do
     local left = budget - read
     if left <= 0 then
-      done, stop = 0, {k - 3, '', ''} -- the next page starts at this set
+      done, stop = 0, {k - first + 1, '', ''} -- the next page starts at this set
       break
     end
     local start, tie = 0, false
-    if k == 4 and pos ~= '' then
+    if k == first and pos ~= '' then
       local s = redis.call('ZSCORE', KEYS[k], last)
       if s ~= false and tonumber(s) == tonumber(pos) then
         start = redis.call('ZRANK', KEYS[k], last) + 1
@@ -67,16 +83,18 @@ else
     for i = 1, #z, 2 do
       local m, s = z[i], z[i + 1]
       read = read + 1
-      if not (tie and tonumber(s) == tonumber(pos) and m <= last) then
+      if not (tie and tonumber(s) == tonumber(pos) and not after(m, last)) then
         local id, token = m, false
         if mode == 'scheduled' and string.byte(m) == 1 then
           id = string.sub(m, 2) -- a broadcast job's member
         elseif mode == 'inflight' then
           token, id = string.match(m, '^(%d+):(.*)$')
         end
-        if id then cand[#cand + 1] = {k - 3, s, m, id, s, token} end
+        -- A delivery's score is when it was fetched, not a due time.
+        local score = mode ~= 'inflight' and s
+        if id then cand[#cand + 1] = {k - first + 1, s, m, id, score, token} end
       end
-      stop = {k - 3, s, m}
+      stop = {k - first + 1, s, m}
     end
     if #z / 2 == left then
       done = 0
@@ -91,6 +109,7 @@ if #cand > 0 then
   local ids = {}
   for i, c in ipairs(cand) do ids[i] = c[4] end
   local envs = redis.call('HMGET', KEYS[1], unpack(ids))
+  local errs = redis.call('HMGET', KEYS[4], unpack(ids))
   local states, reasons = {}, {}
   if mode == 'ready' or mode == 'inflight' then
     states = redis.call('HMGET', KEYS[2], unpack(ids))
@@ -114,6 +133,7 @@ if #cand > 0 then
       out[#out + 1] = envs[i]
       out[#out + 1] = c[5]
       out[#out + 1] = extra
+      out[#out + 1] = errs[i]
       jobs = jobs + 1
       if jobs == limit and i < #cand then
         done, stop = 0, c

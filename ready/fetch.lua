@@ -11,7 +11,8 @@
 -- KEYS[1] -> ready LIST
 -- KEYS[2] -> this consumer's in-flight ZSET (member "<token>:<id>" -> fetch ms)
 -- KEYS[3] -> pool HASH
--- KEYS[4] -> state HASH (id -> "r" or "<token>@<consumer>")
+-- KEYS[4] -> state HASH (id -> "r" or "<token>@<consumer>"; field
+--   "\0readyhead" counts the entries trimmed from the list's head)
 -- KEYS[5] -> seq STRING (delivery counter)
 -- KEYS[6] -> errors HASH (id -> last handler error)
 -- KEYS[7] -> due HASH (id -> due ms, written by the mover; read and removed
@@ -138,6 +139,8 @@ if consumed > 0 then
   -- An id consumed is taken or stale: its due time is used or void.
   redis.call('HDEL', KEYS[7], unpack(ids, 1, consumed))
   redis.call('LTRIM', KEYS[1], consumed, -1)
+  -- The entries left keep their places (keys.ReadyHeadField), for List.
+  redis.call('HINCRBY', KEYS[4], '\0readyhead', consumed)
 end
 if #take > 0 then
   -- Upper bounds in ms of the lateness counters: keys.HistLateBoundsMs.

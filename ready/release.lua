@@ -5,7 +5,7 @@
 -- no longer names this delivery, is only removed.
 -- KEYS[1] -> this consumer's in-flight ZSET
 -- KEYS[2] -> ready LIST
--- KEYS[3] -> state HASH
+-- KEYS[3] -> state HASH (field "\0readyhead": see fetch.lua)
 -- ARGV[1] -> ready channel
 -- ARGV[2] -> bucket address
 -- ARGV[3] -> consumer id
@@ -34,6 +34,8 @@ if #back > 0 then
   local rev = {}
   for i = #back, 1, -1 do rev[#rev + 1] = back[i] end
   redis.call('LPUSH', KEYS[2], unpack(rev))
+  -- The entries behind keep their places (keys.ReadyHeadField), for List.
+  redis.call('HINCRBY', KEYS[3], '\0readyhead', -#back)
   redis.call('PUBLISH', ARGV[1], ARGV[2])
 end
 return #back

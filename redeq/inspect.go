@@ -115,10 +115,12 @@ type Page struct {
 	Next string
 }
 
-// List returns a page of the jobs of topic in state, each with its State,
-// CreatedAt, Attempt and Recoveries; RunAt is the due time of a scheduled
-// job and when an un_acked or dead job was parked; Reason says why a dead
-// job died; Consumer names the holder of an in-flight job.
+// List returns a page of the jobs of topic in state, each with the fields
+// Get gives it: its body, headers and retry settings, State, CreatedAt,
+// Attempt, Recoveries and LastError (the error of its last failed
+// delivery); RunAt is the due time of a scheduled job, and (where Get
+// leaves it zero) when an un_acked or dead job was parked; Reason says why
+// a dead job died; Consumer names the holder of an in-flight job.
 //
 // Jobs come bucket by bucket; within a bucket scheduled jobs by due time,
 // ready jobs in the order consumers will take them (stale entries of the
@@ -127,16 +129,20 @@ type Page struct {
 //
 // Cost: a page reads the topic's meta (and, in flight, its consumer set),
 // then runs at most 16 bucket scripts, each reading at most Limit+64
-// entries (plus 65 to find its place again in a ready list), whatever the
-// sizes. So a page may hold fewer than Limit jobs, even none, while Next
-// is not "": stale entries skipped, or buckets left to read.
+// entries, whatever the sizes. So a page may hold fewer than Limit jobs,
+// even none, while Next is not "": stale entries skipped, or buckets left
+// to read.
 //
 // Consistency: a page reflects each bucket as it was when that page read
-// it. Jobs move between states and buckets' lists change between pages, so
-// a job may show on no page or on two; a job that stays where it is is
-// listed once. (A ready list is read by position: when consumers take
-// more than 64 jobs from its head between two pages, the next page starts
-// 64 places before where the previous one ended, and may skip jobs.)
+// it. A job that stays where it is from the first page to the last is
+// listed once, whatever else changes meanwhile: jobs added, taken by
+// consumers, given back to the head of a ready list, retried, parked,
+// deleted, or trimmed from the dead set. A job that moves between pages
+// (to another state, or to a new due time) may show on no page or on two;
+// one added or given back after the page that would have held it may show
+// or not. (One exception: a job deleted or rescheduled while ready that
+// came back to the ready list before consumers dropped its old entry has
+// two entries there, and shows at both.)
 //
 // ErrUnknownTopic for a topic nobody used; ErrInvalidArgument for a bad
 // state, limit, topic name or cursor (a cursor of another topic or state).
@@ -218,7 +224,9 @@ type cursor struct {
 	pos      pool.Position
 }
 
-const cursorVersion = "1"
+// cursorVersion 2: a ready list's position is a place that the list's
+// changes at its head do not move (keys.ReadyHeadField), not an index.
+const cursorVersion = "2"
 
 // encode makes the opaque Next of a page: base64 of the fields, the topic
 // and state included so that a cursor is not used for another listing.
@@ -255,7 +263,9 @@ func decodeCursor(s, topic string, state State) (cursor, error) {
 	}
 	if f[5] != "" {
 		if state == StateReady {
-			if i, err := strconv.Atoi(f[5]); err != nil || i < 0 {
+			// A place may be negative: jobs given back push places below 0.
+			// Places are counted in the scripts' float64: exact to 2^53.
+			if p, err := strconv.ParseInt(f[5], 10, 64); err != nil || p > 1<<53 || p < -(1<<53) {
 				return bad("bad position")
 			}
 		} else if x, err := strconv.ParseFloat(f[5], 64); err != nil || math.IsNaN(x) || math.IsInf(x, 0) {

@@ -201,6 +201,13 @@ const PausedField = "\x00paused"
 // "pauseseq".
 const PauseSeqField = "\x00pauseseq"
 
+// ReadyHeadField is the field of a bucket's State HASH counting the
+// entries taken from the head of its ready list (by fetches) minus those
+// pushed back at the head (by give-backs). An entry at index i of the list
+// has the place i + that count, which stays the entry's own while it
+// waits: List's cursors resume at a place, whatever happened at the head.
+const ReadyHeadField = "\x00readyhead"
+
 // Movers is a ZSET: client id -> when the client last announced that it
 // is alive, unix ms (Redis clock). The started clients share out the
 // buckets among the live ones.
