@@ -167,3 +167,73 @@ func TestResumedConsumerIsVisibleAgain(t *testing.T) {
 		}
 	})
 }
+
+// TestComebackWhileForgottenKeepsMembership: a consumer that comes back
+// between a reaper's forgetting it and the reaper's taking it out of its
+// topics' consumer sets stays in them: its heartbeat joined again, and the
+// reaper takes out only a membership older than the heartbeat it forgot.
+func TestComebackWhileForgottenKeepsMembership(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		hb := newScriptHook(t, "consumer/heartbeat.lua")
+		var stopped atomic.Bool
+		hb.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+			if stopped.Load() {
+				cmd.SetErr(errors.New("consumer stopped"))
+				return cmd.Err()
+			}
+			return next()
+		})
+		c := e.hooked(t, hb)
+		startWith(t, c, newListener("t", nil))
+		cid := c.ConsumerID()
+		consumers := keys.ForTopic(e.cfg.Prefix, "t").Consumers()
+		joinedField := cid + "#joined"
+		gone := newScriptHook(t, "consumer/gone.lua")
+		gone.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+			err := next()
+			if v, _ := cmd.(*redis.Cmd).Int(); err == nil && v == 1 && stopped.Load() {
+				// Forgotten: the consumer resumes and joins again before
+				// the reaper goes on.
+				stopped.Store(false)
+				waitFor(t, 10*time.Second, "joined again", func() bool {
+					at, err := e.rdb.HGet(ctx, keys.AliveTopics(e.cfg.Prefix), joinedField).Float64()
+					return err == nil && e.rdb.ZScore(ctx, consumers, cid).Val() == at
+				})
+			}
+			return err
+		})
+		forgets, forgot := completions(t, "consumer/forget.lua")
+		reaper := e.hooked(t, gone, forgets)
+		require.NoError(t, reaper.Start(ctx))
+		stopped.Store(true)
+		waitFor(t, 20*e.cfg.ConsumerTimeout, "forgotten and back", func() bool { return forgot.Load() > 0 })
+		require.NoError(t, e.rdb.ZScore(ctx, consumers, cid).Err(), "the reaper took a consumer that came back out of its topic")
+		require.Equal(t, int64(1), stats(t, e.c, "t").Consumers)
+	})
+}
+
+// TestForgottenConsumerRejoinsThroughARerun: the heartbeat that finds a
+// forgotten consumer makes it join its topics again even when its first
+// reply is lost and go-redis runs it again: the rerun gives the same join
+// time.
+func TestForgottenConsumerRejoinsThroughARerun(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		hb := newScriptHook(t, "consumer/heartbeat.lua")
+		hb.set(rerun)
+		c := e.hooked(t, hb)
+		startWith(t, c, newListener("t", nil))
+		cid := c.ConsumerID()
+		consumers := keys.ForTopic(e.cfg.Prefix, "t").Consumers()
+		require.NoError(t, e.rdb.ZScore(ctx, consumers, cid).Err())
+		// What a reaper does to a consumer it forgets (gone.lua, forget.lua).
+		require.NoError(t, e.rdb.ZRem(ctx, keys.Alive(e.cfg.Prefix), cid).Err())
+		require.NoError(t, e.rdb.HDel(ctx, keys.AliveTopics(e.cfg.Prefix), cid, cid+"#timeout", cid+"#joined").Err())
+		require.NoError(t, e.rdb.ZRem(ctx, consumers, cid).Err())
+		waitFor(t, 10*e.cfg.HeartbeatInterval+5*time.Second, "joined again", func() bool {
+			return e.rdb.ZScore(ctx, consumers, cid).Err() == nil
+		})
+		require.Equal(t, int64(1), stats(t, e.c, "t").Consumers)
+	})
+}
