@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -235,5 +237,48 @@ func TestForgottenConsumerRejoinsThroughARerun(t *testing.T) {
 			return e.rdb.ZScore(ctx, consumers, cid).Err() == nil
 		})
 		require.Equal(t, int64(1), stats(t, e.c, "t").Consumers)
+	})
+}
+
+// TestStoppedConsumerProcessIsVisibleAfterResume: a consumer process
+// stopped with SIGSTOP until a reaper recovered its job and forgot it,
+// then continued with SIGCONT, is counted and listed again with the jobs
+// it runs (the one taken from it, under a new delivery, and a new one).
+func TestStoppedConsumerProcessIsVisibleAfterResume(t *testing.T) {
+	testutil.FaultTier(t)
+	eachReal(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		require.NoError(t, e.c.Start(ctx)) // moves and reaps
+		ch := startChild(t, e.be, e.cfg.Prefix, "t")
+		holding := func(what string) string {
+			t.Helper()
+			select {
+			case id := <-ch.held:
+				return id
+			case <-time.After(20 * time.Second):
+				t.Fatalf("the child holds no job: %s", what)
+				return ""
+			}
+		}
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "a"}))
+		require.Equal(t, "a", holding("first delivery of a"))
+		waitFor(t, 10*time.Second, "counted", func() bool {
+			st := stats(t, e.c, "t")
+			return st.Consumers == 1 && st.InFlight == 1
+		})
+
+		require.NoError(t, ch.cmd.Process.Signal(syscall.SIGSTOP))
+		waitFor(t, 20*e.cfg.ConsumerTimeout, "reaped and forgotten", func() bool {
+			return stats(t, e.c, "t").Consumers == 0 && state(t, e.c, "t", "a") == redeq.StateReady
+		})
+		require.NoError(t, ch.cmd.Process.Signal(syscall.SIGCONT))
+		require.Equal(t, "a", holding("second delivery of a"))
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "b"}))
+		require.Equal(t, "b", holding("delivery of b"))
+		waitFor(t, 10*time.Second, "visible again", func() bool {
+			st := stats(t, e.c, "t")
+			return st.Consumers == 1 && st.InFlight == 2 && topicConsumers(t, e.c, "t") == 1
+		})
+		require.Equal(t, []string{"a", "b"}, inFlightIDs(t, e.c, "t"))
 	})
 }
