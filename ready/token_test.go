@@ -2,6 +2,7 @@ package ready_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -113,6 +114,50 @@ func TestFetchRerunKeepsDeliveriesApart(t *testing.T) {
 			require.Equal(t, "r", rdb.HGet(ctx, k.State(), "a").Val())
 			require.Equal(t, items[0].Token+"@me", rdb.HGet(ctx, k.State(), "b").Val())
 			require.Equal(t, []string{items[0].Member()}, rdb.ZRange(ctx, k.InFlight("me"), 0, -1).Val())
+		})
+	}
+}
+
+// TestFetchBoundedAmongManyReady: with 100,000 ids ready, a fetch takes at
+// most MaxFetch of them, in order, each with a token of its own, and
+// leaves the rest in the list.
+func TestFetchBoundedAmongManyReady(t *testing.T) {
+	for _, be := range testutil.RealBackends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := be.New(t)
+			prefix := testutil.Prefix(t)
+			k := keys.ForBucket(prefix, "t", 0)
+			makeReady(t, rdb, prefix, "seed")
+			env := rdb.HGet(ctx, k.Pool(), "seed").Val()
+			require.NoError(t, rdb.Del(ctx, k.Ready()).Err())
+			const n = 100_000
+			for from := 0; from < n; from += 10_000 {
+				pipe := rdb.Pipeline()
+				ids := make([]any, 0, 10_000)
+				for i := from; i < from+10_000; i++ {
+					id := fmt.Sprint("j", i)
+					pipe.HSet(ctx, k.Pool(), id, env)
+					pipe.HSet(ctx, k.State(), id, "r")
+					ids = append(ids, id)
+				}
+				pipe.RPush(ctx, k.Ready(), ids...)
+				_, err := pipe.Exec(ctx)
+				require.NoError(t, err)
+			}
+			seen := map[string]bool{}
+			for round := range 2 {
+				items, _, err := ready.Fetch(ctx, rdb, prefix, "t", 0, "me", n, false)
+				require.NoError(t, err)
+				require.Len(t, items, ready.MaxFetch)
+				require.Equal(t, fmt.Sprint("j", round*ready.MaxFetch), items[0].ID)
+				for _, it := range items {
+					require.False(t, seen[it.Token], "token %s given twice", it.Token)
+					seen[it.Token] = true
+				}
+			}
+			require.EqualValues(t, n-2*ready.MaxFetch, rdb.LLen(ctx, k.Ready()).Val())
+			require.EqualValues(t, 2*ready.MaxFetch, rdb.ZCard(ctx, k.InFlight("me")).Val())
 		})
 	}
 }
