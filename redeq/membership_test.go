@@ -282,3 +282,23 @@ func TestStoppedConsumerProcessIsVisibleAfterResume(t *testing.T) {
 		require.Equal(t, []string{"a", "b"}, inFlightIDs(t, e.c, "t"))
 	})
 }
+
+// TestShutdownLeavesNoTraceOfTheConsumer: a consumer that shuts down
+// cleanly leaves its topics' consumer sets and takes every field it wrote
+// beside its heartbeat (topics, timeout, join time) with it.
+func TestShutdownLeavesNoTraceOfTheConsumer(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		c := e.another(t, nil)
+		startWith(t, c, newListener("t", nil))
+		cid := c.ConsumerID()
+		fields := e.rdb.HKeys(ctx, keys.AliveTopics(e.cfg.Prefix)).Val()
+		require.Contains(t, fields, cid+"#joined")
+		require.NoError(t, c.Shutdown(ctx))
+		for _, f := range e.rdb.HKeys(ctx, keys.AliveTopics(e.cfg.Prefix)).Val() {
+			require.NotContains(t, f, cid)
+		}
+		require.Equal(t, redis.Nil, e.rdb.ZScore(ctx, keys.ForTopic(e.cfg.Prefix, "t").Consumers(), cid).Err())
+		require.Equal(t, redis.Nil, e.rdb.ZScore(ctx, keys.Alive(e.cfg.Prefix), cid).Err())
+	})
+}
