@@ -3,7 +3,9 @@
 -- heartbeat is older than twice the timeout: a fetch it sent just before
 -- it died, held up on the way, has landed by then (and was recovered).
 -- KEYS[1] -> alive ZSET
--- KEYS[2] -> alive topics HASH
+-- KEYS[2] -> alive topics HASH (its fields of the consumer go with it; its
+--   join time too, so that its next heartbeat, should it come back, has it
+--   join its topics again)
 -- ARGV[1] -> consumer id
 -- ARGV[2] -> its last heartbeat as the reaper read it, unix ms
 -- ARGV[3] -> timeout, ms: the longer of the consumer's own and the reaper's
@@ -15,5 +17,5 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if tonumber(s) > now - 2 * tonumber(ARGV[3]) then return 0 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1], ARGV[1] .. '#timeout')
+redis.call('HDEL', KEYS[2], ARGV[1], ARGV[1] .. '#timeout', ARGV[1] .. '#joined')
 return 1

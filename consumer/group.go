@@ -56,6 +56,7 @@ type Group struct {
 	// heardAt is when the last heartbeat that got through was sent, in ns
 	// since base (monotonic: a step of the wall clock does not move it).
 	heardAt   atomic.Int64
+	joined    atomic.Int64 // the join time (heartbeat.lua) this consumer last joined its topics with
 	base      time.Time
 	topicList string       // the listened topics, "topic#buckets" one per line, for the heartbeat
 	silentAt  atomic.Int64 // where the reaper's next look at silent consumers starts
@@ -187,10 +188,7 @@ func (g *Group) announce(ctx context.Context) error {
 		lines[i] = keys.Address(l.Topic(), g.cfg.Concurrency)
 	}
 	g.topicList = strings.Join(lines, "\n")
-	if err := g.heartbeat(ctx); err != nil {
-		return err
-	}
-	return g.join(ctx)
+	return g.heartbeat(ctx) // it joins the topics too
 }
 
 // Notify tells the listener of topic, if any, that bucket n has ready work.
@@ -483,7 +481,7 @@ func (g *Group) leave(ctx context.Context) {
 	}
 	if len(g.runners) > 0 {
 		pipe.ZRem(ctx, keys.Alive(g.cfg.Prefix), g.cid)
-		pipe.HDel(ctx, keys.AliveTopics(g.cfg.Prefix), g.cid, keys.AliveTimeout(g.cid))
+		pipe.HDel(ctx, keys.AliveTopics(g.cfg.Prefix), g.cid, keys.AliveTimeout(g.cid), keys.AliveJoined(g.cid))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		g.env.Logger.Warn("redeq: cannot remove consumer from its topics", "err", err)

@@ -27,6 +27,10 @@ var (
 	//go:embed gone.lua
 	goneSource string
 	goneScript = redis.NewScript(goneSource)
+	// forget.lua runs in a pipeline, one call per topic, as EVAL: a
+	// pipeline cannot fall back from EVALSHA on NOSCRIPT.
+	//go:embed forget.lua
+	forgetSource string
 )
 
 const (
@@ -359,18 +363,25 @@ func (g *Group) reapConsumer(ctx context.Context, s silent) (int, error) {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("reaper %s: %w", s.cid, err))
 		} else if gone == 1 {
-			pipe := g.rdb.Pipeline()
-			for _, line := range s.topics {
-				if topic, _, ok := keys.ParseAddress(line); ok {
-					pipe.ZRem(ctx, keys.ForTopic(g.cfg.Prefix, topic).Consumers(), s.cid)
-				}
-			}
-			if _, err := pipe.Exec(ctx); err != nil {
-				g.env.Logger.Warn("redeq: cannot remove a forgotten consumer from its topics", "consumer", s.cid, "err", err)
-			}
+			g.forget(ctx, s)
 		}
 	}
 	return total, errors.Join(errs...)
+}
+
+// forget takes a consumer the reaper forgot out of its topics' consumer
+// sets, except those it joined again since the heartbeat the reaper read:
+// it came back between the reaper's look and now, and stays visible.
+func (g *Group) forget(ctx context.Context, s silent) {
+	pipe := g.rdb.Pipeline()
+	for _, line := range s.topics {
+		if topic, _, ok := keys.ParseAddress(line); ok {
+			pipe.Eval(ctx, forgetSource, []string{keys.ForTopic(g.cfg.Prefix, topic).Consumers()}, s.cid, s.beat)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		g.env.Logger.Warn("redeq: cannot remove a forgotten consumer from its topics", "consumer", s.cid, "err", err)
+	}
 }
 
 // reapLockExpiry bounds how long a reaper that died mid-pass holds up the

@@ -13,17 +13,24 @@
 -- KEYS[3] -> pool HASH
 -- KEYS[4] -> state HASH (id -> "r" or "<token>@<consumer>"; field
 --   "\0readyhead" counts the entries trimmed from the list's head)
--- KEYS[5] -> seq STRING (delivery counter)
--- KEYS[6] -> errors HASH (id -> last handler error)
--- KEYS[7] -> due HASH (id -> due ms, written by the mover; read and removed
+-- KEYS[5] -> errors HASH (id -> last handler error)
+-- KEYS[6] -> due HASH (id -> due ms, written by the mover; read and removed
 --   here for every id the fetch consumes; not part of the delivery fence)
--- KEYS[8] -> history key prefix: the script appends this minute (server
+-- KEYS[7] -> history key prefix: the script appends this minute (server
 --   clock) to it, a STRING of u32 counters written with BITFIELD (see
 --   keys.Bucket.History); same hash tag, same slot
 -- ARGV[1] -> most ids to fetch (at most 256)
 -- ARGV[2] -> consumer id
 -- ARGV[3] -> recoveries from which a job is quarantined
 -- ARGV[4] -> "1" when the consumer runs nothing
+-- ARGV[5] -> token base: the k-th job taken gets token base+k. The consumer
+--   reserves ARGV[1] numbers from a counter of its own for each call, so
+--   that no two deliveries to one consumer share a token, whatever Redis
+--   lost (a restart without persistence, a failover): a counter kept in
+--   Redis would start again from zero with the data. A rerun after a lost
+--   reply gives the ids it takes the same tokens as the first run gave
+--   others (taken ids are no longer "r"), so each member is still one
+--   delivery.
 -- Returns {1 when it stopped at a quarantined job, else 2 when the list
 -- may hold more than it read (so that a fetch that met stale entries is
 -- followed by another at once, not by the mover's next scan), else 0; then
@@ -110,13 +117,13 @@ if #take > 0 then
   end
   local errs = {}
   if #tids > 0 then
-    local got = redis.call('HMGET', KEYS[6], unpack(tids))
+    local got = redis.call('HMGET', KEYS[5], unpack(tids))
     for j, k in ipairs(pos) do errs[k] = got[j] end
   end
   local due = {}
   for k, i in ipairs(take) do due[k] = ids[i] end
-  due = redis.call('HMGET', KEYS[7], unpack(due))
-  local base = redis.call('INCRBY', KEYS[5], #take) - #take
+  due = redis.call('HMGET', KEYS[6], unpack(due))
+  local base = tonumber(ARGV[5])
   local st, fl = {}, {}
   for k, i in ipairs(take) do
     local id = ids[i]
@@ -137,7 +144,7 @@ end
 if #gone > 0 then redis.call('HDEL', KEYS[4], unpack(gone)) end
 if consumed > 0 then
   -- An id consumed is taken or stale: its due time is used or void.
-  redis.call('HDEL', KEYS[7], unpack(ids, 1, consumed))
+  redis.call('HDEL', KEYS[6], unpack(ids, 1, consumed))
   redis.call('LTRIM', KEYS[1], consumed, -1)
   -- The entries left keep their places (keys.ReadyHeadField), for List.
   redis.call('HINCRBY', KEYS[4], '\0readyhead', consumed)
@@ -158,7 +165,7 @@ if #take > 0 then
     end
   end
   if any then
-    local key = KEYS[8] .. string.format('%d', math.floor(now / 60000))
+    local key = KEYS[7] .. string.format('%d', math.floor(now / 60000))
     local args = {'BITFIELD', key, 'OVERFLOW', 'SAT', 'INCRBY', 'u32', '#0', 1}
     for b = 1, #bounds + 1 do
       if hist[b] then

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,6 +26,15 @@ var (
 
 // MaxFetch bounds the ids one fetch takes.
 const MaxFetch = 256
+
+// tokens numbers the deliveries this process fetches: each fetch reserves
+// as many numbers as it may take. A delivery's token is unique to its
+// consumer (consumer ids are random and live in one process), and stays so
+// when Redis loses its data: a counter kept in Redis would start again
+// from zero after a restart without persistence or a failover that lost
+// its last writes, and a stale delivery's outcome would then act on a new
+// delivery with the same token.
+var tokens atomic.Uint64
 
 // releaseChunk bounds the members one release script call handles.
 const releaseChunk = 500
@@ -61,7 +71,8 @@ const Quarantine = config.MinMaxRecoveries
 // empty (or held only stale entries). A job stays in flight until its
 // outcome is settled, the consumer rolls it back at shutdown, or the reaper
 // recovers it after a crash; each of those acts only for the delivery whose
-// token the job's state names.
+// token the job's state names. No two deliveries to one consumer share a
+// token, even after Redis lost its data (see tokens).
 //
 // idle says the consumer runs nothing: only then does it get a
 // quarantined job (see Quarantine), alone. stopped reports that the fetch
@@ -84,14 +95,17 @@ type Batch struct {
 }
 
 // FetchBatch is Fetch, telling also whether the ready list may hold more.
-func FetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, max int, idle bool) (Batch, error) {
+func FetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, limit int, idle bool) (Batch, error) {
 	k := keys.ForBucket(prefix, topic, n)
 	flag := "0"
 	if idle {
 		flag = "1"
 	}
-	v, err := fetchScript.Run(ctx, c, []string{k.Ready(), k.InFlight(cid), k.Pool(), k.State(), k.Seq(), k.Errors(), k.Due(), k.HistoryPrefix()},
-		min(max, MaxFetch), cid, Quarantine, flag).Result()
+	want := min(limit, MaxFetch)
+	reserve := uint64(max(want, 0))
+	base := tokens.Add(reserve) - reserve
+	v, err := fetchScript.Run(ctx, c, []string{k.Ready(), k.InFlight(cid), k.Pool(), k.State(), k.Errors(), k.Due(), k.HistoryPrefix()},
+		want, cid, Quarantine, flag, base).Result()
 	if err != nil {
 		return Batch{}, fmt.Errorf("fetch %s: %w", keys.Address(topic, n), err)
 	}

@@ -83,10 +83,6 @@ const (
 // a History key (ready/fetch.lua holds the same list).
 var HistLateBoundsMs = [...]int64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000}
 
-// Seq is a STRING counter that numbers the bucket's deliveries: each fetch
-// takes the next tokens from it.
-func (b Bucket) Seq() string { return b.tag + "seq" }
-
 // Op is a STRING holding the reply of an admin call (delete, requeue, ...)
 // or of one run of add.lua for a short while, so that a rerun of the call
 // after a lost reply (go-redis retries) returns the same answer instead of
@@ -143,7 +139,9 @@ func (t Topic) Meta() string { return t.tag + "meta" }
 // Consumers is a ZSET: consumer id -> when it joined the topic, unix ms
 // (Redis clock), for inspection (Stats, List): a consumer joins every topic
 // it listens to when it starts and leaves when it shuts down or a reaper
-// forgets it. Reapers do not read it: they find silent consumers in Alive.
+// forgets it; one forgotten that comes back (it was stopped, or cut off)
+// joins again at its next heartbeat (see AliveJoined). Reapers do not read
+// it: they find silent consumers in Alive.
 func (t Topic) Consumers() string { return t.tag + "consumers" }
 
 // Topics is a SET of every topic ever added to.
@@ -224,6 +222,15 @@ func Alive(prefix string) string { return prefix + ":{alive}" }
 // Address(topic, buckets) per line, written by each heartbeat: where a
 // reaper looks for its jobs, without reading the topics' meta.
 func AliveTopics(prefix string) string { return prefix + ":{alive}:topics" }
+
+// AliveJoined is the field of AliveTopics that holds when consumer cid
+// last joined its topics' consumer sets, unix ms (Redis clock): written by
+// the heartbeat that finds it missing (the first, or the first after a
+// reaper forgot the consumer), which makes the consumer join its topics
+// again with that time; a reaper takes a consumer out of a topic's set
+// only if it joined before the heartbeat the reaper forgot. A number, no
+// Address, like AliveTimeout.
+func AliveJoined(cid string) string { return cid + "#joined" }
 
 // AliveTimeout is the field of AliveTopics that holds consumer cid's own
 // ConsumerTimeout, in ms, written by each heartbeat beside its topics:
