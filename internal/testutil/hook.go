@@ -184,3 +184,20 @@ func (f Wrap) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 		return f(ctx, cmds, func() error { return next(ctx, cmds) })
 	}
 }
+
+// WrapPipelines is a go-redis hook that runs f around every pipeline of
+// the client it is added to, and lets commands sent alone through.
+type WrapPipelines Around
+
+// DialHook is part of redis.Hook.
+func (f WrapPipelines) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook is part of redis.Hook.
+func (f WrapPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+// ProcessPipelineHook is part of redis.Hook.
+func (f WrapPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return f(ctx, cmds, func() error { return next(ctx, cmds) })
+	}
+}

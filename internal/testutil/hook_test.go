@@ -122,3 +122,25 @@ func TestWrap(t *testing.T) {
 	require.Contains(t, sizes, 1)
 	require.Contains(t, sizes, 2)
 }
+
+// TestWrapPipelines: a WrapPipelines runs around every pipeline and lets
+// commands sent alone through.
+func TestWrapPipelines(t *testing.T) {
+	be := testutil.Backends(t)[0]
+	c := be.New(t)
+	ctx := context.Background()
+	var sizes []int
+	c.AddHook(testutil.WrapPipelines(func(ctx context.Context, cmds []redis.Cmder, next func() error) error {
+		sizes = append(sizes, len(cmds))
+		return next()
+	}))
+	require.NoError(t, c.Ping(ctx).Err()) // a connection, its handshake a pipeline
+	sizes = nil
+	require.NoError(t, c.Ping(ctx).Err())
+	require.Empty(t, sizes)
+	pipe := c.Pipeline()
+	pipe.Ping(ctx)
+	_, err := pipe.Exec(ctx)
+	require.NoError(t, err)
+	require.Contains(t, sizes, 1)
+}
