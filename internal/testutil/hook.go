@@ -15,6 +15,10 @@ import (
 // connection does.
 var ErrReplyLost = errors.New("read tcp: i/o timeout (simulated: reply lost)")
 
+// ErrUnsent is the error a Hook gives a caller whose command it refused
+// to send, as a dropped connection does.
+var ErrUnsent = errors.New("i/o timeout (simulated: connection dropped, command not sent)")
+
 // Around runs a matched command or pipeline: cmds are the commands sent
 // together (one alone, or a whole pipeline), next sends them on (zero,
 // one or more times); it returns the error the caller sees.
@@ -30,6 +34,8 @@ type Around func(ctx context.Context, cmds []redis.Cmder, next func() error) err
 //   - RunTwice(n): the next n run twice and the caller sees the second
 //     reply, as when go-redis resends a command whose reply was lost;
 //   - Delay(d, n): the next n are held for d before they are sent;
+//   - Refuse(true): every matched round trip fails with ErrUnsent, unsent,
+//     until Refuse(false);
 //   - Set(f): f runs every matched round trip, until Set(nil).
 //
 // Fired counts the faults injected.
@@ -42,6 +48,7 @@ type Hook struct {
 	delays int
 	delay  time.Duration
 	around Around
+	refuse bool
 
 	fired atomic.Int64
 }
@@ -66,6 +73,9 @@ func (h *Hook) Delay(d time.Duration, n int) {
 	h.mu.Unlock()
 }
 
+// Refuse makes every matched round trip fail unsent while on.
+func (h *Hook) Refuse(on bool) { h.mu.Lock(); h.refuse = on; h.mu.Unlock() }
+
 // Set makes f run every matched round trip; nil stops it.
 func (h *Hook) Set(f Around) { h.mu.Lock(); h.around = f; h.mu.Unlock() }
 
@@ -78,6 +88,8 @@ func (h *Hook) take() Around {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
+	case h.refuse:
+		return refuse
 	case h.around != nil:
 		return h.around
 	case h.lose > 0:
@@ -118,6 +130,13 @@ func (h *Hook) loseReply(_ context.Context, cmds []redis.Cmder, next func() erro
 		}
 	}
 	return ErrReplyLost
+}
+
+func refuse(_ context.Context, cmds []redis.Cmder, _ func() error) error {
+	for _, cmd := range cmds {
+		cmd.SetErr(ErrUnsent)
+	}
+	return ErrUnsent
 }
 
 func (h *Hook) runTwice(_ context.Context, cmds []redis.Cmder, next func() error) error {

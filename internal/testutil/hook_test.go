@@ -84,6 +84,18 @@ func TestHook(t *testing.T) {
 				require.Zero(t, h.Fired())
 				require.ErrorIs(t, incr.Run(ctx, c, []string{key}).Err(), testutil.ErrReplyLost, "the loss still armed")
 			})
+			t.Run("RefusesUnsentWhileOn", func(t *testing.T) {
+				c, h, key := setup(t)
+				h.Refuse(true)
+				for range 2 {
+					require.ErrorIs(t, incr.Run(ctx, c, []string{key}).Err(), testutil.ErrUnsent)
+				}
+				require.Zero(t, count(t, c, key), "nothing was sent")
+				h.Refuse(false)
+				require.NoError(t, incr.Run(ctx, c, []string{key}).Err())
+				require.EqualValues(t, 1, count(t, c, key))
+				require.EqualValues(t, 2, h.Fired())
+			})
 			t.Run("SetRunsEveryMatch", func(t *testing.T) {
 				c, h, key := setup(t)
 				seen := 0
