@@ -14,6 +14,13 @@ import (
 // extended by any step back of the wall clock since it began.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	poll(t, timeout, 5*time.Millisecond, what, cond)
+}
+
+// poll is Eventually with a poll interval, for conditions that cost a
+// round trip or more to check.
+func poll(t testing.TB, timeout, every time.Duration, what string, cond func() bool) {
+	t.Helper()
 	start := time.Now()
 	for !cond() {
 		if time.Since(start)-WallBack(start) >= timeout {
@@ -23,7 +30,7 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 			t.Fatalf("timed out waiting for %s (waited %v, the wall clock went back %v meanwhile)",
 				what, time.Since(start).Round(time.Millisecond), WallBack(start))
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(every)
 	}
 }
 
