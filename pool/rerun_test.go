@@ -44,8 +44,10 @@ func standaloneAddr(t *testing.T) string {
 // write) still finds its op record, so Add and Delete answer what their
 // first run did, never "exists" or "not found" for their own work, and
 // never store a job twice; a call whose replies are all lost gives up at
-// the rerun window.
+// the rerun window. Each case waits out client timeouts for 20 to 47 s:
+// the test is in the fault tier.
 func TestRerunAnswersTheFirstRun(t *testing.T) {
+	testutil.FaultTier(t)
 	t.Parallel() // waits out timeouts: run beside the others
 	// With ReadTimeout 10 s and every reply lost, the second attempt (10 s)
 	// is a rerun after the job was deleted (5 s) and answers from the op key;
