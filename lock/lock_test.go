@@ -2,8 +2,6 @@ package lock_test
 
 import (
 	"context"
-	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,32 +51,16 @@ func TestTryLockExtendUnlock(t *testing.T) {
 	}
 }
 
-// failKey fails every command naming key while on is set, as a dropped
-// connection would.
-type failKey struct {
-	key string
-	on  atomic.Bool
-}
-
-func (h *failKey) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *failKey) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.on.Load() {
-			for _, a := range cmd.Args() {
-				if a == h.key {
-					err := errors.New("i/o timeout (simulated)")
-					cmd.SetErr(err)
-					return err
-				}
+// namesKey picks the commands that name key.
+func namesKey(key string) func(redis.Cmder) bool {
+	return func(cmd redis.Cmder) bool {
+		for _, a := range cmd.Args() {
+			if a == key {
+				return true
 			}
 		}
-		return next(ctx, cmd)
+		return false
 	}
-}
-
-func (h *failKey) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // TestExtendErrorKeepsLock: a Redis error on extend does not make the
@@ -89,19 +71,19 @@ func TestExtendErrorKeepsLock(t *testing.T) {
 		t.Run(be.Name, func(t *testing.T) {
 			ctx := context.Background()
 			key := testutil.Prefix(t) + ":{t#0}:lock"
-			hook := &failKey{key: key}
+			hook := testutil.HookMatch(namesKey(key)) // while refusing: a dropped connection
 			rdb := be.New(t)
 			rdb.AddHook(hook)
 			m := lock.New(rdb).NewMutex(key, lock.WithExpiry(10*time.Second))
 			ok, err := m.TryLock(ctx)
 			require.NoError(t, err)
 			require.True(t, ok)
-			hook.on.Store(true)
+			hook.Refuse(true)
 			ok, err = m.Extend(ctx)
 			require.Error(t, err)
 			require.True(t, ok, "still ours until it expires")
 			require.True(t, m.Held(time.Now()))
-			hook.on.Store(false)
+			hook.Refuse(false)
 			ok, err = m.Extend(ctx)
 			require.NoError(t, err)
 			require.True(t, ok)

@@ -203,54 +203,6 @@ func TestAddManyRunsAsOneByOne(t *testing.T) {
 	}
 }
 
-// addScriptHook runs f around every command of add.lua, alone or in a
-// pipeline, on the client it is added to.
-type addScriptHook struct {
-	testutil.Script
-	mu sync.Mutex
-	f  func(ctx context.Context, cmds []redis.Cmder, next func() error) error
-}
-
-func newAddScriptHook(t *testing.T) *addScriptHook { return newLuaHook(t, "add.lua") }
-
-// newLuaHook runs its f around every command of the script in file.
-func newLuaHook(t *testing.T, file string) *addScriptHook {
-	return &addScriptHook{Script: testutil.LoadScript(t, file)}
-}
-
-func (h *addScriptHook) set(f func(ctx context.Context, cmds []redis.Cmder, next func() error) error) {
-	h.mu.Lock()
-	h.f = f
-	h.mu.Unlock()
-}
-
-func (h *addScriptHook) around(ctx context.Context, cmds []redis.Cmder, next func() error) error {
-	h.mu.Lock()
-	f := h.f
-	h.mu.Unlock()
-	if f == nil {
-		return next()
-	}
-	for _, cmd := range cmds {
-		if h.RunBy(cmd) {
-			return f(ctx, cmds, next)
-		}
-	}
-	return next()
-}
-
-func (h *addScriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *addScriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		return h.around(ctx, []redis.Cmder{cmd}, func() error { return next(ctx, cmd) })
-	}
-}
-func (h *addScriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		return h.around(ctx, cmds, func() error { return next(ctx, cmds) })
-	}
-}
-
 // TestAddRerunOfRun: go-redis sends a run again when its reply is late or
 // lost. Here every run of add.lua is sent twice, and between the two the
 // jobs the first run added are deleted (as if they ran and were acked):
@@ -265,7 +217,7 @@ func TestAddRerunOfRun(t *testing.T) {
 			prefix := testutil.Prefix(t)
 			admin := be.New(t)
 			c := be.New(t)
-			h := newAddScriptHook(t)
+			h := testutil.HookScript(testutil.LoadScript(t, "add.lua"))
 			c.AddHook(h)
 			s := pool.NewStore(c, prefix)
 			plain := pool.NewStore(admin, prefix)
@@ -280,7 +232,7 @@ func TestAddRerunOfRun(t *testing.T) {
 
 			var reruns atomic.Int32
 			var ackIDs []string // the jobs to delete between run and rerun
-			h.set(func(ctx context.Context, cmds []redis.Cmder, next func() error) error {
+			h.Set(func(ctx context.Context, cmds []redis.Cmder, next func() error) error {
 				if err := next(); err != nil {
 					return err
 				}
@@ -330,7 +282,7 @@ func TestAddRerunOfRun(t *testing.T) {
 				requireOutcome(t, want[i], errs[i], "job %d (%s)", i, batch[i].ID)
 			}
 			require.GreaterOrEqual(t, reruns.Load(), int32(3))
-			h.set(nil)
+			h.Set(nil)
 			requireBucket(t, admin, prefix, "t", 0, map[string]*pool.Job{
 				"old": job("old", 0), "c": batch[4], "d": batch[5], "e": batch[6], "f": batch[7], "g": batch[8],
 			})
@@ -347,9 +299,9 @@ func TestConcurrentAddsOwnReplies(t *testing.T) {
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			c := be.New(t)
-			h := newAddScriptHook(t)
+			h := testutil.HookScript(testutil.LoadScript(t, "add.lua"))
 			var joined atomic.Int32 // runs of more than one job seen
-			h.set(func(ctx context.Context, cmds []redis.Cmder, next func() error) error {
+			h.Set(func(ctx context.Context, cmds []redis.Cmder, next func() error) error {
 				for _, cmd := range cmds {
 					if len(cmd.Args()) > 3+3+4+6 { // evalsha sha numkeys, 3 keys, 4 shared, >1 job
 						joined.Add(1)
@@ -532,7 +484,7 @@ func TestPutRerunAndReplace(t *testing.T) {
 			prefix := testutil.Prefix(t)
 			admin := be.New(t)
 			c := be.New(t)
-			h := newLuaHook(t, "put.lua")
+			h := testutil.HookScript(testutil.LoadScript(t, "put.lua"))
 			c.AddHook(h)
 			s := pool.NewStore(c, prefix)
 			plain := pool.NewStore(admin, prefix)
@@ -572,7 +524,7 @@ func TestPutRerunAndReplace(t *testing.T) {
 			requireBucket(t, admin, prefix, "t", 0, want)
 
 			// Reruns, with the job acked in between.
-			h.set(func(ctx context.Context, cmds []redis.Cmder, next func() error) error {
+			h.Set(func(ctx context.Context, cmds []redis.Cmder, next func() error) error {
 				if err := next(); err != nil {
 					return err
 				}
@@ -587,7 +539,7 @@ func TestPutRerunAndReplace(t *testing.T) {
 			r, err = s.Put(ctx, job("e", 7, false), at)
 			require.NoError(t, err, "a rerun's answer")
 			require.False(t, r, "a rerun reported its own job as replaced")
-			h.set(nil)
+			h.Set(nil)
 			requireBucket(t, admin, prefix, "t", 0, want) // e ran and was acked: not stored again
 		})
 	}
@@ -604,14 +556,14 @@ func TestAddCallerCtxEnds(t *testing.T) {
 		t.Run(be.Name, func(t *testing.T) {
 			admin := be.New(t)
 			c := be.New(t)
-			h := newAddScriptHook(t)
+			h := testutil.HookScript(testutil.LoadScript(t, "add.lua"))
 			c.AddHook(h)
 			type held struct {
 				ids     []string
 				release chan struct{}
 			}
 			entered := make(chan held, 100)
-			h.set(func(ctx context.Context, cmds []redis.Cmder, next func() error) error {
+			h.Set(func(ctx context.Context, cmds []redis.Cmder, next func() error) error {
 				var ids []string
 				for _, cmd := range cmds {
 					args := cmd.Args()
@@ -843,10 +795,11 @@ func TestAddRerunBySlowServer(t *testing.T) {
 				c = rc
 			}
 			var sent atomic.Int64 // add.lua commands as the client sends them, retries not counted
-			h := newAddScriptHook(t)
-			h.set(func(ctx context.Context, cmds []redis.Cmder, next func() error) error {
+			add := testutil.LoadScript(t, "add.lua")
+			h := testutil.HookScript(add)
+			h.Set(func(ctx context.Context, cmds []redis.Cmder, next func() error) error {
 				for _, cmd := range cmds {
-					if h.RunBy(cmd) {
+					if add.RunBy(cmd) {
 						sent.Add(1)
 					}
 				}

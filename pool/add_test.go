@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/internal/keys"
@@ -117,7 +120,7 @@ func loseBucket(t *testing.T, c redis.UniversalClient, prefix, topic string) (ok
 	}
 	cc, isCluster := c.(*redis.ClusterClient)
 	if !isCluster {
-		c.AddHook(pipelineHook(func(cmds []redis.Cmder, next func() error) error {
+		c.AddHook(testutil.WrapPipelines(func(_ context.Context, cmds []redis.Cmder, next func() error) error {
 			err := next()
 			for _, cmd := range cmds {
 				if isLost([]redis.Cmder{cmd}) {
@@ -130,7 +133,7 @@ func loseBucket(t *testing.T, c redis.UniversalClient, prefix, topic string) (ok
 		return 0, 1
 	}
 	cc.OnNewNode(func(n *redis.Client) { // before the first command
-		n.AddHook(pipelineHook(func(cmds []redis.Cmder, next func() error) error {
+		n.AddHook(testutil.WrapPipelines(func(_ context.Context, cmds []redis.Cmder, next func() error) error {
 			if isLost(cmds) {
 				for _, cmd := range cmds {
 					cmd.SetErr(errLost)
@@ -152,17 +155,6 @@ func loseBucket(t *testing.T, c redis.UniversalClient, prefix, topic string) (ok
 	}
 	t.Fatal("no bucket on another master")
 	return 0, 0
-}
-
-// pipelineHook runs fn around every pipeline of a client.
-type pipelineHook func(cmds []redis.Cmder, next func() error) error
-
-func (h pipelineHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		return h(cmds, func() error { return next(ctx, cmds) })
-	}
 }
 
 // TestAddManyOneBucket: jobs of one bucket added together (one run of the
@@ -265,4 +257,109 @@ func TestAddRunBound(t *testing.T) {
 			require.Zero(t, n, "nothing written")
 		})
 	}
+}
+
+// TestLoneAddRefusal: a server that refuses writes (maxmemory with
+// noeviction, the policy docs/operations.md asks for; or
+// min-replicas-to-write without its replicas) refuses a script's first
+// write, not its reads. A run of many jobs answers a stored id and a
+// full pool with reads only; a lone Add answers a full pool with reads
+// only, and a stored id (found by HSETNX, a write) with ErrJobExists or
+// the server's refusal; neither writes anything.
+func TestLoneAddRefusal(t *testing.T) {
+	t.Run("UnderMaxmemory", func(t *testing.T) {
+		srv := testutil.StartServer(t, "--maxmemory-policy", "noeviction")
+		loneRunRefusal(t, srv.Client(nil), "maxmemory", "1", "OOM")
+	})
+	t.Run("WithoutReplicas", func(t *testing.T) {
+		srv := testutil.StartServer(t)
+		loneRunRefusal(t, srv.Client(nil), "min-replicas-to-write", "1", "NOREPLICAS")
+	})
+}
+
+// loneRunRefusal adds a job to a pool of one, sets the server's config
+// param to value so that it refuses writes with refusal, and checks the
+// answers of a run of many and of lone Adds of a stored id and to the
+// full pool.
+func loneRunRefusal(t *testing.T, c *redis.Client, param, value, refusal string) {
+	ctx := context.Background()
+	s := pool.NewStore(c, "p")
+	job := func(id string) *pool.Job {
+		return &pool.Job{Topic: "t", ID: id, Body: []byte(id), Delay: time.Hour}
+	}
+	_, err := s.Add(ctx, job("a"), pool.Placement{Limit: 1})
+	require.NoError(t, err)
+	require.NoError(t, c.ConfigSet(ctx, param, value).Err()) // writes refused, reads not
+
+	errs, err := s.AddMany(ctx, []*pool.Job{job("a"), job("b")}, []pool.Placement{{Limit: 1}, {Limit: 1}})
+	require.NoError(t, err)
+	assert.ErrorIs(t, errs[0], pool.ErrJobExists, "in a run: the stored id")
+	assert.ErrorIs(t, errs[1], pool.ErrPoolFull, "in a run: the full pool")
+
+	before := testutil.Dump(t, c, "p")
+	_, err = s.Add(ctx, job("a"), pool.Placement{Limit: 10})
+	require.Error(t, err, "a lone Add of a stored id")
+	if !errors.Is(err, pool.ErrJobExists) {
+		assert.ErrorContains(t, err, refusal, "a lone Add of a stored id")
+	}
+	assert.Equal(t, before, testutil.Dump(t, c, "p"), "a lone Add of a stored id wrote")
+	_, err = s.Add(ctx, job("b"), pool.Placement{Limit: 1})
+	assert.ErrorIs(t, err, pool.ErrPoolFull, "a lone Add to a full pool")
+	assert.Equal(t, before, testutil.Dump(t, c, "p"), "a lone Add to a full pool wrote")
+}
+
+// TestAddManyKeepsOrderAcrossNoScript: after a restart or a failover the
+// server has no scripts, and each producer's first EVALSHA fails with
+// NOSCRIPT until one of them loads add.lua again (go-redis's Script.Run
+// does, with EVAL). RunPipelined runs the calls that failed with NOSCRIPT
+// again after the pipeline: when add.lua is loaded by another producer
+// while the server reads a pipeline, the runs after that moment go
+// through and those before it run after them. The jobs of a bucket in a
+// chunk go as one run, so AddMany answers as one by one: of two jobs
+// with one id, 64 jobs apart, the first is added and the last exists.
+// The pipeline here carries a run for another bucket too, so that it is
+// cut between two EVALSHAs.
+func TestAddManyKeepsOrderAcrossNoScript(t *testing.T) {
+	srv := testutil.StartServer(t)
+	side := srv.Client(nil)
+	ctx := context.Background()
+	var armed atomic.Bool
+	c := srv.Client(&redis.Options{
+		Dialer: testutil.Dialer(func(_ int, conn net.Conn) net.Conn {
+			return testutil.SplitPipeline(conn, &armed, func() {
+				// Another producer meets NOSCRIPT and loads the script.
+				require.NoError(t, side.ScriptLoad(context.Background(), pool.AddSource).Err())
+			})
+		}),
+	})
+	require.NoError(t, c.Ping(ctx).Err())
+	s := pool.NewStore(c, "p")
+	jobs := []*pool.Job{{Topic: "t", ID: "x", Body: []byte("first"), Delay: time.Hour}}
+	for i := range 63 {
+		jobs = append(jobs, &pool.Job{Topic: "t", ID: fmt.Sprint("j", i), Body: []byte("j"), Delay: time.Hour})
+	}
+	at := make([]pool.Placement, len(jobs), 75)
+	for i := range 10 {
+		jobs = append(jobs, &pool.Job{Topic: "t", ID: fmt.Sprint("other", i), Body: []byte("o"), Delay: time.Hour})
+		at = append(at, pool.Placement{Bucket: 1})
+	}
+	jobs = append(jobs, &pool.Job{Topic: "t", ID: "x", Body: []byte("second"), Delay: time.Hour})
+	at = append(at, pool.Placement{})
+	for i := range at {
+		at[i].Limit = 1000
+	}
+	// The server restarted: no script cached.
+	require.NoError(t, side.ScriptFlush(ctx).Err())
+	armed.Store(true)
+	errs, err := s.AddMany(ctx, jobs, at)
+	require.NoError(t, err)
+	require.False(t, armed.Load(), "the pipeline was sent in two parts")
+	assert.NoError(t, errs[0], "the first x")
+	assert.ErrorIs(t, errs[len(jobs)-1], pool.ErrJobExists, "the last x")
+	for i, err := range errs[1 : len(jobs)-1] {
+		assert.NoError(t, err, "job %d", i+1)
+	}
+	got, err := s.Get(ctx, "t", "x", 0)
+	require.NoError(t, err)
+	assert.Equal(t, "first", string(got.Body), "the copy stored")
 }

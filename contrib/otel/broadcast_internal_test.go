@@ -3,12 +3,10 @@ package redeqotel
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/codes"
@@ -20,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redeq-go/redeq/config"
+	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -264,24 +263,12 @@ func TestConcurrentBroadcastsOfManyTopics(t *testing.T) {
 	onBackends(t, run)
 }
 
-// onBackends runs run on miniredis, and on the server at REDIS_ADDR when
-// it is set; newClient gives a client closed when the test ends.
+// onBackends runs run on every deployment this run can reach
+// (testutil.Backends); newClient gives a client closed when the test ends.
 func onBackends(t *testing.T, run func(t *testing.T, newClient func() redis.UniversalClient)) {
-	t.Run("miniredis", func(t *testing.T) {
-		mr := miniredis.RunT(t)
-		run(t, func() redis.UniversalClient {
-			rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-			t.Cleanup(func() { _ = rdb.Close() })
-			return rdb
-		})
-	})
-	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
-		t.Run("redis", func(t *testing.T) {
-			run(t, func() redis.UniversalClient {
-				rdb := redis.NewClient(&redis.Options{Addr: addr})
-				t.Cleanup(func() { _ = rdb.Close() })
-				return rdb
-			})
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			run(t, func() redis.UniversalClient { return be.New(t) })
 		})
 	}
 }

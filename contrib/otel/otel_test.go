@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/redeq-go/redeq/config"
 	redeqotel "github.com/redeq-go/redeq/contrib/otel"
+	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -30,21 +29,29 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
 
-// backends runs f on miniredis, and on the server at REDIS_ADDR when set.
+// backends runs f on every deployment this run can reach
+// (testutil.Backends: miniredis, plus the server at REDIS_ADDR and the
+// cluster at REDIS_CLUSTER_ADDRS when they are set), as the core does.
 func backends(t *testing.T, f func(t *testing.T, rdb redis.UniversalClient)) {
-	t.Run("miniredis", func(t *testing.T) {
-		mr := miniredis.RunT(t)
-		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-		t.Cleanup(func() { _ = rdb.Close() })
-		f(t, rdb)
-	})
-	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
-		t.Run("redis", func(t *testing.T) {
-			rdb := redis.NewClient(&redis.Options{Addr: addr})
-			t.Cleanup(func() { _ = rdb.Close() })
-			f(t, rdb)
-		})
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) { f(t, be.New(t)) })
 	}
+}
+
+// another returns a new client of the deployment rdb is a client of,
+// closed when the test ends.
+func another(t *testing.T, rdb redis.UniversalClient) redis.UniversalClient {
+	var c redis.UniversalClient
+	switch r := rdb.(type) {
+	case *redis.ClusterClient:
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.Options().Addrs})
+	case *redis.Client:
+		c = redis.NewClient(&redis.Options{Addr: r.Options().Addr})
+	default:
+		t.Fatalf("unsupported client %T", rdb)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 type fixture struct {

@@ -18,36 +18,23 @@ import (
 
 	"github.com/redeq-go/redeq/config"
 	redeqotel "github.com/redeq-go/redeq/contrib/otel"
+	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// cut fails every command once set, as a consumer that lost its network
-// (or its process) would: no heartbeat, no rollback.
-type cut struct{ on atomic.Bool }
-
 var errCut = errors.New("connection cut (simulated crash)")
 
-func (h *cut) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *cut) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.on.Load() {
+// cutWhile fails every command and pipeline of its client with errCut
+// while on is set, as a crashed process's connection does.
+func cutWhile(on *atomic.Bool) testutil.Wrap {
+	return func(_ context.Context, cmds []redis.Cmder, next func() error) error {
+		if !on.Load() {
+			return next()
+		}
+		for _, cmd := range cmds {
 			cmd.SetErr(errCut)
-			return errCut
 		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h *cut) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if h.on.Load() {
-			for _, cmd := range cmds {
-				cmd.SetErr(errCut)
-			}
-			return errCut
-		}
-		return next(ctx, cmds)
+		return errCut
 	}
 }
 
@@ -83,10 +70,9 @@ func TestSpanAfterCrashRecovery(t *testing.T) {
 		}
 
 		// The first consumer has its own connection, which the crash cuts.
-		hook := &cut{}
-		crashRDB := redis.NewClient(&redis.Options{Addr: rdb.(*redis.Client).Options().Addr})
-		t.Cleanup(func() { _ = crashRDB.Close() })
-		crashRDB.AddHook(hook)
+		var netCut atomic.Bool
+		crashRDB := another(t, rdb)
+		crashRDB.AddHook(cutWhile(&netCut))
 		took := make(chan struct{})
 		first, in := client(crashRDB, func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 			close(took)
@@ -100,7 +86,7 @@ func TestSpanAfterCrashRecovery(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the first consumer did not take the job")
 		}
-		hook.on.Store(true)
+		netCut.Store(true)
 		_ = first.Shutdown(ctx) // cancels the handler; its rollback cannot reach Redis
 
 		ran := make(chan *redeq.Job, 1)

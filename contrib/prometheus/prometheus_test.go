@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/redeq-go/redeq/config"
 	redeqprom "github.com/redeq-go/redeq/contrib/prometheus"
+	rqtest "github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -26,20 +25,12 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
 
-// backends runs f on miniredis, and on the server at REDIS_ADDR when set.
+// backends runs f on every deployment this run can reach
+// (rqtest.Backends: miniredis, plus the server at REDIS_ADDR and the
+// cluster at REDIS_CLUSTER_ADDRS when they are set), as the core does.
 func backends(t *testing.T, f func(t *testing.T, rdb redis.UniversalClient)) {
-	t.Run("miniredis", func(t *testing.T) {
-		mr := miniredis.RunT(t)
-		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-		t.Cleanup(func() { _ = rdb.Close() })
-		f(t, rdb)
-	})
-	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
-		t.Run("redis", func(t *testing.T) {
-			rdb := redis.NewClient(&redis.Options{Addr: addr})
-			t.Cleanup(func() { _ = rdb.Close() })
-			f(t, rdb)
-		})
+	for _, be := range rqtest.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) { f(t, be.New(t)) })
 	}
 }
 

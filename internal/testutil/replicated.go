@@ -86,7 +86,7 @@ func StartPair(t testing.TB, args ...string) *Pair {
 	m := startLow(t, args...)
 	r := startLow(t, append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(m.Port)}, args...)...)
 	p := &Pair{Master: m, Replica: r}
-	waitUntil(t, 20*time.Second, "replica in sync", func() bool { return linkUp(r.Addr) })
+	poll(t, 20*time.Second, 50*time.Millisecond, "replica in sync", func() bool { return linkUp(r.Addr) })
 	return p
 }
 
@@ -126,7 +126,7 @@ func StartCluster(t testing.TB, masters int, nodeTimeout time.Duration) *ReplClu
 	if err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
-	waitUntil(t, 60*time.Second, "cluster ok, every replica in sync", func() bool {
+	poll(t, 60*time.Second, 50*time.Millisecond, "cluster ok, every replica in sync", func() bool {
 		replicas := 0
 		for _, n := range c.Nodes {
 			role, ok := c.state(n.Addr)
@@ -212,16 +212,4 @@ func (c *ReplCluster) Promoted(addr string, down *Server) bool {
 		}
 	}
 	return true
-}
-
-// waitUntil polls cond every 50ms until it holds or timeout passes.
-func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,18 +14,26 @@ import (
 )
 
 // Script is one of the library's Lua scripts as the commands that run it
-// carry it: EVALSHA with its SHA1, or EVAL with its source.
+// carry it: EVALSHA with its SHA1, or EVAL with its source. Name (the
+// file's name, such as "add.lua") names it in a test's messages.
 type Script struct {
-	SHA, Src string
+	Name, SHA, Src string
 }
 
-// LoadScript reads the script at path (relative to the test's package).
-func LoadScript(t *testing.T, path string) Script {
+// LoadScript reads the script at path (relative to the test's package,
+// such as "add.lua" or "../ready/fetch.lua").
+func LoadScript(t testing.TB, path string) Script {
 	t.Helper()
 	src, err := os.ReadFile(path)
 	require.NoError(t, err)
-	sum := sha1.Sum(src)
-	return Script{SHA: hex.EncodeToString(sum[:]), Src: string(src)}
+	return ScriptOf(filepath.Base(path), string(src))
+}
+
+// ScriptOf is the script named name with source src (for a package that
+// exports its source, such as pool.AddSource).
+func ScriptOf(name, src string) Script {
+	sum := sha1.Sum([]byte(src))
+	return Script{Name: name, SHA: hex.EncodeToString(sum[:]), Src: src}
 }
 
 // RunBy tells whether cmd runs s.

@@ -16,7 +16,7 @@ import (
 	"github.com/redeq-go/redeq/pool"
 )
 
-// The tests in this file attack add.lua with arguments no Go caller
+// The tests in this file run add.lua with arguments no Go caller
 // sends, and the joined runs Go does send, against the promises of Add.
 
 // addDirect runs add.lua as no Go caller would: jobs are {id, delay, due}.
