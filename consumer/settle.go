@@ -24,6 +24,9 @@ type settleState struct {
 	outs        chan settleReq
 	stopSettle  chan struct{}
 	settlerDone chan struct{}
+	// retryWait is the backoff of a failed settle: the zero value, which
+	// tests shorten.
+	retryWait env.Backoff
 }
 
 func (s *settleState) init(workers int) {
@@ -157,7 +160,7 @@ func (r *runner) lane(b int, in chan ack.Outcome) {
 // succeed or the group gives up at the end of Shutdown.
 func (r *runner) flush(b int, outs []ack.Outcome, log *slog.Logger) {
 	ctx := r.g.settleCtx
-	var bo env.Backoff
+	bo := r.retryWait
 	unconfirmed := false // applied once, but not by enough replicas
 	for {
 		applied, err := r.applier.Settle(ctx, b, outs)
