@@ -342,12 +342,25 @@ func (rg *rig) start() {
 
 // stop ends the runner as Shutdown does: no more fetches, handlers
 // canceled, the outcomes on their way applied, the settler stopped.
+// Contexts of a rig never started are only canceled.
 func (rg *rig) stop() {
 	if !rg.started || rg.stopped {
+		rg.fetchCancel()
+		rg.handlerCancel()
+		rg.settleCancel()
 		return
 	}
 	rg.stopped = true
 	rg.g.stopping.Store(true)
+	// As Shutdown's budget: outcomes not applied by its end are given up,
+	// so that a runner whose settles hang still stops.
+	budget, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	context.AfterFunc(budget, func() {
+		if budget.Err() == context.DeadlineExceeded {
+			rg.settleCancel()
+		}
+	})
 	rg.fetchCancel()
 	rg.handlerCancel()
 	rg.fetchWG.Wait()
@@ -440,8 +453,8 @@ func (g *gate) wait(t *testing.T) string {
 	}
 }
 
-// none checks that no handler starts while cond holds... it returns the
-// ids of the handlers that started since the last wait.
+// startedSince returns the ids of the jobs whose handlers started since
+// the last wait, without waiting.
 func (g *gate) startedSince() []string {
 	var out []string
 	for {
