@@ -2,9 +2,11 @@ package consumer
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestDispatch proves what the dispatcher promises: a bucket whose fetch
@@ -236,6 +238,26 @@ func TestDispatch(t *testing.T) {
 			return first >= 0 && log.index(first+1, func(e event) bool { return e.kind == "fetch" && e.b == 0 && e.err != nil }) >= 0
 		})
 		failing.Store(false)
+		eventually(t, "a is settled", settled(log, "t", "a"))
+	})
+
+	t.Run("FetchWaitsForAHeartbeatToGetThrough", func(t *testing.T) {
+		// Unheard for most of a ConsumerTimeout, the runner fetches
+		// nothing (a reaper may forget it); it fetches once a heartbeat
+		// got through again.
+		gt := newGate()
+		gt.pass("a")
+		log := &journal{}
+		waits := newLogSignal("redeq: fetch waits for a heartbeat to get through")
+		rg := newRig(t, &listener{topic: "t", workers: 1, on: gt.handler}, rigOptions{log: log, logger: slog.New(waits)})
+		rg.g.base = time.Now().Add(-rg.g.cfg.ConsumerTimeout) // last heard at base
+		rg.f.push(0, job("a", 0))
+		rg.start()
+		waits.wait(t) // the dispatcher's pass decided not to fetch
+		if i := log.index(0, func(e event) bool { return e.kind == "fetch" }); i >= 0 {
+			t.Fatalf("fetched while no heartbeat got through:%s", describe(log))
+		}
+		rg.g.heardAt.Store(int64(time.Since(rg.g.base)))
 		eventually(t, "a is settled", settled(log, "t", "a"))
 	})
 }

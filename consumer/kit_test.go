@@ -287,6 +287,7 @@ type rigOptions struct {
 	quarantine *Quarantine
 	log        *journal
 	cfg        func(*config.Config)
+	logger     *slog.Logger // nil: discarded
 }
 
 // newRig builds a runner of l on fakes; start starts it, and the test's
@@ -312,8 +313,11 @@ func newRig(t *testing.T, l Listener, o rigOptions) *rig {
 	if q == nil {
 		q = NewQuarantine()
 	}
+	if o.logger == nil {
+		o.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	g := &Group{
-		cfg: cfg, env: env.New(slog.New(slog.NewTextHandler(io.Discard, nil))), cid: "consumer-1",
+		cfg: cfg, env: env.New(o.logger), cid: "consumer-1",
 		quarantine: q, runners: map[string]*runner{}, base: time.Now(),
 	}
 	rg := &rig{g: g}
@@ -491,4 +495,34 @@ func describe(log *journal) string {
 		s += fmt.Sprintf("\n  %s %s b%d want=%d alone=%v ids=%v err=%v", e.kind, e.topic, e.b, e.want, e.alone, e.ids, e.err)
 	}
 	return s
+}
+
+// logSignal is a slog handler that tells when a record with msg is
+// logged: the runner's own word that it reached a decision.
+type logSignal struct {
+	msg  string
+	seen chan struct{}
+	once sync.Once
+}
+
+func newLogSignal(msg string) *logSignal { return &logSignal{msg: msg, seen: make(chan struct{})} }
+
+func (h *logSignal) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logSignal) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(func() { close(h.seen) })
+	}
+	return nil
+}
+func (h *logSignal) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logSignal) WithGroup(string) slog.Handler      { return h }
+
+// wait waits until the message is logged.
+func (h *logSignal) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case <-h.seen:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for the log %q", h.msg)
+	}
 }
