@@ -39,6 +39,9 @@ type Group struct {
 	locker  *lock.Locker
 	cid     string
 	settler *ack.Settler
+	// quarantine is the slot this group's quarantined jobs run in, shared
+	// with the groups it was given to (NewGroup).
+	quarantine *Quarantine
 
 	listeners  []Listener
 	middleware []Middleware
@@ -70,14 +73,19 @@ type Group struct {
 	fetchWG, workerWG, bgWG sync.WaitGroup
 }
 
-// NewGroup returns a Group with a fresh consumer id.
-func NewGroup(c redis.UniversalClient, cfg config.Config, e env.Env, reg *bucket.Registry, locker *lock.Locker) *Group {
+// NewGroup returns a Group with a fresh consumer id. Its quarantined jobs
+// run in slot q, one at a time across every group given q; nil gives the
+// group a slot of its own.
+func NewGroup(c redis.UniversalClient, cfg config.Config, e env.Env, reg *bucket.Registry, locker *lock.Locker, q *Quarantine) *Group {
 	cid := uuid.NewString()
 	settler := ack.NewSettler(c, cfg.Prefix, cid, cfg.DeadRetention)
 	settler.SetDurability(rdb.Durability{Replicas: cfg.WaitReplicas, Timeout: cfg.WaitTimeout})
+	if q == nil {
+		q = NewQuarantine()
+	}
 	return &Group{
 		rdb: c, cfg: cfg, env: e, reg: reg, locker: locker, cid: cid,
-		settler: settler,
+		settler: settler, quarantine: q,
 		runners: map[string]*runner{},
 		base:    e.Clock.Now(),
 	}
@@ -260,7 +268,10 @@ func (g *Group) Shutdown(ctx context.Context) error {
 	keep := make(map[*runner][]map[string]bool, len(g.runners))
 	kept := 0
 	for _, r := range g.runners {
-		k, n := r.keepRunning()
+		k, n := r.dl.keepRunning(func() {
+			g.keptWG.Add(1)
+			g.keptN.Add(1)
+		})
 		keep[r], kept = k, kept+n
 	}
 	if kept > 0 {
@@ -395,7 +406,7 @@ func (g *Group) Kept() int { return int(g.keptN.Load()) }
 // FinalRetry).
 func (g *Group) handlersRunning() bool {
 	for _, r := range g.runners {
-		if r.anyRunning() {
+		if r.dl.anyRunning() {
 			return true
 		}
 	}
@@ -447,7 +458,7 @@ func waitDone(ctx context.Context, done <-chan struct{}) bool {
 
 // rollback returns every job of this consumer's in-flight lists to its
 // bucket, due now, without counting an attempt; except the jobs kept in
-// flight for their handlers (keep, from runner.keepRunning), and any whose
+// flight for their handlers (keep, from deliveries.keepRunning), and any whose
 // handler runs still: another consumer must not run a job beside its
 // handler here, and the worker concludes it.
 func (g *Group) rollback(ctx context.Context, keep map[*runner][]map[string]bool) error {
@@ -456,9 +467,9 @@ func (g *Group) rollback(ctx context.Context, keep map[*runner][]map[string]bool
 		for b := range r.buckets {
 			var n int
 			var err error
-			if len(keep[r][b]) > 0 || r.runningIn(b) {
+			if len(keep[r][b]) > 0 || r.dl.runningIn(b) {
 				n, err = ready.Release(ctx, g.rdb, g.cfg.Prefix, topic, b, g.cid, func(m string) bool {
-					return keep[r][b][m] || r.isRunning(b, m)
+					return keep[r][b][m] || r.dl.isRunning(b, m)
 				})
 			} else {
 				n, _, err = g.recoverList(ctx, topic, b, g.cid, modeRollback, "+inf", g.cfg.ConsumerTimeout)

@@ -74,6 +74,14 @@ type Client struct {
 	ownsRedis bool // set by Open: Shutdown closes rdb (see open.go)
 }
 
+// processQuarantine is the slot every client of this process runs its
+// quarantined jobs in: one such job at a time in the process, whatever
+// the clients and topics in it, so that two jobs recovered twice (a
+// poison job, and a healthy one that ran beside it) are never in flight
+// together when the process dies (docs/decisions.md, "Quarantine instead
+// of smarter blame").
+var processQuarantine = consumer.NewQuarantine()
+
 // New returns a client over rdb (a single server, Sentinel or Cluster
 // client, with whatever AUTH and TLS options it was built with). cfg's zero
 // fields take their defaults; an invalid cfg is an error naming the field.
@@ -97,7 +105,7 @@ func New(rdb redis.UniversalClient, cfg config.Config) (*Client, error) {
 		locker: lock.New(rdb),
 	}
 	c.store.SetDurability(durability(cfg))
-	c.group = consumer.NewGroup(rdb, cfg, c.env, c.reg, c.locker)
+	c.group = consumer.NewGroup(rdb, cfg, c.env, c.reg, c.locker, processQuarantine)
 	return c, nil
 }
 
