@@ -2,6 +2,8 @@ package redeq
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/redeq-go/redeq/ack"
 	"github.com/redeq-go/redeq/consumer"
+	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/pool"
 )
 
@@ -125,4 +128,44 @@ func TestAdaptersAllocateNothingPerJob(t *testing.T) {
 	require.Same(t, ch, (*ack.Channel)(gotCh), "and its channel")
 	acked, _, _ := ch.State()
 	require.True(t, acked)
+}
+
+// A bucket count mismatch reaches the caller as a *MismatchError with both
+// counts, matching ErrBucketMismatch, from Add as from Start, and wrapped
+// or not; other errors pass unchanged.
+func TestMismatchIsTheFacadesError(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			cfg := testutil.Config(t)
+			ctx := context.Background()
+			c, err := New(be.New(t), cfg)
+			require.NoError(t, err)
+			require.NoError(t, c.Add(ctx, &Job{Topic: "t", ID: "a", Delay: time.Hour}))
+			cfg.Concurrency = 4
+			for _, call := range []string{"Add", "Start"} {
+				other, err := New(be.New(t), cfg)
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = other.Shutdown(context.Background()) })
+				if call == "Add" {
+					err = other.Add(ctx, &Job{Topic: "t", ID: "b", Delay: time.Hour})
+				} else {
+					require.NoError(t, other.Register(ListenerFunc("t", func(context.Context, *Job, *Channel) error { return nil })))
+					err = other.Start(ctx)
+				}
+				require.ErrorIs(t, err, ErrBucketMismatch, call)
+				var me *MismatchError
+				require.True(t, errors.As(err, &me), "%s: %v", call, err)
+				require.Equal(t, MismatchError{Topic: "t", Configured: 4, Stored: 1}, *me, call)
+			}
+		})
+	}
+	pm := &pool.MismatchError{Topic: "t", Configured: 4, Stored: 1}
+	wrapped := publicMismatch(fmt.Errorf("record: %w", pm))
+	var me *MismatchError
+	require.True(t, errors.As(wrapped, &me))
+	require.ErrorIs(t, wrapped, ErrBucketMismatch)
+	require.Equal(t, "record: "+pm.Error(), wrapped.Error())
+	other := errors.New("other")
+	require.Same(t, other, publicMismatch(other))
+	require.Nil(t, publicMismatch(nil))
 }
