@@ -48,14 +48,14 @@ func (p Parking) state() pool.State {
 	return pool.StateUnAck
 }
 
-// MaxList bounds one listing of parked jobs.
-const MaxList = 10_000
+// maxList bounds one listing of parked jobs.
+const maxList = 10_000
 
 // List returns at most limit parked jobs of topic (buckets of them), oldest
 // first, each with RunAt set to when it was parked.
 func List(ctx context.Context, c redis.UniversalClient, prefix, topic string, buckets int, p Parking, limit int) ([]*pool.Job, error) {
-	if limit <= 0 || limit > MaxList {
-		return nil, fmt.Errorf("%w: list %s of %q: limit %d is out of range 1..%d", pool.ErrInvalidArgument, p.state(), topic, limit, MaxList)
+	if limit <= 0 || limit > maxList {
+		return nil, fmt.Errorf("%w: list %s of %q: limit %d is out of range 1..%d", pool.ErrInvalidArgument, p.state(), topic, limit, maxList)
 	}
 	var out []*pool.Job
 	for b := range buckets {

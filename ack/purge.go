@@ -18,11 +18,11 @@ var (
 	purgeScript = redis.NewScript(purgeSource)
 )
 
-// PurgeChunk bounds the dead jobs one purge script call removes.
-const PurgeChunk = 500
+// purgeChunk bounds the dead jobs one purge script call removes.
+const purgeChunk = 500
 
 // PurgeDead removes every job of the dead set of bucket n of topic, at
-// most PurgeChunk per script call, and returns how many it removed. Each
+// most purgeChunk per script call, and returns how many it removed. Each
 // call carries its own op id, so a rerun after a lost reply counts its
 // chunk once. Jobs that die meanwhile may be removed too: it stops at the
 // first call that finds fewer than a full chunk.
@@ -32,13 +32,13 @@ func PurgeDead(ctx context.Context, c redis.UniversalClient, prefix, topic strin
 	for {
 		octx, cancel := pool.OpContext(ctx)
 		got, err := purgeScript.Run(octx, c, []string{k.Pool(), k.Dead(), k.Reasons(), k.Errors(), k.Op(uuid.NewString())},
-			PurgeChunk, pool.OpTTL(c).Milliseconds()).Int()
+			purgeChunk, pool.OpTTL(c).Milliseconds()).Int()
 		cancel()
 		if err != nil {
 			return total, fmt.Errorf("purge dead jobs of %s: %w", keys.Address(topic, n), err)
 		}
 		total += got
-		if got < PurgeChunk {
+		if got < purgeChunk {
 			return total, nil
 		}
 	}

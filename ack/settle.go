@@ -43,22 +43,22 @@ type Outcome struct {
 	// Header replaces the stored one when not nil (OpRetry, OpDead,
 	// OpAckRejoin).
 	Header []byte
-	// Reason says why, for OpDead; cut to MaxReason bytes.
+	// Reason says why, for OpDead; cut to maxReason bytes.
 	Reason string
 	// Err is the handler's error, for OpRetry and OpDead: kept as the
-	// job's LastError; cut to MaxReason bytes.
+	// job's LastError; cut to maxReason bytes.
 	Err string
 	// HadError says the job has a last error stored, which an ack clears.
 	HadError bool
 }
 
-// MaxReason bounds the reason kept for a dead job.
-const MaxReason = 512
+// maxReason bounds the reason kept for a dead job.
+const maxReason = 512
 
-// Cut returns s cut to MaxReason bytes.
+// Cut returns s cut to maxReason bytes.
 func Cut(s string) string {
-	if len(s) > MaxReason {
-		return s[:MaxReason]
+	if len(s) > maxReason {
+		return s[:maxReason]
 	}
 	return s
 }

@@ -81,7 +81,7 @@ const MaxDueMs = 253402300799999
 
 // UnixMs is t in whole unix milliseconds, rounded up so that a due time is
 // never earlier than asked, and kept within 0..MaxDueMs (times outside
-// that range never wrap around: callers refuse them first, see CheckDue).
+// that range never wrap around: callers refuse them first, see checkDue).
 func UnixMs(t time.Time) int64 {
 	if t.After(MaxDue) {
 		return MaxDueMs
@@ -112,8 +112,8 @@ func DurationMs(d time.Duration) int64 {
 	return ms
 }
 
-// CheckDue reports why t cannot be a due time: after MaxDue.
-func CheckDue(field string, t time.Time) error {
+// checkDue reports why t cannot be a due time: after MaxDue.
+func checkDue(field string, t time.Time) error {
 	if t.After(MaxDue) {
 		return invalid("%s %s is after %s, the latest due time", field, t.UTC().Format(time.RFC3339), MaxDue.Format(time.RFC3339))
 	}

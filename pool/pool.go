@@ -178,12 +178,12 @@ func (s *Store) Add(ctx context.Context, job *Job, at Placement) (time.Time, err
 	return addResult(job, v)
 }
 
-// PipelineChunk bounds the scripts AddMany sends in one round trip, so a
+// pipelineChunk bounds the scripts AddMany sends in one round trip, so a
 // large batch neither builds one huge buffer nor risks a read timeout (and
 // a retry by go-redis) on a slow server.
-const PipelineChunk = 256
+const pipelineChunk = 256
 
-// AddMany stores validated jobs with ids in pipelines of PipelineChunk;
+// AddMany stores validated jobs with ids in pipelines of pipelineChunk;
 // errs[i] is the outcome of jobs[i], its own command's reply (on a cluster
 // one node may fail while the others store their jobs). The error is a
 // failure of a whole pipeline, when no reply of a chunk arrived: the
@@ -195,8 +195,8 @@ const PipelineChunk = 256
 // again after the pipeline (see rdb.RunJoined).
 func (s *Store) AddMany(ctx context.Context, jobs []*Job, at []Placement) (errs []error, err error) {
 	errs = make([]error, len(jobs))
-	for start := 0; start < len(jobs); start += PipelineChunk {
-		end := min(start+PipelineChunk, len(jobs))
+	for start := 0; start < len(jobs); start += pipelineChunk {
+		end := min(start+pipelineChunk, len(jobs))
 		calls := make([]rdb.Call, 0, end-start)
 		for i := start; i < end; i++ {
 			calls = append(calls, s.addCall(jobs[i], at[i]))
@@ -218,7 +218,7 @@ func (s *Store) AddMany(ctx context.Context, jobs []*Job, at []Placement) (errs 
 			}
 		}
 		err := rdb.Await(wait, func() (err error) {
-			vals, cerrs, err = rdb.RunJoined(bctx, s.rdb, addScript, calls, addShared, PipelineChunk, s.runKey, s.durable)
+			vals, cerrs, err = rdb.RunJoined(bctx, s.rdb, addScript, calls, addShared, pipelineChunk, s.runKey, s.durable)
 			return err
 		})
 		cancel()

@@ -26,7 +26,7 @@ func Validate(job *Job, maxBody int) error {
 	}
 	if !job.RunAt.IsZero() && job.RunAt.After(MaxDue) {
 		// The field's name is built only for the error: Add is hot.
-		return CheckDue("job "+quote(job.ID)+": RunAt", job.RunAt)
+		return checkDue("job "+quote(job.ID)+": RunAt", job.RunAt)
 	}
 	if job.MaxRetries < -1 || job.MaxRetries > config.MaxRetriesLimit {
 		return invalid("job %q: MaxRetries %d is out of range -1..%d", job.ID, job.MaxRetries, config.MaxRetriesLimit)
@@ -39,7 +39,7 @@ func Validate(job *Job, maxBody int) error {
 			return invalid("job %q: %v", job.ID, err)
 		}
 	}
-	if err := CheckHeaders(job.ID, job.Headers); err != nil {
+	if err := checkHeaders(job.ID, job.Headers); err != nil {
 		return err
 	}
 	if len(job.Body) > maxBody {
@@ -66,9 +66,9 @@ func CheckTopic(topic string) error {
 
 func quote(s string) string { return fmt.Sprintf("%q", s) }
 
-// CheckHeaders reports why hs cannot be a job's headers: too many, too
+// checkHeaders reports why hs cannot be a job's headers: too many, too
 // large, or a key that is empty or holds a control character.
-func CheckHeaders(id string, hs map[string]string) error {
+func checkHeaders(id string, hs map[string]string) error {
 	if len(hs) > config.MaxHeaders {
 		return invalid("job %q: %d headers, more than %d", id, len(hs), config.MaxHeaders)
 	}

@@ -19,36 +19,6 @@ import (
 	"github.com/redeq-go/redeq/pool"
 )
 
-// Job is a unit of delayed work. Its fields (defined in package pool):
-//
-//	Topic, ID      string             // ID "" -> a UUID is assigned and written back
-//	Body           []byte             // the payload, stored as given
-//	Headers        map[string]string  // producer metadata, kept through retries and recovery;
-//	                                  //   at most 32 entries and 4 KiB
-//	Delay          time.Duration      // from now (the Redis clock); ignored when RunAt is set
-//	RunAt          time.Time          // absolute due time (at most the year 9999)
-//	MaxRetries     int                // 0 -> the listener's or config's; -1 -> never retry
-//	RetryIntervals []time.Duration    // nil -> the listener's or config's; with MaxRetries 0,
-//	                                  //   one retry per interval
-//	Broadcast      bool               // run on every client listening, not on one
-//
-// Set by redeq: Attempt (failed deliveries so far), Recoveries (crashes of
-// its consumers survived), CreatedAt, State, Consumer (the holder while in
-// flight), LastError (the last handler error), Reason (why it went dead).
-type Job = pool.Job
-
-// State is where a job waits.
-type State = pool.State
-
-// The states Get reports.
-const (
-	StateScheduled = pool.StateScheduled
-	StateReady     = pool.StateReady
-	StateInFlight  = pool.StateInFlight
-	StateUnAck     = pool.StateUnAck
-	StateDead      = pool.StateDead
-)
-
 // Client adds, reads and deletes jobs and, once started, moves due jobs and
 // runs the registered listeners. It is safe for concurrent use.
 type Client struct {
@@ -61,6 +31,9 @@ type Client struct {
 
 	group    *consumer.Group
 	observer Observer // set by Observe before use; nil: nothing observed
+	// broadcasts are the registered broadcast listeners, as given (the
+	// group holds them wrapped), to refuse one registered twice.
+	broadcasts []BroadcastListener
 
 	mu  sync.Mutex
 	run *runtime // nil until Start
@@ -119,7 +92,7 @@ func (c *Client) placement(id string) pool.Placement {
 // prepare validates job, assigns an id when it has none, and records its
 // topic. Nothing is written for an invalid job.
 func (c *Client) prepare(ctx context.Context, job *Job) error {
-	if err := pool.Validate(job, c.cfg.MaxBodyBytes); err != nil {
+	if err := pool.Validate(poolJob(job), c.cfg.MaxBodyBytes); err != nil {
 		return err
 	}
 	if job.ID == "" {
@@ -137,7 +110,7 @@ func (c *Client) ensureTopic(ctx context.Context, topic string) error {
 	return rdb.Await(ctx, func() error {
 		fresh, err := c.reg.Ensure(ctx, topic, c.cfg.Concurrency)
 		if err != nil {
-			return err
+			return publicMismatch(err)
 		}
 		if r := c.runtime(); fresh && r != nil {
 			r.mover.Refresh() // start moving the new topic now, not at the next reread
@@ -173,7 +146,7 @@ func (c *Client) Add(ctx context.Context, job *Job) error {
 	if err := c.prepare(ctx, job); err != nil {
 		return err
 	}
-	_, err := c.store.Add(ctx, job, c.placement(job.ID))
+	_, err := c.store.Add(ctx, poolJob(job), c.placement(job.ID))
 	if err == nil {
 		c.added(job.Topic, 1)
 	}
@@ -206,7 +179,7 @@ func (c *Client) AddBatch(ctx context.Context, jobs []*Job) error {
 		where = append(where, i)
 	}
 	if len(valid) > 0 {
-		got, err := c.store.AddMany(ctx, valid, at)
+		got, err := c.store.AddMany(ctx, poolJobs(valid), at)
 		if err != nil {
 			return err
 		}
@@ -255,7 +228,7 @@ func (c *Client) Get(ctx context.Context, topic, id string) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.store.Get(ctx, topic, id, b)
+	return publicResult(c.store.Get(ctx, topic, id, b))
 }
 
 // Delete removes the job id of topic from wherever it waits and returns it.
@@ -269,7 +242,7 @@ func (c *Client) Delete(ctx context.Context, topic, id string) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.store.Delete(ctx, topic, id, b)
+	return publicResult(c.store.Delete(ctx, topic, id, b))
 }
 
 // Reschedule gives a waiting job (scheduled, or due and not yet fetched) the

@@ -14,6 +14,14 @@
 //	redeq.AddTyped(ctx, c, "order.close", "42", Order{ID: 42}, 30*time.Minute)
 //	c.Run(ctx)                                   // Start; Shutdown on ctx done or SIGTERM
 //
+// Every type a service touches is declared here, with its fields and
+// methods: Job and its State; Listener (Topic, OnJob) with the optional
+// FinalRetryListener and WorkerCounter, BroadcastListener, and the
+// Channel a handler answers through (Ack, Rejoin); Handler and
+// Middleware; Observer and ReturnObserver, told the Outcome of each
+// delivery; Stats, TopicInfo, Page, Minute. The errors are in one place:
+// sentinels for errors.Is, *BatchError and *MismatchError for errors.As.
+//
 // Producers: Add, AddBatch, AddTyped, Put (upsert), Get, Delete,
 // Reschedule, Update. Consumers: Register (a Listener, ListenerFunc,
 // Typed, TypedWithChannel), RegisterBroadcast, Use, Observe, Start, Run,

@@ -68,8 +68,41 @@ var (
 	ErrSkipRetry = retry.ErrSkipRetry
 )
 
-// MismatchError reports a bucket count that differs from the recorded one.
-type MismatchError = pool.MismatchError
+// MismatchError reports a client whose Concurrency differs from the
+// bucket count recorded for a topic. It matches ErrBucketMismatch.
+type MismatchError struct {
+	Topic      string
+	Configured int // this client's Concurrency
+	Stored     int // the count recorded for the topic, which its jobs use
+}
+
+func (e *MismatchError) Error() string { return (*pool.MismatchError)(e).Error() }
+
+// Is makes a MismatchError match ErrBucketMismatch.
+func (e *MismatchError) Is(target error) bool { return target == ErrBucketMismatch }
+
+// publicMismatch gives the building blocks' *pool.MismatchError in err as
+// a *MismatchError, for errors.As; any other err as it is.
+func publicMismatch(err error) error {
+	var pm *pool.MismatchError
+	if !errors.As(err, &pm) {
+		return err
+	}
+	if err == error(pm) {
+		return (*MismatchError)(pm)
+	}
+	return &wrappedMismatch{err: err, me: (*MismatchError)(pm)}
+}
+
+// wrappedMismatch is an error that wraps a *pool.MismatchError, with a
+// *MismatchError beside it.
+type wrappedMismatch struct {
+	err error
+	me  *MismatchError
+}
+
+func (e *wrappedMismatch) Error() string   { return e.err.Error() }
+func (e *wrappedMismatch) Unwrap() []error { return []error{e.me, e.err} }
 
 // BatchError reports the jobs of an AddBatch that were not stored. Errs has
 // one entry per job, nil where the job was stored. errors.Is matches the

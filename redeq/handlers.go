@@ -13,7 +13,7 @@ import (
 
 // Handler runs one job, as a listener's OnJob does: middleware receives
 // and returns Handlers.
-type Handler = consumer.Handler
+type Handler func(ctx context.Context, job *Job, ch *Channel) error
 
 // Middleware wraps a Handler, for logging, tracing, tenants, metrics or
 // panics. It sees the job with its Headers and the Channel.
@@ -25,7 +25,14 @@ type Middleware = func(Handler) Handler
 // Broadcast set and whose Channel nothing reads (a broadcast is never
 // acked or retried; an error is logged). The first given is the outermost.
 func (c *Client) Use(mw ...Middleware) error {
-	return c.beforeStart(func() error { return c.group.Use(mw...) })
+	return c.beforeStart(func() error {
+		for i, m := range mw {
+			if m == nil {
+				return invalidArg("middleware %d is nil", i)
+			}
+		}
+		return c.group.Use(consumerMiddleware(mw)...)
+	})
 }
 
 // ListenerOption sets a listener's own policy, overriding the client's
@@ -34,7 +41,8 @@ func (c *Client) Use(mw ...Middleware) error {
 type ListenerOption func(*listenerSettings)
 
 type listenerSettings struct {
-	opts  consumer.Options
+	opts  consumer.Options // all but the middleware
+	mw    []Middleware
 	codec Codec
 	final func(ctx context.Context, job *Job)
 }
@@ -71,7 +79,7 @@ func WithConsumeTimeout(d time.Duration) ListenerOption {
 // WithMiddleware wraps the listener's handler, inside the client's
 // middleware; the first given is the outermost.
 func WithMiddleware(mw ...Middleware) ListenerOption {
-	return func(s *listenerSettings) { s.opts.Middleware = append(s.opts.Middleware, mw...) }
+	return func(s *listenerSettings) { s.mw = append(s.mw, mw...) }
 }
 
 // WithFinalRetry is called once when a job's retries run out, with
@@ -113,7 +121,13 @@ func (l *funcListener) OnJob(ctx context.Context, job *Job, ch *Channel) error {
 	return l.h(ctx, job, ch)
 }
 
-func (l *funcListener) ListenerOptions() consumer.Options { return l.s.opts }
+// options is the listener's policy as the consumer takes it (see
+// adaptListener).
+func (l *funcListener) options() consumer.Options {
+	o := l.s.opts
+	o.Middleware = consumerMiddleware(l.s.mw)
+	return o
+}
 
 // finalListener adds FinalRetry to a funcListener that has one.
 type finalListener struct{ *funcListener }
@@ -150,7 +164,7 @@ func newFuncListener(topic string, build func(s *listenerSettings) Handler, opts
 			return nil, fmt.Errorf("%w: listener of %q: retry interval %d = %v is outside 1ms..1 year", ErrInvalidArgument, topic, i, d)
 		}
 	}
-	for i, m := range l.s.opts.Middleware {
+	for i, m := range l.s.mw {
 		if m == nil {
 			return nil, fmt.Errorf("%w: listener of %q: middleware %d is nil", ErrInvalidArgument, topic, i)
 		}

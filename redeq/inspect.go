@@ -203,11 +203,11 @@ func (c *Client) List(ctx context.Context, topic string, state State, opt ListOp
 			page.Next = next.encode(topic, state)
 			break
 		}
-		jobs, next, done, err := c.store.ListBucket(ctx, topic, b, state, consumers, pos, limit-len(page.Jobs))
+		jobs, next, done, err := c.store.ListBucket(ctx, topic, b, pool.State(state), consumers, pos, limit-len(page.Jobs))
 		if err != nil {
 			return Page{}, err
 		}
-		page.Jobs = append(page.Jobs, jobs...)
+		page.Jobs = append(page.Jobs, publicJobs(jobs)...)
 		if done {
 			b, pos = b+1, pool.Position{}
 		} else {

@@ -6,41 +6,50 @@ import (
 	"github.com/redeq-go/redeq/consumer"
 )
 
-// Observer hears what a client does with jobs, for metrics and tracing:
-//
-//	JobAdded(topic string)                       // Add, AddBatch, AddTyped, or Put that added
-//	JobDelivered(job *Job, lateness time.Duration) // a handler starts; lateness < 0: unknown
-//	JobDone(job *Job, outcome Outcome, took time.Duration, err error)
-//
-// Lateness is the handler's start minus the job's due time: the mover's
-// wait, the ready list's queue and the fetch. It is unknown (negative) for
-// a job put back in the ready list by crash recovery, and for broadcasts. JobDone's job is the
-// pointer JobDelivered and the handler received. The methods run on the
-// client's goroutines, once per event, and must be fast and safe for
-// concurrent use. An Observer that also implements ReturnObserver hears
-// of jobs returned to their buckets by the reaper and the rollback.
-// github.com/redeq-go/redeq/contrib/otel and .../contrib/prometheus are
-// Observers.
-type Observer = consumer.Observer
+// Observer hears what a client does with jobs, for metrics and tracing.
+// Its methods run on the client's goroutines, once per event, and must be
+// fast and safe for concurrent use. An Observer that also implements
+// ReturnObserver hears of jobs returned to their buckets by the reaper and
+// the rollback. github.com/redeq-go/redeq/contrib/otel and
+// .../contrib/prometheus are Observers.
+type Observer interface {
+	// JobAdded: one job of topic was stored by Add, AddBatch, AddTyped, or
+	// a Put that added it.
+	JobAdded(topic string)
+	// JobDelivered: a handler is about to run job. lateness is the
+	// handler's start minus the job's due time (the mover's wait, the
+	// ready list's queue, the fetch), or negative when unknown: for a job
+	// put back in the ready list by crash recovery or after a lost fetch
+	// reply, and for broadcasts.
+	JobDelivered(job *Job, lateness time.Duration)
+	// JobDone: the handler returned after took; outcome is what redeq does
+	// with the job, err the handler's error (a panic or a timeout
+	// included). job is the pointer JobDelivered and the handler received.
+	JobDone(job *Job, outcome Outcome, took time.Duration, err error)
+}
 
 // ReturnObserver is an Observer that also hears of in-flight jobs returned
-// to their buckets unspent: JobsReturned(topic, n, recovered), recovered
-// true for the reaper's recovery of a silent consumer's jobs, false for
-// this client's Shutdown rollback.
-type ReturnObserver = consumer.ReturnObserver
+// to their buckets without spending an attempt.
+type ReturnObserver interface {
+	Observer
+	// JobsReturned: n in-flight jobs of topic were returned, by the reaper
+	// from a silent consumer (recovered true) or by this client's
+	// Shutdown rollback (recovered false).
+	JobsReturned(topic string, n int, recovered bool)
+}
 
-// Outcome is what became of one delivery.
-type Outcome = consumer.Outcome
+// Outcome is what became of one delivery, as JobDone reports it.
+type Outcome string
 
 // The outcomes JobDone reports.
 const (
-	OutcomeAck         = consumer.OutcomeAck         // acked, or acked and re-added fresh
-	OutcomeRejoin      = consumer.OutcomeRejoin      // back to its bucket, attempts unchanged
-	OutcomeRetry       = consumer.OutcomeRetry       // failed; due again after its interval
-	OutcomeDead        = consumer.OutcomeDead        // failed for the last time; to the dead set
-	OutcomeUnAck       = consumer.OutcomeUnAck       // neither acked nor rejoined; parked in un_ack
-	OutcomeInterrupted = consumer.OutcomeInterrupted // canceled by Shutdown; returns unspent
-	OutcomeBroadcast   = consumer.OutcomeBroadcast   // a broadcast handler ran; never acked or retried
+	OutcomeAck         Outcome = "ack"         // acked (or AutoAck), or acked and re-added fresh
+	OutcomeRejoin      Outcome = "rejoin"      // back to its bucket, attempts unchanged
+	OutcomeRetry       Outcome = "retry"       // failed; due again after its interval
+	OutcomeDead        Outcome = "dead"        // failed for the last time (FinalRetry ran); to the dead set
+	OutcomeUnAck       Outcome = "unack"       // neither acked nor rejoined; parked in un_ack
+	OutcomeInterrupted Outcome = "interrupted" // canceled by Shutdown; returns to its bucket unspent
+	OutcomeBroadcast   Outcome = "broadcast"   // a broadcast handler ran; never acked, retried or returned
 )
 
 // Observe sets the client's Observer, before Start and before the first
@@ -55,7 +64,11 @@ func (c *Client) Observe(o Observer) error {
 	if c.run != nil || c.starting {
 		return ErrStarted
 	}
-	if err := c.group.Observe(o); err != nil {
+	var co consumer.Observer // nil stays nil: the group refuses it
+	if o != nil {
+		co = adaptObserver(o)
+	}
+	if err := c.group.Observe(co); err != nil {
 		return err
 	}
 	c.observer = o

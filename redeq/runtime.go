@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redeq-go/redeq/ack"
 	"github.com/redeq-go/redeq/bucket"
 	"github.com/redeq-go/redeq/consumer"
 	"github.com/redeq-go/redeq/internal/env"
@@ -20,29 +20,6 @@ import (
 	"github.com/redeq-go/redeq/pool"
 	"github.com/redeq-go/redeq/retry"
 )
-
-// Listener runs the jobs of one topic; see consumer.Listener.
-type Listener = consumer.Listener
-
-// FinalRetryListener is a Listener told when a job's retries run out.
-type FinalRetryListener = consumer.FinalRetryListener
-
-// BroadcastListener receives the broadcast jobs of its topics.
-type BroadcastListener = consumer.BroadcastListener
-
-// WorkerCounter is a Listener with its own worker count.
-type WorkerCounter = consumer.WorkerCounter
-
-// Channel carries a handler's answer about its job; it counts when the
-// handler returns nil. Its methods (defined in package ack):
-//
-//	ch.Ack()          // done: the job is removed
-//	ch.Rejoin(delay)  // run again after delay, attempts unchanged
-//
-// Both: acked, then added again fresh after delay. Neither: the job is
-// parked in un_ack (unless AutoAck). An error, a panic or a timeout is a
-// failure: the job is retried on its schedule.
-type Channel = ack.Channel
 
 // SkipRetry wraps err so that the job is not retried.
 func SkipRetry(err error) error { return retry.Skip(err) }
@@ -78,13 +55,39 @@ func (c *Client) Register(l Listener) error {
 				return fmt.Errorf("register listener: %w", err)
 			}
 		}
-		return c.group.Register(l)
+		var cl consumer.Listener // nil stays nil: the group refuses it
+		if l != nil {
+			cl = adaptListener(l)
+		}
+		return c.group.Register(cl)
 	})
 }
 
-// RegisterBroadcast adds a broadcast listener. Call it before Start.
+// RegisterBroadcast adds a broadcast listener. Call it before Start. A
+// nil listener, one without topics, with a bad topic or naming a topic
+// twice, and a listener already registered, are refused with
+// ErrInvalidArgument and register nothing: each would otherwise run a job
+// twice in one client, or never.
 func (c *Client) RegisterBroadcast(bl BroadcastListener) error {
-	return c.beforeStart(func() error { return c.group.RegisterBroadcast(bl) })
+	return c.beforeStart(func() error {
+		if bl == nil {
+			return c.group.RegisterBroadcast(nil) // refused
+		}
+		// Two values of a type that is not comparable cannot be the same
+		// listener (and == would panic on them).
+		if reflect.TypeOf(bl).Comparable() {
+			for _, have := range c.broadcasts {
+				if have == bl {
+					return invalidArg("broadcast listener registered twice")
+				}
+			}
+		}
+		if err := c.group.RegisterBroadcast(&broadcastAdapter{bl}); err != nil {
+			return err
+		}
+		c.broadcasts = append(c.broadcasts, bl)
+		return nil
+	})
 }
 
 // beforeStart runs f under the client's lock, unless the client is closed
@@ -184,7 +187,7 @@ func (c *Client) start(ctx context.Context) (*runtime, error) {
 	}
 	if err := c.group.Start(ctx); err != nil {
 		ps.Close()
-		return nil, err
+		return nil, publicMismatch(err)
 	}
 	r := &runtime{ps: ps, chans: chans}
 	listened := map[string]int{}

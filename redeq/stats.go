@@ -89,7 +89,7 @@ func (c *Client) UnAcked(ctx context.Context, topic string, limit int) ([]*Job, 
 	if err != nil {
 		return nil, err
 	}
-	return ack.List(ctx, c.rdb, c.cfg.Prefix, topic, n, ack.UnAck, limit)
+	return publicJobsResult(ack.List(ctx, c.rdb, c.cfg.Prefix, topic, n, ack.UnAck, limit))
 }
 
 // ProcessUnAck removes the job id from un_ack and from the pool, and
@@ -103,7 +103,7 @@ func (c *Client) ProcessUnAck(ctx context.Context, topic, id string) (*Job, erro
 	if err != nil {
 		return nil, err
 	}
-	return ack.Take(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.UnAck)
+	return publicResult(ack.Take(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.UnAck))
 }
 
 // RequeueUnAck moves the job id from un_ack back to its bucket, due after
@@ -129,7 +129,7 @@ func (c *Client) DeadJobs(ctx context.Context, topic string, limit int) ([]*Job,
 	if err != nil {
 		return nil, err
 	}
-	return ack.List(ctx, c.rdb, c.cfg.Prefix, topic, n, ack.Dead, limit)
+	return publicJobsResult(ack.List(ctx, c.rdb, c.cfg.Prefix, topic, n, ack.Dead, limit))
 }
 
 // RequeueDead moves the job id from the dead set back to its bucket, due

@@ -50,7 +50,7 @@ func (c *Client) Update(ctx context.Context, topic, id string, fn func(j *Job) e
 		if err != nil {
 			return err
 		}
-		old := snap.Job
+		old := publicJob(snap.Job)
 		if old.State != StateScheduled && old.State != StateReady {
 			return fmt.Errorf("update job %q of topic %q: it is %s: %w", id, topic, old.State, ErrJobNotWaiting)
 		}
@@ -84,7 +84,7 @@ func copyJob(j *Job) *Job {
 // changed validates the job fn returned against the one read, and returns
 // its envelope and due time; a nil envelope when nothing changed.
 func (c *Client) changed(snap pool.Snapshot, j *Job) ([]byte, pool.Due, error) {
-	old := snap.Job
+	old := publicJob(snap.Job)
 	refuse := func(field string) ([]byte, pool.Due, error) {
 		return nil, pool.Due{}, fmt.Errorf("%w: update job %q of topic %q: %s is set by redeq and cannot change",
 			ErrInvalidJob, old.ID, old.Topic, field)
@@ -103,7 +103,7 @@ func (c *Client) changed(snap pool.Snapshot, j *Job) ([]byte, pool.Due, error) {
 	case !j.CreatedAt.Equal(old.CreatedAt):
 		return refuse("CreatedAt")
 	}
-	if err := pool.Validate(j, c.cfg.MaxBodyBytes); err != nil {
+	if err := pool.Validate(poolJob(j), c.cfg.MaxBodyBytes); err != nil {
 		return nil, pool.Due{}, err
 	}
 	due := pool.Due{Keep: true}
@@ -119,10 +119,10 @@ func (c *Client) changed(snap pool.Snapshot, j *Job) ([]byte, pool.Due, error) {
 	case moved:
 		due = pool.Due{Delay: -1, At: pool.UnixMs(j.RunAt)}
 	}
-	h := pool.HeaderOf(j)
+	h := pool.HeaderOf(poolJob(j))
 	h.CreatedMs, h.Attempt, h.Recoveries = snap.Header.CreatedMs, snap.Header.Attempt, snap.Header.Recoveries
-	env := pool.Encode(h, pool.Payload(j))
-	if due.Keep && bytes.Equal(env, pool.Encode(snap.Header, pool.Payload(old))) {
+	env := pool.Encode(h, pool.Payload(poolJob(j)))
+	if due.Keep && bytes.Equal(env, pool.Encode(snap.Header, pool.Payload(snap.Job))) {
 		return nil, due, nil
 	}
 	return env, due, nil
@@ -150,7 +150,7 @@ func (c *Client) Put(ctx context.Context, job *Job) error {
 	if err := c.prepare(ctx, job); err != nil {
 		return err
 	}
-	replaced, err := c.store.Put(ctx, job, c.placement(job.ID))
+	replaced, err := c.store.Put(ctx, poolJob(job), c.placement(job.ID))
 	if err == nil && !replaced {
 		c.added(job.Topic, 1)
 	}

@@ -1,0 +1,5 @@
+//go:build race
+
+package redeq
+
+const raceEnabled = true
