@@ -420,7 +420,7 @@ func (c *Client) PutSchedule(ctx context.Context, s Schedule) error {
 		return fmt.Errorf("put schedule %q: %w", s.Name, err)
 	}
 	k := keys.ForSchedule(c.cfg.Prefix, s.Name)
-	args := append([]any{c.opTTLms()}, cs.content()...)
+	args := append(append([]any{c.opTTLms()}, cs.content()...), uuid.NewString())
 	out, err := schedulePutScript.Run(ctx, c.rdb, []string{k.Record(), k.Op(uuid.NewString())}, args...).Text()
 	if err != nil {
 		return fmt.Errorf("put schedule %q: %w", s.Name, err)
@@ -460,6 +460,7 @@ func (c *Client) scheduleState(ctx context.Context, name, action string, extra .
 	for len(args) < 5 {
 		args = append(args, "")
 	}
+	args = append(args, uuid.NewString()) // the new generation
 	out, err := scheduleStateScript.Run(ctx, c.rdb, []string{k.Record(), k.Op(uuid.NewString())}, args...).Text()
 	if err != nil {
 		return stateReply{}, fmt.Errorf("%s schedule %q: %w", action, name, err)

@@ -5,13 +5,14 @@
 -- KEYS[2] -> op STRING of this call
 -- ARGV[1] -> how long the op key keeps the reply, ms
 -- ARGV[2..19] -> 9 content field/value pairs
+-- ARGV[20] -> the new generation when the content changes: unique per call
 -- Returns "0" when the record already held this content; else
 -- "<1 created | 2 replaced>|<now ms>|<old topic>|<old tick ms>": the
 -- caller removes the old tick's job when it is still waiting. A change
 -- gives the schedule a new generation and moves its cursor to now, so the
 -- next tick follows the new content. A rerun after a lost reply returns
 -- the first run's reply.
-if #ARGV ~= 19 then return redis.error_reply('schedule_put.lua: ' .. #ARGV .. ' arguments, want 19') end
+if #ARGV ~= 20 then return redis.error_reply('schedule_put.lua: ' .. #ARGV .. ' arguments, want 20') end
 if not string.find(ARGV[1], '^%d+$') then return redis.error_reply('schedule_put.lua: op TTL ' .. ARGV[1] .. ' is no whole number') end
 local done = redis.call('GET', KEYS[2])
 if done then return done end
@@ -28,11 +29,16 @@ end
 if same then return '0' end
 local t = redis.call('TIME')
 local now = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-local old = redis.call('HMGET', KEYS[1], 'topic', 'tick')
+local old = redis.call('HMGET', KEYS[1], 'topic', 'tick', 'prevtick')
 local existed = old[1] ~= false
-local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
+-- The waiting tick goes (the caller removes its job): the latest tick
+-- added is then the one before it.
+if existed and tonumber(old[2]) > tonumber(now) then
+  redis.call('HSET', KEYS[1], 'tick', old[3] or '0')
+end
+redis.call('HINCRBY', KEYS[1], 'version', 1)
 redis.call('HSET', KEYS[1], unpack(pairs_))
-redis.call('HSET', KEYS[1], 'gen', version .. '.' .. t[1] .. '.' .. t[2], 'cursor', now)
+redis.call('HSET', KEYS[1], 'gen', ARGV[20], 'cursor', now)
 local code = '2'
 if not existed then
   code = '1'

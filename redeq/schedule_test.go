@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/internal/testutil"
@@ -363,4 +364,87 @@ func TestNextTicks(t *testing.T) {
 	require.ErrorIs(t, err, redeq.ErrInvalidSchedule)
 	_, err = redeq.NextTicks(redeq.Schedule{Spec: "@daily"}, time.Now(), -1)
 	require.ErrorIs(t, err, redeq.ErrInvalidArgument)
+}
+
+// TestScheduleTickClaimOutlivesItsJob: a tick whose job was added but whose
+// cursor did not move (the client failed between the two steps) is not
+// added again by the next try once its job was deleted: the claim, written
+// with the job, outlives it.
+func TestScheduleTickClaimOutlivesItsJob(t *testing.T) {
+	be := testutil.Backends(t)[0]
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	t0 := time.Date(2026, 3, 1, 12, 0, 10, 0, time.UTC)
+	at := func(m int) time.Time { return time.Date(2026, 3, 1, 12, m, 0, 0, time.UTC) }
+	frozen(e, t0)
+	h := newScriptHook(t, "redeq/schedule_advance.lua")
+	var mu sync.Mutex
+	failing, tries := true, 0
+	h.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+		mu.Lock()
+		defer mu.Unlock()
+		tries++
+		if failing {
+			return errors.New("connection lost before the cursor moved")
+		}
+		return next()
+	})
+	c := e.hooked(t, h)
+	require.NoError(t, c.PutSchedule(ctx, redeq.Schedule{Name: "sweep", Topic: "sweeps", Spec: "@every 1m"}))
+	startSched(t, c, nil)
+	require.Eventually(t, func() bool { return hasTick(t, c, "sweeps", "sweep", at(1)) }, 5*time.Second, 10*time.Millisecond)
+	_, err := c.Delete(ctx, "sweeps", "sweep@"+strconv.FormatInt(at(1).UnixMilli(), 10))
+	require.NoError(t, err)
+	mu.Lock()
+	seen := tries
+	mu.Unlock()
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return tries >= seen+2 }, 10*time.Second, 10*time.Millisecond, "the pass tries again")
+	require.False(t, hasTick(t, c, "sweeps", "sweep", at(1)), "the deleted tick's job is not added again while the cursor lags")
+	mu.Lock()
+	failing = false
+	mu.Unlock()
+	frozen(e, at(1).Add(time.Second))
+	require.Eventually(t, func() bool { return hasTick(t, c, "sweeps", "sweep", at(2)) }, 10*time.Second, 10*time.Millisecond, "the schedule goes on")
+	require.False(t, hasTick(t, c, "sweeps", "sweep", at(1)))
+}
+
+// TestScheduleCallsRerun: a put, pause, resume or delete that go-redis
+// sends again after a lost reply answers as the first run did, and acts
+// once.
+func TestScheduleCallsRerun(t *testing.T) {
+	be := testutil.Backends(t)[0]
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	t0 := time.Date(2026, 3, 1, 12, 0, 10, 0, time.UTC)
+	at := func(m, s int) time.Time { return time.Date(2026, 3, 1, 12, m, s, 0, time.UTC) }
+	frozen(e, t0)
+	put := newScriptHook(t, "redeq/schedule_put.lua")
+	state := newScriptHook(t, "redeq/schedule_state.lua")
+	c := e.hooked(t, put, state)
+	s := redeq.Schedule{Name: "r", Topic: "rs", Spec: "@every 1m"}
+	require.NoError(t, c.PutSchedule(ctx, s))
+	startSched(t, c, nil)
+	require.Eventually(t, func() bool { return hasTick(t, c, "rs", "r", at(1, 0)) }, 5*time.Second, 10*time.Millisecond)
+	record := e.cfg.Prefix + ":{sched:r}:schedule"
+	version := func() string {
+		v, err := e.rdb.HGet(ctx, record, "version").Result()
+		require.NoError(t, err)
+		return v
+	}
+	require.Equal(t, "1", version())
+
+	put.set(rerun)
+	state.set(rerun)
+	s.Spec = "30 * * * * *"
+	require.NoError(t, c.PutSchedule(ctx, s))
+	require.Equal(t, "2", version(), "a rerun of a put changes the record once")
+	require.False(t, hasTick(t, c, "rs", "r", at(1, 0)), "the rerun still removes the old waiting tick")
+	require.Eventually(t, func() bool { return hasTick(t, c, "rs", "r", at(0, 30)) }, 5*time.Second, 10*time.Millisecond)
+
+	require.NoError(t, c.PauseSchedule(ctx, "r"))
+	require.False(t, hasTick(t, c, "rs", "r", at(0, 30)), "the rerun of a pause still removes the waiting tick")
+	require.NoError(t, c.ResumeSchedule(ctx, "r"))
+	require.Eventually(t, func() bool { return hasTick(t, c, "rs", "r", at(0, 30)) }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, c.DeleteSchedule(ctx, "r"), "a rerun of a delete is no ErrScheduleNotFound")
+	require.False(t, hasTick(t, c, "rs", "r", at(0, 30)))
 }
