@@ -214,7 +214,9 @@ func planTicks(cs *compiled, cursor, now int64, down span) plan {
 	for walked := 0; ; walked++ {
 		next, ok := cs.spec.Next(time.UnixMilli(t), cs.loc)
 		if !ok {
-			p.cursor = max(t, now) // no tick within five years
+			// No tick within five years: look again in a day, not at
+			// every pass.
+			p.cursor = max(t, now) + (24 * time.Hour).Milliseconds()
 			break
 		}
 		ms := next.UnixMilli()

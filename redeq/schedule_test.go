@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redeq-go/redeq/bucket"
 	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
@@ -121,7 +123,7 @@ func waitTicks(t *testing.T, l *tickCounter, n int) {
 	require.Eventually(t, func() bool {
 		ticks, _ := l.ticks()
 		return len(ticks) >= n
-	}, time.Duration(n+10)*time.Second, 20*time.Millisecond, "%d ticks delivered", n)
+	}, time.Duration(n+40)*time.Second, 20*time.Millisecond, "%d ticks delivered", n)
 }
 
 // frozen sets the miniredis clock to at, which then stands still until
@@ -447,4 +449,68 @@ func TestScheduleCallsRerun(t *testing.T) {
 	require.Eventually(t, func() bool { return hasTick(t, c, "rs", "r", at(0, 30)) }, 5*time.Second, 10*time.Millisecond)
 	require.NoError(t, c.DeleteSchedule(ctx, "r"), "a rerun of a delete is no ErrScheduleNotFound")
 	require.False(t, hasTick(t, c, "rs", "r", at(0, 30)))
+}
+
+// TestScheduleOwnerKilled: when the client that owns a schedule is killed
+// (SIGKILL), another takes its ticks over: every tick's job is still added
+// exactly once and none is skipped.
+func TestScheduleOwnerKilled(t *testing.T) {
+	testutil.FaultTier(t)
+	eachReal(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		s := redeq.Schedule{Name: "sweep", Topic: "sweeps", Spec: "@every 1s"}
+		require.NoError(t, e.c.PutSchedule(ctx, s))
+		ids := map[string]*child{}
+		for range 2 {
+			idc := make(chan string, 1)
+			k := startChildKind(t, "mover", e.be, e.cfg.Prefix, "sweeps", func(line string) {
+				if id, ok := strings.CutPrefix(line, "id "); ok {
+					idc <- id
+				}
+			})
+			select {
+			case id := <-idc:
+				ids[id] = k
+			case <-time.After(30 * time.Second):
+				t.Fatal("child did not start")
+			}
+		}
+		// A consuming client that does not own the schedule, so the owner
+		// killed is a child.
+		var c *redeq.Client
+		for range 20 {
+			c = e.another(t, nil)
+			live := []string{c.ConsumerID()}
+			for id := range ids {
+				live = append(live, id)
+			}
+			if bucket.Owner(live, "sched:sweep") != c.ConsumerID() {
+				break
+			}
+		}
+		l := newTickCounter("sweeps")
+		startSched(t, c, l)
+		waitTicks(t, l, 3)
+		live := []string{c.ConsumerID()}
+		for id := range ids {
+			live = append(live, id)
+		}
+		owner := ids[bucket.Owner(live, "sched:sweep")]
+		require.NotNil(t, owner, "a child owns the schedule")
+		owner.kill()
+		ticks, _ := l.ticks()
+		waitTicks(t, l, len(ticks)+5)
+
+		infos, err := c.Schedules(ctx)
+		require.NoError(t, err)
+		require.Len(t, infos, 1)
+		require.Equal(t, int64(0), infos[0].Skipped, "no tick is skipped when its owner dies")
+		ticks, counts := l.ticks()
+		for i, ms := range ticks {
+			require.Equal(t, 1, counts[ms], "tick %d delivered %d times", ms, counts[ms])
+			if i > 0 {
+				require.Equal(t, int64(1000), ms-ticks[i-1], "no tick is missing between %d and %d", ticks[i-1], ms)
+			}
+		}
+	})
 }
