@@ -147,8 +147,8 @@ func Decode(env []byte) (Header, []byte, error) {
 	return h, env[nl+1:], nil
 }
 
-// appendHeaders appends the headers block of hs, sorted by key, to dst.
-func appendHeaders(dst []byte, hs map[string]string) []byte {
+// AppendHeaders appends the headers block of hs, sorted by key, to dst.
+func AppendHeaders(dst []byte, hs map[string]string) []byte {
 	keys := make([]string, 0, len(hs))
 	for k := range hs {
 		keys = append(keys, k)
@@ -165,8 +165,8 @@ func appendHeaders(dst []byte, hs map[string]string) []byte {
 	return dst
 }
 
-// parseHeaders reads a headers block; nil for an empty one.
-func parseHeaders(b []byte) (map[string]string, error) {
+// ParseHeaders reads a headers block; nil for an empty one.
+func ParseHeaders(b []byte) (map[string]string, error) {
 	if len(b) == 0 {
 		return nil, nil
 	}
@@ -207,15 +207,15 @@ func Payload(j *Job) []byte {
 	if len(j.Headers) == 0 {
 		return j.Body
 	}
-	return append(appendHeaders(make([]byte, 0, 64+len(j.Body)), j.Headers), j.Body...)
+	return append(AppendHeaders(make([]byte, 0, 64+len(j.Body)), j.Headers), j.Body...)
 }
 
 // HeaderOf returns the header a new job is stored with; its headers block
-// is appendHeaders(nil, j.Headers).
+// is AppendHeaders(nil, j.Headers).
 func HeaderOf(j *Job) Header {
 	h := Header{MaxRetries: j.MaxRetries, Broadcast: j.Broadcast}
 	if len(j.Headers) > 0 {
-		h.HeadersLen = len(appendHeaders(nil, j.Headers))
+		h.HeadersLen = len(AppendHeaders(nil, j.Headers))
 	}
 	if j.RetryIntervals != nil {
 		h.Intervals = make([]int64, len(j.RetryIntervals))
@@ -240,7 +240,7 @@ func JobOf(topic, id string, env []byte) (*Job, error) {
 // JobFrom builds a job from a decoded header and what follows it (the
 // headers block, then the body); the job's Body aliases rest.
 func JobFrom(topic, id string, h Header, rest []byte) (*Job, error) {
-	hs, err := parseHeaders(rest[:h.HeadersLen])
+	hs, err := ParseHeaders(rest[:h.HeadersLen])
 	if err != nil {
 		return nil, fmt.Errorf("job %q of topic %q: %w", id, topic, err)
 	}

@@ -31,6 +31,7 @@ const StartPingTimeout = 5 * time.Second
 // runtime is what Start runs.
 type runtime struct {
 	mover  *bucket.Mover
+	sched  *scheduler
 	chans  []string // subscribed to
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -202,6 +203,8 @@ func (c *Client) start(ctx context.Context) (*runtime, error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.cancel = cancel
 	r.wg.Go(func() { r.mover.Run(runCtx) })
+	r.sched = newScheduler(c, fleet)
+	r.wg.Go(func() { r.sched.run(runCtx) })
 	r.wg.Go(func() { c.listen(runCtx, r) })
 	return r, nil
 }

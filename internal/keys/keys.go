@@ -248,3 +248,43 @@ func ReapLock(prefix, cid string) string { return prefix + ":{alive}:reap:" + ci
 // at a retired topic once more after a while, in case a producer that
 // still knew it added a job meanwhile.
 func Retired(prefix string) string { return prefix + ":retired" }
+
+// Ticks is a ZSET of the schedule ticks whose job was added to this bucket:
+// member "<job id>#<schedule generation>" -> the later of the tick instant
+// and the time of the claim, unix ms. It is the claim of a tick, written in
+// the script that adds the tick's job, and it outlives the job (a deleted
+// tick's job is not added again). Each add trims claims older than an
+// hour, a bounded number at a time.
+func (b Bucket) Ticks() string { return b.tag + "ticks" }
+
+// Schedule names the keys of one schedule, in the schedule's own slot.
+type Schedule struct {
+	tag string // "prefix:{sched:name}:"
+}
+
+// ForSchedule returns the key set of schedule name.
+func ForSchedule(prefix, name string) Schedule {
+	return Schedule{tag: prefix + ":{sched:" + name + "}:"}
+}
+
+// Record is a HASH: the schedule (spec, zone, topic, body, headers, retry
+// settings, catch-up policy and window), its generation and version,
+// paused, the cursor (ticks up to it are handled, unix ms), the latest
+// tick whose job was added and the one before it, and the count of
+// skipped ticks.
+func (s Schedule) Record() string { return s.tag + "schedule" }
+
+// Op is a STRING holding the reply of one schedule admin call (put, pause,
+// resume, delete) for a short while, so that a rerun after a lost reply
+// answers the same.
+func (s Schedule) Op(op string) string { return s.tag + "op:" + op }
+
+// Schedules is a ZSET: schedule name -> when a client should next look at
+// it, unix ms (the instant of its waiting tick; 0 after a change; far in
+// the future while paused). Clients read it once per pass.
+func Schedules(prefix string) string { return prefix + ":schedules" }
+
+// ScheduleClock is a HASH with fields seen (the last pass of any client's
+// schedule loop, unix ms, server clock) and down_from, down_to: the latest
+// span during which no client ran a pass, whose ticks were missed.
+func ScheduleClock(prefix string) string { return prefix + ":schedules:clock" }

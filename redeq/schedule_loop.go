@@ -1,0 +1,337 @@
+package redeq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redeq-go/redeq/bucket"
+	"github.com/redeq-go/redeq/internal/env"
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/pool"
+)
+
+// scheduler is a started client's schedule loop. Every started client
+// runs one, but a schedule's ticks are added by one of them, its owner
+// among the live clients (rendezvous hashing of "sched:<name>" over the
+// fleet, as for buckets): the owner adds the next tick's job as soon as the
+// one before it is due, so each tick waits in its bucket as a delayed job.
+// Another client acts only for a schedule whose waiting tick is overdue by
+// scheduleGrace (its owner is dead), so a dead owner skips no tick. Two
+// clients acting at once collide on the tick's claim.
+type scheduler struct {
+	c      *Client
+	fleet  *bucket.Fleet
+	poke   chan struct{}
+	passes int
+	// passed, when set (tests), is called after each pass.
+	passed func(error)
+}
+
+func newScheduler(c *Client, fleet *bucket.Fleet) *scheduler {
+	return &scheduler{c: c, fleet: fleet, poke: make(chan struct{}, 1)}
+}
+
+// pokeSchedules makes this client's schedule loop pass at once: a schedule
+// was put or resumed.
+func (c *Client) pokeSchedules() {
+	r := c.runtime()
+	if r == nil || r.sched == nil {
+		return
+	}
+	select {
+	case r.sched.poke <- struct{}{}:
+	default:
+	}
+}
+
+// scheduleAddress is what the fleet ranks its clients by for a schedule.
+func scheduleAddress(name string) string { return "sched:" + name }
+
+// scheduleGrace is how long a schedule's waiting tick may be overdue
+// before a client that does not own it acts, and the gap between two
+// passes of the fleet's loops past which the ticks between count as
+// missed: five scan intervals, twice the time the fleet takes to forget a
+// dead client.
+func scheduleGrace(scan time.Duration) time.Duration { return 5 * scan }
+
+// fullPassEvery: every so many passes a client reads the records of all
+// the schedules it owns, whatever the index says (a change racing a pass
+// may leave a stale score there).
+const fullPassEvery = 5
+
+// maxRunPerPass bounds the on-time ticks one pass adds for one schedule;
+// the next pass goes on.
+const maxRunPerPass = 256
+
+// tickBudget bounds the calls for one schedule in a pass.
+const tickBudget = 10 * time.Second
+
+// claimKeep is how long a tick's claim outlives its tick.
+const claimKeep = time.Hour
+
+// run passes until ctx ends: at once, then when the earliest waiting tick
+// this client owns falls due, at least every ScanInterval, and when poked.
+// A failing pass is logged and retried with a backoff.
+func (s *scheduler) run(ctx context.Context) {
+	scan := s.c.cfg.ScanInterval
+	bo := env.Backoff{Max: scan}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-s.poke:
+		}
+		wait, err := s.pass(ctx)
+		if s.passed != nil {
+			s.passed(err)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			wait = bo.Next()
+			s.c.env.Failure("redeq: schedule pass failed", "err", err, "retry_in", wait)
+		} else {
+			bo.Reset()
+		}
+		timer.Reset(wait)
+	}
+}
+
+// pass looks at every schedule due for this client and returns how long
+// to wait for the next pass.
+func (s *scheduler) pass(ctx context.Context) (time.Duration, error) {
+	c := s.c
+	scan := c.cfg.ScanInterval
+	grace := scheduleGrace(scan).Milliseconds()
+	v, err := scheduleClockScript.Run(ctx, c.rdb, []string{keys.ScheduleClock(c.cfg.Prefix)}, grace).Int64Slice()
+	if err != nil {
+		return 0, fmt.Errorf("schedule clock: %w", err)
+	}
+	if len(v) != 3 {
+		return 0, fmt.Errorf("schedule clock: %d values, want 3", len(v))
+	}
+	now, down := v[0], span{v[1], v[2]}
+	zs, err := c.rdb.ZRangeWithScores(ctx, keys.Schedules(c.cfg.Prefix), 0, maxSchedules-1).Result()
+	if err != nil {
+		return 0, fmt.Errorf("schedules: %w", err)
+	}
+	s.passes++
+	full := s.passes%fullPassEvery == 1
+	wait := scan
+	soon := func(at int64) {
+		if d := time.Duration(at-now) * time.Millisecond; at > now && d < wait {
+			wait = d
+		}
+	}
+	var errs []error
+	for _, z := range zs {
+		name, ok := z.Member.(string)
+		if !ok {
+			continue
+		}
+		score := int64(z.Score)
+		owned := s.fleet.Owns(scheduleAddress(name))
+		due := score <= now && (owned || score <= now-grace)
+		if !due && !(owned && full && z.Score < pausedScore) {
+			if owned {
+				soon(score)
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		// A schedule begun is finished even when Shutdown comes: its tick
+		// is then added and its cursor moved, not left for the next client
+		// to find half done (which it would finish, counting a tick whose
+		// job was added in a span of no client as missed).
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tickBudget)
+		next, err := s.tickSchedule(tctx, name, score, now, down)
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if owned {
+			soon(next)
+		}
+	}
+	return wait, errors.Join(append(errs, ctx.Err())...)
+}
+
+// span is the latest span when no client ran (unix ms, from exclusive, to
+// inclusive); from = to = -1 when none is known.
+type span struct{ from, to int64 }
+
+func (d span) holds(ms int64) bool { return d.from < ms && ms <= d.to }
+
+// plan is what one pass does for one schedule: the ticks whose jobs it
+// adds, in order, the ticks it skips, and the new cursor.
+type plan struct {
+	run     []int64
+	skipped int64
+	cursor  int64
+}
+
+// planTicks plans the ticks after cursor up to now, and the first tick
+// after now (added ahead). Ticks in the span when no client ran are missed
+// and follow the catch-up policy; the others are on time and run.
+func planTicks(cs *compiled, cursor, now int64, down span) plan {
+	var before, after, missed []int64
+	var p plan
+	every := cs.spec.Every().Milliseconds()
+	window := cs.window().Milliseconds()
+	keep := func(ms int64) { // a missed tick
+		switch cs.s.CatchUp {
+		case CatchUpNone:
+			p.skipped++
+		case CatchUpLatest:
+			if len(missed) > 0 {
+				p.skipped++
+			}
+			missed = append(missed[:0], ms)
+		case CatchUpAll:
+			if ms < now-window {
+				p.skipped++
+				return
+			}
+			if len(missed) == MaxCatchUpTicks {
+				p.skipped++
+				missed = missed[1:]
+			}
+			missed = append(missed, ms)
+		}
+	}
+	t := cursor
+	for walked := 0; ; walked++ {
+		next, ok := cs.spec.Next(time.UnixMilli(t), cs.loc)
+		if !ok {
+			// No tick within five years: look again in a day, not at
+			// every pass.
+			p.cursor = max(t, now) + (24 * time.Hour).Milliseconds()
+			break
+		}
+		ms := next.UnixMilli()
+		if ms > now {
+			after = append(after, ms) // ahead
+			p.cursor = ms
+			break
+		}
+		if walked >= maxWalk || len(before)+len(after) >= maxRunPerPass {
+			p.cursor = t // the next pass goes on
+			break
+		}
+		if down.holds(ms) {
+			if every > 0 {
+				// Jump over the missed span: the policy needs the count
+				// and the latest few.
+				last := floorDiv(min(down.to, now), every) * every
+				from := max(ms, last-(MaxCatchUpTicks+1)*every)
+				p.skipped += (from - ms) / every
+				for x := from; x <= last; x += every {
+					keep(x)
+				}
+				t = last
+				continue
+			}
+			keep(ms)
+		} else if ms <= down.from {
+			before = append(before, ms)
+		} else {
+			after = append(after, ms)
+		}
+		t = ms
+	}
+	p.run = append(append(before, missed...), after...)
+	return p
+}
+
+// tickSchedule adds the ticks due of schedule name and moves its cursor;
+// it returns the instant of its waiting tick, when the owner looks again.
+func (s *scheduler) tickSchedule(ctx context.Context, name string, score, now int64, down span) (int64, error) {
+	c := s.c
+	index := keys.Schedules(c.cfg.Prefix)
+	rec, err := c.readRecord(ctx, name)
+	if err != nil || rec == nil {
+		return pool.MaxDueMs, err // nil, nil: deleted meanwhile
+	}
+	setScore := func(to float64) error {
+		if float64(score) == to {
+			return nil
+		}
+		// XX: a schedule deleted meanwhile does not come back.
+		if err := c.rdb.ZAddXX(ctx, index, redis.Z{Score: to, Member: name}).Err(); err != nil {
+			return fmt.Errorf("schedule %q: %w", name, err)
+		}
+		return nil
+	}
+	if rec.paused {
+		return pool.MaxDueMs, setScore(pausedScore)
+	}
+	if rec.cursor > now {
+		return rec.cursor, setScore(float64(rec.cursor))
+	}
+	p := planTicks(rec.cs, rec.cursor, now, down)
+	for _, ms := range p.run {
+		if err := s.addTick(ctx, rec, ms); err != nil {
+			return 0, err
+		}
+	}
+	var tick, prev int64
+	if n := len(p.run); n > 0 {
+		tick = p.run[n-1]
+		if n > 1 {
+			prev = p.run[n-2]
+		}
+	}
+	moved, err := scheduleAdvanceScript.Run(ctx, c.rdb, []string{keys.ForSchedule(c.cfg.Prefix, name).Record()},
+		rec.gen, rec.cursor, p.cursor, tick, prev, p.skipped).Int()
+	if err != nil {
+		return 0, fmt.Errorf("schedule %q: advance: %w", name, err)
+	}
+	switch moved {
+	case -1:
+		// Changed, paused or deleted while this pass ran: the ticks it
+		// added ahead under the old generation go (the change removed the
+		// one it knew of), and the next pass follows the new record.
+		for _, ms := range p.run {
+			if err := c.dropWaitingTick(ctx, name, rec.cs.s.Topic, ms, now); err != nil {
+				return 0, err
+			}
+		}
+		return now, nil
+	case 0:
+		return now, nil // another client moved it
+	}
+	return p.cursor, setScore(float64(p.cursor))
+}
+
+// addTick adds the job of tick ms of rec's schedule, with its claim.
+func (s *scheduler) addTick(ctx context.Context, rec *record, ms int64) error {
+	c := s.c
+	job := rec.cs.job(time.UnixMilli(ms))
+	b, err := c.bucketOf(ctx, job.Topic, job.ID)
+	if err != nil {
+		return fmt.Errorf("schedule %q: tick %d: %w", rec.cs.s.Name, ms, err)
+	}
+	k := keys.ForBucket(c.cfg.Prefix, job.Topic, b)
+	tail := string(pool.AppendHeader(nil, pool.HeaderOf(poolJob(job)))[len("1|0"):])
+	v, err := scheduleTickScript.Run(ctx, c.rdb, []string{k.Pool(), k.Scheduled(), k.Ticks()},
+		job.ID, job.ID+"#"+rec.gen, ms, tail, pool.Payload(poolJob(job)), c.cfg.BucketLimit(),
+		keys.WakeChannel(c.cfg.Prefix), keys.Address(job.Topic, b), claimKeep.Milliseconds()).Int64()
+	if err != nil {
+		return fmt.Errorf("schedule %q: tick %d: %w", rec.cs.s.Name, ms, err)
+	}
+	if v == -2 {
+		return fmt.Errorf("schedule %q: tick %d: %w", rec.cs.s.Name, ms, ErrPoolFull)
+	}
+	return nil
+}

@@ -1,0 +1,49 @@
+-- Creates or replaces a schedule's record. The same content put again
+-- changes nothing (no write at all), so every instance of a service may
+-- put its schedules at start-up.
+-- KEYS[1] -> record HASH
+-- KEYS[2] -> op STRING of this call
+-- ARGV[1] -> how long the op key keeps the reply, ms
+-- ARGV[2..19] -> 9 content field/value pairs
+-- ARGV[20] -> the new generation when the content changes: unique per call
+-- Returns "0" when the record already held this content; else
+-- "<1 created | 2 replaced>|<now ms>|<old topic>|<old tick ms>": the
+-- caller removes the old tick's job when it is still waiting. A change
+-- gives the schedule a new generation and moves its cursor to now, so the
+-- next tick follows the new content. A rerun after a lost reply returns
+-- the first run's reply.
+if #ARGV ~= 20 then return redis.error_reply('schedule_put.lua: ' .. #ARGV .. ' arguments, want 20') end
+if not string.find(ARGV[1], '^%d+$') then return redis.error_reply('schedule_put.lua: op TTL ' .. ARGV[1] .. ' is no whole number') end
+local done = redis.call('GET', KEYS[2])
+if done then return done end
+local fields, pairs_ = {}, {}
+for i = 1, 9 do
+  fields[i] = ARGV[2 * i]
+  pairs_[2 * i - 1], pairs_[2 * i] = ARGV[2 * i], ARGV[2 * i + 1]
+end
+local have = redis.call('HMGET', KEYS[1], unpack(fields))
+local same = true
+for i = 1, 9 do
+  if have[i] ~= ARGV[2 * i + 1] then same = false end
+end
+if same then return '0' end
+local t = redis.call('TIME')
+local now = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+local old = redis.call('HMGET', KEYS[1], 'topic', 'tick', 'prevtick')
+local existed = old[1] ~= false
+-- The waiting tick goes (the caller removes its job): the latest tick
+-- added is then the one before it.
+if existed and tonumber(old[2]) > tonumber(now) then
+  redis.call('HSET', KEYS[1], 'tick', old[3] or '0')
+end
+redis.call('HINCRBY', KEYS[1], 'version', 1)
+redis.call('HSET', KEYS[1], unpack(pairs_))
+redis.call('HSET', KEYS[1], 'gen', ARGV[20], 'cursor', now)
+local code = '2'
+if not existed then
+  code = '1'
+  redis.call('HSET', KEYS[1], 'paused', '0', 'skipped', '0', 'tick', '0', 'prevtick', '0')
+end
+local reply = code .. '|' .. now .. '|' .. (old[1] or '') .. '|' .. (old[2] or '0')
+redis.call('SET', KEYS[2], reply, 'PX', ARGV[1])
+return reply

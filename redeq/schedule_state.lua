@@ -1,0 +1,47 @@
+-- Pauses, resumes or deletes a schedule.
+-- KEYS[1] -> record HASH
+-- KEYS[2] -> op STRING of this call
+-- ARGV[1] -> how long the op key keeps the reply, ms
+-- ARGV[2] -> "pause", "resume" or "delete"
+-- ARGV[3] -> resume: the generation the caller read
+-- ARGV[4] -> resume: the new cursor, unix ms (the server's now it read)
+-- ARGV[5] -> resume: ticks skipped while paused
+-- ARGV[6] -> the new generation (pause, resume): unique per call
+-- Returns "nf" when there is no record; "0" when the schedule already is
+-- in that state; "retry" when a resume read a generation that changed
+-- since; else "1|<now ms>|<topic>|<tick ms>": the caller removes the tick's
+-- job when it is still waiting (pause, delete). A pause or a resume gives
+-- the schedule a new generation. A rerun after a lost reply returns the
+-- first run's reply.
+if #ARGV ~= 6 then return redis.error_reply('schedule_state.lua: ' .. #ARGV .. ' arguments, want 6') end
+if not string.find(ARGV[1], '^%d+$') then return redis.error_reply('schedule_state.lua: op TTL ' .. ARGV[1] .. ' is no whole number') end
+local done = redis.call('GET', KEYS[2])
+if done then return done end
+local r = redis.call('HMGET', KEYS[1], 'topic', 'tick', 'paused', 'gen', 'cursor', 'version', 'prevtick')
+if r[1] == false then return 'nf' end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local gen = ARGV[6]
+local reply = '1|' .. string.format('%d', now) .. '|' .. r[1] .. '|' .. r[2]
+if ARGV[2] == 'pause' then
+  if r[3] == '1' then return '0' end
+  redis.call('HSET', KEYS[1], 'paused', '1', 'gen', gen)
+  if tonumber(r[5]) > now then redis.call('HSET', KEYS[1], 'cursor', string.format('%d', now)) end
+  -- The waiting tick goes (the caller removes its job): the latest tick
+  -- added is then the one before it.
+  if tonumber(r[2]) > now then redis.call('HSET', KEYS[1], 'tick', r[7] or '0') end
+elseif ARGV[2] == 'resume' then
+  if r[3] ~= '1' then return '0' end
+  if r[4] ~= ARGV[3] then return 'retry' end
+  if not string.find(ARGV[4], '^%d+$') or not string.find(ARGV[5], '^%d+$') then
+    return redis.error_reply('schedule_state.lua: cursor or skipped is no whole number')
+  end
+  redis.call('HSET', KEYS[1], 'paused', '0', 'gen', gen, 'cursor', ARGV[4])
+  redis.call('HINCRBY', KEYS[1], 'skipped', ARGV[5])
+elseif ARGV[2] == 'delete' then
+  redis.call('DEL', KEYS[1])
+else
+  return redis.error_reply('schedule_state.lua: unknown action ' .. ARGV[2])
+end
+redis.call('SET', KEYS[2], reply, 'PX', ARGV[1])
+return reply

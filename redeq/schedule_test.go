@@ -1,0 +1,516 @@
+package redeq_test
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/bucket"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// tickCounter is a listener that counts the deliveries of each tick.
+type tickCounter struct {
+	topic string
+	mu    sync.Mutex
+	runs  map[int64]int // tick ms -> deliveries
+	early []string      // ticks delivered before their instant
+	bad   []string      // jobs TickOf does not recognise
+}
+
+func newTickCounter(topic string) *tickCounter {
+	return &tickCounter{topic: topic, runs: map[int64]int{}}
+}
+
+func (l *tickCounter) Topic() string { return l.topic }
+
+func (l *tickCounter) OnJob(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+	name, tick, ok := redeq.TickOf(job)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !ok || name == "" {
+		l.bad = append(l.bad, job.ID)
+	} else {
+		l.runs[tick.UnixMilli()]++
+		if time.Now().Before(tick) {
+			l.early = append(l.early, job.ID)
+		}
+	}
+	ch.Ack()
+	return nil
+}
+
+// ticks returns the ticks delivered, in order, and their delivery counts.
+func (l *tickCounter) ticks() ([]int64, map[int64]int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]int64, 0, len(l.runs))
+	counts := map[int64]int{}
+	for ms, n := range l.runs {
+		out = append(out, ms)
+		counts[ms] = n
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out, counts
+}
+
+func startSched(t *testing.T, c *redeq.Client, l redeq.Listener) {
+	t.Helper()
+	if l != nil {
+		require.NoError(t, c.Register(l))
+	}
+	require.NoError(t, c.Start(context.Background()))
+}
+
+// TestScheduleTicksOnceAcrossClients: clients that all put the same
+// schedule and run it, while one stops and another joins, add every tick's
+// job exactly once, skip none, and never deliver one before its instant.
+func TestScheduleTicksOnceAcrossClients(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		s := redeq.Schedule{Name: "sweep", Topic: "sweeps", Spec: "@every 1s", Body: []byte("go")}
+		l := newTickCounter("sweeps")
+		clients := []*redeq.Client{e.c, e.another(t, nil), e.another(t, nil)}
+		var wg sync.WaitGroup
+		for _, c := range clients {
+			wg.Go(func() { require.NoError(t, c.PutSchedule(ctx, s)) })
+		}
+		wg.Wait()
+		startSched(t, clients[0], l)
+		startSched(t, clients[1], nil)
+		startSched(t, clients[2], nil)
+		waitTicks(t, l, 3)
+		require.NoError(t, clients[1].Shutdown(ctx))
+		waitTicks(t, l, 5)
+		joined := e.another(t, nil)
+		require.NoError(t, joined.PutSchedule(ctx, s))
+		startSched(t, joined, nil)
+		waitTicks(t, l, 7)
+
+		infos, err := e.c.Schedules(ctx)
+		require.NoError(t, err)
+		require.Len(t, infos, 1)
+		require.Equal(t, int64(0), infos[0].Skipped, "no tick is skipped while clients run")
+		require.False(t, infos[0].LastTick.IsZero())
+		require.True(t, infos[0].Next.After(infos[0].LastTick))
+
+		ticks, counts := l.ticks()
+		for i, ms := range ticks {
+			require.Equal(t, 1, counts[ms], "tick %d delivered %d times", ms, counts[ms])
+			require.Zero(t, ms%1000, "a tick of @every 1s is a whole second")
+			if i > 0 {
+				require.Equal(t, int64(1000), ms-ticks[i-1], "no tick is missing between %d and %d", ticks[i-1], ms)
+			}
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		require.Empty(t, l.early, "a tick's job runs at or after its instant")
+		require.Empty(t, l.bad, "every job of the topic is a tick TickOf reads")
+	})
+}
+
+func waitTicks(t *testing.T, l *tickCounter, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		ticks, _ := l.ticks()
+		return len(ticks) >= n
+	}, time.Duration(n+40)*time.Second, 20*time.Millisecond, "%d ticks delivered", n)
+}
+
+// frozen sets the miniredis clock to at, which then stands still until
+// the next call.
+func frozen(e *env, at time.Time) { e.be.Mini.SetTime(at) }
+
+// hasTick reports whether the job of schedule name's tick at is stored.
+func hasTick(t *testing.T, c *redeq.Client, topic, name string, at time.Time) bool {
+	t.Helper()
+	_, err := c.Get(context.Background(), topic, name+"@"+strconv.FormatInt(at.UnixMilli(), 10))
+	if errors.Is(err, redeq.ErrJobNotFound) {
+		return false
+	}
+	require.NoError(t, err)
+	return true
+}
+
+// waitSchedule polls Schedules until ok holds for schedule name.
+func waitSchedule(t *testing.T, c *redeq.Client, name string, ok func(redeq.ScheduleInfo) bool) redeq.ScheduleInfo {
+	t.Helper()
+	var last redeq.ScheduleInfo
+	require.Eventually(t, func() bool {
+		infos, err := c.Schedules(context.Background())
+		require.NoError(t, err)
+		for _, in := range infos {
+			if in.Name == name {
+				last = in
+				return ok(in)
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond, "schedule %q: last seen %+v", name, &last)
+	return last
+}
+
+// TestScheduleCatchUp: after the whole fleet was down, the missed ticks
+// follow the schedule's policy (the latest runs; none runs; each within
+// the window runs), the others are counted as skipped, and the tick added
+// before the fleet went down still runs.
+func TestScheduleCatchUp(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 10, 0, time.UTC)
+	minute := func(m int) time.Time { return t0.Truncate(time.Minute).Add(time.Duration(m) * time.Minute) }
+	for _, tc := range []struct {
+		policy  redeq.CatchUp
+		window  time.Duration
+		run     []int // missed ticks (minutes after t0's) whose jobs exist
+		skipped int64
+	}{
+		{redeq.CatchUpLatest, 0, []int{10}, 8},
+		{redeq.CatchUpNone, 0, nil, 9},
+		{redeq.CatchUpAll, 0, []int{2, 3, 4, 5, 6, 7, 8, 9, 10}, 0},
+		{redeq.CatchUpAll, 5 * time.Minute, []int{6, 7, 8, 9, 10}, 4},
+	} {
+		t.Run(tc.policy.String()+"-"+tc.window.String(), func(t *testing.T) {
+			be := testutil.Backends(t)[0] // the clock moves on miniredis only
+			e := setup(t, be, testutil.Config(t))
+			ctx := context.Background()
+			frozen(e, t0)
+			s := redeq.Schedule{Name: "digest", Topic: "digests", Spec: "@every 1m", CatchUp: tc.policy, CatchUpWindow: tc.window}
+			require.NoError(t, e.c.PutSchedule(ctx, s))
+			startSched(t, e.c, nil)
+			waitSchedule(t, e.c, "digest", func(in redeq.ScheduleInfo) bool { return in.Next.Equal(minute(1)) })
+			require.Eventually(t, func() bool { return hasTick(t, e.c, "digests", "digest", minute(1)) }, 5*time.Second, 10*time.Millisecond)
+			require.NoError(t, e.c.Shutdown(ctx))
+
+			// The fleet is down from 12:00:10 to 12:10:30: ticks 12:01
+			// (added before) to 12:10 pass meanwhile.
+			frozen(e, minute(10).Add(30*time.Second))
+			back := e.another(t, nil)
+			startSched(t, back, nil)
+			require.Eventually(t, func() bool { return hasTick(t, back, "digests", "digest", minute(11)) }, 5*time.Second, 10*time.Millisecond, "the next tick waits ahead")
+			in := waitSchedule(t, back, "digest", func(in redeq.ScheduleInfo) bool { return in.Skipped == tc.skipped })
+			require.Equal(t, tc.skipped, in.Skipped, "%+v", in)
+			require.True(t, hasTick(t, back, "digests", "digest", minute(1)), "the tick added before the outage stays")
+			want := map[int]bool{}
+			for _, m := range tc.run {
+				want[m] = true
+			}
+			for m := 2; m <= 10; m++ {
+				require.Equal(t, want[m], hasTick(t, back, "digests", "digest", minute(m)), "job of missed tick %d", m)
+			}
+		})
+	}
+}
+
+// TestScheduleChanges: a replaced spec takes effect from the next tick
+// (the waiting tick of the old one goes); a pause removes the waiting tick
+// and counts the ticks that pass meanwhile; a deleted tick job skips that
+// tick only; a delete removes the schedule and its waiting tick.
+func TestScheduleChanges(t *testing.T) {
+	be := testutil.Backends(t)[0]
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	t0 := time.Date(2026, 3, 1, 12, 0, 10, 0, time.UTC)
+	at := func(m, s int) time.Time { return time.Date(2026, 3, 1, 12, m, s, 0, time.UTC) }
+	frozen(e, t0)
+	s := redeq.Schedule{Name: "report", Topic: "reports", Spec: "@every 1m"}
+	require.NoError(t, e.c.PutSchedule(ctx, s))
+	startSched(t, e.c, nil)
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "reports", "report", at(1, 0)) }, 5*time.Second, 10*time.Millisecond)
+
+	// Replace: the next tick follows the new spec.
+	s.Spec = "30 * * * * *"
+	require.NoError(t, e.c.PutSchedule(ctx, s))
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "reports", "report", at(0, 30)) }, 5*time.Second, 10*time.Millisecond)
+	require.False(t, hasTick(t, e.c, "reports", "report", at(1, 0)), "the old spec's waiting tick is removed")
+
+	// A deleted tick job skips that tick, not the schedule.
+	_, err := e.c.Delete(ctx, "reports", "report@"+strconv.FormatInt(at(0, 30).UnixMilli(), 10))
+	require.NoError(t, err)
+	frozen(e, at(0, 31))
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "reports", "report", at(1, 30)) }, 5*time.Second, 10*time.Millisecond)
+	require.False(t, hasTick(t, e.c, "reports", "report", at(0, 30)), "a deleted tick's job is not added again")
+
+	// Pause: the waiting tick goes; ticks passing meanwhile are skipped.
+	require.NoError(t, e.c.PauseSchedule(ctx, "report"))
+	require.NoError(t, e.c.PauseSchedule(ctx, "report"), "pausing twice is no error")
+	require.False(t, hasTick(t, e.c, "reports", "report", at(1, 30)))
+	frozen(e, at(5, 40))
+	in := waitSchedule(t, e.c, "report", func(redeq.ScheduleInfo) bool { return true })
+	require.True(t, in.Paused)
+	require.True(t, in.Next.IsZero())
+	require.False(t, hasTick(t, e.c, "reports", "report", at(5, 30)), "nothing ticks while paused")
+	require.NoError(t, e.c.ResumeSchedule(ctx, "report"))
+	in = waitSchedule(t, e.c, "report", func(in redeq.ScheduleInfo) bool { return in.Next.Equal(at(6, 30)) })
+	require.False(t, in.Paused)
+	require.Equal(t, int64(5), in.Skipped, "ticks 1:30 to 5:30 passed while paused")
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "reports", "report", at(6, 30)) }, 5*time.Second, 10*time.Millisecond)
+
+	// Delete: the record and its waiting tick go.
+	require.NoError(t, e.c.DeleteSchedule(ctx, "report"))
+	require.False(t, hasTick(t, e.c, "reports", "report", at(6, 30)))
+	require.ErrorIs(t, e.c.DeleteSchedule(ctx, "report"), redeq.ErrScheduleNotFound)
+	require.ErrorIs(t, e.c.PauseSchedule(ctx, "report"), redeq.ErrScheduleNotFound)
+	require.ErrorIs(t, e.c.ResumeSchedule(ctx, "report"), redeq.ErrScheduleNotFound)
+	infos, err := e.c.Schedules(ctx)
+	require.NoError(t, err)
+	require.Empty(t, infos)
+}
+
+// TestPutScheduleIdempotent: the same schedule put again, by many clients
+// at once, changes nothing in Redis.
+func TestPutScheduleIdempotent(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		s := redeq.Schedule{Name: "daily", Topic: "mail", Spec: "0 8 * * *", TimeZone: "Europe/Paris",
+			Headers: map[string]string{"kind": "digest"}, RetryIntervals: []time.Duration{time.Minute}, MaxRetries: 3}
+		require.NoError(t, e.c.PutSchedule(ctx, s))
+		before := testutil.Dump(t, e.rdb, e.cfg.Prefix)
+		var wg sync.WaitGroup
+		for range 4 {
+			c := e.another(t, nil)
+			wg.Go(func() { require.NoError(t, c.PutSchedule(ctx, s)) })
+		}
+		wg.Wait()
+		require.Equal(t, before, testutil.Dump(t, e.rdb, e.cfg.Prefix))
+		infos, err := e.c.Schedules(ctx)
+		require.NoError(t, err)
+		require.Len(t, infos, 1)
+		got := infos[0].Schedule
+		require.Equal(t, s.Spec, got.Spec)
+		require.Equal(t, s.TimeZone, got.TimeZone)
+		require.Equal(t, s.Headers, got.Headers)
+		require.Equal(t, s.RetryIntervals, got.RetryIntervals)
+		require.Equal(t, s.MaxRetries, got.MaxRetries)
+		require.Equal(t, 8, infos[0].Next.Hour(), "Next is read in the schedule's zone")
+	})
+}
+
+// TestPutScheduleRefusesBadInput: a bad schedule is ErrInvalidSchedule
+// with the reason, and nothing is written.
+func TestPutScheduleRefusesBadInput(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		good := redeq.Schedule{Name: "n", Topic: "t", Spec: "@hourly"}
+		long := make([]byte, redeq.MaxScheduleName+1)
+		for i := range long {
+			long[i] = 'a'
+		}
+		for _, tc := range []struct {
+			name   string
+			mod    func(*redeq.Schedule)
+			reason string
+		}{
+			{"EmptyName", func(s *redeq.Schedule) { s.Name = "" }, "name is empty"},
+			{"LongName", func(s *redeq.Schedule) { s.Name = string(long) }, "longer than"},
+			{"NameWithAt", func(s *redeq.Schedule) { s.Name = "a@b" }, "@"},
+			{"NameWithBrace", func(s *redeq.Schedule) { s.Name = "a{b" }, "no braces"},
+			{"BadTopic", func(s *redeq.Schedule) { s.Topic = "a b" }, "topic"},
+			{"BadSpec", func(s *redeq.Schedule) { s.Spec = "61 * * * *" }, "spec"},
+			{"EmptySpec", func(s *redeq.Schedule) { s.Spec = "" }, "spec"},
+			{"ShortEvery", func(s *redeq.Schedule) { s.Spec = "@every 10ms" }, "spec"},
+			{"NeverTicks", func(s *redeq.Schedule) { s.Spec = "0 0 30 2 *" }, ""},
+			{"BadZone", func(s *redeq.Schedule) { s.TimeZone = "Mars/Olympus" }, "time zone"},
+			{"LocalZone", func(s *redeq.Schedule) { s.TimeZone = "Local" }, "Local"},
+			{"NegativeWindow", func(s *redeq.Schedule) { s.CatchUpWindow = -time.Second }, "CatchUpWindow"},
+			{"HugeWindow", func(s *redeq.Schedule) { s.CatchUpWindow = 400 * 24 * time.Hour }, "CatchUpWindow"},
+			{"BadPolicy", func(s *redeq.Schedule) { s.CatchUp = 7 }, "CatchUp"},
+			{"OwnHeader", func(s *redeq.Schedule) { s.Headers = map[string]string{redeq.HeaderTick: "1"} }, "redeq's own"},
+			{"BadRetries", func(s *redeq.Schedule) { s.MaxRetries = -2 }, "MaxRetries"},
+			{"EmptyIntervals", func(s *redeq.Schedule) { s.RetryIntervals = []time.Duration{} }, "RetryIntervals"},
+			{"HugeBody", func(s *redeq.Schedule) { s.Body = make([]byte, e.cfg.MaxBodyBytes+1) }, "body"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				before := testutil.Dump(t, e.rdb, e.cfg.Prefix)
+				s := good
+				tc.mod(&s)
+				err := e.c.PutSchedule(ctx, s)
+				require.ErrorIs(t, err, redeq.ErrInvalidSchedule)
+				require.ErrorContains(t, err, tc.reason)
+				require.Equal(t, before, testutil.Dump(t, e.rdb, e.cfg.Prefix), "a refused put writes nothing")
+			})
+		}
+		require.ErrorIs(t, e.c.DeleteSchedule(ctx, "a b"), redeq.ErrInvalidArgument)
+		require.ErrorIs(t, e.c.DeleteSchedule(ctx, "missing"), redeq.ErrScheduleNotFound)
+		require.Empty(t, testutil.Keys(t, e.rdb, e.cfg.Prefix), "nothing was written")
+	})
+}
+
+// TestNextTicks: the next ticks of a schedule, in its zone, across a
+// daylight-saving change; bad specs, zones and counts refused.
+func TestNextTicks(t *testing.T) {
+	paris, err := time.LoadLocation("Europe/Paris")
+	require.NoError(t, err)
+	s := redeq.Schedule{Spec: "30 2 * * *", TimeZone: "Europe/Paris"}
+	ticks, err := redeq.NextTicks(s, time.Date(2026, 3, 28, 12, 0, 0, 0, paris), 3)
+	require.NoError(t, err)
+	// 02:30 does not exist on March 29th in Paris: it runs at 03:00.
+	require.Equal(t, []time.Time{
+		time.Date(2026, 3, 29, 3, 0, 0, 0, paris),
+		time.Date(2026, 3, 30, 2, 30, 0, 0, paris),
+		time.Date(2026, 3, 31, 2, 30, 0, 0, paris),
+	}, ticks)
+	for i := range ticks {
+		require.True(t, ticks[i].Equal(ticks[i].In(paris)))
+	}
+	_, err = redeq.NextTicks(redeq.Schedule{Spec: "nope"}, time.Now(), 1)
+	require.ErrorIs(t, err, redeq.ErrInvalidSchedule)
+	_, err = redeq.NextTicks(redeq.Schedule{Spec: "@daily", TimeZone: "No/Where"}, time.Now(), 1)
+	require.ErrorIs(t, err, redeq.ErrInvalidSchedule)
+	_, err = redeq.NextTicks(redeq.Schedule{Spec: "@daily"}, time.Now(), -1)
+	require.ErrorIs(t, err, redeq.ErrInvalidArgument)
+}
+
+// TestScheduleTickClaimOutlivesItsJob: a tick whose job was added but whose
+// cursor did not move (the client failed between the two steps) is not
+// added again by the next try once its job was deleted: the claim, written
+// with the job, outlives it.
+func TestScheduleTickClaimOutlivesItsJob(t *testing.T) {
+	be := testutil.Backends(t)[0]
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	t0 := time.Date(2026, 3, 1, 12, 0, 10, 0, time.UTC)
+	at := func(m int) time.Time { return time.Date(2026, 3, 1, 12, m, 0, 0, time.UTC) }
+	frozen(e, t0)
+	h := newScriptHook(t, "redeq/schedule_advance.lua")
+	var mu sync.Mutex
+	failing, tries := true, 0
+	h.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+		mu.Lock()
+		defer mu.Unlock()
+		tries++
+		if failing {
+			return errors.New("connection lost before the cursor moved")
+		}
+		return next()
+	})
+	c := e.hooked(t, h)
+	require.NoError(t, c.PutSchedule(ctx, redeq.Schedule{Name: "sweep", Topic: "sweeps", Spec: "@every 1m"}))
+	startSched(t, c, nil)
+	require.Eventually(t, func() bool { return hasTick(t, c, "sweeps", "sweep", at(1)) }, 5*time.Second, 10*time.Millisecond)
+	_, err := c.Delete(ctx, "sweeps", "sweep@"+strconv.FormatInt(at(1).UnixMilli(), 10))
+	require.NoError(t, err)
+	mu.Lock()
+	seen := tries
+	mu.Unlock()
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return tries >= seen+2 }, 10*time.Second, 10*time.Millisecond, "the pass tries again")
+	require.False(t, hasTick(t, c, "sweeps", "sweep", at(1)), "the deleted tick's job is not added again while the cursor lags")
+	mu.Lock()
+	failing = false
+	mu.Unlock()
+	frozen(e, at(1).Add(time.Second))
+	require.Eventually(t, func() bool { return hasTick(t, c, "sweeps", "sweep", at(2)) }, 10*time.Second, 10*time.Millisecond, "the schedule goes on")
+	require.False(t, hasTick(t, c, "sweeps", "sweep", at(1)))
+}
+
+// TestScheduleCallsRerun: a put, pause, resume or delete that go-redis
+// sends again after a lost reply answers as the first run did, and acts
+// once.
+func TestScheduleCallsRerun(t *testing.T) {
+	be := testutil.Backends(t)[0]
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	t0 := time.Date(2026, 3, 1, 12, 0, 10, 0, time.UTC)
+	at := func(m, s int) time.Time { return time.Date(2026, 3, 1, 12, m, s, 0, time.UTC) }
+	frozen(e, t0)
+	put := newScriptHook(t, "redeq/schedule_put.lua")
+	state := newScriptHook(t, "redeq/schedule_state.lua")
+	c := e.hooked(t, put, state)
+	s := redeq.Schedule{Name: "r", Topic: "rs", Spec: "@every 1m"}
+	require.NoError(t, c.PutSchedule(ctx, s))
+	startSched(t, c, nil)
+	require.Eventually(t, func() bool { return hasTick(t, c, "rs", "r", at(1, 0)) }, 5*time.Second, 10*time.Millisecond)
+	record := e.cfg.Prefix + ":{sched:r}:schedule"
+	version := func() string {
+		v, err := e.rdb.HGet(ctx, record, "version").Result()
+		require.NoError(t, err)
+		return v
+	}
+	require.Equal(t, "1", version())
+
+	put.set(rerun)
+	state.set(rerun)
+	s.Spec = "30 * * * * *"
+	require.NoError(t, c.PutSchedule(ctx, s))
+	require.Equal(t, "2", version(), "a rerun of a put changes the record once")
+	require.False(t, hasTick(t, c, "rs", "r", at(1, 0)), "the rerun still removes the old waiting tick")
+	require.Eventually(t, func() bool { return hasTick(t, c, "rs", "r", at(0, 30)) }, 5*time.Second, 10*time.Millisecond)
+
+	require.NoError(t, c.PauseSchedule(ctx, "r"))
+	require.False(t, hasTick(t, c, "rs", "r", at(0, 30)), "the rerun of a pause still removes the waiting tick")
+	require.NoError(t, c.ResumeSchedule(ctx, "r"))
+	require.Eventually(t, func() bool { return hasTick(t, c, "rs", "r", at(0, 30)) }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, c.DeleteSchedule(ctx, "r"), "a rerun of a delete is no ErrScheduleNotFound")
+	require.False(t, hasTick(t, c, "rs", "r", at(0, 30)))
+}
+
+// TestScheduleOwnerKilled: when the client that owns a schedule is killed
+// (SIGKILL), another takes its ticks over: every tick's job is still added
+// exactly once and none is skipped.
+func TestScheduleOwnerKilled(t *testing.T) {
+	testutil.FaultTier(t)
+	eachReal(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		s := redeq.Schedule{Name: "sweep", Topic: "sweeps", Spec: "@every 1s"}
+		require.NoError(t, e.c.PutSchedule(ctx, s))
+		ids := map[string]*child{}
+		for range 2 {
+			idc := make(chan string, 1)
+			k := startChildKind(t, "mover", e.be, e.cfg.Prefix, "sweeps", func(line string) {
+				if id, ok := strings.CutPrefix(line, "id "); ok {
+					idc <- id
+				}
+			})
+			select {
+			case id := <-idc:
+				ids[id] = k
+			case <-time.After(30 * time.Second):
+				t.Fatal("child did not start")
+			}
+		}
+		// A consuming client that does not own the schedule, so the owner
+		// killed is a child.
+		var c *redeq.Client
+		for range 20 {
+			c = e.another(t, nil)
+			live := []string{c.ConsumerID()}
+			for id := range ids {
+				live = append(live, id)
+			}
+			if bucket.Owner(live, "sched:sweep") != c.ConsumerID() {
+				break
+			}
+		}
+		l := newTickCounter("sweeps")
+		startSched(t, c, l)
+		waitTicks(t, l, 3)
+		live := []string{c.ConsumerID()}
+		for id := range ids {
+			live = append(live, id)
+		}
+		owner := ids[bucket.Owner(live, "sched:sweep")]
+		require.NotNil(t, owner, "a child owns the schedule")
+		owner.kill()
+		ticks, _ := l.ticks()
+		waitTicks(t, l, len(ticks)+5)
+
+		infos, err := c.Schedules(ctx)
+		require.NoError(t, err)
+		require.Len(t, infos, 1)
+		require.Equal(t, int64(0), infos[0].Skipped, "no tick is skipped when its owner dies")
+		ticks, counts := l.ticks()
+		for i, ms := range ticks {
+			require.Equal(t, 1, counts[ms], "tick %d delivered %d times", ms, counts[ms])
+			if i > 0 {
+				require.Equal(t, int64(1000), ms-ticks[i-1], "no tick is missing between %d and %d", ticks[i-1], ms)
+			}
+		}
+	})
+}
