@@ -255,6 +255,7 @@ func (m *Mover) recheckRetired(ctx context.Context) error {
 				return err
 			}
 			m.env.Logger.Info("redeq: recorded a retired topic again: it holds jobs or has consumers", "topic", topic)
+			m.Refresh()
 			continue
 		}
 		if old == 1 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redeq-go/redeq/bucket"
+	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
@@ -183,4 +186,151 @@ func TestMoverWorksBesideTopicOnDeadMaster(t *testing.T) {
 	startWith(t, c, l)
 	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: t2, ID: "now"}))
 	waitFor(t, 50*cfg.ScanInterval, "the job of the healthy topic ran", func() bool { return l.count() > 0 })
+}
+
+// cmdHook calls after with each command, alone or in a pipeline, once
+// it has run.
+type cmdHook struct {
+	after func(ctx context.Context, cmd redis.Cmder)
+}
+
+func (h cmdHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h cmdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.after(ctx, cmd)
+		return err
+	}
+}
+
+func (h cmdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.after(ctx, cmd)
+		}
+		return err
+	}
+}
+
+// names reports whether cmd names s among its arguments.
+func names(cmd redis.Cmder, s string) bool {
+	for _, a := range cmd.Args() {
+		if v, ok := a.(string); ok && v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// hookedWith is a client over e's deployment with cfg whose connection
+// runs hook.
+func hookedWith(t *testing.T, e *env, cfg config.Config, hook redis.Hook) *redeq.Client {
+	t.Helper()
+	rdb := e.be.New(t)
+	rdb.AddHook(hook)
+	c, err := redeq.New(rdb, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+	return c
+}
+
+// TestAddAsTopicRetiresIsMoved: a job added to a topic just as it
+// retires is moved when due. Client X owns the topic's name and retires
+// it; client Y, which never retires topics, owns its bucket. The job is
+// added once X has looked at the topic for the last time in its pass and
+// before any client drops the topic, so that no client takes its wake-up
+// for one naming a topic it does not know, and Y's wake-up reaches a loop
+// that Y stops at its next read of the topic set: X looks at the topic
+// once more a little after it retired it, and records it again.
+func TestAddAsTopicRetiresIsMoved(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		xcfg, ycfg := e.cfg, e.cfg
+		xcfg.RetireAfter, ycfg.RetireAfter = time.Hour, config.RetireNever
+
+		var (
+			mu      sync.Mutex
+			topic   string
+			looks   int // X's looks at whether the topic is in use
+			added   = make(chan struct{})
+			scanned = make(chan struct{}, 1) // Y's loop of the topic's bucket called Redis after the Add
+		)
+		x := hookedWith(t, e, xcfg, cmdHook{after: func(ctx context.Context, cmd redis.Cmder) {
+			mu.Lock()
+			tp := topic
+			if tp == "" || cmd.Name() != "zcard" || !names(cmd, keys.ForTopic(e.cfg.Prefix, tp).Consumers()) {
+				mu.Unlock()
+				return
+			}
+			// The look before the retirement, the one after it, and the
+			// look at the retired topics, which ends X's pass.
+			looks++
+			last := looks == 3
+			mu.Unlock()
+			if !last {
+				return
+			}
+			if err := e.c.Add(ctx, &redeq.Job{Topic: tp, ID: "late", Delay: 3 * time.Second}); err != nil {
+				t.Error(err)
+			}
+			close(added)
+			select {
+			case <-scanned:
+			case <-time.After(5 * time.Second):
+				t.Error("Y's loop of the bucket did not wake up")
+			}
+		}})
+		y := hookedWith(t, e, ycfg, cmdHook{after: func(ctx context.Context, cmd redis.Cmder) {
+			mu.Lock()
+			tp := topic
+			mu.Unlock()
+			select {
+			case <-added:
+				if names(cmd, keys.ForBucket(e.cfg.Prefix, tp, 0).Scheduled()) {
+					select {
+					case scanned <- struct{}{}:
+					default:
+					}
+				}
+			default:
+			}
+		}})
+
+		// A topic whose name X owns and whose bucket Y owns.
+		live := []string{x.ConsumerID(), y.ConsumerID()}
+		var tp string
+		for i := 0; tp == ""; i++ {
+			name := fmt.Sprint("r", i)
+			if bucket.Owner(live, name) == x.ConsumerID() && bucket.Owner(live, keys.Address(name, 0)) == y.ConsumerID() {
+				tp = name
+			}
+		}
+		// Used earlier and idle for two hours: X retires it at its first look.
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: tp, ID: "earlier", Delay: time.Hour}))
+		_, err := e.c.Delete(ctx, tp, "earlier")
+		require.NoError(t, err)
+		now, err := e.rdb.Time(ctx).Result()
+		require.NoError(t, err)
+		meta := keys.ForTopic(e.cfg.Prefix, tp).Meta()
+		require.NoError(t, e.rdb.HSet(ctx, meta, "idle", now.Add(-2*time.Hour).UnixMilli()).Err())
+		mu.Lock()
+		topic = tp
+		mu.Unlock()
+
+		require.NoError(t, y.Start(ctx))
+		waitFor(t, 5*time.Second, "Y announced", func() bool { return e.rdb.ZCard(ctx, keys.Movers(e.cfg.Prefix)).Val() == 1 })
+		require.NoError(t, x.Start(ctx))
+		waitFor(t, 10*time.Second, "the job added as the topic retired", func() bool {
+			select {
+			case <-added:
+				return true
+			default:
+				return false
+			}
+		})
+		// Due 3 s after its Add.
+		waitFor(t, 3*time.Second+30*e.cfg.ScanInterval, "the late job moved", func() bool { return stats(t, e.c, tp).Ready == 1 })
+	})
 }
