@@ -334,3 +334,40 @@ func TestAddAsTopicRetiresIsMoved(t *testing.T) {
 		waitFor(t, 3*time.Second+30*e.cfg.ScanInterval, "the late job moved", func() bool { return stats(t, e.c, tp).Ready == 1 })
 	})
 }
+
+// TestTopicsListsTopicsInUse: Topics lists the topics in use: a topic
+// retired for want of jobs and consumers is left out, and listed again
+// once a job is added to it.
+func TestTopicsListsTopicsInUse(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		cfg := e.cfg
+		cfg.RetireAfter = time.Hour
+		mover, err := redeq.New(e.be.New(t), cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = mover.Shutdown(context.Background()) })
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "idle", ID: "x"}))
+		_, err = e.c.Delete(ctx, "idle", "x")
+		require.NoError(t, err)
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "busy", ID: "x", Delay: time.Hour}))
+		// Idle for two hours: the mover retires it at its first look.
+		now, err := e.rdb.Time(ctx).Result()
+		require.NoError(t, err)
+		require.NoError(t, e.rdb.HSet(ctx, keys.ForTopic(e.cfg.Prefix, "idle").Meta(), "idle", now.Add(-2*time.Hour).UnixMilli()).Err())
+		names := func() []string {
+			infos, err := e.c.Topics(ctx)
+			require.NoError(t, err)
+			var out []string
+			for _, i := range infos {
+				out = append(out, i.Name)
+			}
+			return out
+		}
+		require.Equal(t, []string{"busy", "idle"}, names())
+		require.NoError(t, mover.Start(ctx))
+		waitFor(t, 10*time.Second, "the idle topic left out", func() bool { return slices.Equal(names(), []string{"busy"}) })
+
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "idle", ID: "again"}))
+		waitFor(t, 10*time.Second, "the topic listed again", func() bool { return slices.Equal(names(), []string{"busy", "idle"}) })
+	})
+}
