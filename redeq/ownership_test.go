@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -91,6 +92,91 @@ func refusing(t *testing.T, addrs []string, refused string) *redis.ClusterClient
 	})
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// hanging is a cluster client of addrs whose connections to the node at
+// hung, once hang is set, drop what they are to write, so that their
+// calls get no answer until go-redis's read timeout.
+func hanging(t *testing.T, addrs []string, hung string, hang *atomic.Bool) *redis.ClusterClient {
+	t.Helper()
+	var d net.Dialer
+	c := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: addrs,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil || addr != hung {
+				return conn, err
+			}
+			return dropConn{Conn: conn, drop: hang}, nil
+		},
+	})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// dropConn drops what it is to write while drop is set.
+type dropConn struct {
+	net.Conn
+	drop *atomic.Bool
+}
+
+func (c dropConn) Write(b []byte) (int, error) {
+	if c.drop.Load() {
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+// TestHungMasterKeepsClientAnnouncing: a client whose calls to one
+// master of the cluster never get an answer keeps announcing itself at
+// its pace while its first look at whether its topics are idle (a
+// pipeline over every bucket, so every master) waits on that master: it
+// never goes silent for as long as the others take to count it dead.
+func TestHungMasterKeepsClientAnnouncing(t *testing.T) {
+	be := testutil.Cluster(t)
+	probe := be.New(t)
+	const topic = "t"
+	prefix, hung := spareMaster(t, probe, []string{topic}, nil)
+	cfg := testutil.Config(t)
+	cfg.Prefix = prefix
+	cfg.Concurrency = 16
+	cfg.ScanInterval = 500 * time.Millisecond
+	cfg.RetireAfter = time.Hour
+	e := setup(t, be, cfg)
+	ctx := context.Background()
+	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: "x", Delay: time.Hour}))
+	movers := keys.Movers(prefix)
+	onHung := 0
+	for _, n := range bucketNodes(t, e, topic, cfg.Concurrency) {
+		if n == hung {
+			onHung++
+		}
+	}
+	require.Positive(t, onHung, "no bucket on the master that hangs")
+
+	var hang atomic.Bool
+	rdb := hanging(t, be.Addrs, hung, &hang)
+	// The master hangs from A's first announcement on: Start's PING
+	// may go to any node.
+	rdb.AddHook(cmdHook{after: func(ctx context.Context, cmd redis.Cmder) {
+		if names(cmd, movers) {
+			hang.Store(true)
+		}
+	}})
+	a, err := redeq.New(rdb, e.cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+	require.NoError(t, a.Start(ctx))
+	waitFor(t, 5*time.Second, "A announced", func() bool { return e.rdb.ZCard(ctx, movers).Val() == 1 })
+	liveFor := cfg.ScanInterval * 5 / 2
+	// go-redis gives up on the hung master after its 3 s read timeout.
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		now, err := e.rdb.Time(ctx).Result()
+		require.NoError(t, err)
+		ids, err := e.rdb.ZRangeByScore(ctx, movers, &redis.ZRangeBy{Min: fmt.Sprint(now.UnixMilli() - liveFor.Milliseconds()), Max: "+inf"}).Result()
+		require.NoError(t, err)
+		require.Equal(t, []string{a.ConsumerID()}, ids, "A silent for %v", liveFor)
+	}
 }
 
 // TestOwnerCutOffFromMasterHandsItsBucketsOver: a client that cannot
