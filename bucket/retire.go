@@ -75,9 +75,6 @@ func (m *Mover) tendLoop(ctx context.Context, snap <-chan map[string]int) {
 				return
 			}
 		}
-		if m.tended != nil {
-			signal(m.tended)
-		}
 		next := t.next
 		for _, at := range t.follow {
 			next = minTime(next, at)
