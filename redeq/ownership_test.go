@@ -340,8 +340,9 @@ func TestAddAsTopicRetiresIsMoved(t *testing.T) {
 			mu      sync.Mutex
 			topic   string
 			looks   int // X's looks at whether the topic is in use
+			adding  = make(chan struct{})
 			added   = make(chan struct{})
-			scanned = make(chan struct{}, 1) // Y's loop of the topic's bucket called Redis after the Add
+			scanned = make(chan struct{}, 1) // Y's loop of the topic's bucket called Redis since the Add began
 		)
 		x := hookedWith(t, e, xcfg, cmdHook{after: func(ctx context.Context, cmd redis.Cmder) {
 			mu.Lock()
@@ -358,6 +359,7 @@ func TestAddAsTopicRetiresIsMoved(t *testing.T) {
 			if !last {
 				return
 			}
+			close(adding)
 			if err := e.c.Add(ctx, &redeq.Job{Topic: tp, ID: "late", Delay: 3 * time.Second}); err != nil {
 				t.Error(err)
 			}
@@ -373,7 +375,7 @@ func TestAddAsTopicRetiresIsMoved(t *testing.T) {
 			tp := topic
 			mu.Unlock()
 			select {
-			case <-added:
+			case <-adding:
 				if names(cmd, keys.ForBucket(e.cfg.Prefix, tp, 0).Scheduled()) {
 					select {
 					case scanned <- struct{}{}:
