@@ -60,7 +60,6 @@ type Mover struct {
 	reassign    chan struct{} // the fleet's shares changed
 	announce    chan struct{} // announce now: unreachable changed
 	retired     chan []string // topics the tender retired
-	tended      chan struct{} // tests: the tender finished a pass
 }
 
 type loop struct {
@@ -289,14 +288,14 @@ func (m *Mover) setUnreachable(address string, cannot bool) {
 	} else {
 		delete(m.unreachable, address)
 	}
-	list := slices.Collect(maps.Keys(m.unreachable))
+	// Under m.mu, so that two changes reach the fleet in their order.
+	m.fleet.SetUnreachable(slices.Collect(maps.Keys(m.unreachable)))
 	m.mu.Unlock()
 	if cannot {
 		m.env.Failure("redeq: mover cannot move a bucket; the other clients take it over", "bucket", address, "after", m.cfg.UnreachableAfter())
 	} else {
 		m.env.Logger.Info("redeq: mover can move a bucket again", "bucket", address)
 	}
-	m.fleet.SetUnreachable(list)
 	signal(m.announce)
 }
 
