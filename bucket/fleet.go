@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +24,10 @@ var (
 // maxFleet bounds the clients one announcement returns.
 const maxFleet = 10_000
 
+// MaxUnreachable bounds the buckets one client announces it cannot move;
+// past it, the client keeps the others it owns and retries them.
+const MaxUnreachable = 2_000
+
 // pruneEvery is how many of its announcements a client makes per prune of
 // the dead clients' entries. Live clients are read by score, so the
 // entries left between prunes change nothing but the ZSET's size; pruning
@@ -34,21 +39,31 @@ const pruneEvery = 10
 // hashing (Owner), and only that client runs the bucket's mover. A client
 // announces itself once per ScanInterval in one ZSET; one that has not for
 // LiveFor counts as dead and its buckets pass to the others.
+//
+// Ownership also follows reachability: a client announces the buckets it
+// has failed to move for a while (SetUnreachable: it cannot reach their
+// node), and every client leaves those out of that client's share, so
+// that each passes to the live client of highest weight that has not
+// announced it too. When every live client announced one, its owner is
+// the usual one, which keeps trying.
 type Fleet struct {
 	rdb      redis.UniversalClient
-	key      string
+	keys     []string // movers, unreachable, clock
 	id       string
 	interval time.Duration
 
 	mu        sync.Mutex
-	live      []string // sorted, this client included
-	announced int      // announcements made, for pruneEvery
+	live      []string                   // sorted, this client included
+	cannot    map[string]map[string]bool // live client -> addresses it cannot move
+	mine      string                     // what SetUnreachable gave, one address a line
+	announced int                        // announcements made, for pruneEvery
 }
 
 // NewFleet returns the view of client id, which knows only itself until
 // its first Announce.
 func NewFleet(c redis.UniversalClient, prefix, id string, interval time.Duration) *Fleet {
-	return &Fleet{rdb: c, key: keys.Movers(prefix), id: id, interval: interval, live: []string{id}}
+	return &Fleet{rdb: c, id: id, interval: interval, live: []string{id},
+		keys: []string{keys.Movers(prefix), keys.MoversUnreachable(prefix), keys.MoversClock(prefix)}}
 }
 
 // LiveFor is how long a client that stopped announcing still counts as
@@ -56,42 +71,113 @@ func NewFleet(c redis.UniversalClient, prefix, id string, interval time.Duration
 // is a little late is not dropped.
 func (f *Fleet) LiveFor() time.Duration { return f.interval * 5 / 2 }
 
-// Announce records this client as alive and rereads the live clients. It
-// reports whether the live set changed.
+// SetUnreachable sets the bucket addresses this client cannot move, told
+// to the others from its next Announce on (at most MaxUnreachable of
+// them).
+func (f *Fleet) SetUnreachable(addresses []string) {
+	addresses = slices.Sorted(slices.Values(addresses))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mine = strings.Join(addresses[:min(len(addresses), MaxUnreachable)], "\n")
+}
+
+// Announce records this client as alive, with the buckets it cannot move,
+// and rereads the live clients and theirs. It reports whether the live
+// set, or the buckets its clients cannot move, changed.
 func (f *Fleet) Announce(ctx context.Context) (bool, error) {
 	f.mu.Lock()
 	prune := f.announced%pruneEvery == 0
 	f.announced++
+	mine := f.mine
 	f.mu.Unlock()
-	ids, err := announceScript.Run(ctx, f.rdb, []string{f.key}, f.id, f.LiveFor().Milliseconds(), maxFleet, prune).StringSlice()
+	v, err := announceScript.Run(ctx, f.rdb, f.keys, f.id, f.LiveFor().Milliseconds(), maxFleet, prune, mine).Slice()
+	if err == nil && len(v) != 2 {
+		err = fmt.Errorf("bad reply %v", v)
+	}
 	if err != nil {
 		return false, fmt.Errorf("announce mover: %w", err)
 	}
+	ids := strs(v[0])
 	if !slices.Contains(ids, f.id) {
 		ids = append(ids, f.id) // past maxFleet: still move what hashes to us
 	}
 	slices.Sort(ids)
+	pairs := strs(v[1])
+	cannot := map[string]map[string]bool{}
+	for i := 0; i+1 < len(pairs); i += 2 {
+		set := map[string]bool{}
+		for _, a := range strings.Split(pairs[i+1], "\n") {
+			set[a] = true
+		}
+		cannot[pairs[i]] = set
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	changed := !slices.Equal(ids, f.live)
-	f.live = ids
+	changed := !slices.Equal(ids, f.live) || !sameCannot(cannot, f.cannot)
+	f.live, f.cannot = ids, cannot
 	return changed, nil
+}
+
+func strs(v any) []string {
+	l, _ := v.([]any)
+	out := make([]string, 0, len(l))
+	for _, x := range l {
+		if s, ok := x.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func sameCannot(a, b map[string]map[string]bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for id, as := range a {
+		bs, ok := b[id]
+		if !ok || len(as) != len(bs) {
+			return false
+		}
+		for addr := range as {
+			if !bs[addr] {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Leave removes this client from the live set, so its buckets pass to the
 // others at their next announcement instead of after LiveFor.
 func (f *Fleet) Leave(ctx context.Context) error {
-	if err := f.rdb.ZRem(ctx, f.key, f.id).Err(); err != nil {
+	pipe := f.rdb.TxPipeline()
+	pipe.ZRem(ctx, f.keys[0], f.id)
+	pipe.HDel(ctx, f.keys[1], f.id)
+	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("leave movers: %w", err)
 	}
 	return nil
 }
 
-// Owns reports whether this client owns the bucket (or topic) at address.
+// Owns reports whether this client owns the bucket (or topic) at address:
+// it is the live client of highest weight among those that can move it,
+// or among all when none can.
 func (f *Fleet) Owns(address string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return Owner(f.live, address) == f.id
+	best, bestW := "", uint64(0)
+	for _, id := range f.live {
+		if f.cannot[id][address] {
+			continue
+		}
+		if w := weight(id, address); best == "" || w > bestW || (w == bestW && id > best) {
+			best, bestW = id, w
+		}
+	}
+	if best == "" {
+		best = Owner(f.live, address)
+	}
+	return best == f.id
 }
 
 // Size is the number of live clients this client knows of.

@@ -2,6 +2,9 @@ package bucket
 
 import (
 	"context"
+	"errors"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -47,12 +50,16 @@ type Mover struct {
 	env     env.Env
 	onReady func(topic string, n int)
 
-	mu      sync.Mutex
-	loops   map[string]*loop     // bucket address -> its running loop
-	known   map[string]int       // topics of the last reread
-	unknown map[string]bool      // topics named by a wake-up but not known
-	asked   map[string]time.Time // lostAsked: when the heartbeats were read for a topic without a count
-	refresh chan struct{}
+	mu          sync.Mutex
+	loops       map[string]*loop     // bucket address -> its running loop
+	known       map[string]int       // topics of the last reread
+	unknown     map[string]bool      // topics named by a wake-up but not known
+	asked       map[string]time.Time // lostAsked: when the heartbeats were read for a topic without a count
+	unreachable map[string]bool      // addresses this client failed to move for UnreachableAfter
+	refresh     chan struct{}
+	reassign    chan struct{} // the fleet's shares changed
+	announce    chan struct{} // announce now: unreachable changed
+	retired     chan []string // topics the tender retired
 }
 
 type loop struct {
@@ -66,12 +73,25 @@ type loop struct {
 func NewMover(c redis.UniversalClient, locker *lock.Locker, reg *Registry, fleet *Fleet, cfg MoverConfig, e env.Env, onReady func(topic string, n int)) *Mover {
 	return &Mover{
 		rdb: c, locker: locker, reg: reg, fleet: fleet, cfg: cfg, env: e, onReady: onReady,
-		loops:   map[string]*loop{},
-		known:   map[string]int{},
-		unknown: map[string]bool{},
-		refresh: make(chan struct{}, 1),
+		loops:       map[string]*loop{},
+		known:       map[string]int{},
+		unknown:     map[string]bool{},
+		unreachable: map[string]bool{},
+		refresh:     make(chan struct{}, 1),
+		reassign:    make(chan struct{}, 1),
+		announce:    make(chan struct{}, 1),
+		retired:     make(chan []string, 1),
 	}
 }
+
+// UnreachableAfter is how long an owner fails to move a bucket before it
+// tells the fleet that it cannot (see Fleet), so that another client
+// takes the bucket: three ScanIntervals.
+func (c MoverConfig) UnreachableAfter() time.Duration { return 3 * c.ScanInterval }
+
+// probeEvery is how often a client looks whether the buckets it cannot
+// move are back within its reach.
+func (c MoverConfig) probeEvery() time.Duration { return 2 * c.ScanInterval }
 
 // IdleScan is the longest an owner waits between two scans of a bucket
 // that has nothing due sooner: five ScanIntervals, and no more than a
@@ -130,8 +150,15 @@ func signal(ch chan struct{}) {
 // retirement of idle topics, until ctx ends. Then it stops its loops,
 // which release their locks, leaves the fleet, and returns once every
 // loop has ended.
+//
+// Announcing, reading the topics, tending retirement and looking whether
+// unreachable buckets are back each run on a goroutine of their own: a
+// call that waits on a node that does not answer holds up only what
+// needs that node, never the announcements that keep this client's share.
+// A read of the topics that fails for some (their meta lives on a node
+// that is down) keeps the others and retries those soon.
 func (m *Mover) Run(ctx context.Context) {
-	var wg sync.WaitGroup
+	var loops, bg sync.WaitGroup
 	defer func() {
 		m.mu.Lock()
 		for addr, l := range m.loops {
@@ -139,18 +166,21 @@ func (m *Mover) Run(ctx context.Context) {
 			delete(m.loops, addr)
 		}
 		m.mu.Unlock()
-		wg.Wait()
+		loops.Wait()
+		bg.Wait()
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 		if err := m.fleet.Leave(lctx); err != nil {
 			m.env.Logger.Warn("redeq: mover cannot leave the fleet", "err", err)
 		}
 	}()
-	var bo env.Backoff
-	bo.Max = 5 * m.cfg.ScanInterval
+	snap := make(chan map[string]int, 1)
+	bg.Go(func() { m.announceLoop(ctx) })
+	bg.Go(func() { m.tendLoop(ctx, snap) })
+	bg.Go(func() { m.probeLoop(ctx) })
+	bo := env.Backoff{Max: 5 * m.cfg.ScanInterval}
 	var topics map[string]int
 	var reread time.Time // when the topic set is next read
-	t := &tender{}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -160,42 +190,80 @@ func (m *Mover) Run(ctx context.Context) {
 		case <-timer.C:
 		case <-m.refresh:
 			reread = time.Time{}
+		case <-m.reassign:
+		case gone := <-m.retired:
+			// Unknown from now on: a wake-up naming one records it again.
+			m.mu.Lock()
+			for _, topic := range gone {
+				delete(topics, topic)
+			}
+			m.mu.Unlock()
 		}
 		now := m.env.Clock.Now()
+		if !now.Before(reread) {
+			got, lost, err := m.reg.TopicsAndLost(ctx)
+			if got != nil {
+				// Those that could be read: the others wait for the next
+				// read, and hold up nothing else.
+				topics = got
+				err = errors.Join(err, m.recordUnknown(ctx, topics))
+				m.recordCounts(ctx, topics, lost)
+				select {
+				case <-snap:
+				default:
+				}
+				snap <- maps.Clone(topics)
+			}
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				wait := bo.Next()
+				reread = now.Add(wait)
+				m.env.Failure("redeq: mover cannot read every topic", "err", err, "retry_in", wait)
+			} else {
+				bo.Reset()
+				reread = now.Add(5 * m.cfg.ScanInterval)
+			}
+		}
+		m.assign(ctx, &loops, topics)
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(max(reread.Sub(m.env.Clock.Now()), time.Millisecond))
+	}
+}
+
+// announceLoop announces this client every ScanInterval, and at once
+// when the buckets it cannot move changed, and has the loops reassigned
+// when the fleet's shares changed.
+func (m *Mover) announceLoop(ctx context.Context) {
+	bo := env.Backoff{Max: m.cfg.ScanInterval}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-m.announce:
+		}
 		wait := m.cfg.ScanInterval
 		changed, err := m.fleet.Announce(ctx)
-		if err == nil && !now.Before(reread) {
-			var got map[string]int
-			var lost []string
-			if got, lost, err = m.reg.TopicsAndLost(ctx); err == nil {
-				topics, changed = got, true
-				reread = now.Add(5 * m.cfg.ScanInterval)
-				err = m.recordUnknown(ctx, topics)
-				m.recordCounts(ctx, topics, lost)
-			}
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return
+		case err != nil:
 			wait = bo.Next()
 			m.env.Failure("redeq: mover cannot reach redis", "err", err, "retry_in", wait)
-		} else {
+		default:
 			bo.Reset()
-		}
-		if err == nil && m.cfg.RetireAfter > 0 {
-			if retired := m.tend(ctx, t, topics, now); len(retired) > 0 {
-				// Unknown from now on: a wake-up naming one records it again.
-				m.mu.Lock()
-				for _, topic := range retired {
-					delete(topics, topic)
-				}
-				m.mu.Unlock()
-				changed = true
+			if changed {
+				signal(m.reassign)
 			}
-		}
-		if changed {
-			m.assign(ctx, &wg, topics)
 		}
 		if !timer.Stop() {
 			select {
@@ -204,6 +272,68 @@ func (m *Mover) Run(ctx context.Context) {
 			}
 		}
 		timer.Reset(wait)
+	}
+}
+
+// setUnreachable records whether this client can move the bucket at
+// address, and tells the fleet when that changed.
+func (m *Mover) setUnreachable(address string, cannot bool) {
+	m.mu.Lock()
+	if m.unreachable[address] == cannot {
+		m.mu.Unlock()
+		return
+	}
+	if cannot {
+		m.unreachable[address] = true
+	} else {
+		delete(m.unreachable, address)
+	}
+	// Under m.mu, so that two changes reach the fleet in their order.
+	m.fleet.SetUnreachable(slices.Collect(maps.Keys(m.unreachable)))
+	m.mu.Unlock()
+	if cannot {
+		m.env.Failure("redeq: mover cannot move a bucket; the other clients take it over", "bucket", address, "after", m.cfg.UnreachableAfter())
+	} else {
+		m.env.Logger.Info("redeq: mover can move a bucket again", "bucket", address)
+	}
+	signal(m.announce)
+}
+
+// probeLoop looks every probeEvery whether the buckets this client could
+// not move are within its reach again (one pipeline over them), and tells
+// the fleet of those that are, so they come back to it.
+func (m *Mover) probeLoop(ctx context.Context) {
+	tick := time.NewTicker(m.cfg.probeEvery())
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		m.mu.Lock()
+		var addrs []string
+		for addr := range m.unreachable {
+			if _, running := m.loops[addr]; !running {
+				addrs = append(addrs, addr) // a running loop tells itself
+			}
+		}
+		m.mu.Unlock()
+		if len(addrs) == 0 {
+			continue
+		}
+		pipe := m.rdb.Pipeline()
+		cmds := make([]*redis.IntCmd, len(addrs))
+		for i, addr := range addrs {
+			topic, n, _ := keys.ParseAddress(addr)
+			cmds[i] = pipe.Exists(ctx, keys.ForBucket(m.cfg.Prefix, topic, n).Scheduled())
+		}
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+		for i, cmd := range cmds {
+			if cmd.Err() == nil {
+				m.setUnreachable(addrs[i], false)
+			}
+		}
 	}
 }
 
@@ -365,6 +495,17 @@ func (m *Mover) assign(ctx context.Context, wg *sync.WaitGroup, topics map[strin
 			delete(m.loops, addr)
 		}
 	}
+	forgot := false
+	for addr := range m.unreachable {
+		if topic, n, _ := keys.ParseAddress(addr); n >= topics[topic] {
+			// A topic no longer known, or a bucket past its count.
+			delete(m.unreachable, addr)
+			forgot = true
+		}
+	}
+	if forgot {
+		m.fleet.SetUnreachable(slices.Collect(maps.Keys(m.unreachable)))
+	}
 }
 
 // runBucket is the loop of one owned bucket.
@@ -382,8 +523,23 @@ func (m *Mover) runBucket(ctx context.Context, topic string, n int, wake chan st
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var lastTry time.Time
+	var failingSince time.Time // start of the first of the steps failing in a row
+	addr := keys.Address(topic, n)
 	for ctx.Err() == nil {
-		wait, held := m.step(ctx, topic, n, mu, &lastTry, &bo, log)
+		start := m.env.Clock.Now()
+		wait, held, failed := m.step(ctx, topic, n, mu, &lastTry, &bo, log)
+		switch {
+		case failed:
+			if failingSince.IsZero() {
+				failingSince = start
+			}
+			if m.env.Clock.Now().Sub(failingSince) >= m.cfg.UnreachableAfter() {
+				m.setUnreachable(addr, true)
+			}
+		case !failingSince.IsZero() && ctx.Err() == nil:
+			failingSince = time.Time{}
+			m.setUnreachable(addr, false)
+		}
 		if wait == 0 {
 			continue // a full batch: more may be due
 		}
@@ -411,12 +567,12 @@ func (m *Mover) runBucket(ctx context.Context, topic string, n int, wake chan st
 }
 
 // step takes or keeps the lock and, when held, moves one batch. It returns
-// how long to wait before the next step (0: go on at once) and whether the
-// lock is held.
+// how long to wait before the next step (0: go on at once), whether the
+// lock is held, and whether the step failed.
 func (m *Mover) step(ctx context.Context, topic string, n int, mu *lock.Mutex, lastTry *time.Time, bo *env.Backoff, log interface {
 	Warn(string, ...any)
 	Info(string, ...any)
-}) (time.Duration, bool) {
+}) (time.Duration, bool, bool) {
 	now := m.env.Clock.Now()
 	var err error
 	held := mu.Held(now)
@@ -441,9 +597,9 @@ func (m *Mover) step(ctx context.Context, topic string, n int, mu *lock.Mutex, l
 			}
 			m.ready(topic, n, res)
 			if res.Moved >= m.cfg.MoveBatch {
-				return 0, false
+				return 0, false, false
 			}
-			return m.cfg.ScanInterval, false
+			return m.cfg.ScanInterval, false, false
 		}
 	}
 	if err == nil && held {
@@ -456,21 +612,21 @@ func (m *Mover) step(ctx context.Context, topic string, n int, mu *lock.Mutex, l
 			bo.Reset()
 			m.ready(topic, n, res)
 			if res.Moved >= m.cfg.MoveBatch {
-				return 0, true
+				return 0, true, false
 			}
 			wait := m.cfg.IdleScan()
 			if !res.Next.IsZero() {
 				wait = min(wait, max(res.Next.Sub(res.Now), time.Millisecond))
 			}
-			return wait, true
+			return wait, true, false
 		}
 	}
 	if ctx.Err() != nil {
-		return m.cfg.ScanInterval, held
+		return m.cfg.ScanInterval, held, false
 	}
 	wait := bo.Next()
 	m.env.Failure("redeq: mover failed", "topic", topic, "bucket", n, "err", err, "retry_in", wait)
-	return wait, held
+	return wait, held, true
 }
 
 // ready tells local fetchers that a bucket's ready list holds jobs.

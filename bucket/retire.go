@@ -24,12 +24,76 @@ var (
 const retiredBatch = 100
 
 // tender paces the retirement checks of one mover.
-type tender struct{ next time.Time }
+type tender struct {
+	next   time.Time
+	follow map[string]time.Time // topic this client retired -> when to look at it again
+}
 
 // retireEvery is how often a mover checks whether the topics it owns are
-// idle: an eighth of RetireAfter, from ScanInterval to five minutes.
+// idle: an eighth of RetireAfter, from ScanInterval to five minutes. A
+// client that never retires a topic still looks at the retired ones every
+// five minutes: another client retired them.
 func (c MoverConfig) retireEvery() time.Duration {
+	if c.RetireAfter <= 0 {
+		return 5 * time.Minute
+	}
 	return max(c.ScanInterval, min(c.RetireAfter/8, 5*time.Minute))
+}
+
+// settle is how long after it retired a topic a client looks at it once
+// more: by then every client (with this ScanInterval) has read the topic
+// set again and no longer knows the topic, so that an Add to it wakes
+// them up as one to a topic they do not know, which records it again. An
+// Add that landed before, while a client still knew the topic, is found
+// by this look: its wake-up may have reached a loop stopped just after.
+func (c MoverConfig) settle() time.Duration { return 10 * c.ScanInterval }
+
+// tendLoop runs the tender on the topics of the mover's last read until
+// ctx ends, and hands the topics it retired to Run: it calls every node
+// of the topics it checks, so it runs apart from the announcements and
+// the loops.
+func (m *Mover) tendLoop(ctx context.Context, snap <-chan map[string]int) {
+	t := &tender{follow: map[string]time.Time{}}
+	var topics map[string]int
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case topics = <-snap:
+		case <-timer.C:
+		}
+		if topics == nil {
+			continue
+		}
+		now := m.env.Clock.Now()
+		if retired := m.tend(ctx, t, topics, now); len(retired) > 0 {
+			select {
+			case m.retired <- retired:
+			case <-ctx.Done():
+				return
+			}
+		}
+		next := t.next
+		for _, at := range t.follow {
+			next = minTime(next, at)
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(max(next.Sub(m.env.Clock.Now()), time.Millisecond))
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // tend retires the idle topics this client owns and looks again at the
@@ -37,13 +101,14 @@ func (c MoverConfig) retireEvery() time.Duration {
 // of its name), so each is checked once per pass of the fleet.
 // It returns the topics it retired.
 func (m *Mover) tend(ctx context.Context, t *tender, topics map[string]int, now time.Time) []string {
+	m.followUp(ctx, t, now)
 	if now.Before(t.next) {
 		return nil
 	}
 	t.next = now.Add(m.cfg.retireEvery())
 	var retired []string
 	for topic, n := range topics {
-		if !m.fleet.Owns(topic) {
+		if m.cfg.RetireAfter <= 0 || !m.fleet.Owns(topic) {
 			continue
 		}
 		done, err := m.retireIfIdle(ctx, topic, n)
@@ -52,12 +117,39 @@ func (m *Mover) tend(ctx context.Context, t *tender, topics map[string]int, now 
 		}
 		if done {
 			retired = append(retired, topic)
+			t.follow[topic] = now.Add(m.cfg.settle())
 		}
 	}
 	if err := m.recheckRetired(ctx); err != nil {
 		m.env.Logger.Warn("redeq: cannot look at retired topics", "err", err)
 	}
 	return retired
+}
+
+// followUp looks again at the topics this client retired a settle ago,
+// and records again one that holds a job by now.
+func (m *Mover) followUp(ctx context.Context, t *tender, now time.Time) {
+	for topic, at := range t.follow {
+		if now.Before(at) {
+			continue
+		}
+		n, err := m.reg.Count(ctx, topic, 0)
+		empty := n == 0
+		if err == nil && n > 0 {
+			empty, err = m.unused(ctx, topic, n)
+		}
+		if err == nil && !empty {
+			if _, err = m.reg.Restore(ctx, topic); err == nil {
+				m.env.Logger.Info("redeq: recorded a topic again: a job was added to it as it was retired", "topic", topic)
+				m.Refresh()
+			}
+		}
+		if err != nil {
+			// recheckRetired looks at it again at its next pass.
+			m.env.Logger.Warn("redeq: cannot look again at a topic just retired", "topic", topic, "err", err)
+		}
+		delete(t.follow, topic)
+	}
 }
 
 // unused reports whether topic holds no job in any of its n buckets and
@@ -160,6 +252,7 @@ func (m *Mover) recheckRetired(ctx context.Context) error {
 				return err
 			}
 			m.env.Logger.Info("redeq: recorded a retired topic again: it holds jobs or has consumers", "topic", topic)
+			m.Refresh()
 			continue
 		}
 		if old == 1 {

@@ -27,9 +27,12 @@ type TopicInfo struct {
 	Consumers int64
 }
 
-// Topics lists every topic ever added to, sorted by name, in two round
-// trips (the topic set, then one pipeline over the topics' meta and
-// consumer sets).
+// Topics lists every topic in use, sorted by name, in two round trips
+// (the topic set, then one pipeline over the topics' meta and consumer
+// sets): each topic added to or listened to and not retired since (see
+// config.Config.RetireAfter). A retired topic, which holds no job and
+// has no consumer, is listed again once a job is added to it or a
+// listener of it starts.
 func (c *Client) Topics(ctx context.Context) ([]TopicInfo, error) {
 	if ctx == nil {
 		return nil, invalidArg("nil context")

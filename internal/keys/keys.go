@@ -211,6 +211,18 @@ const ReadyHeadField = "\x00readyhead"
 // buckets among the live ones.
 func Movers(prefix string) string { return prefix + ":movers" }
 
+// MoversUnreachable is a HASH: client id -> the bucket addresses that
+// client cannot move (it cannot reach their node), one per line. The
+// other clients share those buckets out among themselves. Its hash tag
+// is Movers' whole name, so it shares Movers' slot.
+func MoversUnreachable(prefix string) string { return "{" + Movers(prefix) + "}:unreachable" }
+
+// MoversClock is a HASH: "high", the latest announcement time the fleet
+// has seen, and "offset", what the Redis clock stepped back by in all,
+// both ms: announcements are scored on a clock that never goes back. It
+// shares Movers' slot.
+func MoversClock(prefix string) string { return "{" + Movers(prefix) + "}:clock" }
+
 // Alive is a ZSET: consumer id -> its last heartbeat, unix ms (Redis
 // clock). One entry per started client with listeners, whatever the
 // number of topics it listens to: the heartbeat costs one call per client,

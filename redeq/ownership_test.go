@@ -1,0 +1,461 @@
+package redeq_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/bucket"
+	"github.com/redeq-go/redeq/config"
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// clusterMasters lists the addresses of the masters of the cluster rdb
+// reaches.
+func clusterMasters(t *testing.T, rdb redis.UniversalClient) []string {
+	t.Helper()
+	slots, err := rdb.ClusterSlots(context.Background()).Result()
+	require.NoError(t, err)
+	var out []string
+	for _, s := range slots {
+		if a := s.Nodes[0].Addr; !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// masterOf returns the address of the master holding key (or channel).
+func masterOf(t *testing.T, rdb redis.UniversalClient, key string) string {
+	t.Helper()
+	return nodeOf(t, rdb, key)
+}
+
+// spareMaster looks for a prefix under which one master of the cluster
+// holds none of the keys a client needs whatever its buckets (the fleet,
+// the topic set, the wake channel, and the keys of each topic of
+// needed), and returns the prefix and that master. avoid lists further
+// keys, made from the prefix, that must not live on it.
+func spareMaster(t *testing.T, rdb redis.UniversalClient, needed []string, avoid func(prefix string) []string) (string, string) {
+	t.Helper()
+	masters := clusterMasters(t, rdb)
+	for range 500 {
+		prefix := testutil.Prefix(t)
+		ks := []string{keys.Movers(prefix), keys.Topics(prefix), keys.Retired(prefix), keys.WakeChannel(prefix),
+			keys.ReadyChannel(prefix), keys.Alive(prefix)}
+		for _, topic := range needed {
+			ks = append(ks, keys.ForTopic(prefix, topic).Meta())
+		}
+		if avoid != nil {
+			ks = append(ks, avoid(prefix)...)
+		}
+		used := map[string]bool{}
+		for _, k := range ks {
+			used[masterOf(t, rdb, k)] = true
+		}
+		for _, m := range masters {
+			if !used[m] {
+				return prefix, m
+			}
+		}
+	}
+	t.Fatal("no prefix leaves a master free of the fleet's keys")
+	return "", ""
+}
+
+// refusing is a cluster client of addrs whose dialer refuses every
+// connection to the node at refused, as a partition between this client
+// and that node would.
+func refusing(t *testing.T, addrs []string, refused string) *redis.ClusterClient {
+	t.Helper()
+	var d net.Dialer
+	c := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: addrs,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if addr == refused {
+				return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+			}
+			return d.DialContext(ctx, network, addr)
+		},
+	})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// hanging is a cluster client of addrs whose connections to the node at
+// hung, once hang is set, drop what they are to write, so that their
+// calls get no answer until go-redis's read timeout.
+func hanging(t *testing.T, addrs []string, hung string, hang *atomic.Bool) *redis.ClusterClient {
+	t.Helper()
+	var d net.Dialer
+	c := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: addrs,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil || addr != hung {
+				return conn, err
+			}
+			return dropConn{Conn: conn, drop: hang}, nil
+		},
+	})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// dropConn drops what it is to write while drop is set.
+type dropConn struct {
+	net.Conn
+	drop *atomic.Bool
+}
+
+func (c dropConn) Write(b []byte) (int, error) {
+	if c.drop.Load() {
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+// TestHungMasterKeepsClientAnnouncing: a client whose calls to one
+// master of the cluster never get an answer keeps announcing itself at
+// its pace while its first look at whether its topics are idle (a
+// pipeline over every bucket, so every master) waits on that master: it
+// never goes silent for as long as the others take to count it dead.
+func TestHungMasterKeepsClientAnnouncing(t *testing.T) {
+	be := testutil.Cluster(t)
+	probe := be.New(t)
+	const topic = "t"
+	prefix, hung := spareMaster(t, probe, []string{topic}, nil)
+	cfg := testutil.Config(t)
+	cfg.Prefix = prefix
+	cfg.Concurrency = 16
+	cfg.ScanInterval = 500 * time.Millisecond
+	cfg.RetireAfter = time.Hour
+	e := setup(t, be, cfg)
+	ctx := context.Background()
+	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: "x", Delay: time.Hour}))
+	movers := keys.Movers(prefix)
+	onHung := 0
+	for _, n := range bucketNodes(t, e, topic, cfg.Concurrency) {
+		if n == hung {
+			onHung++
+		}
+	}
+	require.Positive(t, onHung, "no bucket on the master that hangs")
+
+	var hang atomic.Bool
+	rdb := hanging(t, be.Addrs, hung, &hang)
+	// The master hangs from A's first announcement on: Start's PING
+	// may go to any node.
+	rdb.AddHook(cmdHook{after: func(ctx context.Context, cmd redis.Cmder) {
+		if names(cmd, movers) {
+			hang.Store(true)
+		}
+	}})
+	a, err := redeq.New(rdb, e.cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+	require.NoError(t, a.Start(ctx))
+	waitFor(t, 5*time.Second, "A announced", func() bool { return e.rdb.ZCard(ctx, movers).Val() == 1 })
+	liveFor := cfg.ScanInterval * 5 / 2
+	// go-redis gives up on the hung master after its 3 s read timeout.
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		now, err := e.rdb.Time(ctx).Result()
+		require.NoError(t, err)
+		ids, err := e.rdb.ZRangeByScore(ctx, movers, &redis.ZRangeBy{Min: fmt.Sprint(now.UnixMilli() - liveFor.Milliseconds()), Max: "+inf"}).Result()
+		require.NoError(t, err)
+		require.Equal(t, []string{a.ConsumerID()}, ids, "A silent for %v", liveFor)
+	}
+}
+
+// TestOwnerCutOffFromMasterHandsItsBucketsOver: a client that cannot
+// reach one master of the cluster (client A) stops claiming the buckets
+// that live there, and a client that reaches every master (client B)
+// moves them: every job runs soon after it is due, though A keeps
+// announcing itself and owns its share of the other buckets.
+func TestOwnerCutOffFromMasterHandsItsBucketsOver(t *testing.T) {
+	be := testutil.Cluster(t)
+	probe := be.New(t)
+	const topic = "t"
+	prefix, cut := spareMaster(t, probe, []string{topic}, nil)
+	cfg := testutil.Config(t)
+	cfg.Prefix = prefix
+	cfg.Concurrency = 16
+	e := setup(t, be, cfg)
+	ctx := context.Background()
+	onCut := 0
+	for _, n := range bucketNodes(t, e, topic, cfg.Concurrency) {
+		if n == cut {
+			onCut++
+		}
+	}
+	require.Positive(t, onCut, "no bucket on the master A cannot reach")
+
+	a, err := redeq.New(refusing(t, be.Addrs, cut), e.cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+	require.NoError(t, a.Start(ctx))
+	var runs jobRuns
+	l := newListener(topic, runs.handler(0))
+	l.workers = 8
+	startWith(t, e.c, l)
+	waitFor(t, 5*time.Second, "both clients announced", func() bool {
+		return e.rdb.ZCard(ctx, keys.Movers(prefix)).Val() == 2
+	})
+
+	const jobs = 64
+	for i := range jobs {
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: fmt.Sprint("j", i), Delay: time.Second}))
+	}
+	// Due in 1 s; then UnreachableAfter (3 scans) and two announcements
+	// pass before B moves what A could not.
+	waitFor(t, time.Second+40*cfg.ScanInterval, "every job ran", func() bool { return runs.ranAll("j", jobs, nil) })
+	for id, r := range runs.snapshot() {
+		require.Len(t, r, 1, "job %s ran more than once", id)
+	}
+	require.EqualValues(t, 2, e.rdb.ZCard(ctx, keys.Movers(prefix)).Val(), "A stopped announcing")
+}
+
+// TestMoverWorksBesideTopicOnDeadMaster: a client started while one
+// master of the cluster is down (cluster-require-full-coverage no, and
+// no replica takes over) moves the topics it can read: a topic recorded
+// earlier whose meta lives on the dead master holds up nothing but its
+// own jobs, and a job of another topic, all of whose keys live on the
+// healthy masters, runs as soon as it is due.
+func TestMoverWorksBesideTopicOnDeadMaster(t *testing.T) {
+	cl := testutil.StartCluster(t, 3, time.Second)
+	ctx := context.Background()
+	for _, addr := range cl.Addrs {
+		n := redis.NewClient(&redis.Options{Addr: addr})
+		require.NoError(t, n.ConfigSet(ctx, "cluster-require-full-coverage", "no").Err())
+		require.NoError(t, n.ConfigSet(ctx, "cluster-replica-no-failover", "yes").Err())
+		n.Close()
+	}
+	be := clusterBackend(cl.Addrs, false)
+	probe := be.New(t)
+	// t1 has its meta on the master to be killed; t2 has none of its
+	// keys there.
+	var t1, t2 string
+	prefix, dead := spareMaster(t, probe, nil, nil)
+	for i := 0; t1 == "" || t2 == ""; i++ {
+		require.Less(t, i, 1000, "no topic names fit")
+		name := fmt.Sprint("t", i)
+		meta, bucket := masterOf(t, probe, keys.ForTopic(prefix, name).Meta()), masterOf(t, probe, keys.ForBucket(prefix, name, 0).Pool())
+		switch {
+		case t1 == "" && meta == dead:
+			t1 = name
+		case t2 == "" && meta != dead && bucket != dead:
+			t2 = name
+		}
+	}
+	cfg := testutil.Config(t)
+	cfg.Prefix = prefix
+	e := setup(t, be, cfg)
+	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: t1, ID: "earlier", Delay: time.Hour}))
+	cl.Node(dead).Kill()
+
+	c, err := redeq.New(be.New(t), e.cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+	l := newListener(t2, nil)
+	startWith(t, c, l)
+	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: t2, ID: "now"}))
+	waitFor(t, 50*cfg.ScanInterval, "the job of the healthy topic ran", func() bool { return l.count() > 0 })
+}
+
+// cmdHook calls after with each command, alone or in a pipeline, once
+// it has run.
+type cmdHook struct {
+	after func(ctx context.Context, cmd redis.Cmder)
+}
+
+func (h cmdHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h cmdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.after(ctx, cmd)
+		return err
+	}
+}
+
+func (h cmdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.after(ctx, cmd)
+		}
+		return err
+	}
+}
+
+// names reports whether cmd names s among its arguments.
+func names(cmd redis.Cmder, s string) bool {
+	for _, a := range cmd.Args() {
+		if v, ok := a.(string); ok && v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// hookedWith is a client over e's deployment with cfg whose connection
+// runs hook.
+func hookedWith(t *testing.T, e *env, cfg config.Config, hook redis.Hook) *redeq.Client {
+	t.Helper()
+	rdb := e.be.New(t)
+	rdb.AddHook(hook)
+	c, err := redeq.New(rdb, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+	return c
+}
+
+// TestAddAsTopicRetiresIsMoved: a job added to a topic just as it
+// retires is moved when due. Client X owns the topic's name and retires
+// it; client Y, which never retires topics, owns its bucket. The job is
+// added once X has looked at the topic for the last time in its pass and
+// before any client drops the topic, so that no client takes its wake-up
+// for one naming a topic it does not know, and Y's wake-up reaches a loop
+// that Y stops at its next read of the topic set: X looks at the topic
+// once more a little after it retired it, and records it again.
+func TestAddAsTopicRetiresIsMoved(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		xcfg, ycfg := e.cfg, e.cfg
+		xcfg.RetireAfter, ycfg.RetireAfter = time.Hour, config.RetireNever
+
+		var (
+			mu      sync.Mutex
+			topic   string
+			looks   int // X's looks at whether the topic is in use
+			adding  = make(chan struct{})
+			added   = make(chan struct{})
+			scanned = make(chan struct{}, 1) // Y's loop of the topic's bucket called Redis since the Add began
+		)
+		x := hookedWith(t, e, xcfg, cmdHook{after: func(ctx context.Context, cmd redis.Cmder) {
+			mu.Lock()
+			tp := topic
+			if tp == "" || cmd.Name() != "zcard" || !names(cmd, keys.ForTopic(e.cfg.Prefix, tp).Consumers()) {
+				mu.Unlock()
+				return
+			}
+			// The look before the retirement, the one after it, and the
+			// look at the retired topics, which ends X's pass.
+			looks++
+			last := looks == 3
+			mu.Unlock()
+			if !last {
+				return
+			}
+			close(adding)
+			if err := e.c.Add(ctx, &redeq.Job{Topic: tp, ID: "late", Delay: 3 * time.Second}); err != nil {
+				t.Error(err)
+			}
+			close(added)
+			select {
+			case <-scanned:
+			case <-time.After(5 * time.Second):
+				t.Error("Y's loop of the bucket did not wake up")
+			}
+		}})
+		y := hookedWith(t, e, ycfg, cmdHook{after: func(ctx context.Context, cmd redis.Cmder) {
+			mu.Lock()
+			tp := topic
+			mu.Unlock()
+			select {
+			case <-adding:
+				if names(cmd, keys.ForBucket(e.cfg.Prefix, tp, 0).Scheduled()) {
+					select {
+					case scanned <- struct{}{}:
+					default:
+					}
+				}
+			default:
+			}
+		}})
+
+		// A topic whose name X owns and whose bucket Y owns.
+		live := []string{x.ConsumerID(), y.ConsumerID()}
+		var tp string
+		for i := 0; tp == ""; i++ {
+			name := fmt.Sprint("r", i)
+			if bucket.Owner(live, name) == x.ConsumerID() && bucket.Owner(live, keys.Address(name, 0)) == y.ConsumerID() {
+				tp = name
+			}
+		}
+		// Used earlier and idle for two hours: X retires it at its first look.
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: tp, ID: "earlier", Delay: time.Hour}))
+		_, err := e.c.Delete(ctx, tp, "earlier")
+		require.NoError(t, err)
+		now, err := e.rdb.Time(ctx).Result()
+		require.NoError(t, err)
+		meta := keys.ForTopic(e.cfg.Prefix, tp).Meta()
+		require.NoError(t, e.rdb.HSet(ctx, meta, "idle", now.Add(-2*time.Hour).UnixMilli()).Err())
+		mu.Lock()
+		topic = tp
+		mu.Unlock()
+
+		require.NoError(t, y.Start(ctx))
+		waitFor(t, 5*time.Second, "Y announced", func() bool { return e.rdb.ZCard(ctx, keys.Movers(e.cfg.Prefix)).Val() == 1 })
+		require.NoError(t, x.Start(ctx))
+		waitFor(t, 10*time.Second, "the job added as the topic retired", func() bool {
+			select {
+			case <-added:
+				return true
+			default:
+				return false
+			}
+		})
+		// Due 3 s after its Add.
+		waitFor(t, 3*time.Second+30*e.cfg.ScanInterval, "the late job moved", func() bool { return stats(t, e.c, tp).Ready == 1 })
+	})
+}
+
+// TestTopicsListsTopicsInUse: Topics lists the topics in use: a topic
+// retired for want of jobs and consumers is left out, and listed again
+// once a job is added to it.
+func TestTopicsListsTopicsInUse(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		cfg := e.cfg
+		cfg.RetireAfter = time.Hour
+		mover, err := redeq.New(e.be.New(t), cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = mover.Shutdown(context.Background()) })
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "idle", ID: "x"}))
+		_, err = e.c.Delete(ctx, "idle", "x")
+		require.NoError(t, err)
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "busy", ID: "x", Delay: time.Hour}))
+		// Idle for two hours: the mover retires it at its first look.
+		now, err := e.rdb.Time(ctx).Result()
+		require.NoError(t, err)
+		require.NoError(t, e.rdb.HSet(ctx, keys.ForTopic(e.cfg.Prefix, "idle").Meta(), "idle", now.Add(-2*time.Hour).UnixMilli()).Err())
+		names := func() []string {
+			infos, err := e.c.Topics(ctx)
+			require.NoError(t, err)
+			var out []string
+			for _, i := range infos {
+				out = append(out, i.Name)
+			}
+			return out
+		}
+		require.Equal(t, []string{"busy", "idle"}, names())
+		require.NoError(t, mover.Start(ctx))
+		waitFor(t, 10*time.Second, "the idle topic left out", func() bool { return slices.Equal(names(), []string{"busy"}) })
+
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "idle", ID: "again"}))
+		waitFor(t, 10*time.Second, "the topic listed again", func() bool { return slices.Equal(names(), []string{"busy", "idle"}) })
+	})
+}
