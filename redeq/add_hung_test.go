@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	rand "math/rand/v2"
 	"net"
 	"runtime"
 	"slices"
@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/config"
@@ -23,21 +24,6 @@ import (
 	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
-
-// Review 23: attacks on the promises of the single-job Client.Add.
-//
-//  1. When ctx ends before Redis answers, Add returns ctx's error promptly,
-//     even while Redis hangs; the caller may then reuse job.Body.
-//  2. An Add that returns nil stored its job as given (id, body, due
-//     time); ErrJobExists did not overwrite; concurrent Adds each get their
-//     own result.
-//  3. No goroutine of the library is left some ms after the last Add
-//     returned: after bursts, cancellations mid-call, Shutdown/Close.
-//  4. A job is never added twice nor reported as existing to its own
-//     first Add, when go-redis resends the script after a lost or late
-//     reply.
-//  5. Add works alike from one goroutine in a tight loop (a ctx of its
-//     own per call), from 64 goroutines, and mixed with AddBatch.
 
 // r23Slack is how long past its ctx's end an Add may take to return
 // ("within a few ms"; -race on a shared 2-core machine).
@@ -1118,12 +1104,14 @@ func (h *r23Hold) wait() {
 }
 
 func (h *r23Hold) DialHook(next redis.DialHook) redis.DialHook { return next }
+
 func (h *r23Hold) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.wait()
 		return next(ctx, cmd)
 	}
 }
+
 func (h *r23Hold) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.wait()
@@ -1403,5 +1391,52 @@ func (p *r23Proxy) serve() {
 				}
 			}
 		}()
+	}
+}
+
+// TestReview9CallerDeadlineHonoured: Add promises that when the caller's
+// ctx ends first it returns ctx's error (the Committer selects on ctx).
+// But go-redis cuts a read at the ctx deadline only with
+// ContextTimeoutEnabled, which go-redis leaves off by default: the calls
+// Add and AddBatch make directly (the topic record of a client's first
+// Add to a topic, and every RecordEvery; AddBatch's pipelines) wait for
+// the server's reply, up to ReadTimeout, past the caller's deadline. Here
+// the server is busy for 2 s (DEBUG SLEEP) and the callers give 300 ms.
+func TestReview9CallerDeadlineHonoured(t *testing.T) {
+	srv := testutil.StartServer(t, "--enable-debug-command", "yes")
+	rc := srv.Client(nil) // go-redis defaults
+	admin := srv.Client(nil)
+	ctx := context.Background()
+	cfg := testutil.Config(t)
+	c, err := redeq.New(rc, cfg)
+	require.NoError(t, err)
+	require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "warm", ID: "0", Delay: time.Hour}))
+	require.NoError(t, admin.Ping(ctx).Err())
+
+	busy := func() {
+		go admin.Do(context.Background(), "DEBUG", "SLEEP", "2")
+		time.Sleep(100 * time.Millisecond)
+	}
+	type call struct {
+		name string
+		run  func(ctx context.Context) error
+	}
+	for _, tc := range []call{
+		{"Add to a new topic", func(ctx context.Context) error {
+			return c.Add(ctx, &redeq.Job{Topic: "fresh", ID: "1", Delay: time.Hour})
+		}},
+		{"AddBatch", func(ctx context.Context) error {
+			return c.AddBatch(ctx, []*redeq.Job{{Topic: "warm", ID: "2", Delay: time.Hour}})
+		}},
+	} {
+		busy()
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		start := time.Now()
+		err := tc.run(cctx)
+		took := time.Since(start)
+		cancel()
+		t.Logf("%s: %v after %v", tc.name, err, took.Round(time.Millisecond))
+		assert.Less(t, took, 800*time.Millisecond, "%s: the caller's 300 ms deadline was not honoured", tc.name)
+		time.Sleep(2 * time.Second) // let the server wake
 	}
 }

@@ -1,0 +1,168 @@
+package redeq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/config"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// TestReview13PoisonKillsBystanderOfAnotherTopic attacks promise 5 (and
+// the design's "the jobs that ran beside it once or twice are counted at
+// most twice and then run normally"): one service listens to two topics,
+// "a" and "b", in one process. The job "poison" of "a" kills the process
+// every time it runs. A healthy, slow job "b1" of "b" happens to run in
+// the same process. Quarantine keeps a job alone only within its own
+// listener (runner.idle), so the quarantined b1 keeps being fetched
+// beside the quarantined poison of the other topic, is counted at every
+// crash, and goes to the dead set as poison although it never failed.
+func TestReview13PoisonKillsBystanderOfAnotherTopic(t *testing.T) {
+	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
+	e := poisonBesideB1(t, "twotopics", 3)
+	b1, err := e.c.Get(context.Background(), "b", "b1")
+	if errors.Is(err, redeq.ErrJobNotFound) {
+		return // b1 ran to the end alone, and was acked
+	}
+	require.NoError(t, err)
+	t.Logf("b1: state %s, recoveries %d, reason %q", b1.State, b1.Recoveries, b1.Reason)
+	require.NotEqualf(t, redeq.StateDead, b1.State,
+		"a healthy job of another topic, run beside the poison job, went dead as poison after %d recoveries: %q", b1.Recoveries, b1.Reason)
+	require.LessOrEqual(t, b1.Recoveries, 2, "a bystander is counted at most twice")
+}
+
+const review15ShutKind = "review15shut"
+
+// runReview15ShutChild is a service process (child kind review15ShutKind)
+// that embeds client X (topic "a") and client Y (topic "b") and, on
+// SIGTERM, shuts them down one by one (X first), gracefully. The job
+// "poison" kills the process 2 s after it starts; other jobs run 3 s.
+func runReview15ShutChild() {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	var clients []*redeq.Client
+	for _, topic := range []string{"a", "b"} {
+		c := childClient(faultChildConfig)
+		l := newListener(topic, func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			fmt.Println("start", job.Topic, job.ID, job.Recoveries)
+			if job.ID == "poison" {
+				time.Sleep(2 * time.Second)
+				os.Exit(3)
+			}
+			time.Sleep(3 * time.Second)
+			fmt.Println("finished", job.Topic, job.ID)
+			ch.Ack()
+			return nil
+		})
+		l.workers = 4
+		childMust(c.Register(l))
+		clients = append(clients, c)
+	}
+	for _, c := range clients {
+		childMust(c.Start(context.Background()))
+	}
+	<-sig
+	fmt.Println("stopping")
+	for _, c := range clients {
+		_ = c.Shutdown(context.Background())
+	}
+	os.Exit(0)
+}
+
+// TestReview15PoisonDuringGracefulShutdownKillsBystander attacks promise
+// 1 end to end. The poison job of topic a (client X) and the healthy job
+// b1 of topic b (client Y) have both been recovered twice (they ran
+// together through two crashes). The service restarts; X runs the poison
+// alone, b1 waits, as designed. The operator now stops the service
+// (SIGTERM): it shuts down X first and waits for X's running handler. X's
+// dispatcher exits and releases the process's quarantine at once
+// (consumer/runner.go dispatch: defer releaseSolo), so Y fetches b1 beside
+// the still running poison, the poison kills the process, and b1 is
+// counted a third time: dead as poison.
+func TestReview15PoisonDuringGracefulShutdownKillsBystander(t *testing.T) {
+	_, be := privateServer(t)
+	ctx := context.Background()
+	cfg := testutil.Config(t)
+	cfg.MaxRecoveries = 2 // a bystander counted twice (the promised bound) is still alive
+	e := setup(t, be, cfg)
+	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "a", ID: "poison"}))
+	quarantine(t, e.rdb, e.cfg, "a", "poison", 2)
+	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "b", ID: "b1", Delay: 500 * time.Millisecond}))
+	quarantine(t, e.rdb, e.cfg, "b", "b1", 2)
+	require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
+
+	c := startFaultChild(t, review15ShutKind, be, cfg.Prefix, "", childMaxRecoveriesEnv+"=2")
+	require.Equal(t, "a poison 2", strings.TrimSpace(c.expect(t, "start ", 10*time.Second)))
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
+	var lines []string
+	for l := range c.lines {
+		lines = append(lines, l)
+	}
+	c.kill()
+	t.Logf("child printed after the poison started: %q; exit %v", lines, c.cmd.ProcessState)
+	waitFor(t, 20*time.Second, "poison recovered", func() bool { return state(t, e.c, "a", "poison") != redeq.StateInFlight })
+	waitFor(t, 20*time.Second, "b1 settled or recovered", func() bool { return state(t, e.c, "b", "b1") != redeq.StateInFlight })
+	p, err := e.c.Get(ctx, "a", "poison")
+	require.NoError(t, err)
+	b1, err := e.c.Get(ctx, "b", "b1")
+	require.NoError(t, err)
+	t.Logf("poison: %s rec %d; b1: %s rec %d %q", p.State, p.Recoveries, b1.State, b1.Recoveries, b1.Reason)
+	require.NotEqualf(t, redeq.StateDead, b1.State,
+		"a healthy job of another client of the process went dead as poison (recoveries %d): it was fetched beside the quarantined poison during the graceful shutdown of the poison's client", b1.Recoveries)
+	require.LessOrEqual(t, b1.Recoveries, 2, "a bystander is counted at most twice")
+}
+
+// TestReview17LowMaxRecoveriesKillsBystander: review 17 attacked promise
+// 1 ("a healthy job that was in flight beside a poison job through
+// crashes is not sent to dead because of the poison job") with
+// MaxRecoveries 1, which config.Validate then accepted. Quarantine starts
+// at the second recovery (ready.Quarantine = 2), but the recovery script
+// sends a job recovered more than MaxRecoveries times to the dead set:
+// with 1, the healthy job b1 that ran beside the poison job through two
+// crashes (not yet quarantined at the second) went dead with it. A
+// MaxRecoveries below Quarantine is now refused; at the least one
+// accepted, b1 survives.
+func TestReview17LowMaxRecoveriesKillsBystander(t *testing.T) {
+	t.Parallel()
+	_, be := privateServer(t)
+	cfg := testutil.Config(t)
+	cfg.MaxRecoveries = 1
+	_, err := redeq.New(be.New(t), cfg)
+	require.ErrorContains(t, err, "MaxRecoveries", "MaxRecoveries 1 is refused")
+	e := poisonBesideB1(t, "twotopics", config.MinMaxRecoveries)
+	st := state(t, e.c, "b", "b1")
+	t.Logf("b1 is %q", st)
+	require.NotEqual(t, redeq.StateDead, st, "the healthy job b1 went dead with the poison job (MaxRecoveries %d)", config.MinMaxRecoveries)
+}
+
+// TestReview14PoisonKillsBystanderOfAnotherClient attacks promise 2 ("a
+// poison job ... healthy jobs in flight beside it, of the same topic or of
+// any other topic the process listens to, are counted at most twice and
+// never end in the dead set because of it") on a process that embeds two
+// redeq clients (two modules of one binary, each with its own settings, as
+// promise 1 allows): client X listens to "a", client Y to "b". The job
+// "poison" of "a" kills the process; the healthy, slow job "b1" of "b" runs
+// beside it. Quarantine looks only at the listeners of one client
+// (consumer/runner.go idleAll iterates g.runners of one Group), so Y takes
+// the quarantined b1 while X runs the quarantined poison, b1 is counted at
+// every crash, and goes to the dead set as poison.
+func TestReview14PoisonKillsBystanderOfAnotherClient(t *testing.T) {
+	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
+	e := poisonBesideB1(t, "twoclients", 3)
+	b1, err := e.c.Get(context.Background(), "b", "b1")
+	require.NoError(t, err)
+	t.Logf("b1: state %s, recoveries %d, reason %q", b1.State, b1.Recoveries, b1.Reason)
+	require.NotEqualf(t, redeq.StateDead, b1.State,
+		"a healthy job of another client of the same process, run beside the poison job, went dead as poison after %d recoveries: %q", b1.Recoveries, b1.Reason)
+	require.LessOrEqual(t, b1.Recoveries, 2, "a bystander is counted at most twice")
+}
