@@ -25,13 +25,13 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// r23Slack is how long past its ctx's end an Add may take to return
+// addSlack is how long past its ctx's end an Add may take to return
 // ("within a few ms"; -race on a shared 2-core machine).
-const r23Slack = 25 * time.Millisecond
+const addSlack = 25 * time.Millisecond
 
-// r23Standalone returns the single-server backends (a proxy can stand in
+// standaloneBackends returns the single-server backends (a proxy can stand in
 // front of them): miniredis and the real server.
-func r23Standalone(t *testing.T) []testutil.Backend {
+func standaloneBackends(t *testing.T) []testutil.Backend {
 	var out []testutil.Backend
 	for _, be := range testutil.Backends(t) {
 		if be.Name != "cluster" {
@@ -41,7 +41,7 @@ func r23Standalone(t *testing.T) []testutil.Backend {
 	return out
 }
 
-func r23Redis(t *testing.T, addr string, mod func(*redis.Options)) *redis.Client {
+func redisVia(t *testing.T, addr string, mod func(*redis.Options)) *redis.Client {
 	o := &redis.Options{Addr: addr, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
 	if mod != nil {
 		mod(o)
@@ -51,17 +51,17 @@ func r23Redis(t *testing.T, addr string, mod func(*redis.Options)) *redis.Client
 	return c
 }
 
-func r23Client(t *testing.T, rdb redis.UniversalClient, cfg config.Config) *redeq.Client {
+func addClient(t *testing.T, rdb redis.UniversalClient, cfg config.Config) *redeq.Client {
 	c, err := redeq.New(rdb, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
 	return c
 }
 
-// r23LibGoroutines lists the goroutines the library started for Add's
+// addGoroutines lists the goroutines the library started for Add's
 // calls (a Committer's round trips, Await's calls): those created by a
 // function of internal/rdb.
-func r23LibGoroutines() []string {
+func addGoroutines() []string {
 	buf := make([]byte, 8<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	var out []string
@@ -73,39 +73,39 @@ func r23LibGoroutines() []string {
 	return out
 }
 
-// r23RequireNoLibGoroutines fails unless every goroutine of the library
+// requireNoAddGoroutines fails unless every goroutine of the library
 // has ended within d.
-func r23RequireNoLibGoroutines(t *testing.T, d time.Duration, what string) {
+func requireNoAddGoroutines(t *testing.T, d time.Duration, what string) {
 	t.Helper()
 	start := time.Now()
 	for {
-		left := r23LibGoroutines()
+		left := addGoroutines()
 		if len(left) == 0 {
 			t.Logf("%s: no goroutine of the library after %v", what, time.Since(start).Round(time.Millisecond))
 			return
 		}
 		if time.Since(start) > d {
 			require.Failf(t, "goroutines of the library left", "%s: %d goroutines still there %v after the last Add returned; the first:\n%s",
-				what, len(left), d, r23Frames(left[0]))
+				what, len(left), d, addFrames(left[0]))
 		}
 		time.Sleep(time.Millisecond)
 	}
 }
 
-// r23Stored reads every job of topic's n buckets under prefix straight
+// storedJobs reads every job of topic's n buckets under prefix straight
 // from Redis, and fails when one is stored twice: a pool field and a ZSET
 // member per job, each id once (plain or broadcast, not both).
-type r23Job struct {
+type storedJob struct {
 	body      string
 	dueMs     int64
 	broadcast bool
 	headers   map[string]string
 }
 
-func r23Stored(t *testing.T, c *redeq.Client, rdb redis.UniversalClient, prefix, topic string, n int) map[string]r23Job {
+func storedJobs(t *testing.T, c *redeq.Client, rdb redis.UniversalClient, prefix, topic string, n int) map[string]storedJob {
 	t.Helper()
 	ctx := context.Background()
-	out := map[string]r23Job{}
+	out := map[string]storedJob{}
 	for b := range n {
 		k := keys.ForBucket(prefix, topic, b)
 		fields, err := rdb.HKeys(ctx, k.Pool()).Result()
@@ -133,15 +133,15 @@ func r23Stored(t *testing.T, c *redeq.Client, rdb redis.UniversalClient, prefix,
 			id := strings.TrimPrefix(s, keys.BroadcastMark)
 			j, err := c.Get(ctx, topic, id)
 			require.NoError(t, err, id)
-			out[id] = r23Job{body: string(j.Body), dueMs: int64(m.Score), broadcast: s != id, headers: j.Headers}
+			out[id] = storedJob{body: string(j.Body), dueMs: int64(m.Score), broadcast: s != id, headers: j.Headers}
 		}
 	}
 	return out
 }
 
-// r23Frames shortens a goroutine's stack to its header and the functions
+// addFrames shortens a goroutine's stack to its header and the functions
 // of the library and go-redis it is in.
-func r23Frames(g string) string {
+func addFrames(g string) string {
 	lines := strings.Split(g, "\n")
 	out := []string{lines[0]}
 	for _, l := range lines[1:] {
@@ -159,33 +159,44 @@ func r23Frames(g string) string {
 	return strings.Join(out, "\n")
 }
 
-func r23Scribble(b []byte) {
+func scribble(b []byte) {
 	for i := range b {
 		b[i] = 'X'
 	}
 }
 
-func r23IsCtxErr(err error) bool {
+func isCtxErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// TestReview23AddCtxEndsWhileHung (promise 1): with the server hung (its
+// TestAddReturnsAtCtxEndWhileRedisHangs: when the caller's ctx ends
+// before Redis answers, Add returns ctx's error promptly, whether the
+// server's replies are held on the wire, the client's commands are held
+// (every backend, the cluster included), or the server is busy; a job
+// whose Add gave up is stored with its body as given, or not at all.
+func TestAddReturnsAtCtxEndWhileRedisHangs(t *testing.T) {
+	t.Run("server_hangs", testAddReturnsAtCtxEndWhileServerHangs)
+	t.Run("commands_held", testAddReturnsAtCtxEndWhileCommandsHeld)
+	t.Run("server_busy", testAddReturnsAtDeadlineWhileServerBusy)
+}
+
+// testAddReturnsAtCtxEndWhileServerHangs (promise 1): with the server hung (its
 // replies held by a proxy), Adds whose ctx ends return ctx's error within
-// r23Slack of its end, in every state Add can be in: the first Add of a
+// addSlack of its end, in every state Add can be in: the first Add of a
 // topic (recording it), a lone Add on the wire, Adds queued behind two
 // round trips on the wire, deadlines and cancels. Each caller then
 // scribbles over its body buffer; once the server answers again, a job
 // whose Add gave up is stored with its body as given, or not at all, and
 // the Adds with context.Background that waited meanwhile are stored with
 // theirs.
-func TestReview23AddCtxEndsWhileHung(t *testing.T) {
-	for _, be := range r23Standalone(t) {
+func testAddReturnsAtCtxEndWhileServerHangs(t *testing.T) {
+	for _, be := range standaloneBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
-			p := startR23Proxy(t, be.Addrs[0])
+			p := startAddProxy(t, be.Addrs[0])
 			cfg := testutil.Config(t)
-			c := r23Client(t, r23Redis(t, p.Addr(), nil), cfg)
+			c := addClient(t, redisVia(t, p.Addr(), nil), cfg)
 			admin := be.New(t)
-			reader := r23Client(t, admin, cfg)
+			reader := addClient(t, admin, cfg)
 
 			type gaveUp struct {
 				id, body string
@@ -218,8 +229,8 @@ func TestReview23AddCtxEndsWhileHung(t *testing.T) {
 				} else {
 					require.ErrorIs(t, err, context.DeadlineExceeded, "%s: %s", what, id)
 				}
-				require.LessOrEqual(t, over, r23Slack, "%s: Add of %s returned %v after its ctx ended (ctx %v, took %v)", what, id, over, d, took)
-				r23Scribble(body) // the caller reuses its buffer
+				require.LessOrEqual(t, over, addSlack, "%s: Add of %s returned %v after its ctx ended (ctx %v, took %v)", what, id, over, d, took)
+				scribble(body) // the caller reuses its buffer
 				mu.Lock()
 				gave = append(gave, gaveUp{id, "body of " + id})
 				worst = max(worst, over)
@@ -278,7 +289,7 @@ func TestReview23AddCtxEndsWhileHung(t *testing.T) {
 			time.Sleep(100 * time.Millisecond) // round trips whose callers gave up end
 			ctx := context.Background()
 			for id, b := range bgBodies {
-				r23Scribble(b)
+				scribble(b)
 				j, err := reader.Get(ctx, "t", id)
 				require.NoError(t, err, id)
 				require.Equal(t, "body of "+id, string(j.Body), id)
@@ -298,23 +309,23 @@ func TestReview23AddCtxEndsWhileHung(t *testing.T) {
 	}
 }
 
-// r23Outcome is one job's Add (or AddBatch entry) and its answer.
-type r23Outcome struct {
+// addOutcome is one job's Add (or AddBatch entry) and its answer.
+type addOutcome struct {
 	topic     string
 	id, body  string
 	dueMs     int64
 	broadcast bool
 	headers   map[string]string
-	kind      int // ctx kind, see r23Ctx
+	kind      int // ctx kind, see addCtx
 	batch     bool
 	err       error
 	unknown   bool // the call failed as a whole: stored or not
 }
 
-// r23Ctx returns a ctx of kind k: 0 Background, 1 WithoutCancel, 2 a
+// addCtx returns a ctx of kind k: 0 Background, 1 WithoutCancel, 2 a
 // deadline of 0..3 ms (ends mid-call now and then), 3 a deadline of 20 s,
 // 4 canceled by another goroutine after 0..2 ms, 5 canceled already.
-func r23Ctx(k int, rng *rand.Rand) (context.Context, context.CancelFunc) {
+func addCtx(k int, rng *rand.Rand) (context.Context, context.CancelFunc) {
 	switch k {
 	case 0:
 		return context.Background(), func() {}
@@ -340,7 +351,7 @@ func r23Ctx(k int, rng *rand.Rand) (context.Context, context.CancelFunc) {
 	}
 }
 
-// TestReview23ConcurrentMixedOwnResults (promises 2 and 5): 64 goroutines
+// TestConcurrentAddsEachGetTheirOwnResult (promises 2 and 5): 64 goroutines
 // add jobs of 300 ids in 2 topics (so that ids collide) with every kind
 // of ctx, and 8 more add batches of the same ids, over 4 buckets each. Each job has a body,
 // due time (sub-ms RunAt), headers and broadcast flag of its own; each
@@ -350,7 +361,7 @@ func r23Ctx(k int, rng *rand.Rand) (context.Context, context.CancelFunc) {
 // caller told "exists" did not store its job; a job stored though nobody
 // was told "added" is one whose call gave up; a ctx that cannot end never
 // yields a ctx error; nothing is stored twice.
-func TestReview23ConcurrentMixedOwnResults(t *testing.T) {
+func TestConcurrentAddsEachGetTheirOwnResult(t *testing.T) {
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -362,15 +373,15 @@ func TestReview23ConcurrentMixedOwnResults(t *testing.T) {
 			base := time.Now().Add(time.Hour)
 			const ids, adders, each, batchers, batches = 300, 64, 25, 8, 4
 			var mu sync.Mutex
-			outcomes := []r23Outcome{{topic: "t", id: "id0", body: "seed", dueMs: 4e12, kind: 0}}
+			outcomes := []addOutcome{{topic: "t", id: "id0", body: "seed", dueMs: 4e12, kind: 0}}
 			var seq atomic.Int64
 			topics := []string{"t", "u"}
-			mk := func(rng *rand.Rand, kind int) (*redeq.Job, *r23Outcome) {
+			mk := func(rng *rand.Rand, kind int) (*redeq.Job, *addOutcome) {
 				n := seq.Add(1)
 				topic := topics[rng.IntN(2)]
 				id := fmt.Sprint("id", rng.IntN(ids))
 				at := base.Add(time.Duration(rng.IntN(1e6)) * time.Millisecond).Add(time.Duration(rng.IntN(1e6)) * time.Nanosecond)
-				o := &r23Outcome{topic: topic, id: id, body: fmt.Sprintf("body %d of %s/%s", n, topic, id), kind: kind, broadcast: rng.IntN(4) == 0}
+				o := &addOutcome{topic: topic, id: id, body: fmt.Sprintf("body %d of %s/%s", n, topic, id), kind: kind, broadcast: rng.IntN(4) == 0}
 				o.dueMs = at.UnixMilli()
 				if at.Nanosecond()%1e6 != 0 {
 					o.dueMs++
@@ -389,10 +400,10 @@ func TestReview23ConcurrentMixedOwnResults(t *testing.T) {
 					for range each {
 						kind := rng.IntN(6)
 						j, o := mk(rng, kind)
-						cctx, cancel := r23Ctx(kind, rng)
+						cctx, cancel := addCtx(kind, rng)
 						o.err = e.c.Add(cctx, j)
 						cancel()
-						r23Scribble(j.Body)
+						scribble(j.Body)
 						mu.Lock()
 						outcomes = append(outcomes, *o)
 						mu.Unlock()
@@ -405,14 +416,14 @@ func TestReview23ConcurrentMixedOwnResults(t *testing.T) {
 					for range batches {
 						kind := rng.IntN(6)
 						var jobs []*redeq.Job
-						var os []*r23Outcome
+						var os []*addOutcome
 						for range 10 {
 							j, o := mk(rng, kind)
 							o.batch = true
 							jobs = append(jobs, j)
 							os = append(os, o)
 						}
-						cctx, cancel := r23Ctx(kind, rng)
+						cctx, cancel := addCtx(kind, rng)
 						err := e.c.AddBatch(cctx, jobs)
 						cancel()
 						var be *redeq.BatchError
@@ -424,7 +435,7 @@ func TestReview23ConcurrentMixedOwnResults(t *testing.T) {
 							default:
 								o.err, o.unknown = err, true
 							}
-							r23Scribble(jobs[i].Body)
+							scribble(jobs[i].Body)
 						}
 						mu.Lock()
 						for _, o := range os {
@@ -437,13 +448,13 @@ func TestReview23ConcurrentMixedOwnResults(t *testing.T) {
 			wg.Wait()
 			time.Sleep(50 * time.Millisecond) // round trips whose callers gave up end
 
-			stored := map[string]r23Job{}
+			stored := map[string]storedJob{}
 			for _, topic := range topics {
-				for id, j := range r23Stored(t, e.c, e.rdb, cfg.Prefix, topic, cfg.Concurrency) {
+				for id, j := range storedJobs(t, e.c, e.rdb, cfg.Prefix, topic, cfg.Concurrency) {
 					stored[topic+"/"+id] = j
 				}
 			}
-			byID := map[string][]r23Outcome{}
+			byID := map[string][]addOutcome{}
 			counts := map[string]int{}
 			for _, o := range outcomes {
 				byID[o.topic+"/"+o.id] = append(byID[o.topic+"/"+o.id], o)
@@ -452,7 +463,7 @@ func TestReview23ConcurrentMixedOwnResults(t *testing.T) {
 					counts["added"]++
 				case errors.Is(o.err, redeq.ErrJobExists):
 					counts["exists"]++
-				case r23IsCtxErr(o.err):
+				case isCtxErr(o.err):
 					counts["ctx"]++
 					require.Contains(t, []int{2, 4, 5}, o.kind, "%s (%q): a ctx that cannot end, yet %v", o.id, o.body, o.err)
 				default:
@@ -462,7 +473,7 @@ func TestReview23ConcurrentMixedOwnResults(t *testing.T) {
 			t.Logf("outcomes: %v, %d ids stored", counts, len(stored))
 			for id, os := range byID {
 				got, have := stored[id]
-				var winners []r23Outcome
+				var winners []addOutcome
 				for _, o := range os {
 					if o.err == nil {
 						winners = append(winners, o)
@@ -488,14 +499,14 @@ func TestReview23ConcurrentMixedOwnResults(t *testing.T) {
 					}
 				}
 				if have && len(winners) == 0 {
-					var owner *r23Outcome
+					var owner *addOutcome
 					for _, o := range os {
 						if o.body == got.body {
 							owner = &o
 						}
 					}
 					require.NotNil(t, owner, "%s: stored %q, which no caller added", id, got.body)
-					require.True(t, r23IsCtxErr(owner.err) || owner.unknown, "%s: stored %q, whose caller was told %v", id, got.body, owner.err)
+					require.True(t, isCtxErr(owner.err) || owner.unknown, "%s: stored %q, whose caller was told %v", id, got.body, owner.err)
 					require.Equal(t, owner.dueMs, got.dueMs, "%s (%q): due time", id, got.body)
 				}
 			}
@@ -506,14 +517,14 @@ func TestReview23ConcurrentMixedOwnResults(t *testing.T) {
 	}
 }
 
-// TestReview23TightLoopAndFanout (promise 5): a web handler's pattern:
+// TestAddsWithTheirOwnTimeoutsPileUpNoGoroutine (promise 5): a web handler's pattern:
 // each Add with a context.WithTimeout of its own, canceled once it
 // returned. From one goroutine in a tight loop, from 64 goroutines at
 // once, and from 64 goroutines beside 8 that AddBatch: every Add succeeds
 // and stores its job, the library's goroutines do not pile up meanwhile
 // (a handful, not one per Add), and none is left 50 ms after the last
 // Add returned.
-func TestReview23TightLoopAndFanout(t *testing.T) {
+func TestAddsWithTheirOwnTimeoutsPileUpNoGoroutine(t *testing.T) {
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -534,7 +545,7 @@ func TestReview23TightLoopAndFanout(t *testing.T) {
 						return
 					case <-time.After(2 * time.Millisecond):
 					}
-					n := int64(len(r23LibGoroutines()))
+					n := int64(len(addGoroutines()))
 					if n > peak.Load() {
 						peak.Store(n)
 					}
@@ -545,7 +556,7 @@ func TestReview23TightLoopAndFanout(t *testing.T) {
 				defer cancel()
 				body := []byte("body of " + id)
 				err := e.c.Add(ctx, &redeq.Job{Topic: "t", ID: id, Body: body, Delay: time.Hour})
-				r23Scribble(body)
+				scribble(body)
 				return err
 			}
 			start := time.Now()
@@ -553,7 +564,7 @@ func TestReview23TightLoopAndFanout(t *testing.T) {
 				require.NoError(t, add(fmt.Sprint("loop", i)))
 			}
 			t.Logf("tight loop: %d Adds, %v each", loop, time.Since(start)/time.Duration(loop))
-			r23RequireNoLibGoroutines(t, 50*time.Millisecond, "tight loop")
+			requireNoAddGoroutines(t, 50*time.Millisecond, "tight loop")
 			loopPeak := peak.Swap(0)
 
 			var wg sync.WaitGroup
@@ -571,7 +582,7 @@ func TestReview23TightLoopAndFanout(t *testing.T) {
 			}
 			wg.Wait()
 			t.Logf("64 goroutines: %d Adds, %v each", 64*per, time.Since(start)/time.Duration(64*per))
-			r23RequireNoLibGoroutines(t, 50*time.Millisecond, "64 goroutines")
+			requireNoAddGoroutines(t, 50*time.Millisecond, "64 goroutines")
 			fanPeak := peak.Swap(0)
 
 			for g := range 64 {
@@ -601,7 +612,7 @@ func TestReview23TightLoopAndFanout(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			r23RequireNoLibGoroutines(t, 50*time.Millisecond, "64 goroutines beside AddBatch")
+			requireNoAddGoroutines(t, 50*time.Millisecond, "64 goroutines beside AddBatch")
 			close(stop)
 			<-sampled
 			mixPeak := peak.Load()
@@ -621,17 +632,17 @@ func TestReview23TightLoopAndFanout(t *testing.T) {
 	}
 }
 
-// TestReview23NoGoroutineLeftAfterAdds (promise 3): no goroutine of the
+// TestAddsLeaveNoGoroutine (promise 3): no goroutine of the
 // library is left shortly after the last Add returned: after a burst of
 // Adds with ctxs that end, after Adds canceled mid-call on a slow server
 // (each reply 30 ms late, each ctx 5 ms), and after Shutdown.
-func TestReview23NoGoroutineLeftAfterAdds(t *testing.T) {
-	for _, be := range r23Standalone(t) {
+func TestAddsLeaveNoGoroutine(t *testing.T) {
+	for _, be := range standaloneBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
-			p := startR23Proxy(t, be.Addrs[0])
+			p := startAddProxy(t, be.Addrs[0])
 			cfg := testutil.Config(t)
-			rdb := r23Redis(t, p.Addr(), nil)
-			c := r23Client(t, rdb, cfg)
+			rdb := redisVia(t, p.Addr(), nil)
+			c := addClient(t, rdb, cfg)
 			require.NoError(t, c.Add(context.Background(), &redeq.Job{Topic: "t", ID: "warm", Delay: time.Hour}))
 
 			// A burst.
@@ -649,7 +660,7 @@ func TestReview23NoGoroutineLeftAfterAdds(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			r23RequireNoLibGoroutines(t, 50*time.Millisecond, "after a burst")
+			requireNoAddGoroutines(t, 50*time.Millisecond, "after a burst")
 
 			// Canceled mid-call: every add reply 30 ms late.
 			p.delay.Store(int64(30 * time.Millisecond))
@@ -660,7 +671,7 @@ func TestReview23NoGoroutineLeftAfterAdds(t *testing.T) {
 						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 						err := c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("cut", g, "-", i), Delay: time.Hour})
 						cancel()
-						if !r23IsCtxErr(err) {
+						if !isCtxErr(err) {
 							t.Errorf("an Add of 5 ms on a server 30 ms late: %v", err)
 						}
 					}
@@ -668,7 +679,7 @@ func TestReview23NoGoroutineLeftAfterAdds(t *testing.T) {
 			}
 			wg.Wait()
 			// The round trips on the wire end with their late replies.
-			r23RequireNoLibGoroutines(t, 30*time.Millisecond+100*time.Millisecond, "after Adds canceled mid-call")
+			requireNoAddGoroutines(t, 30*time.Millisecond+100*time.Millisecond, "after Adds canceled mid-call")
 			p.delayReply.Store(0)
 
 			// A topic not recorded yet, its recording canceled mid-call.
@@ -677,7 +688,7 @@ func TestReview23NoGoroutineLeftAfterAdds(t *testing.T) {
 			require.ErrorIs(t, c.Add(ctx, &redeq.Job{Topic: "fresh", ID: "x"}), context.DeadlineExceeded)
 			cancel()
 			p.stall.Store(false)
-			r23RequireNoLibGoroutines(t, 100*time.Millisecond, "after the recording of a topic was canceled")
+			requireNoAddGoroutines(t, 100*time.Millisecond, "after the recording of a topic was canceled")
 
 			// Adds, then Shutdown.
 			for i := range 20 {
@@ -686,12 +697,12 @@ func TestReview23NoGoroutineLeftAfterAdds(t *testing.T) {
 				cancel()
 			}
 			require.NoError(t, c.Shutdown(context.Background()))
-			r23RequireNoLibGoroutines(t, 50*time.Millisecond, "after Shutdown")
+			requireNoAddGoroutines(t, 50*time.Millisecond, "after Shutdown")
 		})
 	}
 }
 
-// TestReview23ShutdownWhileHungLeavesNoGoroutine (promise 3, the hard
+// TestShutdownAfterHungAddsLeavesNoGoroutine (promise 3, the hard
 // case): Adds whose ctx ended while the server hangs (their round trips
 // still on the wire), then the client's Shutdown, as a service stopping
 // does. What docs/operations.md says of calls left behind:
@@ -702,8 +713,8 @@ func TestReview23NoGoroutineLeftAfterAdds(t *testing.T) {
 //     go-redis makes no further attempt);
 //   - reads without a timeout (ReadTimeout -1): they end once the server
 //     answers.
-func TestReview23ShutdownWhileHungLeavesNoGoroutine(t *testing.T) {
-	for _, be := range r23Standalone(t) {
+func TestShutdownAfterHungAddsLeavesNoGoroutine(t *testing.T) {
+	for _, be := range standaloneBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			for _, tc := range []struct {
 				closeRedis  bool
@@ -714,7 +725,7 @@ func TestReview23ShutdownWhileHungLeavesNoGoroutine(t *testing.T) {
 					if tc.readTimeout < 0 && be.Mini != nil {
 						t.Skip("once is enough")
 					}
-					p := startR23Proxy(t, be.Addrs[0])
+					p := startAddProxy(t, be.Addrs[0])
 					cfg := testutil.Config(t)
 					// Reads with a timeout (1 s, to keep the test short),
 					// or without one.
@@ -734,15 +745,15 @@ func TestReview23ShutdownWhileHungLeavesNoGoroutine(t *testing.T) {
 					switch {
 					case closeRedis:
 						require.NoError(t, rdb.Close())
-						r23RequireNoLibGoroutines(t, 100*time.Millisecond, "Shutdown and the Redis client closed while the server hangs")
+						requireNoAddGoroutines(t, 100*time.Millisecond, "Shutdown and the Redis client closed while the server hangs")
 					case tc.readTimeout >= 0:
 						// One read of 1 s, not resent: the caller gave up.
-						r23RequireNoLibGoroutines(t, 3*time.Second, "Shutdown while the server hangs, reads with a timeout")
+						requireNoAddGoroutines(t, 3*time.Second, "Shutdown while the server hangs, reads with a timeout")
 					default:
 						time.Sleep(time.Second)
-						require.NotEmpty(t, r23LibGoroutines(), "a read without a timeout on a server that does not answer ended")
+						require.NotEmpty(t, addGoroutines(), "a read without a timeout on a server that does not answer ended")
 						p.stall.Store(false)
-						r23RequireNoLibGoroutines(t, 2*time.Second, "the server answers again, reads without a timeout")
+						requireNoAddGoroutines(t, 2*time.Second, "the server answers again, reads without a timeout")
 					}
 				})
 			}
@@ -750,7 +761,7 @@ func TestReview23ShutdownWhileHungLeavesNoGoroutine(t *testing.T) {
 	}
 }
 
-// TestReview23RerunAfterLostReply (promise 4): go-redis resends an add run
+// TestAddRerunAfterLostReplyStoresOnce (promise 4): go-redis resends an add run
 // whose reply was lost (the connection cut after the server ran it), late
 // (past ReadTimeout), or whose request reached the server late (after the
 // resend ran). Lone Adds with context.Background (run on the caller's
@@ -758,24 +769,24 @@ func TestReview23ShutdownWhileHungLeavesNoGoroutine(t *testing.T) {
 // once (one pipeline of joined runs, one of them with an id stored
 // before): every caller is told "added" for its own job, the one of the
 // stored id "exists", and each job is stored once, as given.
-func TestReview23RerunAfterLostReply(t *testing.T) {
+func TestAddRerunAfterLostReplyStoresOnce(t *testing.T) {
 	// Not parallel: its ReadTimeout of 150 ms makes go-redis give up under
 	// the load of the chaos tests beside it (a CI run saw i/o timeout).
-	for _, be := range r23Standalone(t) {
+	for _, be := range standaloneBackends(t) {
 		for _, fault := range []string{"cut", "late reply", "late request"} {
 			t.Run(be.Name+"/"+fault, func(t *testing.T) {
-				p := startR23Proxy(t, be.Addrs[0])
+				p := startAddProxy(t, be.Addrs[0])
 				p.delay.Store(int64(400 * time.Millisecond))
 				rt := 150 * time.Millisecond
 				if be.Mini != nil {
 					rt = 250 * time.Millisecond // miniredis runs Lua slowly under -race
 				}
-				rdb := r23Redis(t, p.Addr(), func(o *redis.Options) {
+				rdb := redisVia(t, p.Addr(), func(o *redis.Options) {
 					o.ReadTimeout, o.MaxRetries, o.MinRetryBackoff = rt, 4, -1
 				})
 				cfg := testutil.Config(t)
 				cfg.Concurrency = 2
-				c := r23Client(t, rdb, cfg)
+				c := addClient(t, rdb, cfg)
 				admin := be.New(t)
 				ctx := context.Background()
 				require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "t", ID: "seed", Body: []byte("seed"), Delay: time.Hour}))
@@ -821,7 +832,7 @@ func TestReview23RerunAfterLostReply(t *testing.T) {
 							id = "seed"
 						}
 						wg.Go(func() {
-							cctx, cancel := r23Ctx(i%4&1*3, nil) // Background or a deadline of 20 s
+							cctx, cancel := addCtx(i%4&1*3, nil) // Background or a deadline of 20 s
 							defer cancel()
 							errs[i] = c.Add(cctx, &redeq.Job{Topic: "t", ID: id, Body: []byte("body of " + id), Delay: time.Hour})
 						})
@@ -842,7 +853,7 @@ func TestReview23RerunAfterLostReply(t *testing.T) {
 				t.Logf("%s: %d faults injected, %d add requests reached the proxy", fault, faults, runs)
 				require.GreaterOrEqual(t, faults, int64(6), "the faults were not injected")
 				time.Sleep(600 * time.Millisecond) // late requests reach the server
-				got := r23Stored(t, c, admin, cfg.Prefix, "t", cfg.Concurrency)
+				got := storedJobs(t, c, admin, cfg.Prefix, "t", cfg.Concurrency)
 				require.Len(t, got, len(want))
 				for id, body := range want {
 					require.Equal(t, body, got[id].body, id)
@@ -852,20 +863,20 @@ func TestReview23RerunAfterLostReply(t *testing.T) {
 	}
 }
 
-// TestReview23BodyReuseRacesTheWire (promise 1, body): callers whose ctx
+// TestAddKeepsBodyReusedAfterCtxEnd (promise 1, body): callers whose ctx
 // ends while their call waits or is on the wire scribble over their body
 // at once, many times, while the round trips that carry them are still
 // being written (the server slow: each add reply 5 ms late). No job may
 // be stored with a scribbled body, and -race must find no race on it.
-func TestReview23BodyReuseRacesTheWire(t *testing.T) {
-	for _, be := range r23Standalone(t) {
+func TestAddKeepsBodyReusedAfterCtxEnd(t *testing.T) {
+	for _, be := range standaloneBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
-			p := startR23Proxy(t, be.Addrs[0])
+			p := startAddProxy(t, be.Addrs[0])
 			p.delay.Store(int64(5 * time.Millisecond))
 			p.delayReply.Store(1 << 30)
 			cfg := testutil.Config(t)
 			cfg.MaxPool = 1 << 20
-			c := r23Client(t, r23Redis(t, p.Addr(), nil), cfg)
+			c := addClient(t, redisVia(t, p.Addr(), nil), cfg)
 			require.NoError(t, c.Add(context.Background(), &redeq.Job{Topic: "t", ID: "warm", Delay: time.Hour}))
 			var wg sync.WaitGroup
 			var gave, added atomic.Int64
@@ -890,12 +901,12 @@ func TestReview23BodyReuseRacesTheWire(t *testing.T) {
 						switch {
 						case err == nil:
 							added.Add(1)
-						case r23IsCtxErr(err):
+						case isCtxErr(err):
 							gave.Add(1)
 						default:
 							t.Errorf("%s: %v", id, err)
 						}
-						r23Scribble(body)
+						scribble(body)
 					}
 				})
 			}
@@ -903,7 +914,7 @@ func TestReview23BodyReuseRacesTheWire(t *testing.T) {
 			p.delayReply.Store(0)
 			time.Sleep(200 * time.Millisecond)
 			t.Logf("%d added, %d gave up", added.Load(), gave.Load())
-			got := r23Stored(t, c, be.New(t), cfg.Prefix, "t", cfg.Concurrency)
+			got := storedJobs(t, c, be.New(t), cfg.Prefix, "t", cfg.Concurrency)
 			for id, j := range got {
 				if id == "warm" {
 					continue
@@ -920,30 +931,30 @@ func TestReview23BodyReuseRacesTheWire(t *testing.T) {
 	}
 }
 
-// TestReview23RerunAfterAckNotReadded (promise 4): the add run that
+// TestLateAddRunAfterAckDoesNotReadd (promise 4): the add run that
 // reaches the server late is the one go-redis gave up on (its request
 // held 600 ms, past ReadTimeout), or its reply comes late: go-redis's
 // resend runs first, the Add returns, a consumer runs the job and acks
 // it, and only then does the held run reach the server. The job must not
 // be stored again (it would run twice), and each Add is told "added".
-func TestReview23RerunAfterAckNotReadded(t *testing.T) {
+func TestLateAddRunAfterAckDoesNotReadd(t *testing.T) {
 	// Not parallel: its ReadTimeout of 150 ms makes go-redis give up under
 	// the load of the chaos tests beside it (a CI run saw i/o timeout).
-	for _, be := range r23Standalone(t) {
+	for _, be := range standaloneBackends(t) {
 		for _, fault := range []string{"late reply", "late request"} {
 			t.Run(be.Name+"/"+fault, func(t *testing.T) {
-				p := startR23Proxy(t, be.Addrs[0])
+				p := startAddProxy(t, be.Addrs[0])
 				p.delay.Store(int64(600 * time.Millisecond))
 				rt := 150 * time.Millisecond
 				if be.Mini != nil {
 					rt = 250 * time.Millisecond
 				}
-				rdb := r23Redis(t, p.Addr(), func(o *redis.Options) {
+				rdb := redisVia(t, p.Addr(), func(o *redis.Options) {
 					o.ReadTimeout, o.MaxRetries, o.MinRetryBackoff = rt, 4, -1
 				})
 				cfg := testutil.Config(t)
-				producer := r23Client(t, rdb, cfg)
-				consumer := r23Client(t, be.New(t), cfg)
+				producer := addClient(t, rdb, cfg)
+				consumer := addClient(t, be.New(t), cfg)
 				var mu sync.Mutex
 				runs := map[string]int{}
 				require.NoError(t, consumer.Register(redeq.ListenerFunc("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
@@ -968,7 +979,7 @@ func TestReview23RerunAfterAckNotReadded(t *testing.T) {
 					arm(1)
 					id := fmt.Sprint("lone", i)
 					ids = append(ids, id)
-					cctx, cancel := r23Ctx(i%2*3, nil)
+					cctx, cancel := addCtx(i%2*3, nil)
 					require.NoError(t, producer.Add(cctx, &redeq.Job{Topic: "t", ID: id, Body: []byte(id)}), "%s: its own first add", id)
 					cancel()
 				}
@@ -979,7 +990,7 @@ func TestReview23RerunAfterAckNotReadded(t *testing.T) {
 						id := fmt.Sprint("many", round, "-", i)
 						ids = append(ids, id)
 						wg.Go(func() {
-							cctx, cancel := r23Ctx(i%2*3, nil)
+							cctx, cancel := addCtx(i%2*3, nil)
 							defer cancel()
 							if err := producer.Add(cctx, &redeq.Job{Topic: "t", ID: id, Body: []byte(id)}); err != nil {
 								t.Errorf("%s: its own first add: %v", id, err)
@@ -1013,22 +1024,22 @@ func TestReview23RerunAfterAckNotReadded(t *testing.T) {
 	}
 }
 
-// TestReview23AddCtxEndsWhileHungHook (promise 1, every backend, the
+// testAddReturnsAtCtxEndWhileCommandsHeld (promise 1, every backend, the
 // cluster included): a hook holds every command of the producer's Redis
 // client (a hung server or cluster node); Adds with a ctx that ends return
-// its error within r23Slack, the first of a topic included, and a job
+// its error within addSlack, the first of a topic included, and a job
 // whose Add gave up is stored with its body as given (the caller
 // scribbled over it), or not at all.
-func TestReview23AddCtxEndsWhileHungHook(t *testing.T) {
+func testAddReturnsAtCtxEndWhileCommandsHeld(t *testing.T) {
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
 			rdb := be.New(t)
-			h := &r23Hold{}
+			h := &holdHook{}
 			h.release = make(chan struct{})
 			rdb.AddHook(h)
-			c := r23Client(t, rdb, cfg)
-			reader := r23Client(t, be.New(t), cfg)
+			c := addClient(t, rdb, cfg)
+			reader := addClient(t, be.New(t), cfg)
 			h.on.Store(true)
 			var wg sync.WaitGroup
 			bodies := map[string][]byte{}
@@ -1050,10 +1061,10 @@ func TestReview23AddCtxEndsWhileHungHook(t *testing.T) {
 						if !errors.Is(err, context.DeadlineExceeded) {
 							t.Errorf("%s/%s: %v", topic, id, err)
 						}
-						if over > r23Slack {
+						if over > addSlack {
 							t.Errorf("%s/%s: returned %v after its ctx ended", topic, id, over)
 						}
-						r23Scribble(body)
+						scribble(body)
 					})
 				}
 				wg.Wait()
@@ -1086,14 +1097,14 @@ func TestReview23AddCtxEndsWhileHungHook(t *testing.T) {
 	}
 }
 
-// r23Hold holds every command while on, until release is closed.
-type r23Hold struct {
+// holdHook holds every command while on, until release is closed.
+type holdHook struct {
 	on      atomic.Bool
 	mu      sync.Mutex
 	release chan struct{}
 }
 
-func (h *r23Hold) wait() {
+func (h *holdHook) wait() {
 	if !h.on.Load() {
 		return
 	}
@@ -1103,23 +1114,23 @@ func (h *r23Hold) wait() {
 	<-r
 }
 
-func (h *r23Hold) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *holdHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (h *r23Hold) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *holdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.wait()
 		return next(ctx, cmd)
 	}
 }
 
-func (h *r23Hold) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.wait()
 		return next(ctx, cmds)
 	}
 }
 
-// TestReview23AddGivesUpAfterItsWindow (promise 1, Add's doc): Add
+// TestAddGivesUpAfterItsWindow (promise 1, Add's doc): Add
 // returns context.DeadlineExceeded when Redis has not answered 15 s after
 // the job was sent, or, with a ctx that never ends, at the latest when a
 // read go-redis began before then ends. The server hangs for good; the
@@ -1129,7 +1140,7 @@ func (h *r23Hold) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 // context.Background and with a ctx that could end but does not must each
 // return context.DeadlineExceeded within 26 s; review 23 found those of
 // the client without a read timeout waiting for good.
-func TestReview23AddGivesUpAfterItsWindow(t *testing.T) {
+func TestAddGivesUpAfterItsWindow(t *testing.T) {
 	t.Parallel() // counts no goroutines: beside the other parallel tests
 	var real []testutil.Backend
 	for _, be := range testutil.RealBackends(t) {
@@ -1141,7 +1152,7 @@ func TestReview23AddGivesUpAfterItsWindow(t *testing.T) {
 		t.Skip("no standalone redis-server")
 	}
 	be := real[0]
-	p := startR23Proxy(t, be.Addrs[0])
+	p := startAddProxy(t, be.Addrs[0])
 	cfg := testutil.Config(t)
 	type result struct {
 		what string
@@ -1151,7 +1162,7 @@ func TestReview23AddGivesUpAfterItsWindow(t *testing.T) {
 	results := make(chan result, 8)
 	var clients []*redeq.Client
 	for _, rt := range []time.Duration{16 * time.Second, -1} {
-		c := r23Client(t, r23Redis(t, p.Addr(), func(o *redis.Options) { o.ReadTimeout = rt }), cfg)
+		c := addClient(t, redisVia(t, p.Addr(), func(o *redis.Options) { o.ReadTimeout = rt }), cfg)
 		require.NoError(t, c.Add(context.Background(), &redeq.Job{Topic: "t", ID: fmt.Sprint("warm", rt), Delay: time.Hour}))
 		clients = append(clients, c)
 	}
@@ -1209,7 +1220,7 @@ func TestReview23AddGivesUpAfterItsWindow(t *testing.T) {
 //
 // Each of cutReply, delayReply and delayRequest counts down: it applies to
 // that many add requests, then stops.
-type r23Proxy struct {
+type addProxy struct {
 	ln       net.Listener
 	upstream string
 
@@ -1228,22 +1239,22 @@ type r23Proxy struct {
 	closed bool
 }
 
-func startR23Proxy(t *testing.T, upstream string) *r23Proxy {
+func startAddProxy(t *testing.T, upstream string) *addProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &r23Proxy{ln: ln, upstream: upstream}
+	p := &addProxy{ln: ln, upstream: upstream}
 	p.delay.Store(int64(300 * time.Millisecond))
 	go p.serve()
 	t.Cleanup(p.close)
 	return p
 }
 
-func (p *r23Proxy) Addr() string { return p.ln.Addr().String() }
+func (p *addProxy) Addr() string { return p.ln.Addr().String() }
 
-func (p *r23Proxy) close() {
+func (p *addProxy) close() {
 	_ = p.ln.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -1253,7 +1264,7 @@ func (p *r23Proxy) close() {
 	}
 }
 
-func (p *r23Proxy) track(c ...net.Conn) bool {
+func (p *addProxy) track(c ...net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -1263,8 +1274,8 @@ func (p *r23Proxy) track(c ...net.Conn) bool {
 	return true
 }
 
-// r23Take decrements n when positive and reports whether it did.
-func r23Take(n *atomic.Int64) bool {
+// takeOne decrements n when positive and reports whether it did.
+func takeOne(n *atomic.Int64) bool {
 	for {
 		v := n.Load()
 		if v <= 0 {
@@ -1281,7 +1292,7 @@ func isAddRun(b []byte) bool {
 	return bytes.Contains(l, []byte("evalsha")) && bytes.Contains(b, []byte(":op:"))
 }
 
-func (p *r23Proxy) serve() {
+func (p *addProxy) serve() {
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
@@ -1328,13 +1339,13 @@ func (p *r23Proxy) serve() {
 					if isAddRun(chunk) {
 						p.addRequests.Add(1)
 						switch {
-						case r23Take(&p.cutReply):
+						case takeOne(&p.cutReply):
 							p.faults.Add(1)
 							cut.Store(true)
-						case r23Take(&p.delayReply):
+						case takeOne(&p.delayReply):
 							p.faults.Add(1)
 							late.Store(true)
-						case hold == nil && r23Take(&p.delayRequest):
+						case hold == nil && takeOne(&p.delayRequest):
 							p.faults.Add(1)
 							// The client gives up on this connection and
 							// resends on another; the server gets this
@@ -1394,7 +1405,7 @@ func (p *r23Proxy) serve() {
 	}
 }
 
-// TestReview9CallerDeadlineHonoured: Add promises that when the caller's
+// testAddReturnsAtDeadlineWhileServerBusy: Add promises that when the caller's
 // ctx ends first it returns ctx's error (the Committer selects on ctx).
 // But go-redis cuts a read at the ctx deadline only with
 // ContextTimeoutEnabled, which go-redis leaves off by default: the calls
@@ -1402,7 +1413,7 @@ func (p *r23Proxy) serve() {
 // Add to a topic, and every RecordEvery; AddBatch's pipelines) wait for
 // the server's reply, up to ReadTimeout, past the caller's deadline. Here
 // the server is busy for 2 s (DEBUG SLEEP) and the callers give 300 ms.
-func TestReview9CallerDeadlineHonoured(t *testing.T) {
+func testAddReturnsAtDeadlineWhileServerBusy(t *testing.T) {
 	srv := testutil.StartServer(t, "--enable-debug-command", "yes")
 	rc := srv.Client(nil) // go-redis defaults
 	admin := srv.Client(nil)

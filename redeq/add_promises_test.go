@@ -361,7 +361,7 @@ func TestReaddedReadyJobNotEarly(t *testing.T) {
 	}
 }
 
-// TestReview9RefusedWritesFullPoolFromFreshClient: docs/operations.md
+// TestAddAnswersFullPoolAndExistsWhileWritesRefused: docs/operations.md
 // promises that a server refusing writes (maxmemory under noeviction,
 // min-replicas-to-write) still answers a full pool with ErrPoolFull and
 // AddBatch a stored id with ErrJobExists, writing nothing, "since both need
@@ -371,7 +371,7 @@ func TestReaddedReadyJobNotEarly(t *testing.T) {
 // producer started (or past its 2 minutes) while the server refuses
 // writes gets Redis's OOM / NOREPLICAS from the topic record instead: Add
 // to the full pool is not ErrPoolFull, and AddBatch fails as a whole.
-func TestReview9RefusedWritesFullPoolFromFreshClient(t *testing.T) {
+func TestAddAnswersFullPoolAndExistsWhileWritesRefused(t *testing.T) {
 	for _, tc := range []struct{ param, value, refusal string }{
 		{"maxmemory", "1", "OOM"},
 		{"min-replicas-to-write", "1", "NOREPLICAS"},
@@ -413,13 +413,13 @@ func TestReview9RefusedWritesFullPoolFromFreshClient(t *testing.T) {
 	}
 }
 
-// TestReview10HugeTimeoutsOpTTLRefused: the op TTL is the window plus the
+// TestHugeClientTimeoutsKeepWritesWorking: the op TTL is the window plus the
 // client's ReadTimeout plus DialTimeout plus 5 s, and the scripts refuse
 // one past a day. A client whose DialTimeout (or ReadTimeout) is a day
 // (a "never give up dialing" setting) makes every Add, Delete and
 // Reschedule fail with the script's "op TTL ... is no whole number of ms
 // from 1 to a day", though go-redis accepts the options.
-func TestReview10HugeTimeoutsOpTTLRefused(t *testing.T) {
+func TestHugeClientTimeoutsKeepWritesWorking(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opt  func(o *redis.Options)

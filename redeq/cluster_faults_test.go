@@ -35,7 +35,17 @@ func idPerBucket(n int) []string {
 	return ids
 }
 
-// TestReview14HungNodeDelaysRecoveryOfManyBuckets attacks promise 3 with
+// TestHungNodeDelaysOnlyItsOwnJobs: on a Redis Cluster, a master that
+// hangs delays only the jobs stored on it: the recovery of crashed
+// consumers' jobs on healthy nodes, of many buckets at once, and the
+// fetches and outcomes of a live listener go on.
+func TestHungNodeDelaysOnlyItsOwnJobs(t *testing.T) {
+	t.Run("recovery_of_crashed_consumers", testHungNodeDelaysOnlyItsOwnRecovery)
+	t.Run("recovery_of_many_buckets", testHungNodeDelaysOnlyItsOwnBucketsRecovery)
+	t.Run("live_listener", testHungNodeLeavesHealthyNodesRunning)
+}
+
+// testHungNodeDelaysOnlyItsOwnBucketsRecovery attacks promise 3 with
 // one crashed consumer whose topic has 64 buckets over 3 masters; one
 // master (not the alive set's) hangs (CLIENT PAUSE ALL). The reaper
 // recovers the buckets 8 at a time, each call "bounded by
@@ -46,12 +56,12 @@ func idPerBucket(n int) []string {
 // (3 s). About 21 buckets live on the hung node: jobs on the healthy nodes
 // whose buckets come after the first 8 hung ones wait 3 s per round.
 //
-// R14_CTX_TIMEOUTS=1 runs it with ContextTimeoutEnabled on the client,
+// REDEQ_CTX_TIMEOUTS=1 runs it with ContextTimeoutEnabled on the client,
 // to confirm the cause: it then passes.
-func TestReview14HungNodeDelaysRecoveryOfManyBuckets(t *testing.T) {
+func testHungNodeDelaysOnlyItsOwnBucketsRecovery(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	rc, be := privateCluster(t, 3)
-	if os.Getenv("R14_CTX_TIMEOUTS") != "" {
+	if os.Getenv("REDEQ_CTX_TIMEOUTS") != "" {
 		be = clusterBackend(rc.Addrs, true)
 	}
 	ctx := context.Background()
@@ -135,13 +145,13 @@ func TestReview14HungNodeDelaysRecoveryOfManyBuckets(t *testing.T) {
 	require.LessOrEqualf(t, last, limit, "jobs of a crashed consumer on healthy nodes waited %v (limit %v) behind a hung node they do not live on", last, limit)
 }
 
-// TestReview14HungNodeStallsListenerOnHealthyNodes attacks promise 3 ("a
+// testHungNodeLeavesHealthyNodesRunning attacks promise 3 ("a
 // node that hangs delays only the jobs stored on that node") for a live
 // consumer: one listener, 64 buckets over 3 masters, a steady stream of
 // 10 ms jobs. One master (not the alive set's) hangs for 12 s. The jobs on
 // the two healthy masters must keep running: neither a fetch from a hung
 // bucket nor the outcome of a job stored there may hold up the others.
-func TestReview14HungNodeStallsListenerOnHealthyNodes(t *testing.T) {
+func testHungNodeLeavesHealthyNodesRunning(t *testing.T) {
 	t.Parallel() // its own Redis: it runs beside the other fault tests
 	_, be := privateCluster(t, 3)
 	ctx := context.Background()
@@ -217,7 +227,7 @@ func TestReview14HungNodeStallsListenerOnHealthyNodes(t *testing.T) {
 	require.LessOrEqualf(t, stalled, 1, "the listener ran fewer than 10 jobs stored on healthy nodes in %d of the 10 s a node it does not need hung: %v", stalled, perSec)
 }
 
-// TestReview13PausedNodeHoldsUpRecoveryElsewhere attacks promise 3 (a
+// testHungNodeDelaysOnlyItsOwnRecovery attacks promise 3 (a
 // Redis Cluster where a node is paused): two consumers crash, one holding
 // jobs of a topic whose bucket lives on a node that is paused (CLIENT
 // PAUSE ALL, 30 s), the other holding jobs on a healthy node. The jobs on
@@ -227,7 +237,7 @@ func TestReview14HungNodeStallsListenerOnHealthyNodes(t *testing.T) {
 // recover script on the paused node waits for go-redis's read timeout and
 // retries (3 s x 4), then the reaper backs off; so the healthy node's jobs
 // wait behind the paused one.
-func TestReview13PausedNodeHoldsUpRecoveryElsewhere(t *testing.T) {
+func testHungNodeDelaysOnlyItsOwnRecovery(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	_, be := privateCluster(t, 3)
 	ctx := context.Background()
@@ -296,14 +306,14 @@ func TestReview13PausedNodeHoldsUpRecoveryElsewhere(t *testing.T) {
 		"jobs of a crashed consumer on a healthy node waited %v (limit %v) behind a paused node they do not live on", took, limit)
 }
 
-// TestReview13ClusterKillNineDuringAliveNodePause attacks promises 1, 3
+// TestClusterKilledConsumerRecoveredThroughAliveNodePause attacks promises 1, 3
 // and 4 on a real Redis Cluster (3 masters, 4 buckets per topic): a
 // consumer process holding jobs is SIGKILLed while the node of the alive
 // set is paused (CLIENT PAUSE WRITE, 3 s), then a bucket node sleeps
 // (CLIENT PAUSE ALL, 2 s). Two live clients run slow jobs throughout. The
 // killed consumer's jobs run again unspent; no live consumer's job is
 // recovered or run twice.
-func TestReview13ClusterKillNineDuringAliveNodePause(t *testing.T) {
+func TestClusterKilledConsumerRecoveredThroughAliveNodePause(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	_, be := privateCluster(t, 3)
 	ctx := context.Background()
@@ -353,7 +363,7 @@ func TestReview13ClusterKillNineDuringAliveNodePause(t *testing.T) {
 	require.Emptyf(t, bad, "jobs recovered wrongly or run twice")
 }
 
-// TestReview16HungAliveNodePausesFetchingUntilHeard: the master holding
+// TestHungAliveNodePausesFetchingWithoutDoubleRuns: the master holding
 // the alive set (redeq:{alive}, one key for the whole deployment) hangs
 // for 6 s while a backlog stored on the other two masters drains. Review
 // 16 showed that a listener stops fetching then, although none of its
@@ -364,7 +374,7 @@ func TestReview13ClusterKillNineDuringAliveNodePause(t *testing.T) {
 // documented limit (docs/operations.md); this test holds the rest of the
 // promise: no job runs twice, and fetching resumes within 2 s of the
 // node's return.
-func TestReview16HungAliveNodePausesFetchingUntilHeard(t *testing.T) {
+func TestHungAliveNodePausesFetchingWithoutDoubleRuns(t *testing.T) {
 	t.Parallel()
 	_, be := privateCluster(t, 3)
 	ctx := context.Background()
@@ -427,13 +437,13 @@ func TestReview16HungAliveNodePausesFetchingUntilHeard(t *testing.T) {
 	}
 }
 
-// TestReview16LateFetchAnswers attacks promises 1, 2 and 5 through the
+// TestLateFetchAnswersGivenBackNeverRunTwice attacks promises 1, 2 and 5 through the
 // slow-fetch path: a bucket node (not the alive set's) pauses for 1.5 s,
 // three times, while a backlog drains over 64 buckets, so fetches to it
 // answer after slowFetch (200 ms) when their workers serve other buckets:
 // what they bring beyond the free workers must be given back, never run
 // beside Workers others, never run twice, never lost.
-func TestReview16LateFetchAnswers(t *testing.T) {
+func TestLateFetchAnswersGivenBackNeverRunTwice(t *testing.T) {
 	t.Parallel()
 	_, be := privateCluster(t, 3)
 	ctx := context.Background()
@@ -503,47 +513,47 @@ func TestReview16LateFetchAnswers(t *testing.T) {
 	require.Zero(t, st.InFlight+st.Ready+st.Pool, "%+v", st)
 }
 
-type r12Log struct {
+type warnLog struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (l *r12Log) Write(p []byte) (int, error) {
+func (l *warnLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.buf.Write(p)
 }
 
-func (l *r12Log) lines() []string {
+func (l *warnLog) lines() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return strings.Split(strings.TrimSpace(l.buf.String()), "\n")
 }
 
-type r12Bcast struct {
+type bcastCounter struct {
 	topics []string
 	mu     sync.Mutex
 	n      int
 }
 
-func (b *r12Bcast) Topics() []string { return b.topics }
+func (b *bcastCounter) Topics() []string { return b.topics }
 
-func (b *r12Bcast) OnBroadcast(ctx context.Context, job *redeq.Job) {
+func (b *bcastCounter) OnBroadcast(ctx context.Context, job *redeq.Job) {
 	b.mu.Lock()
 	b.n++
 	b.mu.Unlock()
 }
 
-// TestReview12ClusterBackgroundLoopsQuiet attacks promise 5 ("on Redis
+// TestClusterBackgroundLoopsLogNoError attacks promise 5 ("on Redis
 // Cluster no CROSSSLOT or other errors in any background loop"): three
 // clients with listeners on several topics (4 buckets each), a broadcast
 // listener, RetireAfter of 1 s (topics retire and come back), pause and
 // resume, jobs that fail and retry, a client that leaves and one that
 // joins. Every warning or error any client logs fails the test.
-func TestReview12ClusterBackgroundLoopsQuiet(t *testing.T) {
+func TestClusterBackgroundLoopsLogNoError(t *testing.T) {
 	be := testutil.Cluster(t)
 	ctx := context.Background()
-	logs := &r12Log{}
+	logs := &warnLog{}
 	cfg := testutil.Config(t)
 	cfg.Concurrency = 4
 	cfg.RetireAfter = time.Second
@@ -566,7 +576,7 @@ func TestReview12ClusterBackgroundLoopsQuiet(t *testing.T) {
 			ls = append(ls, l)
 			require.NoError(t, c.Register(l))
 		}
-		require.NoError(t, c.RegisterBroadcast(&r12Bcast{topics: topics[:2]}))
+		require.NoError(t, c.RegisterBroadcast(&bcastCounter{topics: topics[:2]}))
 		require.NoError(t, c.Start(ctx))
 		return c
 	}

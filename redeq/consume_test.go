@@ -436,10 +436,10 @@ func (h *countSMembers) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 	return next
 }
 
-// TestReview16BacklogKeepsWorkersBusy attacks promise 8: a backlog of
+// TestBacklogKeepsWorkersBusy attacks promise 8: a backlog of
 // 5 ms jobs over 64 buckets and over 1, Workers 8; the drain should take
 // close to jobs*5ms/8.
-func TestReview16BacklogKeepsWorkersBusy(t *testing.T) {
+func TestBacklogKeepsWorkersBusy(t *testing.T) {
 	for _, buckets := range []int{64, 1} {
 		t.Run(fmt.Sprint(buckets), func(t *testing.T) {
 			t.Parallel()

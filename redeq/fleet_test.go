@@ -220,8 +220,8 @@ func TestReapersKilledThirdClientRecovers(t *testing.T) {
 	})
 }
 
-// r12Live returns the movers announced within window, by the server clock.
-func r12Live(t *testing.T, rdb redis.UniversalClient, prefix string, window time.Duration) []string {
+// liveMovers returns the movers announced within window, by the server clock.
+func liveMovers(t *testing.T, rdb redis.UniversalClient, prefix string, window time.Duration) []string {
 	ctx := context.Background()
 	now, err := rdb.Time(ctx).Result()
 	require.NoError(t, err)
@@ -231,11 +231,11 @@ func r12Live(t *testing.T, rdb redis.UniversalClient, prefix string, window time
 	return ids
 }
 
-// TestReview12FleetKilledStoppedAndBounded attacks promise 4: killed
+// TestKilledAndStoppedClientsLeaveTheLiveSet attacks promise 4: killed
 // clients leave the live set within ~2.5 ScanIntervals and the movers ZSET
 // does not keep them; a SIGSTOPped client is dropped and, after SIGCONT,
 // rejoins.
-func TestReview12FleetKilledStoppedAndBounded(t *testing.T) {
+func TestKilledAndStoppedClientsLeaveTheLiveSet(t *testing.T) {
 	t.Parallel()
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
@@ -265,11 +265,11 @@ func TestReview12FleetKilledStoppedAndBounded(t *testing.T) {
 			// 8 clients that are killed one after another.
 			for i := range 8 {
 				c, id := start()
-				waitFor(t, 5*time.Second, "child announced", func() bool { return contains(r12Live(t, rdb, cfg.Prefix, live), id) })
+				waitFor(t, 5*time.Second, "child announced", func() bool { return contains(liveMovers(t, rdb, cfg.Prefix, live), id) })
 				killed := c.kill()
 				ok := false
 				for time.Since(killed) < 2*live+cfg.ScanInterval {
-					if !contains(r12Live(t, rdb, cfg.Prefix, live), id) {
+					if !contains(liveMovers(t, rdb, cfg.Prefix, live), id) {
 						ok = true
 						break
 					}
@@ -283,17 +283,17 @@ func TestReview12FleetKilledStoppedAndBounded(t *testing.T) {
 
 			// SIGSTOP, then SIGCONT.
 			c, id := start()
-			waitFor(t, 5*time.Second, "child announced", func() bool { return contains(r12Live(t, rdb, cfg.Prefix, live), id) })
+			waitFor(t, 5*time.Second, "child announced", func() bool { return contains(liveMovers(t, rdb, cfg.Prefix, live), id) })
 			require.NoError(t, c.cmd.Process.Signal(syscall.SIGSTOP))
-			waitFor(t, 2*live+cfg.ScanInterval+500*time.Millisecond, "stopped client dropped", func() bool { return !contains(r12Live(t, rdb, cfg.Prefix, live), id) })
+			waitFor(t, 2*live+cfg.ScanInterval+500*time.Millisecond, "stopped client dropped", func() bool { return !contains(liveMovers(t, rdb, cfg.Prefix, live), id) })
 			time.Sleep(2 * time.Second)
 			require.NoError(t, c.cmd.Process.Signal(syscall.SIGCONT))
 			cont := time.Now()
-			waitFor(t, 2*time.Second, "continued client rejoined", func() bool { return contains(r12Live(t, rdb, cfg.Prefix, live), id) })
+			waitFor(t, 2*time.Second, "continued client rejoined", func() bool { return contains(liveMovers(t, rdb, cfg.Prefix, live), id) })
 			t.Logf("rejoined %v after SIGCONT", time.Since(cont))
 			// and stays
 			time.Sleep(1 * time.Second)
-			require.True(t, contains(r12Live(t, rdb, cfg.Prefix, live), id), "continued client dropped again")
+			require.True(t, contains(liveMovers(t, rdb, cfg.Prefix, live), id), "continued client dropped again")
 		})
 	}
 }
@@ -307,13 +307,13 @@ func contains(s []string, v string) bool {
 	return false
 }
 
-// TestReview13FleetKillReapersAndHoldersAtOnce attacks promises 1 and 2:
+// TestJobsRecoveredWhenReapersAndHoldersDieAtOnce attacks promises 1 and 2:
 // ten consumer processes hold 40 jobs; the two that look for silent
 // consumers (ranked first for {reaper}) and three others are SIGKILLed at
 // once; a client joins late. Every job the five held must run again on
 // the late client, unspent and counted once, within about ConsumerTimeout
 // plus a few seconds; no job of the five live processes may be handed out.
-func TestReview13FleetKillReapersAndHoldersAtOnce(t *testing.T) {
+func TestJobsRecoveredWhenReapersAndHoldersDieAtOnce(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	_, be := privateServer(t)
 	ctx := context.Background()

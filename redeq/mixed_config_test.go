@@ -17,7 +17,7 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// TestReview13RaisedConsumerTimeoutIgnoredByOtherReapers attacks promise
+// TestReapersWaitForConsumersOwnTimeout attacks promise
 // 4 with a fleet whose clients do not share one config: the consumer
 // service raised ConsumerTimeout (6 s) and HeartbeatInterval (2 s), as
 // operations.md advises ("Raise ConsumerTimeout if your processes stall
@@ -28,7 +28,7 @@ import (
 // consumer's. So the producer's reaper takes the job of a consumer that is
 // neither stalled nor silent by its own settings (it heartbeats every 2 s)
 // and hands it to the other consumer while the first still runs it.
-func TestReview13RaisedConsumerTimeoutIgnoredByOtherReapers(t *testing.T) {
+func TestReapersWaitForConsumersOwnTimeout(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	_, be := privateServer(t)
 	ctx := context.Background()
@@ -80,7 +80,7 @@ func TestReview13RaisedConsumerTimeoutIgnoredByOtherReapers(t *testing.T) {
 		ccfg.HeartbeatInterval, ccfg.ConsumerTimeout, pcfg.ConsumerTimeout)
 }
 
-// TestReview14MixedConfigKillAndStall checks promise 1 (held; a
+// TestMixedConfigFleetSparesStalledAndRecoversKilled checks promise 1 (held; a
 // regression test) on a fleet whose clients differ: a consumer process
 // with ConsumerTimeout 3 s and HeartbeatInterval 1 s, Workers 4; a live
 // consumer of the same topic (and of another topic it alone listens to)
@@ -89,7 +89,7 @@ func TestReview13RaisedConsumerTimeoutIgnoredByOtherReapers(t *testing.T) {
 // - HeartbeatInterval): nobody may take its jobs. Then it is SIGKILLed: its
 // jobs must run again unspent within about its own ConsumerTimeout plus a
 // few seconds, not before it was silent for its own timeout.
-func TestReview14MixedConfigKillAndStall(t *testing.T) {
+func TestMixedConfigFleetSparesStalledAndRecoversKilled(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	_, be := privateServer(t)
 	ctx := context.Background()

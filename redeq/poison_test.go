@@ -18,7 +18,19 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// TestReview13PoisonKillsBystanderOfAnotherTopic attacks promise 5 (and
+// TestPoisonSparesBystandersBeyondItsListener: a healthy job that ran
+// beside a poison job through crashes is counted at most twice and never
+// ends in the dead set because of it, whether it belongs to another topic
+// of the process, to another client of the process, runs while the
+// process shuts down gracefully, or MaxRecoveries is the lowest accepted.
+func TestPoisonSparesBystandersBeyondItsListener(t *testing.T) {
+	t.Run("another_topic", testPoisonSparesBystanderOfAnotherTopic)
+	t.Run("another_client", testPoisonSparesBystanderOfAnotherClient)
+	t.Run("graceful_shutdown", testPoisonSparesBystanderDuringGracefulShutdown)
+	t.Run("lowest_max_recoveries", testPoisonSparesBystanderAtLowestMaxRecoveries)
+}
+
+// testPoisonSparesBystanderOfAnotherTopic attacks promise 5 (and
 // the design's "the jobs that ran beside it once or twice are counted at
 // most twice and then run normally"): one service listens to two topics,
 // "a" and "b", in one process. The job "poison" of "a" kills the process
@@ -27,7 +39,7 @@ import (
 // listener (runner.idle), so the quarantined b1 keeps being fetched
 // beside the quarantined poison of the other topic, is counted at every
 // crash, and goes to the dead set as poison although it never failed.
-func TestReview13PoisonKillsBystanderOfAnotherTopic(t *testing.T) {
+func testPoisonSparesBystanderOfAnotherTopic(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	e := poisonBesideB1(t, "twotopics", 3)
 	b1, err := e.c.Get(context.Background(), "b", "b1")
@@ -41,13 +53,13 @@ func TestReview13PoisonKillsBystanderOfAnotherTopic(t *testing.T) {
 	require.LessOrEqual(t, b1.Recoveries, 2, "a bystander is counted at most twice")
 }
 
-const review15ShutKind = "review15shut"
+const shutdownOrderKind = "shutdownorder"
 
-// runReview15ShutChild is a service process (child kind review15ShutKind)
+// runShutdownOrderChild is a service process (child kind shutdownOrderKind)
 // that embeds client X (topic "a") and client Y (topic "b") and, on
 // SIGTERM, shuts them down one by one (X first), gracefully. The job
 // "poison" kills the process 2 s after it starts; other jobs run 3 s.
-func runReview15ShutChild() {
+func runShutdownOrderChild() {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM)
 	var clients []*redeq.Client
@@ -79,7 +91,7 @@ func runReview15ShutChild() {
 	os.Exit(0)
 }
 
-// TestReview15PoisonDuringGracefulShutdownKillsBystander attacks promise
+// testPoisonSparesBystanderDuringGracefulShutdown attacks promise
 // 1 end to end. The poison job of topic a (client X) and the healthy job
 // b1 of topic b (client Y) have both been recovered twice (they ran
 // together through two crashes). The service restarts; X runs the poison
@@ -89,7 +101,7 @@ func runReview15ShutChild() {
 // (consumer/runner.go dispatch: defer releaseSolo), so Y fetches b1 beside
 // the still running poison, the poison kills the process, and b1 is
 // counted a third time: dead as poison.
-func TestReview15PoisonDuringGracefulShutdownKillsBystander(t *testing.T) {
+func testPoisonSparesBystanderDuringGracefulShutdown(t *testing.T) {
 	_, be := privateServer(t)
 	ctx := context.Background()
 	cfg := testutil.Config(t)
@@ -101,7 +113,7 @@ func TestReview15PoisonDuringGracefulShutdownKillsBystander(t *testing.T) {
 	quarantine(t, e.rdb, e.cfg, "b", "b1", 2)
 	require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
 
-	c := startFaultChild(t, review15ShutKind, be, cfg.Prefix, "", childMaxRecoveriesEnv+"=2")
+	c := startFaultChild(t, shutdownOrderKind, be, cfg.Prefix, "", childMaxRecoveriesEnv+"=2")
 	require.Equal(t, "a poison 2", strings.TrimSpace(c.expect(t, "start ", 10*time.Second)))
 	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
 	var lines []string
@@ -122,7 +134,7 @@ func TestReview15PoisonDuringGracefulShutdownKillsBystander(t *testing.T) {
 	require.LessOrEqual(t, b1.Recoveries, 2, "a bystander is counted at most twice")
 }
 
-// TestReview17LowMaxRecoveriesKillsBystander: review 17 attacked promise
+// testPoisonSparesBystanderAtLowestMaxRecoveries: review 17 attacked promise
 // 1 ("a healthy job that was in flight beside a poison job through
 // crashes is not sent to dead because of the poison job") with
 // MaxRecoveries 1, which config.Validate then accepted. Quarantine starts
@@ -132,7 +144,7 @@ func TestReview15PoisonDuringGracefulShutdownKillsBystander(t *testing.T) {
 // crashes (not yet quarantined at the second) went dead with it. A
 // MaxRecoveries below Quarantine is now refused; at the least one
 // accepted, b1 survives.
-func TestReview17LowMaxRecoveriesKillsBystander(t *testing.T) {
+func testPoisonSparesBystanderAtLowestMaxRecoveries(t *testing.T) {
 	t.Parallel()
 	_, be := privateServer(t)
 	cfg := testutil.Config(t)
@@ -145,7 +157,7 @@ func TestReview17LowMaxRecoveriesKillsBystander(t *testing.T) {
 	require.NotEqual(t, redeq.StateDead, st, "the healthy job b1 went dead with the poison job (MaxRecoveries %d)", config.MinMaxRecoveries)
 }
 
-// TestReview14PoisonKillsBystanderOfAnotherClient attacks promise 2 ("a
+// testPoisonSparesBystanderOfAnotherClient attacks promise 2 ("a
 // poison job ... healthy jobs in flight beside it, of the same topic or of
 // any other topic the process listens to, are counted at most twice and
 // never end in the dead set because of it") on a process that embeds two
@@ -156,7 +168,7 @@ func TestReview17LowMaxRecoveriesKillsBystander(t *testing.T) {
 // (consumer/runner.go idleAll iterates g.runners of one Group), so Y takes
 // the quarantined b1 while X runs the quarantined poison, b1 is counted at
 // every crash, and goes to the dead set as poison.
-func TestReview14PoisonKillsBystanderOfAnotherClient(t *testing.T) {
+func testPoisonSparesBystanderOfAnotherClient(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	e := poisonBesideB1(t, "twoclients", 3)
 	b1, err := e.c.Get(context.Background(), "b", "b1")

@@ -18,7 +18,20 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// TestReview14QuarantineWaitFreezesEveryTopic attacks promise 2 ("the
+// TestQuarantineKeepsEveryTopicMoving: a process whose quarantined jobs
+// run one at a time keeps making progress on every topic: no listener
+// stalls while a quarantined job waits beside a slow handler, every
+// quarantined job of several topics runs and every backlog drains, and
+// quarantined jobs left waiting through a Shutdown, a pause and a delete
+// still run.
+func TestQuarantineKeepsEveryTopicMoving(t *testing.T) {
+	t.Run("wait_beside_slow_handler", testQuarantineWaitLeavesOtherTopicsRunning)
+	t.Run("two_topics_at_start", testQuarantinedJobsOfTwoTopicsBothRun)
+	t.Run("many_topics_one_worker", testManyQuarantinedTopicsDrainWithOneWorker)
+	t.Run("waiters_through_shutdown_pause_delete", testQuarantineWaitersRunAfterShutdownPauseAndDelete)
+}
+
+// testQuarantineWaitLeavesOtherTopicsRunning attacks promise 2 ("the
 // process keeps making progress: no deadlock or permanent stall of any
 // listener ... handlers that time out"). One process listens to three
 // topics: "slow" (one handler that overruns ConsumeTimeout and ignores its
@@ -30,7 +43,7 @@ import (
 // mayFetch stops every other listener. The slow handler never lets the
 // process go idle, so topic "a", which has nothing to do with either, stops
 // for as long as the slow handler runs.
-func TestReview14QuarantineWaitFreezesEveryTopic(t *testing.T) {
+func testQuarantineWaitLeavesOtherTopicsRunning(t *testing.T) {
 	if !isolated(t) {
 		return // it counts goroutines or takes the quarantine slot: a process of its own
 	}
@@ -92,7 +105,7 @@ func TestReview14QuarantineWaitFreezesEveryTopic(t *testing.T) {
 		"a quarantined job of topic q, waiting for a handler of topic slow that overran ConsumeTimeout, stopped topic a (%d ready) for 8 s", st.Ready)
 }
 
-// TestReview14QuarantineLoserStarves attacks promise 2 on a process with
+// testQuarantinedJobsOfTwoTopicsBothRun attacks promise 2 on a process with
 // two topics that each have a quarantined job at the head of a backlog
 // when the process starts (a restart after two crashes). Both dispatchers
 // fetch at once; both stop at their quarantined job; one claims the
@@ -101,7 +114,7 @@ func TestReview14QuarantineWaitFreezesEveryTopic(t *testing.T) {
 // loser only claims again at a moment it sees the whole process idle
 // (dispatch: r.alone && idleAll() && claimSolo), which never comes while
 // the winner's topic has work: the loser's topic runs nothing at all.
-func TestReview14QuarantineLoserStarves(t *testing.T) {
+func testQuarantinedJobsOfTwoTopicsBothRun(t *testing.T) {
 	if !isolated(t) {
 		return // it counts goroutines or takes the quarantine slot: a process of its own
 	}
@@ -155,11 +168,11 @@ func TestReview14QuarantineLoserStarves(t *testing.T) {
 	}
 }
 
-// TestReview15ManyQuarantinedWorkersOne attacks promise 2: twelve topics,
+// testManyQuarantinedTopicsDrainWithOneWorker attacks promise 2: twelve topics,
 // Workers 1, each with a quarantined job at the head of a backlog, and a
 // stream of healthy jobs into every topic. Every quarantined job must run
 // (one at a time) and every topic must drain its backlog.
-func TestReview15ManyQuarantinedWorkersOne(t *testing.T) {
+func testManyQuarantinedTopicsDrainWithOneWorker(t *testing.T) {
 	if !isolated(t) {
 		return // it takes the quarantine slot: a process of its own
 	}
@@ -221,13 +234,13 @@ func TestReview15ManyQuarantinedWorkersOne(t *testing.T) {
 	}
 }
 
-// TestReview15QuarantineWaitersSurviveShutdownPauseDelete attacks
+// testQuarantineWaitersRunAfterShutdownPauseAndDelete attacks
 // promise 2 with the waiting side: topic "y" runs a 2 s quarantined job;
 // meanwhile "x" has a quarantined job waiting (then deleted), "p" (paused)
 // has one, and "w" has one; the consuming client is shut down while they
 // wait and a new client of the process starts. After y's job, everything
 // left must run: w's job, x's healthy jobs, and p's job once resumed.
-func TestReview15QuarantineWaitersSurviveShutdownPauseDelete(t *testing.T) {
+func testQuarantineWaitersRunAfterShutdownPauseAndDelete(t *testing.T) {
 	if !isolated(t) {
 		return // it takes the quarantine slot: a process of its own
 	}
@@ -321,7 +334,7 @@ func (w *quarantineWatch) enter(job *redeq.Job) func() {
 	}
 }
 
-// TestReview15ShutdownLetsAnotherClientRunQuarantinedBeside attacks
+// TestGracefulShutdownHoldsProcessQuarantineUntilHandlerEnds attacks
 // promise 1 ("only one [quarantined job] at a time in a process (whatever
 // the clients and topics in it)"). A process embeds clients X (topic a)
 // and Y (topic b). X runs the quarantined job qa (the poison suspect, a
@@ -331,7 +344,7 @@ func (w *quarantineWatch) enter(job *redeq.Job) func() {
 // once with fetchCtx and its deferred releaseSolo gives up the process's
 // quarantine while qa still runs, so Y fetches qb beside it. Had qa been
 // the poison, qb would be counted a third time and go dead.
-func TestReview15ShutdownLetsAnotherClientRunQuarantinedBeside(t *testing.T) {
+func TestGracefulShutdownHoldsProcessQuarantineUntilHandlerEnds(t *testing.T) {
 	if !isolated(t) {
 		return // it takes the quarantine slot: a process of its own
 	}
@@ -440,7 +453,7 @@ func (h *fetchReplyLost) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// TestReview17QuarantinedBesideUnheldDelivery attacks promise 1 ("a job
+// TestQuarantinedJobWaitsForUnheldDelivery attacks promise 1 ("a job
 // recovered Quarantine times or more runs alone: ... nothing else of its
 // own listener is in flight with it"). A listener (2 buckets) starts with
 // the healthy job h ready in one bucket and the quarantined job q in the
@@ -457,7 +470,7 @@ func (h *fetchReplyLost) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 //
 // If q is the poison and kills the process now, the reaper counts a
 // recovery for h too, the very thing quarantine is for.
-func TestReview17QuarantinedBesideUnheldDelivery(t *testing.T) {
+func TestQuarantinedJobWaitsForUnheldDelivery(t *testing.T) {
 	if !isolated(t) {
 		return // it takes the quarantine slot: a process of its own
 	}

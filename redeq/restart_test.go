@@ -48,7 +48,7 @@ func (o *overlap) leave(id string) {
 	o.running[id]--
 }
 
-// TestReview18RestartBesideWindingDownHandler attacks promises 2 and 3: a
+// TestRestartBesideWindingDownHandlerRunsNoJobTwiceAtOnce attacks promises 2 and 3: a
 // listener with Workers 1 is shut down (ctx 300 ms) while its handler
 // runs; the handler honours its context but needs 250 ms to wind down (a
 // call it must finish, a transaction to roll back), longer than
@@ -56,7 +56,7 @@ func (o *overlap) leave(id string) {
 // client with the same listener, the job rolled back "due now" is fetched
 // at once: two handlers of the Workers-1 listener run at once, and the
 // same job runs twice at once while the first consumer still runs it.
-func TestReview18RestartBesideWindingDownHandler(t *testing.T) {
+func TestRestartBesideWindingDownHandlerRunsNoJobTwiceAtOnce(t *testing.T) {
 	t.Parallel()
 	_, be := privateServer(t)
 	ctx := context.Background()
@@ -100,12 +100,12 @@ func TestReview18RestartBesideWindingDownHandler(t *testing.T) {
 	require.Empty(t, o.twice, "a job ran twice at once")
 }
 
-// TestReview18StartShutdownCycles attacks promise 4: a service restarts
+// TestStartShutdownCyclesLoseNoJob attacks promise 4: a service restarts
 // its consumer five times in one process while jobs run, with a short
 // Shutdown ctx each time; a last client drains. No job is lost, none is
 // acked twice (every acked job's handler ran at least once), and a
 // Workers-3 listener never runs more than 3 handlers at once.
-func TestReview18StartShutdownCycles(t *testing.T) {
+func TestStartShutdownCyclesLoseNoJob(t *testing.T) {
 	t.Parallel()
 	_, be := privateServer(t)
 	ctx := context.Background()
@@ -161,7 +161,7 @@ func TestReview18StartShutdownCycles(t *testing.T) {
 	require.Zero(t, st.Dead+st.UnAck)
 }
 
-// TestReview20MixedWindDownRestarts attacks promises 1, 2 and 3: 400 jobs,
+// TestRestartsAmidMixedWindDownsLoseNothing attacks promises 1, 2 and 3: 400 jobs,
 // a listener with Workers 8 on a client restarted eight times in the same
 // process (Shutdown with a 150 ms ctx, the next client started at once with
 // the same listener), beside another instance with its own Workers-8
@@ -169,7 +169,7 @@ func TestReview18StartShutdownCycles(t *testing.T) {
 // canceled (mixedKinds), all returning well within ConsumerTimeout (6 s).
 // Checked: no job lost, none ran twice at once, no attempt spent, nothing
 // dead or parked, each listener at most 8 handlers at once.
-func TestReview20MixedWindDownRestarts(t *testing.T) {
+func TestRestartsAmidMixedWindDownsLoseNothing(t *testing.T) {
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -177,7 +177,7 @@ func TestReview20MixedWindDownRestarts(t *testing.T) {
 			c.ConsumerTimeout, c.HeartbeatInterval = 6*time.Second, 500*time.Millisecond
 			c.Logger = stacklessLogger(t)
 		}
-		r := newRec20()
+		r := newWindDownRecorder()
 		x := e.another(t, mod)
 		lx := newListener("t", r.mixed("X"))
 		lx.workers = 8
@@ -241,19 +241,19 @@ func TestReview20MixedWindDownRestarts(t *testing.T) {
 	})
 }
 
-// TestReview20WorkersBoundAcrossRestart attacks promise 2's Workers bound
+// TestRestartRunsNoJobTwiceAtOnce attacks promise 2's Workers bound
 // alone: a Workers-2 listener whose handlers honour their context but need
 // 1 s to wind down (longer than Shutdown's 100 ms grace); six jobs wait.
 // Shutdown(100 ms), then a new client with the same listener at once. It
 // broke the Workers bound across the two clients, which bounds one
 // client's handlers only (a documented limit); it checks that no job runs
 // twice at once.
-func TestReview20WorkersBoundAcrossRestart(t *testing.T) {
+func TestRestartRunsNoJobTwiceAtOnce(t *testing.T) {
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		mod := func(c *config.Config) { c.ConsumerTimeout, c.HeartbeatInterval = 6*time.Second, 500*time.Millisecond }
-		r := newRec20()
+		r := newWindDownRecorder()
 		l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 			r.enter("L", job)
 			defer r.leave("L", job.ID)

@@ -18,7 +18,7 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// TestReview18SettleLaneFillsAndBlocksOtherBuckets attacks promise 1: the
+// TestSickBucketsHoldUpNoOtherBucket attacks promise 1: the
 // outcome of a job whose bucket's node is in trouble does not delay other
 // buckets' outcomes. A 3-master cluster with WaitReplicas 1: the replica of
 // the master holding bucket 0 is stopped (SIGSTOP), so every settle of that
@@ -29,7 +29,7 @@ import (
 // jobs of the healthy masters are neither settled nor even run. Fixed:
 // the runner holds at most twice its workers' deliveries of a bucket, so
 // it stops fetching from the sick buckets and their lane never fills.
-func TestReview18SettleLaneFillsAndBlocksOtherBuckets(t *testing.T) {
+func TestSickBucketsHoldUpNoOtherBucket(t *testing.T) {
 	t.Parallel()
 	rc, be := privateCluster(t, 3)
 	ctx := context.Background()
@@ -174,7 +174,7 @@ func (h *settleReplyLost) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 	}
 }
 
-// TestReview18OutcomesExactlyOnceDespiteLostSettleReplies attacks
+// TestOutcomesAppliedOnceDespiteLostSettleReplies attacks
 // promise 1: every other settle's reply is lost after Redis applied it,
 // so the lane applies each batch again. Jobs f* always fail (per-job
 // intervals 300 ms, 500 ms, MaxRetries 2), jobs r* rejoin once after
@@ -182,7 +182,7 @@ func (h *settleReplyLost) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 // earlier than its interval after the previous run ended; attempts count
 // 0, 1, 2 with no gap or repeat; FinalRetry runs once per f job; every f
 // job ends dead, every other job gone; nothing is parked.
-func TestReview18OutcomesExactlyOnceDespiteLostSettleReplies(t *testing.T) {
+func TestOutcomesAppliedOnceDespiteLostSettleReplies(t *testing.T) {
 	t.Parallel()
 	_, be := privateServer(t)
 	ctx := context.Background()

@@ -73,12 +73,12 @@ func TestShutdownKeepsJobOfHandlerThatNeverReturns(t *testing.T) {
 	})
 }
 
-// TestReview20AbandonedHandlerWithinConsumerTimeout attacks promise 2's
+// TestAbandonedHandlersJobWaitsForIt attacks promise 2's
 // timing: a handler that has run for 3.5 s ignores Shutdown's cancel and
 // returns 2.9 s after it, within ConsumerTimeout (3 s, heartbeat 1 s).
 // Another instance runs throughout. The job must not start there before
 // the first handler returned.
-func TestReview20AbandonedHandlerWithinConsumerTimeout(t *testing.T) {
+func TestAbandonedHandlersJobWaitsForIt(t *testing.T) {
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -147,12 +147,12 @@ func TestReview20AbandonedHandlerWithinConsumerTimeout(t *testing.T) {
 	})
 }
 
-// TestReview20OpenNeverReturns attacks promise 5: a client from Open (it
+// TestNeverReturningHandlerOfOpenClientRecoveredOnce attacks promise 5: a client from Open (it
 // closes its own connection at Shutdown) has a handler that never returns;
 // after Shutdown another client recovers the job after ConsumerTimeout
 // (2 s), on a server and on a cluster; when the handler finally returns,
 // the job does not run a third time.
-func TestReview20OpenNeverReturns(t *testing.T) {
+func TestNeverReturningHandlerOfOpenClientRecoveredOnce(t *testing.T) {
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -195,19 +195,19 @@ func TestReview20OpenNeverReturns(t *testing.T) {
 	})
 }
 
-// rec21 records, across clients, every run of every job (which client,
+// keptRecorder records, across clients, every run of every job (which client,
 // when it started and returned, what it saw), the runs that ended with an
 // ack, the FinalRetry calls, and a job running twice at once.
-type rec21 struct {
+type keptRecorder struct {
 	mu      sync.Mutex
-	runs    map[string][]run21
+	runs    map[string][]keptRun
 	running map[string]int
 	twice   []string
 	finals  map[string]int
 	t0      time.Time
 }
 
-type run21 struct {
+type keptRun struct {
 	client              string
 	attempt, recoveries int
 	start, end          time.Time
@@ -216,7 +216,7 @@ type run21 struct {
 
 // acker is a listener of topic "t" with workers workers whose handler
 // acks at once, recorded under label.
-func (r *rec21) acker(label string, workers int) *fnListener {
+func (r *keptRecorder) acker(label string, workers int) *fnListener {
 	return &fnListener{topic: "t", workers: workers, on: func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 		i := r.enter(label, job)
 		ch.Ack()
@@ -225,23 +225,23 @@ func (r *rec21) acker(label string, workers int) *fnListener {
 	}}
 }
 
-func newRec21() *rec21 {
-	return &rec21{runs: map[string][]run21{}, running: map[string]int{}, finals: map[string]int{}, t0: time.Now()}
+func newKeptRecorder() *keptRecorder {
+	return &keptRecorder{runs: map[string][]keptRun{}, running: map[string]int{}, finals: map[string]int{}, t0: time.Now()}
 }
 
 // enter records the start of a run and returns its index.
-func (r *rec21) enter(client string, job *redeq.Job) int {
+func (r *keptRecorder) enter(client string, job *redeq.Job) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.running[job.ID]++
 	if r.running[job.ID] > 1 {
 		r.twice = append(r.twice, job.ID)
 	}
-	r.runs[job.ID] = append(r.runs[job.ID], run21{client: client, attempt: job.Attempt, recoveries: job.Recoveries, start: time.Now()})
+	r.runs[job.ID] = append(r.runs[job.ID], keptRun{client: client, attempt: job.Attempt, recoveries: job.Recoveries, start: time.Now()})
 	return len(r.runs[job.ID]) - 1
 }
 
-func (r *rec21) leave(id string, i int, result string) {
+func (r *keptRecorder) leave(id string, i int, result string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.running[id]--
@@ -250,7 +250,7 @@ func (r *rec21) leave(id string, i int, result string) {
 }
 
 // runningNow is how many handlers run.
-func (r *rec21) runningNow() int {
+func (r *keptRecorder) runningNow() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0
@@ -260,38 +260,38 @@ func (r *rec21) runningNow() int {
 	return n
 }
 
-func (r *rec21) final(id string) {
+func (r *keptRecorder) final(id string) {
 	r.mu.Lock()
 	r.finals[id]++
 	r.mu.Unlock()
 }
 
-func (r *rec21) count(id string) int {
+func (r *keptRecorder) count(id string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.runs[id])
 }
 
-func (r *rec21) finalCount(id string) int {
+func (r *keptRecorder) finalCount(id string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.finals[id]
 }
 
-func (r *rec21) get(id string) []run21 {
+func (r *keptRecorder) get(id string) []keptRun {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]run21(nil), r.runs[id]...)
+	return append([]keptRun(nil), r.runs[id]...)
 }
 
-func (r *rec21) twiceAtOnce() []string {
+func (r *keptRecorder) twiceAtOnce() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]string(nil), r.twice...)
 }
 
 // describe prints the runs of id relative to base.
-func (r *rec21) describe(id string, base time.Time) string {
+func (r *keptRecorder) describe(id string, base time.Time) string {
 	var parts []string
 	for _, run := range r.get(id) {
 		end := "running"
@@ -327,9 +327,9 @@ func (l *fnListener) FinalRetry(ctx context.Context, job *redeq.Job) {
 	}
 }
 
-// windDown21 is how long the handler of job id winds down once canceled in
-// TestReview21AcksAroundGraceEndNoFault: 98 to 101.75 ms.
-func windDown21(id string) time.Duration {
+// windDownOf is how long the handler of job id winds down once canceled in
+// TestAcksAroundGraceEndAppliedOnce: 98 to 101.75 ms.
+func windDownOf(id string) time.Duration {
 	return time.Duration(98_000+idNum(id)%16*250) * time.Microsecond
 }
 
@@ -348,7 +348,16 @@ func beatAfter(t *testing.T, e *env, c *redeq.Client) time.Time {
 	return time.Now()
 }
 
-// TestReview21CrashRollbackOffLateAck attacks promises 2, 3, 4 and 5 with
+// TestLateAckAfterShutdownApplied: the ack of a handler that outlived
+// Shutdown but returned within ConsumerTimeout is applied, and its job
+// runs nowhere else meanwhile, with CrashRollback off and on a client
+// from Open (whose connection Shutdown closes last).
+func TestLateAckAfterShutdownApplied(t *testing.T) {
+	t.Run("crash_rollback_off", testLateAckAppliedWithCrashRollbackOff)
+	t.Run("open_client", testLateAckAppliedOnOpenClient)
+}
+
+// testLateAckAppliedWithCrashRollbackOff attacks promises 2, 3, 4 and 5 with
 // CrashRollback off (ConsumerTimeout 3 s, heartbeat 1 s): client A's
 // handler ignores Shutdown's cancel and acks 2.9 s after Shutdown(600 ms
 // ctx) returned, within ConsumerTimeout. Shutdown begins 50 ms after a
@@ -357,13 +366,13 @@ func beatAfter(t *testing.T, e *env, c *redeq.Client) time.Time {
 // ConsumerTimeout (documented), the job does not run on B while A's
 // handler still runs, and A's ack is applied (the job does not run again
 // on B because of that delivery).
-func TestReview21CrashRollbackOffLateAck(t *testing.T) {
+func testLateAckAppliedWithCrashRollbackOff(t *testing.T) {
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		off := false
 		mod := func(c *config.Config) { c.ConsumerTimeout, c.HeartbeatInterval = 3*time.Second, time.Second }
-		r := newRec21()
+		r := newKeptRecorder()
 		release := make(chan struct{})
 		var once sync.Once
 		defer once.Do(func() { close(release) })
@@ -415,7 +424,7 @@ func TestReview21CrashRollbackOffLateAck(t *testing.T) {
 	})
 }
 
-// TestReview21WaitReplicasLaggingReplicaAtShutdown attacks promises 3 and 4
+// TestKeptJobWaitsForItsHandlerWhileReplicaLags attacks promises 3 and 4
 // on a private 3-master cluster with a replica each, WaitReplicas 1
 // (WaitTimeout 200 ms), Concurrency 1, ConsumerTimeout 3 s, heartbeat 1 s.
 // Client A runs "acker" (acks once canceled) and "kept" (ignores the
@@ -425,7 +434,7 @@ func TestReview21CrashRollbackOffLateAck(t *testing.T) {
 // 100 ms ctx; the replica resumes 300 ms after Shutdown returned. Client
 // B runs throughout. kept must not run on B while A's handler still runs,
 // and Shutdown's error should say how many jobs it left in flight.
-func TestReview21WaitReplicasLaggingReplicaAtShutdown(t *testing.T) {
+func TestKeptJobWaitsForItsHandlerWhileReplicaLags(t *testing.T) {
 	t.Parallel()
 	rc, be := privateCluster(t, 3)
 	ctx := context.Background()
@@ -434,7 +443,7 @@ func TestReview21WaitReplicasLaggingReplicaAtShutdown(t *testing.T) {
 	cfg.WaitReplicas, cfg.WaitTimeout = 1, 200*time.Millisecond
 	e := setup(t, be, cfg)
 	mod := func(c *config.Config) { c.ConsumerTimeout, c.HeartbeatInterval = 3*time.Second, time.Second }
-	r := newRec21()
+	r := newKeptRecorder()
 	release := make(chan struct{})
 	var once sync.Once
 	defer once.Do(func() { close(release) })
@@ -499,7 +508,7 @@ func TestReview21WaitReplicasLaggingReplicaAtShutdown(t *testing.T) {
 	require.Empty(t, broken)
 }
 
-// TestReview21DeleteUpdateWhileKept attacks promises 3 and 5: three
+// TestDeleteAndUpdateOfKeptJobs attacks promises 3 and 5: three
 // handlers of client A ignore Shutdown's cancel (100 ms ctx) and return
 // 1 s after it returned; meanwhile Get, Stats, Update, Put and Reschedule
 // look at and try to change their jobs, "del-rejoin" and "del-cancel" are
@@ -508,12 +517,12 @@ func TestReview21WaitReplicasLaggingReplicaAtShutdown(t *testing.T) {
 // returns its ctx.Err() (its job would go back), upd's acks. Client B
 // runs from Shutdown on. The new del-rejoin runs once; the deleted
 // del-cancel and the acked upd never run again.
-func TestReview21DeleteUpdateWhileKept(t *testing.T) {
+func TestDeleteAndUpdateOfKeptJobs(t *testing.T) {
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		mod := func(c *config.Config) { c.ConsumerTimeout, c.HeartbeatInterval = 6*time.Second, 500*time.Millisecond }
-		r := newRec21()
+		r := newKeptRecorder()
 		release := make(chan struct{})
 		var once sync.Once
 		defer once.Do(func() { close(release) })
@@ -588,7 +597,7 @@ func TestReview21DeleteUpdateWhileKept(t *testing.T) {
 	})
 }
 
-// TestReview21QuarantinedKeptAtShutdown attacks promise 3 on quarantined
+// TestKeptQuarantinedJobHoldsProcessQuarantine attacks promise 3 on quarantined
 // jobs, in a process of its own: client A runs the quarantined job q1
 // (Recoveries 2), whose handler ignores Shutdown's cancel (100 ms ctx) and
 // acks 1.5 s after Shutdown returned. Right after Shutdown, client B starts
@@ -596,7 +605,7 @@ func TestReview21DeleteUpdateWhileKept(t *testing.T) {
 // q1 must not run on B while A's handler runs (nor again after its ack),
 // and q2 must not start before q1's handler returned (one quarantined job
 // at a time in the process). o1's wait is logged.
-func TestReview21QuarantinedKeptAtShutdown(t *testing.T) {
+func TestKeptQuarantinedJobHoldsProcessQuarantine(t *testing.T) {
 	if !isolated(t) {
 		return // it takes the process's quarantine slot
 	}
@@ -604,7 +613,7 @@ func TestReview21QuarantinedKeptAtShutdown(t *testing.T) {
 	e := setup(t, be, testutil.Config(t))
 	ctx := context.Background()
 	mod := func(c *config.Config) { c.ConsumerTimeout, c.HeartbeatInterval = 6*time.Second, 500*time.Millisecond }
-	r := newRec21()
+	r := newKeptRecorder()
 	release := make(chan struct{})
 	var once sync.Once
 	defer once.Do(func() { close(release) })
@@ -653,12 +662,12 @@ func TestReview21QuarantinedKeptAtShutdown(t *testing.T) {
 	// next job is quarantined waits (docs/design.md); not checked.
 }
 
-// TestReview21BroadcastAtShutdown attacks promise 3 and 4 on broadcast
+// TestKeptBroadcastJobRunsOncePerClient attacks promise 3 and 4 on broadcast
 // jobs: a broadcast job runs on clients A and B; A's handler ignores
 // Shutdown's cancel (100 ms ctx) for 1.5 s. Client C starts in the same
 // process right after Shutdown. The job must run once on A and once on B,
 // never on C, and Shutdown return soon.
-func TestReview21BroadcastAtShutdown(t *testing.T) {
+func TestKeptBroadcastJobRunsOncePerClient(t *testing.T) {
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -708,12 +717,12 @@ func TestReview21BroadcastAtShutdown(t *testing.T) {
 	})
 }
 
-// TestReview21OpenClientLateAck attacks promise 2 on a client from Open
+// testLateAckAppliedOnOpenClient attacks promise 2 on a client from Open
 // (Shutdown closes its connection last): A's handler ignores Shutdown's
 // cancel (200 ms ctx) and acks 1 s after Shutdown returned, well within
 // ConsumerTimeout (2 s). Client B runs from Shutdown on. The ack should
 // be applied and the job not run again.
-func TestReview21OpenClientLateAck(t *testing.T) {
+func testLateAckAppliedOnOpenClient(t *testing.T) {
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -721,7 +730,7 @@ func TestReview21OpenClientLateAck(t *testing.T) {
 		yaml := fmt.Sprintf("prefix: %s\nscan_interval: 100ms\nheartbeat_interval: 500ms\nconsumer_timeout: %s\nlock_expiry: 2s\nshutdown_timeout: 5s\nretry_intervals: [50ms]\n",
 			e.cfg.Prefix, timeout) + redisSection(e.be)
 		a := openFile(t, writeConfig(t, yaml))
-		r := newRec21()
+		r := newKeptRecorder()
 		release := make(chan struct{})
 		var once sync.Once
 		defer once.Do(func() { close(release) })

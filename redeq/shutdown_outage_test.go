@@ -19,12 +19,23 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// TestReview20ShutdownWhileRedisStopped attacks promises 1, 2 and 4: eight
+// TestShutdownWhileRedisStoppedReturnsSoonAfterCtx: with the Redis server
+// stopped (SIGSTOP), Shutdown returns soon after its ctx ends (a deadline
+// or a cancel without one), leaves no goroutine behind once the calls it
+// left end within go-redis's own timeouts, and what it could not roll back
+// runs again later, unspent.
+func TestShutdownWhileRedisStoppedReturnsSoonAfterCtx(t *testing.T) {
+	t.Run("during_jobs", testShutdownWhileRedisStoppedDuringJobs)
+	t.Run("handlers_winding_down", testShutdownWhileRedisStoppedAsHandlersWindDown)
+	t.Run("ctx_without_deadline", testShutdownWhileRedisStoppedCtxWithoutDeadline)
+}
+
+// testShutdownWhileRedisStoppedAsHandlersWindDown attacks promises 1, 2 and 4: eight
 // handlers run (Workers 8) when the Redis server is stopped (SIGSTOP);
 // Shutdown(300 ms) is called; the server resumes 700 ms after Shutdown
 // returned, while some handlers still wind down (one ignores its context
 // for 2 s, one winds down 1 s); the service restarts its client at once.
-func TestReview20ShutdownWhileRedisStopped(t *testing.T) {
+func testShutdownWhileRedisStoppedAsHandlersWindDown(t *testing.T) {
 	t.Parallel()
 	srv, be := privateServer(t)
 	ctx := context.Background()
@@ -33,7 +44,7 @@ func TestReview20ShutdownWhileRedisStopped(t *testing.T) {
 	cfg := testutil.Config(t)
 	e := setup(t, be, cfg)
 	mod := func(c *config.Config) { c.ConsumerTimeout, c.HeartbeatInterval = 3*time.Second, 500*time.Millisecond }
-	r := newRec20()
+	r := newWindDownRecorder()
 	l := newListener("t", r.slow("L"))
 	l.workers = 8
 	a := e.another(t, mod)
@@ -48,11 +59,11 @@ func TestReview20ShutdownWhileRedisStopped(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	running := r.running20("L")
+	running := r.runningIn("L")
 	began := time.Now()
 	err := a.Shutdown(sctx)
 	took := time.Since(began)
-	after := r.running20("L")
+	after := r.runningIn("L")
 	t.Logf("handlers running when Shutdown began: %d, when it returned: %d", running, after)
 	time.Sleep(700 * time.Millisecond)
 	require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
@@ -74,12 +85,12 @@ func TestReview20ShutdownWhileRedisStopped(t *testing.T) {
 	// maxL counts handlers across the old and the new client: logged.
 }
 
-// TestReview20ClusterNodePausedDuringShutdown attacks promises 1, 2 and 4
+// TestShutdownWhileClusterNodePausedLosesNothing attacks promises 1, 2 and 4
 // on a private 3-master cluster: eight handlers run (Workers 8, 4 buckets)
 // when the node of bucket 0 is paused (CLIENT PAUSE 1.5 s ALL) and
 // Shutdown(300 ms) is called; handlers wind down as in slow; the service
 // restarts its client at once.
-func TestReview20ClusterNodePausedDuringShutdown(t *testing.T) {
+func TestShutdownWhileClusterNodePausedLosesNothing(t *testing.T) {
 	t.Parallel()
 	_, be := privateCluster(t, 3)
 	ctx := context.Background()
@@ -87,7 +98,7 @@ func TestReview20ClusterNodePausedDuringShutdown(t *testing.T) {
 	cfg.Concurrency = 4
 	e := setup(t, be, cfg)
 	mod := func(c *config.Config) { c.ConsumerTimeout, c.HeartbeatInterval = 3*time.Second, 500*time.Millisecond }
-	r := newRec20()
+	r := newWindDownRecorder()
 	l := newListener("t", r.slow("L"))
 	l.workers = 8
 	a := e.another(t, mod)
@@ -102,11 +113,11 @@ func TestReview20ClusterNodePausedDuringShutdown(t *testing.T) {
 	pauseNode(t, nodes[0], 1500*time.Millisecond, "ALL")
 	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	running := r.running20("L")
+	running := r.runningIn("L")
 	began := time.Now()
 	err := a.Shutdown(sctx)
 	took := time.Since(began)
-	after := r.running20("L")
+	after := r.runningIn("L")
 	b := e.another(t, mod)
 	startWith(t, b, l)
 	waitFor(t, 30*time.Second, "every job done", func() bool { return stats(t, e.c, "t").Pool == 0 })
@@ -125,11 +136,11 @@ func TestReview20ClusterNodePausedDuringShutdown(t *testing.T) {
 	// maxL counts handlers across the old and the new client: logged.
 }
 
-// TestReview22ShutdownWhileStartRuns attacks promises 4 and 5: Start is
+// TestShutdownWhileStartWaitsOnStoppedRedis attacks promises 4 and 5: Start is
 // under way (its PING waits on a stopped Redis, SIGSTOP) when Shutdown is
 // called with a 300 ms ctx; Redis resumes 2.5 s later. Shutdown should
 // return within its ctx plus about 500 ms.
-func TestReview22ShutdownWhileStartRuns(t *testing.T) {
+func TestShutdownWhileStartWaitsOnStoppedRedis(t *testing.T) {
 	t.Parallel()
 	srv, be := privateServer(t)
 	pid := serverPid(t, srv)
@@ -181,14 +192,14 @@ func TestReview22ShutdownWhileStartRuns(t *testing.T) {
 	require.Less(t, took, 1200*time.Millisecond, "Shutdown should return within its ctx (300 ms) plus about 500 ms")
 }
 
-// TestReview21CanceledCtxWithoutDeadlineRedisStopped attacks promise 4
+// testShutdownWhileRedisStoppedCtxWithoutDeadline attacks promise 4
 // ("Shutdown returns soon after its ctx ends, with about 500 ms of cleanup
 // budget at least"): two clients each run two handlers that returns when
 // canceled; the private server is stopped (SIGSTOP); one client is shut
 // down with a ctx whose deadline is 200 ms away, the other with a ctx
 // without a deadline that is canceled after 200 ms (signal.NotifyContext,
 // a parent's cancel). ShutdownTimeout is 8 s.
-func TestReview21CanceledCtxWithoutDeadlineRedisStopped(t *testing.T) {
+func testShutdownWhileRedisStoppedCtxWithoutDeadline(t *testing.T) {
 	t.Parallel()
 	srv, be := privateServer(t)
 	ctx := context.Background()
@@ -247,7 +258,7 @@ func serverPid(t *testing.T, srv *testutil.Server) int {
 	return pid
 }
 
-// TestReview14ShutdownWhileRedisStopped attacks promise 4: Shutdown(ctx)
+// testShutdownWhileRedisStoppedDuringJobs attacks promise 4: Shutdown(ctx)
 // returns within about a second of ctx's deadline while Redis hangs, and
 // leaks no goroutine: the calls it left behind end within go-redis's own
 // timeouts; what it could not roll back runs again later, unspent.
@@ -262,7 +273,7 @@ func serverPid(t *testing.T, srv *testutil.Server) int {
 //     Shutdown closes the subscription (redeq/runtime.go closePubSub ->
 //     PubSub.Close, which takes that mutex) outside any budget, and only
 //     then computes the budget for the movers (at least another 500 ms).
-func TestReview14ShutdownWhileRedisStopped(t *testing.T) {
+func testShutdownWhileRedisStoppedDuringJobs(t *testing.T) {
 	if !isolated(t) {
 		return // it counts goroutines or takes the quarantine slot: a process of its own
 	}
@@ -345,12 +356,12 @@ func TestReview14ShutdownWhileRedisStopped(t *testing.T) {
 	}
 }
 
-// TestReview13ShutdownDuringPause attacks promise 7: a consumer shuts down
+// TestShutdownWhileRedisPausedLosesNothing attacks promise 7: a consumer shuts down
 // while Redis is paused (CLIENT PAUSE ALL, 4 s). Shutdown must return
 // within its budget; its jobs, which it could not roll back, must run
 // again on another client (unspent) soon after Redis answers again; once
 // everything has shut down no goroutine may be left.
-func TestReview13ShutdownDuringPause(t *testing.T) {
+func TestShutdownWhileRedisPausedLosesNothing(t *testing.T) {
 	if !isolated(t) {
 		return // it counts goroutines or takes the quarantine slot: a process of its own
 	}

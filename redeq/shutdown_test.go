@@ -21,32 +21,32 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// rec20 records handler runs across clients: handlers running at once per
+// windDownRecorder records handler runs across clients: handlers running at once per
 // bound (one listener object), a job running twice at once, every run's
 // Attempt and Recoveries, and the jobs a handler asked to ack.
-type rec20 struct {
+type windDownRecorder struct {
 	mu       sync.Mutex
 	now, max map[string]int // per bound
 	running  map[string]int // per job
 	twice    []string
-	runs     map[string][]run20
+	runs     map[string][]windDownRun
 	asked    map[string]int // runs that called ch.Ack and returned nil
 	canceled int
 	byKind   map[int]int // canceled runs per mixedKinds entry
 }
 
-type run20 struct {
+type windDownRun struct {
 	bound               string
 	attempt, recoveries int
 	at                  time.Time
 }
 
-func newRec20() *rec20 {
-	return &rec20{now: map[string]int{}, max: map[string]int{}, running: map[string]int{},
-		runs: map[string][]run20{}, asked: map[string]int{}, byKind: map[int]int{}}
+func newWindDownRecorder() *windDownRecorder {
+	return &windDownRecorder{now: map[string]int{}, max: map[string]int{}, running: map[string]int{},
+		runs: map[string][]windDownRun{}, asked: map[string]int{}, byKind: map[int]int{}}
 }
 
-func (r *rec20) enter(bound string, job *redeq.Job) {
+func (r *windDownRecorder) enter(bound string, job *redeq.Job) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.now[bound]++
@@ -55,17 +55,17 @@ func (r *rec20) enter(bound string, job *redeq.Job) {
 	if r.running[job.ID] > 1 {
 		r.twice = append(r.twice, job.ID)
 	}
-	r.runs[job.ID] = append(r.runs[job.ID], run20{bound, job.Attempt, job.Recoveries, time.Now()})
+	r.runs[job.ID] = append(r.runs[job.ID], windDownRun{bound, job.Attempt, job.Recoveries, time.Now()})
 }
 
-func (r *rec20) leave(bound, id string) {
+func (r *windDownRecorder) leave(bound, id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.now[bound]--
 	r.running[id]--
 }
 
-func (r *rec20) ack(id string, ch *redeq.Channel) error {
+func (r *windDownRecorder) ack(id string, ch *redeq.Channel) error {
 	ch.Ack()
 	r.mu.Lock()
 	r.asked[id]++
@@ -74,19 +74,19 @@ func (r *rec20) ack(id string, ch *redeq.Channel) error {
 }
 
 // nth is how many runs job id has had, this one included.
-func (r *rec20) running20(bound string) int {
+func (r *windDownRecorder) runningIn(bound string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.now[bound]
 }
 
-func (r *rec20) nth(id string) int {
+func (r *windDownRecorder) nth(id string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.runs[id])
 }
 
-func (r *rec20) cancel(kind int) {
+func (r *windDownRecorder) cancel(kind int) {
 	r.mu.Lock()
 	r.canceled++
 	r.byKind[kind]++
@@ -95,7 +95,7 @@ func (r *rec20) cancel(kind int) {
 
 // summary checks the n jobs named prefix0..prefix(n-1): those never acked
 // by any run (lost), runs that saw an attempt spent or a recovery.
-func (r *rec20) summary(prefix string, n int) (lost []string, spent, recovered, runs int) {
+func (r *windDownRecorder) summary(prefix string, n int) (lost []string, spent, recovered, runs int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := range n {
@@ -152,7 +152,7 @@ var mixedKinds = []string{
 
 // mixed is a handler that works 120-420 ms and acks, and once canceled does
 // what mixedKinds says for its job.
-func (r *rec20) mixed(bound string) func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+func (r *windDownRecorder) mixed(bound string) func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 	return func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 		r.enter(bound, job)
 		defer r.leave(bound, job.ID)
@@ -186,13 +186,13 @@ func (r *rec20) mixed(bound string) func(ctx context.Context, job *redeq.Job, ch
 			return ctx.Err()
 		case 5:
 			time.Sleep(150 * time.Millisecond)
-			panic("review20: panic while winding down")
+			panic("test: panic while winding down")
 		case 6:
 			time.Sleep(250 * time.Millisecond)
 			return r.ack(job.ID, ch)
 		case 7:
 			time.Sleep(250 * time.Millisecond)
-			return errors.New("review20: failed while winding down")
+			return errors.New("test: failed while winding down")
 		case 8:
 			time.Sleep(150 * time.Millisecond)
 			ch.Rejoin(50 * time.Millisecond)
@@ -213,7 +213,7 @@ func (r *rec20) mixed(bound string) func(ctx context.Context, job *redeq.Job, ch
 // FinalRetry works 2 s, or winds down for wind once canceled.
 type finalListener struct {
 	mu     sync.Mutex
-	runs   []run20
+	runs   []windDownRun
 	finals []time.Time
 	ends   []time.Time
 	wind   time.Duration
@@ -233,9 +233,9 @@ func (l *finalListener) Topic() string { return "t" }
 func (l *finalListener) OnJob(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 	r := l.rec()
 	r.mu.Lock()
-	r.runs = append(r.runs, run20{l.label, job.Attempt, job.Recoveries, time.Now()})
+	r.runs = append(r.runs, windDownRun{l.label, job.Attempt, job.Recoveries, time.Now()})
 	r.mu.Unlock()
-	return errors.New("review20: boom")
+	return errors.New("test: boom")
 }
 
 func (l *finalListener) FinalRetry(ctx context.Context, job *redeq.Job) {
@@ -253,12 +253,12 @@ func (l *finalListener) FinalRetry(ctx context.Context, job *redeq.Job) {
 	r.mu.Unlock()
 }
 
-// TestReview20FinalRetryWindingDownAtShutdown attacks promise 3: a job
+// TestFinalRetryRunsOnceAcrossShutdown attacks promise 3: a job
 // that must not be retried fails; its FinalRetry callback is running when
 // Shutdown (100 ms ctx) cancels it; a new client starts at once. The
 // callback should run once and the job end dead, whether the callback
 // returns at once when canceled or winds down for 300 ms.
-func TestReview20FinalRetryWindingDownAtShutdown(t *testing.T) {
+func TestFinalRetryRunsOnceAcrossShutdown(t *testing.T) {
 	t.Parallel()
 	for _, wind := range []time.Duration{0, 300 * time.Millisecond} {
 		t.Run(fmt.Sprint("wind", wind), func(t *testing.T) {
@@ -309,7 +309,7 @@ func TestReview20FinalRetryWindingDownAtShutdown(t *testing.T) {
 // numbers) and acks; once canceled, by job number modulo 4, it returns at
 // once, winds down 250 ms, ignores its context (its first run only: it
 // works 2 s and acks), or winds down 1 s.
-func (r *rec20) slow(bound string) func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+func (r *windDownRecorder) slow(bound string) func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 	return func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 		r.enter(bound, job)
 		defer r.leave(bound, job.ID)
@@ -337,11 +337,11 @@ func (r *rec20) slow(bound string) func(ctx context.Context, job *redeq.Job, ch 
 	}
 }
 
-// TestReview20ShutdownGoroutinesAndErrors attacks promise 4 in a process
+// TestConcurrentShutdownsReturnAndLeaveNoGoroutine attacks promise 4 in a process
 // of its own: two concurrent Shutdowns of a client with a handler that never returns (until released) and two
 // that return at once when canceled: durations, errors, and the goroutines
 // of redeq left once both returned, besides the handler's.
-func TestReview20ShutdownGoroutinesAndErrors(t *testing.T) {
+func TestConcurrentShutdownsReturnAndLeaveNoGoroutine(t *testing.T) {
 	if !isolated(t) {
 		return
 	}
@@ -397,14 +397,14 @@ func TestReview20ShutdownGoroutinesAndErrors(t *testing.T) {
 	require.Zero(t, m, "goroutines of redeq left once the handler returned")
 }
 
-// TestReview20RetryCountThroughRollbackAndGiveBack attacks promise 3: a
+// TestRetryCountSurvivesRollbackAndGiveBack attacks promise 3: a
 // job with one retry fails once (Attempt 1); its second, last attempt is
 // canceled by Shutdown (100 ms ctx) and fails while winding down, at once
 // (rolled back) or after 300 ms (left in flight, given back when it
 // returns); a new client starts at once and the job fails there. It must
 // run a third time with Attempt 1, FinalRetry must run once, after that
 // third run, and the job end dead.
-func TestReview20RetryCountThroughRollbackAndGiveBack(t *testing.T) {
+func TestRetryCountSurvivesRollbackAndGiveBack(t *testing.T) {
 	t.Parallel()
 	for _, wind := range []time.Duration{0, 300 * time.Millisecond} {
 		t.Run(fmt.Sprint("wind", wind), func(t *testing.T) {
@@ -415,13 +415,13 @@ func TestReview20RetryCountThroughRollbackAndGiveBack(t *testing.T) {
 				l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 					switch runs.Add(1) {
 					case 1:
-						return errors.New("review20: first failure")
+						return errors.New("test: first failure")
 					case 2:
 						<-ctx.Done()
 						time.Sleep(wind)
-						return errors.New("review20: failed while winding down")
+						return errors.New("test: failed while winding down")
 					default:
-						return errors.New("review20: failure after the restart")
+						return errors.New("test: failure after the restart")
 					}
 				})
 				a := e.another(t, mod)
@@ -451,11 +451,11 @@ func TestReview20RetryCountThroughRollbackAndGiveBack(t *testing.T) {
 	}
 }
 
-// TestReview20IdleShutdownError attacks promise 4's error: Shutdown of a
+// TestIdleShutdownErrorNamesNoAbandonedHandler attacks promise 4's error: Shutdown of a
 // started client that runs no handler, with a ctx already done and with a
 // ctx that ends 20 ms later. No handler is abandoned: the error should not
 // say so.
-func TestReview20IdleShutdownError(t *testing.T) {
+func TestIdleShutdownErrorNamesNoAbandonedHandler(t *testing.T) {
 	t.Parallel()
 	be := testutil.RealBackends(t)[0]
 	e := setup(t, be, testutil.Config(t))
@@ -481,10 +481,10 @@ func TestReview20IdleShutdownError(t *testing.T) {
 	}
 }
 
-// rec22 records, per job, whether its handler on the first client failed
+// cancelMomentRecorder records, per job, whether its handler on the first client failed
 // while its context was still alive, its runs on the second client (with
 // the Attempt each saw) and its FinalRetry calls.
-type rec22 struct {
+type cancelMomentRecorder struct {
 	mu       sync.Mutex
 	before   map[string]time.Duration // failed, ctx alive: how long before the deadline (negative: after)
 	canceled map[string]bool          // saw its ctx canceled first
@@ -492,11 +492,11 @@ type rec22 struct {
 	finals   map[string]int
 }
 
-func newRec22() *rec22 {
-	return &rec22{before: map[string]time.Duration{}, canceled: map[string]bool{}, reruns: map[string][]int{}, finals: map[string]int{}}
+func newCancelMomentRecorder() *cancelMomentRecorder {
+	return &cancelMomentRecorder{before: map[string]time.Duration{}, canceled: map[string]bool{}, reruns: map[string][]int{}, finals: map[string]int{}}
 }
 
-// TestReview22FailuresAtCancelMoment attacks promise 2 (and 1): 64
+// TestFailuresAtCancelMomentCountedOnce attacks promise 2 (and 1): 64
 // workers (ConsumeTimeout 30 s, so each handler's context is a child of
 // the handlers' context) all run; each ignores its context until an
 // instant spread from 0.3 ms before Shutdown's deadline (300 ms ctx) to
@@ -505,7 +505,7 @@ func newRec22() *rec22 {
 // (one attempt spent: retried after 3 s with Attempt 1). A handler that
 // saw its context canceled first returns ctx.Err() (given back unspent).
 // Then another client runs what comes back. Several rounds.
-func TestReview22FailuresAtCancelMoment(t *testing.T) {
+func TestFailuresAtCancelMomentCountedOnce(t *testing.T) {
 	t.Parallel()
 	be := testutil.RealBackends(t)[0]
 	cfg := testutil.Config(t)
@@ -514,7 +514,7 @@ func TestReview22FailuresAtCancelMoment(t *testing.T) {
 	e := setup(t, be, cfg)
 	ctx := context.Background()
 	const rounds, n = 6, 64
-	rec := newRec22()
+	rec := newCancelMomentRecorder()
 	var deadline atomic.Pointer[time.Time]
 	var reclassFinal, reclassRetry, okFinal, okRetry, interrupted, lost int
 	var worst []string
@@ -637,7 +637,7 @@ func TestReview22FailuresAtCancelMoment(t *testing.T) {
 	// its own context rather than the handler's; now 0 to 3, logged.
 }
 
-// TestReview21OutcomeLostInSettleDrain attacks promise 2 (and 1) on a
+// TestOutcomesDuringSettleDrainAppliedOnce attacks promise 2 (and 1) on a
 // private server. Four handlers run on client A (Workers 4) when
 // Shutdown(200 ms ctx) is called; 150 ms in, Redis pauses writes for
 // 450 ms (CLIENT PAUSE WRITE: a slow disk, a replica sync, an operator).
@@ -648,13 +648,13 @@ func TestReview22FailuresAtCancelMoment(t *testing.T) {
 // winding down) returns from FinalRetry. Then the rollback runs and client
 // B starts. Each outcome should be applied once: late gone after one run,
 // rejoin not run again before 3 s, final dead after one FinalRetry.
-func TestReview21OutcomeLostInSettleDrain(t *testing.T) {
+func TestOutcomesDuringSettleDrainAppliedOnce(t *testing.T) {
 	t.Parallel()
 	srv, be := privateServer(t)
 	ctx := context.Background()
 	e := setup(t, be, testutil.Config(t))
 	mod := func(c *config.Config) { c.ConsumerTimeout, c.HeartbeatInterval = 6*time.Second, 500*time.Millisecond }
-	r := newRec21()
+	r := newKeptRecorder()
 	var canceledAt atomic.Int64
 	mk := func(client string) *fnListener {
 		return &fnListener{topic: "t", workers: 4,
@@ -663,7 +663,7 @@ func TestReview21OutcomeLostInSettleDrain(t *testing.T) {
 				if client == "B" {
 					if job.ID == "final" {
 						r.leave(job.ID, i, "failed")
-						return errors.New("review21: fails")
+						return errors.New("test: fails")
 					}
 					ch.Ack()
 					r.leave(job.ID, i, "ack")
@@ -671,7 +671,7 @@ func TestReview21OutcomeLostInSettleDrain(t *testing.T) {
 				}
 				if job.ID == "final" {
 					r.leave(job.ID, i, "failed")
-					return errors.New("review21: fails")
+					return errors.New("test: fails")
 				}
 				<-ctx.Done()
 				canceledAt.CompareAndSwap(0, time.Now().UnixNano())
@@ -743,25 +743,25 @@ func TestReview21OutcomeLostInSettleDrain(t *testing.T) {
 	require.Empty(t, broken, "outcomes returned while Shutdown's settler drained were not applied")
 }
 
-// TestReview21AcksAroundGraceEndNoFault attacks promise 2 without any
+// TestAcksAroundGraceEndAppliedOnce attacks promise 2 without any
 // fault: on the shared server and cluster, client A (Workers 16) runs 16
 // jobs whose handlers, once Shutdown(100 ms ctx) cancels them, wind down
 // and ack 98 to 101.75 ms later (one every 0.25 ms), around the end of
 // Shutdown's 100 ms grace. Six cycles, a new client A each; then client
 // B drains what was rolled back. Every job was acked by its only handler
 // on A: none should run again.
-func TestReview21AcksAroundGraceEndNoFault(t *testing.T) {
+func TestAcksAroundGraceEndAppliedOnce(t *testing.T) {
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		mod := func(c *config.Config) { c.ConsumerTimeout, c.HeartbeatInterval = 6*time.Second, 500*time.Millisecond }
-		r := newRec21()
+		r := newKeptRecorder()
 		mk := func(client string) *fnListener {
 			return &fnListener{topic: "t", workers: 16, on: func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 				i := r.enter(client, job)
 				if client == "A" {
 					<-ctx.Done()
-					time.Sleep(windDown21(job.ID))
+					time.Sleep(windDownOf(job.ID))
 				}
 				ch.Ack()
 				r.leave(job.ID, i, "ack")
@@ -791,7 +791,7 @@ func TestReview21AcksAroundGraceEndNoFault(t *testing.T) {
 			for i := range n {
 				id := fmt.Sprint("j", cycle*n+i)
 				if rs := r.get(id); len(rs) > 1 {
-					again = append(again, fmt.Sprintf("%s(A wound down %v; runs %d)", id, windDown21(id), len(rs)))
+					again = append(again, fmt.Sprintf("%s(A wound down %v; runs %d)", id, windDownOf(id), len(rs)))
 				}
 			}
 		}

@@ -16,7 +16,16 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// TestReview16DeletedJobsStallReadyBacklog attacks promises 1 and 8: a
+// TestStaleReadyEntriesDelayNoLiveJob: the ready-list entries of deleted
+// jobs, which the fetch drops, never delay the live jobs of their bucket
+// for long: neither in a backlog with many workers nor behind a run of
+// them with Workers 1.
+func TestStaleReadyEntriesDelayNoLiveJob(t *testing.T) {
+	t.Run("deleted_in_backlog", testDeletedJobsInBacklogDelayNoLiveJob)
+	t.Run("one_worker", testStaleEntriesDelayNoLiveJobWithOneWorker)
+}
+
+// testDeletedJobsInBacklogDelayNoLiveJob attacks promises 1 and 8: a
 // backlog of ready jobs, some of which were deleted (Client.Delete leaves
 // their ids in the ready list, to be dropped by the fetch). A fetch that
 // meets such stale ids returns fewer jobs than it asked for, and the
@@ -24,7 +33,7 @@ import (
 // maybe[b] is kept only when len(items) == want). The jobs behind the
 // stale ids wait for the mover's next announcement: IdleScan, 5 s with
 // the default ScanInterval.
-func TestReview16DeletedJobsStallReadyBacklog(t *testing.T) {
+func testDeletedJobsInBacklogDelayNoLiveJob(t *testing.T) {
 	t.Parallel()
 	_, be := privateServer(t)
 	ctx := context.Background()
@@ -43,7 +52,7 @@ func TestReview16DeletedJobsStallReadyBacklog(t *testing.T) {
 	kept := map[string]bool{}
 	for i := range n {
 		id := fmt.Sprint("j", i)
-		if i%2 == 0 && os.Getenv("R16_NO_DELETE") == "" {
+		if i%2 == 0 && os.Getenv("REDEQ_CONTROL") == "" {
 			_, err := e.c.Delete(ctx, "t", id)
 			require.NoError(t, err)
 		} else {
@@ -73,7 +82,7 @@ func TestReview16DeletedJobsStallReadyBacklog(t *testing.T) {
 	}
 	took := time.Since(start)
 	t.Logf("%d of %d kept jobs ran in %v", ran.Load(), len(kept), took)
-	if os.Getenv("R16_NO_DELETE") != "" {
+	if os.Getenv("REDEQ_CONTROL") != "" {
 		return // control: nothing deleted
 	}
 	require.EqualValues(t, len(kept), ran.Load())
@@ -84,7 +93,7 @@ func TestReview16DeletedJobsStallReadyBacklog(t *testing.T) {
 	require.Less(t, took, time.Second, "20 ready jobs, 4 workers, a 2 ms job: the backlog waited for the mover's announcements")
 }
 
-// TestReview17StaleEntriesWorkersOne attacks promise 4 ("a deleted job's
+// testStaleEntriesDelayNoLiveJobWithOneWorker attacks promise 4 ("a deleted job's
 // stale ready-list entry never delays the other jobs of its bucket for
 // long") on a listener with few workers. N due jobs are deleted (a
 // cancelled campaign: "close these orders" no longer needed) while their
@@ -92,7 +101,7 @@ func TestReview16DeletedJobsStallReadyBacklog(t *testing.T) {
 // fetch reads only as many entries as it may take (fetch.lua: LRANGE 0
 // want-1, want = free workers), so a listener with Workers 1 drops one
 // stale entry per round trip, and the live job waits N round trips.
-func TestReview17StaleEntriesWorkersOne(t *testing.T) {
+func testStaleEntriesDelayNoLiveJobWithOneWorker(t *testing.T) {
 	for _, workers := range []int{1, 8} {
 		t.Run(fmt.Sprint("workers", workers), func(t *testing.T) {
 			t.Parallel()

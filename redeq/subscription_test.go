@@ -25,9 +25,9 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// r19Env is M (direct, owns the topic's only bucket; nil when the test has
+// subEnv is M (direct, owns the topic's only bucket; nil when the test has
 // no mover client) and L (the only listener, through the proxy).
-type r19Env struct {
+type subEnv struct {
 	t      *testing.T
 	p      *faultProxy
 	addr   string
@@ -42,14 +42,14 @@ type r19Env struct {
 	due map[string][2]time.Time // earliest, latest due time
 }
 
-// r19Setup builds the environment. With m false, L is alone and owns
+// subSetup builds the environment. With m false, L is alone and owns
 // every bucket. opts configures L's go-redis client (Addr and Dialer are
 // set here).
-func r19Setup(t *testing.T, withM bool, opts redis.Options) *r19Env {
+func subSetup(t *testing.T, withM bool, opts redis.Options) *subEnv {
 	t.Helper()
-	addr := r12Addr(t)
+	addr := standaloneAddr(t)
 	ctx := context.Background()
-	e := &r19Env{t: t, addr: addr, due: map[string][2]time.Time{}}
+	e := &subEnv{t: t, addr: addr, due: map[string][2]time.Time{}}
 	e.p = startFaultProxy(t, addr)
 	cfg := testutil.Config(t)
 	e.prefix = cfg.Prefix
@@ -98,7 +98,7 @@ func r19Setup(t *testing.T, withM bool, opts redis.Options) *r19Env {
 }
 
 // add adds one job due after d, through M, and records its due window.
-func (e *r19Env) add(id string, d time.Duration) {
+func (e *subEnv) add(id string, d time.Duration) {
 	lo := time.Now().Add(d)
 	require.NoError(e.t, e.m.Add(context.Background(), &redeq.Job{Topic: e.topic, ID: id, Delay: d}))
 	hi := time.Now().Add(d)
@@ -110,7 +110,7 @@ func (e *r19Env) add(id string, d time.Duration) {
 // feed adds n jobs named prefix0.., one every gap, each due after a random
 // delay below maxDelay (a quarter of them due at once); it returns their
 // ids and when the last is due.
-func (e *r19Env) feed(rng *rand.Rand, prefix string, n int, gap, maxDelay time.Duration) ([]string, time.Time) {
+func (e *subEnv) feed(rng *rand.Rand, prefix string, n int, gap, maxDelay time.Duration) ([]string, time.Time) {
 	var ids []string
 	var last time.Time
 	for i := range n {
@@ -127,8 +127,8 @@ func (e *r19Env) feed(rng *rand.Rand, prefix string, n int, gap, maxDelay time.D
 	return ids, last
 }
 
-// r19Figures is what happened to a set of jobs.
-type r19Figures struct {
+// subFigures is what happened to a set of jobs.
+type subFigures struct {
 	n, got, missing, twice, early int
 	maxEarly                      time.Duration
 	p50, p90, p99, max            time.Duration
@@ -136,18 +136,18 @@ type r19Figures struct {
 	worst                         []string
 }
 
-func (f r19Figures) String() string {
+func (f subFigures) String() string {
 	return fmt.Sprintf("jobs=%d delivered=%d missing=%d twice=%d early=%d(max %v) lateness p50=%v p90=%v p99=%v max=%v; >1s(10 scans)=%d >2s=%d; worst: %s",
 		f.n, f.got, f.missing, f.twice, f.early, f.maxEarly, f.p50, f.p90, f.p99, f.max, f.over1s, f.over2s, strings.Join(f.worst, ", "))
 }
 
 // judge reads what happened to ids so far.
-func (e *r19Env) judge(ids []string) r19Figures {
+func (e *subEnv) judge(ids []string) subFigures {
 	runs := map[string][]time.Time{}
 	for _, d := range e.l.deliveries() {
 		runs[d.job.ID] = append(runs[d.job.ID], d.at)
 	}
-	f := r19Figures{n: len(ids)}
+	f := subFigures{n: len(ids)}
 	type late struct {
 		id string
 		d  time.Duration
@@ -200,7 +200,7 @@ func (e *r19Env) judge(ids []string) r19Figures {
 
 // cutSubs closes, from the server's side, every subscribed connection that
 // goes through the proxy (L's subscription only): a reset, not a silence.
-func (e *r19Env) cutSubs() int {
+func (e *subEnv) cutSubs() int {
 	e.p.mu.Lock()
 	ours := map[string]bool{}
 	for _, c := range e.p.conns {
@@ -235,7 +235,7 @@ func (e *r19Env) cutSubs() int {
 // clientSockets counts the sockets of this machine connected to the proxy
 // and established: L's connections as L sees them (those the proxy holds
 // in their handshake too).
-func (e *r19Env) clientSockets() int {
+func (e *subEnv) clientSockets() int {
 	_, port, _ := net.SplitHostPort(e.p.Addr())
 	pn, _ := strconv.Atoi(port)
 	want := fmt.Sprintf(":%04X", pn)
@@ -257,10 +257,10 @@ func (e *r19Env) clientSockets() int {
 
 // heldHandshakes is how many of L's connections the proxy holds in their
 // handshake (holdNew) and L has not given up yet.
-func (e *r19Env) heldHandshakes() int64 { return int64(e.clientSockets()) - e.p.open.Load() }
+func (e *subEnv) heldHandshakes() int64 { return int64(e.clientSockets()) - e.p.open.Load() }
 
-// r19Sampler samples the subscription connections every 20 ms.
-type r19Sampler struct {
+// subSampler samples the subscription connections every 20 ms.
+type subSampler struct {
 	stop                 chan struct{}
 	done                 chan struct{}
 	maxSubOpen, maxHeld  atomic.Int64
@@ -268,8 +268,8 @@ type r19Sampler struct {
 	maxSocks, maxOverOne atomic.Int64 // longest run of >1, in samples
 }
 
-func (e *r19Env) sample() *r19Sampler {
-	s := &r19Sampler{stop: make(chan struct{}), done: make(chan struct{})}
+func (e *subEnv) sample() *subSampler {
+	s := &subSampler{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		run := int64(0)
@@ -306,31 +306,31 @@ func (e *r19Env) sample() *r19Sampler {
 	return s
 }
 
-func (s *r19Sampler) end() string {
+func (s *subSampler) end() string {
 	close(s.stop)
 	<-s.done
 	return fmt.Sprintf("max subscribed conns open=%d, max handshakes held=%d, max L sockets=%d, samples with >1 subscription conn (open or in handshake)=%d/%d (longest run %v)",
 		s.maxSubOpen.Load(), s.maxHeld.Load(), s.maxSocks.Load(), s.overOne.Load(), s.samples.Load(), time.Duration(s.maxOverOne.Load())*20*time.Millisecond)
 }
 
-// r19Fault is one way the subscription misbehaves: on sets it up, step
+// subFault is one way the subscription misbehaves: on sets it up, step
 // (when every > 0) runs every `every`, off ends it.
-type r19Fault struct {
-	on, off func(e *r19Env)
+type subFault struct {
+	on, off func(e *subEnv)
 	every   time.Duration
-	step    func(e *r19Env, i int, rng *rand.Rand)
+	step    func(e *subEnv, i int, rng *rand.Rand)
 	pool    bool          // L keeps 16 idle connections (modes where new connections hang)
 	window  time.Duration // how long jobs are added under the fault
 }
 
-func (f r19Fault) run(t *testing.T) {
+func (f subFault) run(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	opts := redis.Options{}
 	if f.pool {
 		opts = redis.Options{PoolSize: 16, MinIdleConns: 16}
 	}
-	e := r19Setup(t, true, opts)
+	e := subSetup(t, true, opts)
 	rng := rand.New(rand.NewPCG(19, uint64(len(t.Name()))))
 	bound := 2 * 10 * testutil.Fast().ScanInterval
 	var fails []string
@@ -413,7 +413,7 @@ func (f r19Fault) run(t *testing.T) {
 	require.Emptyf(t, fails, "bound under the fault %v (2 x 10 ScanIntervals)", bound)
 }
 
-func r19Off(e *r19Env) {
+func subFaultOff(e *subEnv) {
 	e.p.deaf.Store(false)
 	e.p.dropMsgs.Store(false)
 	e.p.setDropRate(0)
@@ -424,27 +424,27 @@ func r19Off(e *r19Env) {
 // Every new connection hangs in its handshake, and the subscription is
 // reset every second: go-redis's own reconnection (inside the receive)
 // hangs, and so does subscribing again.
-func TestReview19HoldNewCutSubs(t *testing.T) {
-	r19Fault{on: func(e *r19Env) { e.p.holdNew.Store(true) }, off: r19Off, pool: true, window: 10 * time.Second,
-		every: time.Second, step: func(e *r19Env, _ int, _ *rand.Rand) { e.cutSubs() }}.run(t)
+func TestHungHandshakesAndCutSubscriptionsStrandNoJob(t *testing.T) {
+	subFault{on: func(e *subEnv) { e.p.holdNew.Store(true) }, off: subFaultOff, pool: true, window: 10 * time.Second,
+		every: time.Second, step: func(e *subEnv, _ int, _ *rand.Rand) { e.cutSubs() }}.run(t)
 }
 
-// TestReview19CutAllDuringHungResubscribe attacks promises 1 and 4: five
+// TestCutDuringHungResubscribeRecovers attacks promises 1 and 4: five
 // times, L's subscription goes deaf and new connections hang, so that a
 // resubscription is stuck in its handshake; then every connection through
 // the proxy is cut (the stuck handshake too) and the fault ends at once.
 // Each time it measures how long until L stops making new subscriptions,
 // and the lateness of a job added 1 s after the cut.
-func TestReview19CutAllDuringHungResubscribe(t *testing.T) {
+func TestCutDuringHungResubscribeRecovers(t *testing.T) {
 	t.Parallel()
-	e := r19Setup(t, true, redis.Options{PoolSize: 16, MinIdleConns: 16})
+	e := subSetup(t, true, redis.Options{PoolSize: 16, MinIdleConns: 16})
 	var fails, figs []string
 	for k := range 5 {
 		e.p.holdNew.Store(true)
 		e.p.deaf.Store(true)
 		waitFor(t, 10*time.Second, "a resubscription hangs in its handshake", func() bool { return e.heldHandshakes() > 0 })
 		time.Sleep(time.Duration(100+200*k) * time.Millisecond)
-		r19Off(e)
+		subFaultOff(e)
 		e.p.cutAll()
 		cut := time.Now()
 		seen, changed := e.p.subs.Load(), cut
@@ -475,17 +475,17 @@ func TestReview19CutAllDuringHungResubscribe(t *testing.T) {
 	require.Empty(t, fails)
 }
 
-// r12Setup starts M (direct; owns the topic's only bucket) and L (the only
+// proxiedListener starts M (direct; owns the topic's only bucket) and L (the only
 // listener, through proxy p). It returns the topic, M, L's listener and a
 // direct client.
-func r12Setup(t *testing.T, p *faultProxy, addr string) (string, *redeq.Client, *redeq.Client, *listener, *redis.Client) {
+func proxiedListener(t *testing.T, p *faultProxy, addr string) (string, *redeq.Client, *redeq.Client, *listener, *redis.Client) {
 	t.Helper()
-	return r12SetupWith(t, p, addr, redis.Options{})
+	return proxiedListenerWith(t, p, addr, redis.Options{})
 }
 
-// r12SetupWith is r12Setup with L's client built from opts (its Addr set
+// proxiedListenerWith is proxiedListener with L's client built from opts (its Addr set
 // to the proxy's).
-func r12SetupWith(t *testing.T, p *faultProxy, addr string, opts redis.Options) (string, *redeq.Client, *redeq.Client, *listener, *redis.Client) {
+func proxiedListenerWith(t *testing.T, p *faultProxy, addr string, opts redis.Options) (string, *redeq.Client, *redeq.Client, *listener, *redis.Client) {
 	t.Helper()
 	ctx := context.Background()
 	cfg := testutil.Config(t)
@@ -518,7 +518,7 @@ func r12SetupWith(t *testing.T, p *faultProxy, addr string, opts redis.Options) 
 	return topic, m, lc, l, direct
 }
 
-func r12Addr(t *testing.T) string {
+func standaloneAddr(t *testing.T) string {
 	addr := os.Getenv("REDIS_ADDR")
 	if addr == "" {
 		testutil.RealBackends(t)
@@ -527,7 +527,7 @@ func r12Addr(t *testing.T) string {
 	return addr
 }
 
-// TestReview12SubscriptionDropsMessagesButAnswersPing attacks promise 1:
+// TestSubscriptionDroppingMessagesStrandsNoJob attacks promise 1:
 // "delivered ... also while the client's pub/sub subscription drops all
 // messages while the connection stays open ... late by at most about 10 x
 // ScanInterval, never stranded". The proxy drops every pub/sub message
@@ -535,14 +535,14 @@ func r12Addr(t *testing.T) string {
 // subscription on a cluster node cut off from the cluster bus would
 // behave). The silence probe in listen() is satisfied by the PONG, so it
 // never resubscribes nor looks at the ready lists, and fetchers do not poll.
-func TestReview12SubscriptionDropsMessagesButAnswersPing(t *testing.T) {
-	addr := r12Addr(t)
+func TestSubscriptionDroppingMessagesStrandsNoJob(t *testing.T) {
+	addr := standaloneAddr(t)
 	ctx := context.Background()
 	p := startFaultProxy(t, addr)
-	topic, m, _, l, _ := r12Setup(t, p, addr)
+	topic, m, _, l, _ := proxiedListener(t, p, addr)
 	scan := testutil.Fast().ScanInterval
 
-	p.dropMsgs.Store(os.Getenv("R12_CONTROL") == "")
+	p.dropMsgs.Store(os.Getenv("REDEQ_CONTROL") == "")
 	start := time.Now()
 	for i := range 5 {
 		require.NoError(t, m.Add(ctx, &redeq.Job{Topic: topic, ID: fmt.Sprint("after", i), Delay: time.Duration(i) * 100 * time.Millisecond}))
@@ -551,7 +551,7 @@ func TestReview12SubscriptionDropsMessagesButAnswersPing(t *testing.T) {
 	if deadline < 3*time.Second {
 		deadline = 3 * time.Second
 	}
-	if d, err := time.ParseDuration(os.Getenv("R12_WAIT")); err == nil {
+	if d, err := time.ParseDuration(os.Getenv("REDEQ_DELIVERY_WAIT")); err == nil {
 		deadline = d
 	}
 	ok := false
@@ -570,22 +570,22 @@ func TestReview12SubscriptionDropsMessagesButAnswersPing(t *testing.T) {
 
 var _ = runtime.NumGoroutine
 
-// TestReview12DeafSubscriptionLeaksAndShutdown attacks promise 1: "The
+// TestDeafSubscriptionLeaksNothingAndShutsDownPromptly attacks promise 1: "The
 // client must not leak goroutines or connections while it resubscribes
 // (e.g. over a minute of a deaf proxy), and Shutdown must return promptly".
-// L's subscriptions go fully deaf for R12_DEAF (default 40 s); the test
+// L's subscriptions go fully deaf for REDEQ_DEAF_FOR (default 40 s); the test
 // counts goroutines and open subscribed connections at 10 s and at the end,
 // checks a job added at the end is still delivered, then times Shutdown.
-func TestReview12DeafSubscriptionLeaksAndShutdown(t *testing.T) {
+func TestDeafSubscriptionLeaksNothingAndShutsDownPromptly(t *testing.T) {
 	if !isolated(t) {
 		return // it counts goroutines or takes the quarantine slot: a process of its own
 	}
-	addr := r12Addr(t)
+	addr := standaloneAddr(t)
 	ctx := context.Background()
 	p := startFaultProxy(t, addr)
-	topic, m, lc, l, _ := r12Setup(t, p, addr)
+	topic, m, lc, l, _ := proxiedListener(t, p, addr)
 	total := 40 * time.Second
-	if d, err := time.ParseDuration(os.Getenv("R12_DEAF")); err == nil {
+	if d, err := time.ParseDuration(os.Getenv("REDEQ_DEAF_FOR")); err == nil {
 		total = d
 	}
 	p.deaf.Store(true)
@@ -615,12 +615,12 @@ func TestReview12DeafSubscriptionLeaksAndShutdown(t *testing.T) {
 // TestReview12ShutdownWhileMessagesDropped: Shutdown's promptness while the
 // subscription drops messages but answers PINGs, and while it delays every
 // frame by 3 s.
-func TestReview12ShutdownWhileSubscriptionMisbehaves(t *testing.T) {
-	addr := r12Addr(t)
+func TestShutdownPromptWhileSubscriptionMisbehaves(t *testing.T) {
+	addr := standaloneAddr(t)
 	for _, mode := range []string{"dropMsgs", "delay"} {
 		t.Run(mode, func(t *testing.T) {
 			p := startFaultProxy(t, addr)
-			_, _, lc, _, _ := r12Setup(t, p, addr)
+			_, _, lc, _, _ := proxiedListener(t, p, addr)
 			if mode == "dropMsgs" {
 				p.dropMsgs.Store(true)
 			} else {
@@ -639,19 +639,19 @@ func TestReview12ShutdownWhileSubscriptionMisbehaves(t *testing.T) {
 	}
 }
 
-// TestReview12SubscriptionPartialDropsAndDelays attacks promise 1 with a
+// TestSubscriptionLosingOrDelayingMessagesDelaysJobsLittle attacks promise 1 with a
 // subscription that loses only some messages (90% of the pushes, PING
 // replies pass) or delays every frame by 5 s, while another topic of the
 // deployment keeps producing (so the subscription is never silent). Each of
 // 5 due jobs must run within 2 x 10 ScanIntervals of its due time.
-func TestReview12SubscriptionPartialDropsAndDelays(t *testing.T) {
+func TestSubscriptionLosingOrDelayingMessagesDelaysJobsLittle(t *testing.T) {
 	t.Parallel()
-	addr := r12Addr(t)
+	addr := standaloneAddr(t)
 	for _, mode := range []string{"drop90", "delay5s"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx := context.Background()
 			p := startFaultProxy(t, addr)
-			topic, m, _, l, _ := r12Setup(t, p, addr)
+			topic, m, _, l, _ := proxiedListener(t, p, addr)
 			scan := testutil.Fast().ScanInterval
 			stop := make(chan struct{})
 			done := make(chan struct{})
@@ -706,7 +706,7 @@ func TestReview12SubscriptionPartialDropsAndDelays(t *testing.T) {
 	}
 }
 
-// TestReview11SilentSubscriptionStrandsJobs attacks promise 3 (a lost
+// TestSilentSubscriptionStrandsNoJob attacks promise 3 (a lost
 // pub/sub message cannot strand a job; it is delivered within a few
 // ScanIntervals) and the brief's "Redisson: due items stay stranded ...
 // after its pub/sub subscription silently dies".
@@ -719,7 +719,7 @@ func TestReview12SubscriptionPartialDropsAndDelays(t *testing.T) {
 // succeeds. L heartbeats, announces and fetches normally otherwise. A job
 // that M moves to the ready list must still reach L within a few
 // ScanIntervals; we allow 100 of them (10 s).
-func TestReview11SilentSubscriptionStrandsJobs(t *testing.T) {
+func TestSilentSubscriptionStrandsNoJob(t *testing.T) {
 	addr := os.Getenv("REDIS_ADDR")
 	if addr == "" {
 		testutil.RealBackends(t) // skips, or fails under REDEQ_REQUIRE_SERVER
@@ -757,7 +757,7 @@ func TestReview11SilentSubscriptionStrandsJobs(t *testing.T) {
 	})
 	time.Sleep(3 * cfg.ScanInterval) // M's loop for the bucket runs
 
-	proxy.deaf.Store(os.Getenv("R11_CONTROL") == "") // L's subscription goes silent
+	proxy.deaf.Store(os.Getenv("REDEQ_CONTROL") == "") // L's subscription goes silent
 	start := time.Now()
 	for i := range 5 {
 		require.NoError(t, m.Add(ctx, &redeq.Job{Topic: topic, ID: fmt.Sprint("after", i), Delay: time.Duration(i) * 100 * time.Millisecond}))

@@ -31,7 +31,7 @@ func bucketCountSetup(t *testing.T, be testutil.Backend) (config.Config, redis.U
 	return cfg, rdb, a
 }
 
-// TestReview12LostBucketCountRewritten attacks promise 3: "a topic's
+// TestLostBucketCountRestoredUnchanged attacks promise 3: "a topic's
 // recorded bucket count is never changed to a different value by this
 // restoration (a topic recorded with N buckets stays N; a client configured
 // with another count must get an error, not rewrite it)" and "keeps its
@@ -42,7 +42,7 @@ func bucketCountSetup(t *testing.T, be testutil.Backend) (config.Config, redis.U
 // (so a listening client is there to restore it) for 20 ScanIntervals.
 // Then B, configured with 2 buckets, starts a listener on the topic and
 // adds to it: it must get ErrBucketMismatch, and the count must stay 4.
-func TestReview12LostBucketCountRewritten(t *testing.T) {
+func TestLostBucketCountRestoredUnchanged(t *testing.T) {
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			ctx := context.Background()
@@ -82,14 +82,14 @@ func TestReview12LostBucketCountRewritten(t *testing.T) {
 
 var _ = bucket.Owner
 
-// TestReview12LostBucketCountStrandsOnNewClient attacks promise 3: "A
+// TestLostBucketCountStrandsNoJobOnANewClient attacks promise 3: "A
 // topic that has a listener keeps its jobs moving even if ... its recorded
 // bucket count is lost". A listens to the topic (4 buckets); producer P
 // added to it before (so its cache says the topic is recorded). The count
 // is lost. C, a client with no listener, starts: it reads the set, finds no
 // count, and skips the topic, yet it owns some of its buckets. P adds due
 // jobs to C's buckets: with A listening, they must run within ~3 s.
-func TestReview12LostBucketCountStrandsOnNewClient(t *testing.T) {
+func TestLostBucketCountStrandsNoJobOnANewClient(t *testing.T) {
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			ctx := context.Background()
@@ -159,11 +159,11 @@ func TestReview12LostBucketCountStrandsOnNewClient(t *testing.T) {
 	}
 }
 
-// TestReview12TopicSetEntryDeletedRepeatedly attacks promise 3: the topic's
+// TestTopicSetEntryDeletedRepeatedlyDelaysNoJob attacks promise 3: the topic's
 // entry in the topic set is deleted every 150 ms for 8 s, while topics
 // retire after 1 s, and a producer that recorded the topic before keeps
 // adding due jobs; A listens. Each job must run within 3 s of being added.
-func TestReview12TopicSetEntryDeletedRepeatedly(t *testing.T) {
+func TestTopicSetEntryDeletedRepeatedlyDelaysNoJob(t *testing.T) {
 	t.Parallel()
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
@@ -210,7 +210,7 @@ func TestReview12TopicSetEntryDeletedRepeatedly(t *testing.T) {
 	}
 }
 
-// TestReview11LostTopicSetStrandsJobs attacks promise 4 ("a failover
+// TestLostTopicSetEntryStrandsNoJob attacks promise 4 ("a failover
 // losing the topic set: each job is still delivered") and docs/design.md
 // ("producers record their topics again every RecordEvery ... which also
 // restores a topic lost in a failover").
@@ -225,7 +225,7 @@ func TestReview12TopicSetEntryDeletedRepeatedly(t *testing.T) {
 // config). The only ways back are Add-driven (a wake-up naming an
 // unknown topic, or a producer re-recording on an Add after 2 minutes),
 // so without another Add the job stays in its bucket for good.
-func TestReview11LostTopicSetStrandsJobs(t *testing.T) {
+func TestLostTopicSetEntryStrandsNoJob(t *testing.T) {
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		const topic = "orders"
