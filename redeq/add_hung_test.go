@@ -180,7 +180,7 @@ func TestAddReturnsAtCtxEndWhileRedisHangs(t *testing.T) {
 	t.Run("server_busy", testAddReturnsAtDeadlineWhileServerBusy)
 }
 
-// testAddReturnsAtCtxEndWhileServerHangs (promise 1): with the server hung (its
+// testAddReturnsAtCtxEndWhileServerHangs: with the server hung (its
 // replies held by a proxy), Adds whose ctx ends return ctx's error within
 // addSlack of its end, in every state Add can be in: the first Add of a
 // topic (recording it), a lone Add on the wire, Adds queued behind two
@@ -351,16 +351,16 @@ func addCtx(k int, rng *rand.Rand) (context.Context, context.CancelFunc) {
 	}
 }
 
-// TestConcurrentAddsEachGetTheirOwnResult (promises 2 and 5): 64 goroutines
-// add jobs of 300 ids in 2 topics (so that ids collide) with every kind
-// of ctx, and 8 more add batches of the same ids, over 4 buckets each. Each job has a body,
+// TestConcurrentAddsEachGetTheirOwnResult: 64 goroutines add jobs of 300
+// ids in 2 topics (so that ids collide) with every kind of ctx, and 8 more
+// add batches of the same ids, over 4 buckets each. Each job has a body,
 // due time (sub-ms RunAt), headers and broadcast flag of its own; each
-// caller scribbles over its body once its call returned. Then, per id:
-// at most one caller was told "added", and the stored job is that
-// caller's, body, due time (rounded up to the ms), flag and headers; a
-// caller told "exists" did not store its job; a job stored though nobody
-// was told "added" is one whose call gave up; a ctx that cannot end never
-// yields a ctx error; nothing is stored twice.
+// caller scribbles over its body once its call returned. Then, per id: at
+// most one caller was told "added", and the stored job is that caller's,
+// body, due time (rounded up to the ms), flag and headers; a caller told
+// "exists" did not store its job; a job stored though nobody was told
+// "added" is one whose call gave up; a ctx that cannot end never yields a
+// ctx error; nothing is stored twice.
 func TestConcurrentAddsEachGetTheirOwnResult(t *testing.T) {
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
@@ -517,13 +517,13 @@ func TestConcurrentAddsEachGetTheirOwnResult(t *testing.T) {
 	}
 }
 
-// TestAddsWithTheirOwnTimeoutsPileUpNoGoroutine (promise 5): a web handler's pattern:
+// TestAddsWithTheirOwnTimeoutsPileUpNoGoroutine: a web handler's pattern,
 // each Add with a context.WithTimeout of its own, canceled once it
-// returned. From one goroutine in a tight loop, from 64 goroutines at
-// once, and from 64 goroutines beside 8 that AddBatch: every Add succeeds
-// and stores its job, the library's goroutines do not pile up meanwhile
-// (a handful, not one per Add), and none is left 50 ms after the last
-// Add returned.
+// returned, from one goroutine in a tight loop, from 64 goroutines at once,
+// and from 64 goroutines beside 8 that AddBatch: every Add succeeds and
+// stores its job, the library's goroutines do not pile up meanwhile (a
+// handful, not one per Add), and none is left 50 ms after the last Add
+// returned.
 func TestAddsWithTheirOwnTimeoutsPileUpNoGoroutine(t *testing.T) {
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
@@ -632,10 +632,10 @@ func TestAddsWithTheirOwnTimeoutsPileUpNoGoroutine(t *testing.T) {
 	}
 }
 
-// TestAddsLeaveNoGoroutine (promise 3): no goroutine of the
-// library is left shortly after the last Add returned: after a burst of
-// Adds with ctxs that end, after Adds canceled mid-call on a slow server
-// (each reply 30 ms late, each ctx 5 ms), and after Shutdown.
+// TestAddsLeaveNoGoroutine: no goroutine of the library is left shortly
+// after the last Add returned: after a burst of Adds with ctxs that end,
+// after Adds canceled mid-call on a slow server (each reply 30 ms late,
+// each ctx 5 ms), and after Shutdown.
 func TestAddsLeaveNoGoroutine(t *testing.T) {
 	for _, be := range standaloneBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
@@ -702,10 +702,10 @@ func TestAddsLeaveNoGoroutine(t *testing.T) {
 	}
 }
 
-// TestShutdownAfterHungAddsLeavesNoGoroutine (promise 3, the hard
-// case): Adds whose ctx ended while the server hangs (their round trips
-// still on the wire), then the client's Shutdown, as a service stopping
-// does. What docs/operations.md says of calls left behind:
+// TestShutdownAfterHungAddsLeavesNoGoroutine: Adds whose ctx ended while
+// the server hangs (their round trips still on the wire), then the
+// client's Shutdown, as a service stopping does, leave behind what
+// docs/operations.md says of calls left behind:
 //   - the Redis client closed as well: no goroutine of the library is left
 //     100 ms later, although the server still does not answer;
 //   - the Redis client left open, its reads with a timeout: they end
@@ -761,14 +761,14 @@ func TestShutdownAfterHungAddsLeavesNoGoroutine(t *testing.T) {
 	}
 }
 
-// TestAddRerunAfterLostReplyStoresOnce (promise 4): go-redis resends an add run
-// whose reply was lost (the connection cut after the server ran it), late
-// (past ReadTimeout), or whose request reached the server late (after the
-// resend ran). Lone Adds with context.Background (run on the caller's
-// goroutine), lone Adds with a ctx (run on a goroutine), and 16 Adds at
-// once (one pipeline of joined runs, one of them with an id stored
-// before): every caller is told "added" for its own job, the one of the
-// stored id "exists", and each job is stored once, as given.
+// TestAddRerunAfterLostReplyStoresOnce: go-redis resends an add run whose
+// reply was lost (the connection cut after the server ran it), late (past
+// ReadTimeout), or whose request reached the server late (after the resend
+// ran). Lone Adds with context.Background (run on the caller's goroutine),
+// lone Adds with a ctx (run on a goroutine), and 16 Adds at once (one
+// pipeline of joined runs, one of them with an id stored before): every
+// caller is told "added" for its own job, the one of the stored id
+// "exists", and each job is stored once, as given.
 func TestAddRerunAfterLostReplyStoresOnce(t *testing.T) {
 	// Not parallel: its ReadTimeout of 150 ms makes go-redis give up under
 	// the load of the chaos tests beside it (a CI run saw i/o timeout).
@@ -863,11 +863,11 @@ func TestAddRerunAfterLostReplyStoresOnce(t *testing.T) {
 	}
 }
 
-// TestAddKeepsBodyReusedAfterCtxEnd (promise 1, body): callers whose ctx
-// ends while their call waits or is on the wire scribble over their body
-// at once, many times, while the round trips that carry them are still
-// being written (the server slow: each add reply 5 ms late). No job may
-// be stored with a scribbled body, and -race must find no race on it.
+// TestAddKeepsBodyReusedAfterCtxEnd: callers whose ctx ends while their
+// call waits or is on the wire scribble over their body at once, many
+// times, while the round trips that carry them are still being written
+// (the server slow: each add reply 5 ms late). No job is stored with a
+// scribbled body, and -race finds no race on it.
 func TestAddKeepsBodyReusedAfterCtxEnd(t *testing.T) {
 	for _, be := range standaloneBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
@@ -931,12 +931,12 @@ func TestAddKeepsBodyReusedAfterCtxEnd(t *testing.T) {
 	}
 }
 
-// TestLateAddRunAfterAckDoesNotReadd (promise 4): the add run that
-// reaches the server late is the one go-redis gave up on (its request
-// held 600 ms, past ReadTimeout), or its reply comes late: go-redis's
-// resend runs first, the Add returns, a consumer runs the job and acks
-// it, and only then does the held run reach the server. The job must not
-// be stored again (it would run twice), and each Add is told "added".
+// TestLateAddRunAfterAckDoesNotReadd: the add run that reaches the server
+// late is the one go-redis gave up on (its request held 600 ms, past
+// ReadTimeout), or its reply comes late: go-redis's resend runs first, the
+// Add returns, a consumer runs the job and acks it, and only then does the
+// held run reach the server. The job is not stored again (it would run
+// twice), and each Add is told "added".
 func TestLateAddRunAfterAckDoesNotReadd(t *testing.T) {
 	// Not parallel: its ReadTimeout of 150 ms makes go-redis give up under
 	// the load of the chaos tests beside it (a CI run saw i/o timeout).
@@ -1024,12 +1024,12 @@ func TestLateAddRunAfterAckDoesNotReadd(t *testing.T) {
 	}
 }
 
-// testAddReturnsAtCtxEndWhileCommandsHeld (promise 1, every backend, the
-// cluster included): a hook holds every command of the producer's Redis
-// client (a hung server or cluster node); Adds with a ctx that ends return
-// its error within addSlack, the first of a topic included, and a job
-// whose Add gave up is stored with its body as given (the caller
-// scribbled over it), or not at all.
+// testAddReturnsAtCtxEndWhileCommandsHeld, on every backend, the cluster
+// included: a hook holds every command of the producer's Redis client (a
+// hung server or cluster node); Adds with a ctx that ends return its error
+// within addSlack, the first of a topic included, and a job whose Add gave
+// up is stored with its body as given (the caller scribbled over it), or
+// not at all.
 func testAddReturnsAtCtxEndWhileCommandsHeld(t *testing.T) {
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
@@ -1130,16 +1130,16 @@ func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
-// TestAddGivesUpAfterItsWindow (promise 1, Add's doc): Add
-// returns context.DeadlineExceeded when Redis has not answered 15 s after
-// the job was sent, or, with a ctx that never ends, at the latest when a
-// read go-redis began before then ends. The server hangs for good; the
+// TestAddGivesUpAfterItsWindow: as Add's doc says, Add returns
+// context.DeadlineExceeded when Redis has not answered 15 s after the job
+// was sent, or, with a ctx that never ends, at the latest when a read
+// go-redis began before then ends. The server hangs for good; the
 // producer's client reads with a timeout of 16 s (a read begun at once
 // ends at 16 s) or without one (ReadTimeout -1, as clients built for
 // blocking commands are: Add then waits on another goroutine). Adds with
-// context.Background and with a ctx that could end but does not must each
-// return context.DeadlineExceeded within 26 s; review 23 found those of
-// the client without a read timeout waiting for good.
+// context.Background and with a ctx that could end but does not each
+// return context.DeadlineExceeded within 26 s, also on the client without
+// a read timeout.
 func TestAddGivesUpAfterItsWindow(t *testing.T) {
 	t.Parallel() // counts no goroutines: beside the other parallel tests
 	var real []testutil.Backend
@@ -1206,7 +1206,7 @@ func TestAddGivesUpAfterItsWindow(t *testing.T) {
 	require.Empty(t, failures)
 }
 
-// Review 23: a TCP proxy in front of one Redis server that can, for the
+// addProxy is a TCP proxy in front of one Redis server that can, for the
 // runs of add.lua only (a request holding "evalsha" and an add run's op
 // key ":op:"), or for every reply:
 //   - stall: hold every reply while set (a hung server), forwarding them
@@ -1405,14 +1405,12 @@ func (p *addProxy) serve() {
 	}
 }
 
-// testAddReturnsAtDeadlineWhileServerBusy: Add promises that when the caller's
-// ctx ends first it returns ctx's error (the Committer selects on ctx).
-// But go-redis cuts a read at the ctx deadline only with
-// ContextTimeoutEnabled, which go-redis leaves off by default: the calls
-// Add and AddBatch make directly (the topic record of a client's first
-// Add to a topic, and every RecordEvery; AddBatch's pipelines) wait for
-// the server's reply, up to ReadTimeout, past the caller's deadline. Here
-// the server is busy for 2 s (DEBUG SLEEP) and the callers give 300 ms.
+// testAddReturnsAtDeadlineWhileServerBusy: Add and AddBatch return the
+// caller's ctx error at its deadline although the server is busy for 2 s
+// (DEBUG SLEEP) and the callers give 300 ms: the calls they make directly
+// (the topic record of a client's first Add to a topic and of every
+// RecordEvery; AddBatch's pipelines) do not wait for the server's reply
+// past the caller's deadline.
 func testAddReturnsAtDeadlineWhileServerBusy(t *testing.T) {
 	srv := testutil.StartServer(t, "--enable-debug-command", "yes")
 	rc := srv.Client(nil) // go-redis defaults

@@ -361,16 +361,13 @@ func TestReaddedReadyJobNotEarly(t *testing.T) {
 	}
 }
 
-// TestAddAnswersFullPoolAndExistsWhileWritesRefused: docs/operations.md
-// promises that a server refusing writes (maxmemory under noeviction,
-// min-replicas-to-write) still answers a full pool with ErrPoolFull and
-// AddBatch a stored id with ErrJobExists, writing nothing, "since both need
-// only reads". But Add and AddBatch first record the job's topic
-// (bucket.Registry.Ensure: meta.lua's HSETNX, then SADD), a write, on a
-// client's first Add to a topic and again every RecordEvery (2 min). A
-// producer started (or past its 2 minutes) while the server refuses
-// writes gets Redis's OOM / NOREPLICAS from the topic record instead: Add
-// to the full pool is not ErrPoolFull, and AddBatch fails as a whole.
+// TestAddAnswersFullPoolAndExistsWhileWritesRefused: a server refusing
+// writes (maxmemory under noeviction, min-replicas-to-write) still answers
+// a full pool with ErrPoolFull and AddBatch a stored id with ErrJobExists,
+// writing nothing, as docs/operations.md promises, also from a producer
+// that has not recorded the topic yet (its first Add to it, or one past
+// RecordEvery): recording the topic, a write, does not turn those answers
+// into Redis's OOM / NOREPLICAS.
 func TestAddAnswersFullPoolAndExistsWhileWritesRefused(t *testing.T) {
 	for _, tc := range []struct{ param, value, refusal string }{
 		{"maxmemory", "1", "OOM"},
@@ -413,12 +410,11 @@ func TestAddAnswersFullPoolAndExistsWhileWritesRefused(t *testing.T) {
 	}
 }
 
-// TestHugeClientTimeoutsKeepWritesWorking: the op TTL is the window plus the
-// client's ReadTimeout plus DialTimeout plus 5 s, and the scripts refuse
-// one past a day. A client whose DialTimeout (or ReadTimeout) is a day
-// (a "never give up dialing" setting) makes every Add, Delete and
-// Reschedule fail with the script's "op TTL ... is no whole number of ms
-// from 1 to a day", though go-redis accepts the options.
+// TestHugeClientTimeoutsKeepWritesWorking: a client whose DialTimeout or
+// ReadTimeout is a day (a "never give up dialing" setting, which go-redis
+// accepts) can still Add, AddBatch, Reschedule and Delete: the op TTL the
+// scripts get (the window plus ReadTimeout plus DialTimeout plus 5 s) stays
+// within the day they accept.
 func TestHugeClientTimeoutsKeepWritesWorking(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -45,19 +45,13 @@ func TestHungNodeDelaysOnlyItsOwnJobs(t *testing.T) {
 	t.Run("live_listener", testHungNodeLeavesHealthyNodesRunning)
 }
 
-// testHungNodeDelaysOnlyItsOwnBucketsRecovery attacks promise 3 with
-// one crashed consumer whose topic has 64 buckets over 3 masters; one
-// master (not the alive set's) hangs (CLIENT PAUSE ALL). The reaper
-// recovers the buckets 8 at a time, each call "bounded by
-// max(ConsumerTimeout/5, 1 s)" (consumer/reaper.go recoverCallTimeout)
-// through a ctx deadline; go-redis does not cut a read short at a ctx
-// deadline unless the client sets ContextTimeoutEnabled (off by default),
-// so each call to the hung node holds one of the 8 slots for ReadTimeout
-// (3 s). About 21 buckets live on the hung node: jobs on the healthy nodes
-// whose buckets come after the first 8 hung ones wait 3 s per round.
-//
-// REDEQ_CTX_TIMEOUTS=1 runs it with ContextTimeoutEnabled on the client,
-// to confirm the cause: it then passes.
+// testHungNodeDelaysOnlyItsOwnBucketsRecovery: one crashed consumer whose
+// topic has 64 buckets over 3 masters; one master (not the alive set's)
+// hangs (CLIENT PAUSE ALL). The reaper recovers the buckets 8 at a time,
+// each call bounded by max(ConsumerTimeout/5, 1 s); the jobs on the
+// healthy nodes run again without waiting a ReadTimeout per round behind
+// the calls to the hung node. REDEQ_CTX_TIMEOUTS=1 runs it with
+// ContextTimeoutEnabled on the client.
 func testHungNodeDelaysOnlyItsOwnBucketsRecovery(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	rc, be := privateCluster(t, 3)
@@ -145,12 +139,11 @@ func testHungNodeDelaysOnlyItsOwnBucketsRecovery(t *testing.T) {
 	require.LessOrEqualf(t, last, limit, "jobs of a crashed consumer on healthy nodes waited %v (limit %v) behind a hung node they do not live on", last, limit)
 }
 
-// testHungNodeLeavesHealthyNodesRunning attacks promise 3 ("a
-// node that hangs delays only the jobs stored on that node") for a live
-// consumer: one listener, 64 buckets over 3 masters, a steady stream of
-// 10 ms jobs. One master (not the alive set's) hangs for 12 s. The jobs on
-// the two healthy masters must keep running: neither a fetch from a hung
-// bucket nor the outcome of a job stored there may hold up the others.
+// testHungNodeLeavesHealthyNodesRunning: one listener, 64 buckets over 3
+// masters, a steady stream of 10 ms jobs; one master (not the alive set's)
+// hangs for 12 s. The jobs on the two healthy masters keep running:
+// neither a fetch from a hung bucket nor the outcome of a job stored there
+// holds up the others.
 func testHungNodeLeavesHealthyNodesRunning(t *testing.T) {
 	t.Parallel() // its own Redis: it runs beside the other fault tests
 	_, be := privateCluster(t, 3)
@@ -227,16 +220,12 @@ func testHungNodeLeavesHealthyNodesRunning(t *testing.T) {
 	require.LessOrEqualf(t, stalled, 1, "the listener ran fewer than 10 jobs stored on healthy nodes in %d of the 10 s a node it does not need hung: %v", stalled, perSec)
 }
 
-// testHungNodeDelaysOnlyItsOwnRecovery attacks promise 3 (a
-// Redis Cluster where a node is paused): two consumers crash, one holding
+// testHungNodeDelaysOnlyItsOwnRecovery: two consumers crash, one holding
 // jobs of a topic whose bucket lives on a node that is paused (CLIENT
 // PAUSE ALL, 30 s), the other holding jobs on a healthy node. The jobs on
-// the healthy node must run again within about ConsumerTimeout plus a few
-// seconds. The reaper handles silent consumers one after another in one
-// pass (consumer/reaper.go reap -> reapConsumer -> recoverList), and each
-// recover script on the paused node waits for go-redis's read timeout and
-// retries (3 s x 4), then the reaper backs off; so the healthy node's jobs
-// wait behind the paused one.
+// the healthy node run again within about ConsumerTimeout plus a few
+// seconds: they do not wait behind the recover calls to the paused node
+// (each of which waits for go-redis's read timeout and retries).
 func testHungNodeDelaysOnlyItsOwnRecovery(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	_, be := privateCluster(t, 3)
@@ -306,13 +295,12 @@ func testHungNodeDelaysOnlyItsOwnRecovery(t *testing.T) {
 		"jobs of a crashed consumer on a healthy node waited %v (limit %v) behind a paused node they do not live on", took, limit)
 }
 
-// TestClusterKilledConsumerRecoveredThroughAliveNodePause attacks promises 1, 3
-// and 4 on a real Redis Cluster (3 masters, 4 buckets per topic): a
-// consumer process holding jobs is SIGKILLed while the node of the alive
-// set is paused (CLIENT PAUSE WRITE, 3 s), then a bucket node sleeps
-// (CLIENT PAUSE ALL, 2 s). Two live clients run slow jobs throughout. The
-// killed consumer's jobs run again unspent; no live consumer's job is
-// recovered or run twice.
+// TestClusterKilledConsumerRecoveredThroughAliveNodePause: on a real Redis
+// Cluster (3 masters, 4 buckets per topic) a consumer process holding jobs
+// is SIGKILLed while the node of the alive set is paused (CLIENT PAUSE
+// WRITE, 3 s), then a bucket node sleeps (CLIENT PAUSE ALL, 2 s); two live
+// clients run slow jobs throughout. The killed consumer's jobs run again
+// unspent; no live consumer's job is recovered or run twice.
 func TestClusterKilledConsumerRecoveredThroughAliveNodePause(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	_, be := privateCluster(t, 3)
@@ -363,17 +351,15 @@ func TestClusterKilledConsumerRecoveredThroughAliveNodePause(t *testing.T) {
 	require.Emptyf(t, bad, "jobs recovered wrongly or run twice")
 }
 
-// TestHungAliveNodePausesFetchingWithoutDoubleRuns: the master holding
-// the alive set (redeq:{alive}, one key for the whole deployment) hangs
-// for 6 s while a backlog stored on the other two masters drains. Review
-// 16 showed that a listener stops fetching then, although none of its
-// jobs lives on the hung node: once no heartbeat got through for 2/3 of
-// ConsumerTimeout it fetches nothing (a reaper that still reaches the
-// alive set could otherwise recover its jobs while it runs them, and a
-// consumer cannot tell a hung node from a partition). That is the
-// documented limit (docs/operations.md); this test holds the rest of the
-// promise: no job runs twice, and fetching resumes within 2 s of the
-// node's return.
+// TestHungAliveNodePausesFetchingWithoutDoubleRuns: the master holding the
+// alive set (redeq:{alive}, one key for the whole deployment) hangs for
+// 6 s while a backlog stored on the other two masters drains. A listener
+// fetches nothing once no heartbeat got through for 2/3 of
+// ConsumerTimeout (a reaper that still reaches the alive set could
+// otherwise recover its jobs while it runs them, and a consumer cannot
+// tell a hung node from a partition), the documented limit
+// (docs/operations.md). Held: no job runs twice, and fetching resumes
+// within 2 s of the node's return.
 func TestHungAliveNodePausesFetchingWithoutDoubleRuns(t *testing.T) {
 	t.Parallel()
 	_, be := privateCluster(t, 3)
@@ -437,12 +423,12 @@ func TestHungAliveNodePausesFetchingWithoutDoubleRuns(t *testing.T) {
 	}
 }
 
-// TestLateFetchAnswersGivenBackNeverRunTwice attacks promises 1, 2 and 5 through the
-// slow-fetch path: a bucket node (not the alive set's) pauses for 1.5 s,
-// three times, while a backlog drains over 64 buckets, so fetches to it
-// answer after slowFetch (200 ms) when their workers serve other buckets:
-// what they bring beyond the free workers must be given back, never run
-// beside Workers others, never run twice, never lost.
+// TestLateFetchAnswersGivenBackNeverRunTwice: a bucket node (not the alive
+// set's) pauses for 1.5 s, three times, while a backlog drains over 64
+// buckets, so fetches to it answer after slowFetch (200 ms) when their
+// workers serve other buckets: what they bring beyond the free workers is
+// given back, never run beside Workers others, never run twice, never
+// lost.
 func TestLateFetchAnswersGivenBackNeverRunTwice(t *testing.T) {
 	t.Parallel()
 	_, be := privateCluster(t, 3)
@@ -544,12 +530,11 @@ func (b *bcastCounter) OnBroadcast(ctx context.Context, job *redeq.Job) {
 	b.mu.Unlock()
 }
 
-// TestClusterBackgroundLoopsLogNoError attacks promise 5 ("on Redis
-// Cluster no CROSSSLOT or other errors in any background loop"): three
-// clients with listeners on several topics (4 buckets each), a broadcast
-// listener, RetireAfter of 1 s (topics retire and come back), pause and
-// resume, jobs that fail and retry, a client that leaves and one that
-// joins. Every warning or error any client logs fails the test.
+// TestClusterBackgroundLoopsLogNoError: on Redis Cluster no background
+// loop logs a CROSSSLOT or any other warning or error: three clients with
+// listeners on several topics (4 buckets each), a broadcast listener,
+// RetireAfter of 1 s (topics retire and come back), pause and resume, jobs
+// that fail and retry, a client that leaves and one that joins.
 func TestClusterBackgroundLoopsLogNoError(t *testing.T) {
 	be := testutil.Cluster(t)
 	ctx := context.Background()

@@ -436,9 +436,8 @@ func (h *countSMembers) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 	return next
 }
 
-// TestBacklogKeepsWorkersBusy attacks promise 8: a backlog of
-// 5 ms jobs over 64 buckets and over 1, Workers 8; the drain should take
-// close to jobs*5ms/8.
+// TestBacklogKeepsWorkersBusy: a backlog of 5 ms jobs over 64 buckets and
+// over 1 keeps Workers 8 busy: the drain takes close to jobs*5ms/8.
 func TestBacklogKeepsWorkersBusy(t *testing.T) {
 	for _, buckets := range []int{64, 1} {
 		t.Run(fmt.Sprint(buckets), func(t *testing.T) {

@@ -231,10 +231,9 @@ func liveMovers(t *testing.T, rdb redis.UniversalClient, prefix string, window t
 	return ids
 }
 
-// TestKilledAndStoppedClientsLeaveTheLiveSet attacks promise 4: killed
-// clients leave the live set within ~2.5 ScanIntervals and the movers ZSET
-// does not keep them; a SIGSTOPped client is dropped and, after SIGCONT,
-// rejoins.
+// TestKilledAndStoppedClientsLeaveTheLiveSet: killed clients leave the
+// live set within ~2.5 ScanIntervals and the movers ZSET does not keep
+// them; a SIGSTOPped client is dropped and, after SIGCONT, rejoins.
 func TestKilledAndStoppedClientsLeaveTheLiveSet(t *testing.T) {
 	t.Parallel()
 	for _, be := range testutil.RealBackends(t) {
@@ -307,12 +306,12 @@ func contains(s []string, v string) bool {
 	return false
 }
 
-// TestJobsRecoveredWhenReapersAndHoldersDieAtOnce attacks promises 1 and 2:
-// ten consumer processes hold 40 jobs; the two that look for silent
-// consumers (ranked first for {reaper}) and three others are SIGKILLed at
-// once; a client joins late. Every job the five held must run again on
-// the late client, unspent and counted once, within about ConsumerTimeout
-// plus a few seconds; no job of the five live processes may be handed out.
+// TestJobsRecoveredWhenReapersAndHoldersDieAtOnce: ten consumer processes
+// hold 40 jobs; the two that look for silent consumers (ranked first for
+// {reaper}) and three others are SIGKILLed at once; a client joins late.
+// Every job the five held runs again on the late client, unspent and
+// counted once, within about ConsumerTimeout plus a few seconds; no job of
+// the five live processes is handed out.
 func TestJobsRecoveredWhenReapersAndHoldersDieAtOnce(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	_, be := privateServer(t)

@@ -639,13 +639,12 @@ func TestLostConsumerEntryStillRecovered(t *testing.T) {
 	})
 }
 
-// TestStallWithinToleranceKeepsJob: a live consumer stalled (a
-// SIGSTOP standing for a GC pause, swap, a VM migration) for less than
+// TestStallWithinToleranceKeepsJob: a live consumer stalled (a SIGSTOP
+// standing for a GC pause, swap, a VM migration) for less than
 // ConsumerTimeout - HeartbeatInterval keeps its job, even when the stall
 // begins just before its next heartbeat. Silence is counted from the last
 // heartbeat, as docs/operations.md says: a stall of ConsumerTimeout itself
-// can outlast it by up to HeartbeatInterval, and is not covered. Review 13
-// first asserted the whole ConsumerTimeout, which the docs promised then.
+// can outlast it by up to HeartbeatInterval, and is not covered.
 func TestStallWithinToleranceKeepsJob(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	_, be := privateServer(t)

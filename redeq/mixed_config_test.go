@@ -17,17 +17,14 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// TestReapersWaitForConsumersOwnTimeout attacks promise
-// 4 with a fleet whose clients do not share one config: the consumer
-// service raised ConsumerTimeout (6 s) and HeartbeatInterval (2 s), as
-// operations.md advises ("Raise ConsumerTimeout if your processes stall
-// that long"); a producer service that calls Start (to help move and reap,
-// as operations.md suggests) keeps a shorter ConsumerTimeout (600 ms). The
-// reaper judges silence by its OWN ConsumerTimeout (consumer/reaper.go
-// reap -> silent.lua ARGV[1]); the heartbeat does not carry the
-// consumer's. So the producer's reaper takes the job of a consumer that is
-// neither stalled nor silent by its own settings (it heartbeats every 2 s)
-// and hands it to the other consumer while the first still runs it.
+// TestReapersWaitForConsumersOwnTimeout: in a fleet whose clients do not
+// share one config, no reaper takes the job of a consumer that is neither
+// stalled nor silent by its own settings. The consumer service raised
+// ConsumerTimeout (6 s) and HeartbeatInterval (2 s), as operations.md
+// advises ("Raise ConsumerTimeout if your processes stall that long"); a
+// producer service that calls Start (to help move and reap) keeps a
+// shorter ConsumerTimeout (600 ms). The consumer's running job is not
+// recovered by the producer's reaper and runs once.
 func TestReapersWaitForConsumersOwnTimeout(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	_, be := privateServer(t)
@@ -80,15 +77,15 @@ func TestReapersWaitForConsumersOwnTimeout(t *testing.T) {
 		ccfg.HeartbeatInterval, ccfg.ConsumerTimeout, pcfg.ConsumerTimeout)
 }
 
-// TestMixedConfigFleetSparesStalledAndRecoversKilled checks promise 1 (held; a
-// regression test) on a fleet whose clients differ: a consumer process
-// with ConsumerTimeout 3 s and HeartbeatInterval 1 s, Workers 4; a live
-// consumer of the same topic (and of another topic it alone listens to)
-// and a producer that also reaps, both with ConsumerTimeout 600 ms. First
-// the consumer process stalls (SIGSTOP) for 1.8 s (< its ConsumerTimeout
-// - HeartbeatInterval): nobody may take its jobs. Then it is SIGKILLed: its
-// jobs must run again unspent within about its own ConsumerTimeout plus a
-// few seconds, not before it was silent for its own timeout.
+// TestMixedConfigFleetSparesStalledAndRecoversKilled: on a fleet whose
+// clients differ (a consumer process with ConsumerTimeout 3 s and
+// HeartbeatInterval 1 s, Workers 4; a live consumer of the same topic, and
+// of another topic it alone listens to, and a producer that also reaps,
+// both with ConsumerTimeout 600 ms), a stall of the consumer process
+// (SIGSTOP, 1.8 s, under its ConsumerTimeout - HeartbeatInterval) costs it
+// no job; once it is SIGKILLed its jobs run again unspent within about its
+// own ConsumerTimeout plus a few seconds, not before it was silent for its
+// own timeout.
 func TestMixedConfigFleetSparesStalledAndRecoversKilled(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	_, be := privateServer(t)

@@ -47,12 +47,11 @@ func (l *lineLog) since(t0 time.Time) []string {
 	return out
 }
 
-// TestOutageOfManyBucketsRunsEachJobOnceAfter attacks promise 3 on a topic with 16
-// buckets and two consuming clients: the redis-server process is stopped
-// (SIGSTOP) for 10 s while jobs keep falling due. The loops must back off
-// and log a handful of lines; afterwards every job runs exactly once,
-// none before its due time, and the jobs due during the outage run soon
-// after it.
+// TestOutageOfManyBucketsRunsEachJobOnceAfter: on a topic with 16 buckets
+// and two consuming clients, the redis-server process is stopped (SIGSTOP)
+// for 10 s while jobs keep falling due. The loops back off and log a
+// handful of lines; afterwards every job runs exactly once, none before
+// its due time, and the jobs due during the outage run soon after it.
 func TestOutageOfManyBucketsRunsEachJobOnceAfter(t *testing.T) {
 	t.Parallel()
 	srv, be := privateServer(t)
@@ -130,13 +129,13 @@ func TestOutageOfManyBucketsRunsEachJobOnceAfter(t *testing.T) {
 	require.LessOrEqual(t, len(lines), 20, "an outage of 10 s logged more than a handful of lines")
 }
 
-// TestServerRestartRecoversConsumerKilledWhileDown attacks promises 1, 3 and 4: the
-// redis-server restarts (with AOF, appendfsync always; and without any
-// persistence) while two live clients run slow jobs; a consumer process
-// holding jobs is SIGKILLed while Redis is down. With AOF its jobs run
-// again unspent and no live consumer's job is recovered. Without
-// persistence every job is gone with the data; a consumer killed after
-// the restart still has the jobs added since recovered.
+// TestServerRestartRecoversConsumerKilledWhileDown: the redis-server
+// restarts (with AOF, appendfsync always; and without any persistence)
+// while two live clients run slow jobs; a consumer process holding jobs is
+// SIGKILLed while Redis is down. With AOF its jobs run again unspent and
+// no live consumer's job is recovered. Without persistence every job is
+// gone with the data; a consumer killed after the restart still has the
+// jobs added since recovered.
 func TestServerRestartRecoversConsumerKilledWhileDown(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	for _, persist := range []bool{true, false} {
@@ -210,14 +209,14 @@ func TestServerRestartRecoversConsumerKilledWhileDown(t *testing.T) {
 	}
 }
 
-// TestRedisTroubleRecoversOnlyKilledConsumersJobs attacks promises 1, 3
-// and 4 on one real redis-server: three live clients run slow jobs (1.5 s,
-// well over ConsumerTimeout 600 ms, so their jobs stay in flight across
-// the trouble) while a fourth consumer process holds jobs and is killed
-// during a CLIENT PAUSE WRITE. Then CLIENT PAUSE ALL, DEBUG SLEEP and a
-// CLIENT KILL of every connection follow. Every job must run; the killed
-// consumer's jobs run again with Attempt 0; no job of a live consumer is
-// recovered (Recoveries 0, one run).
+// TestRedisTroubleRecoversOnlyKilledConsumersJobs: on one real
+// redis-server, three live clients run slow jobs (1.5 s, well over
+// ConsumerTimeout 600 ms, so their jobs stay in flight across the trouble)
+// while a fourth consumer process holds jobs and is killed during a CLIENT
+// PAUSE WRITE; then CLIENT PAUSE ALL, DEBUG SLEEP and a CLIENT KILL of
+// every connection follow. Every job runs; the killed consumer's jobs run
+// again with Attempt 0; no job of a live consumer is recovered
+// (Recoveries 0, one run).
 func TestRedisTroubleRecoversOnlyKilledConsumersJobs(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	srv, be := privateServer(t, "--enable-debug-command", "yes")

@@ -30,15 +30,12 @@ func TestPoisonSparesBystandersBeyondItsListener(t *testing.T) {
 	t.Run("lowest_max_recoveries", testPoisonSparesBystanderAtLowestMaxRecoveries)
 }
 
-// testPoisonSparesBystanderOfAnotherTopic attacks promise 5 (and
-// the design's "the jobs that ran beside it once or twice are counted at
-// most twice and then run normally"): one service listens to two topics,
-// "a" and "b", in one process. The job "poison" of "a" kills the process
-// every time it runs. A healthy, slow job "b1" of "b" happens to run in
-// the same process. Quarantine keeps a job alone only within its own
-// listener (runner.idle), so the quarantined b1 keeps being fetched
-// beside the quarantined poison of the other topic, is counted at every
-// crash, and goes to the dead set as poison although it never failed.
+// testPoisonSparesBystanderOfAnotherTopic: one service listens to two
+// topics, "a" and "b", in one process. The job "poison" of "a" kills the
+// process every time it runs. A healthy, slow job "b1" of "b" happens to
+// run in the same process. Quarantine covers the whole process, not one
+// listener: the jobs that ran beside the poison once or twice are counted
+// at most twice and then run normally, and b1 never goes to the dead set.
 func testPoisonSparesBystanderOfAnotherTopic(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	e := poisonBesideB1(t, "twotopics", 3)
@@ -91,16 +88,14 @@ func runShutdownOrderChild() {
 	os.Exit(0)
 }
 
-// testPoisonSparesBystanderDuringGracefulShutdown attacks promise
-// 1 end to end. The poison job of topic a (client X) and the healthy job
-// b1 of topic b (client Y) have both been recovered twice (they ran
-// together through two crashes). The service restarts; X runs the poison
-// alone, b1 waits, as designed. The operator now stops the service
-// (SIGTERM): it shuts down X first and waits for X's running handler. X's
-// dispatcher exits and releases the process's quarantine at once
-// (consumer/runner.go dispatch: defer releaseSolo), so Y fetches b1 beside
-// the still running poison, the poison kills the process, and b1 is
-// counted a third time: dead as poison.
+// testPoisonSparesBystanderDuringGracefulShutdown: the poison job of topic
+// a (client X) and the healthy job b1 of topic b (client Y) have both been
+// recovered twice (they ran together through two crashes). The service
+// restarts; X runs the poison alone, b1 waits. The operator now stops the
+// service (SIGTERM): it shuts down X first and waits for X's running
+// handler. The process's quarantine stays X's until the poison's handler
+// ends, so Y does not fetch b1 beside it, and when the poison kills the
+// process b1 is not counted a third time: it never ends dead as poison.
 func testPoisonSparesBystanderDuringGracefulShutdown(t *testing.T) {
 	_, be := privateServer(t)
 	ctx := context.Background()
@@ -134,16 +129,12 @@ func testPoisonSparesBystanderDuringGracefulShutdown(t *testing.T) {
 	require.LessOrEqual(t, b1.Recoveries, 2, "a bystander is counted at most twice")
 }
 
-// testPoisonSparesBystanderAtLowestMaxRecoveries: review 17 attacked promise
-// 1 ("a healthy job that was in flight beside a poison job through
-// crashes is not sent to dead because of the poison job") with
-// MaxRecoveries 1, which config.Validate then accepted. Quarantine starts
-// at the second recovery (ready.Quarantine = 2), but the recovery script
-// sends a job recovered more than MaxRecoveries times to the dead set:
-// with 1, the healthy job b1 that ran beside the poison job through two
-// crashes (not yet quarantined at the second) went dead with it. A
-// MaxRecoveries below Quarantine is now refused; at the least one
-// accepted, b1 survives.
+// testPoisonSparesBystanderAtLowestMaxRecoveries: a MaxRecoveries below
+// the quarantine threshold (ready.Quarantine = 2) is refused, since the
+// recovery script sends a job recovered more than MaxRecoveries times to
+// the dead set before it could ever run alone; at the lowest accepted
+// value, the healthy job b1 that ran beside the poison job through two
+// crashes survives.
 func testPoisonSparesBystanderAtLowestMaxRecoveries(t *testing.T) {
 	t.Parallel()
 	_, be := privateServer(t)
@@ -157,17 +148,13 @@ func testPoisonSparesBystanderAtLowestMaxRecoveries(t *testing.T) {
 	require.NotEqual(t, redeq.StateDead, st, "the healthy job b1 went dead with the poison job (MaxRecoveries %d)", config.MinMaxRecoveries)
 }
 
-// testPoisonSparesBystanderOfAnotherClient attacks promise 2 ("a
-// poison job ... healthy jobs in flight beside it, of the same topic or of
-// any other topic the process listens to, are counted at most twice and
-// never end in the dead set because of it") on a process that embeds two
-// redeq clients (two modules of one binary, each with its own settings, as
-// promise 1 allows): client X listens to "a", client Y to "b". The job
-// "poison" of "a" kills the process; the healthy, slow job "b1" of "b" runs
-// beside it. Quarantine looks only at the listeners of one client
-// (consumer/runner.go idleAll iterates g.runners of one Group), so Y takes
-// the quarantined b1 while X runs the quarantined poison, b1 is counted at
-// every crash, and goes to the dead set as poison.
+// testPoisonSparesBystanderOfAnotherClient: a process embeds two redeq
+// clients (two modules of one binary, each with its own settings): client
+// X listens to "a", client Y to "b". The job "poison" of "a" kills the
+// process; the healthy, slow job "b1" of "b" runs beside it. Quarantine
+// covers the process, not one client: once both are quarantined they run
+// one at a time, b1 is counted at most twice and never ends in the dead
+// set.
 func testPoisonSparesBystanderOfAnotherClient(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	e := poisonBesideB1(t, "twoclients", 3)

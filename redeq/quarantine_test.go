@@ -31,18 +31,13 @@ func TestQuarantineKeepsEveryTopicMoving(t *testing.T) {
 	t.Run("waiters_through_shutdown_pause_delete", testQuarantineWaitersRunAfterShutdownPauseAndDelete)
 }
 
-// testQuarantineWaitLeavesOtherTopicsRunning attacks promise 2 ("the
-// process keeps making progress: no deadlock or permanent stall of any
-// listener ... handlers that time out"). One process listens to three
+// testQuarantineWaitLeavesOtherTopicsRunning: one process listens to three
 // topics: "slow" (one handler that overruns ConsumeTimeout and ignores its
 // context, as handlers blocked in a call without a ctx do), "a" (a steady
 // stream of healthy 5 ms jobs) and "q". A job of "q" recovered twice
-// (quarantined) falls due. The quarantined job claims the process
-// (consumer/runner.go claimSolo after the fetch stopped at it) and waits
-// until no listener of the process holds a delivery (idleAll); meanwhile
-// mayFetch stops every other listener. The slow handler never lets the
-// process go idle, so topic "a", which has nothing to do with either, stops
-// for as long as the slow handler runs.
+// (quarantined) falls due and waits for the process to go idle, which the
+// slow handler never lets it; topic "a", which has nothing to do with
+// either, keeps running meanwhile.
 func testQuarantineWaitLeavesOtherTopicsRunning(t *testing.T) {
 	if !isolated(t) {
 		return // it counts goroutines or takes the quarantine slot: a process of its own
@@ -105,15 +100,12 @@ func testQuarantineWaitLeavesOtherTopicsRunning(t *testing.T) {
 		"a quarantined job of topic q, waiting for a handler of topic slow that overran ConsumeTimeout, stopped topic a (%d ready) for 8 s", st.Ready)
 }
 
-// testQuarantinedJobsOfTwoTopicsBothRun attacks promise 2 on a process with
-// two topics that each have a quarantined job at the head of a backlog
-// when the process starts (a restart after two crashes). Both dispatchers
-// fetch at once; both stop at their quarantined job; one claims the
-// process (claimSolo), the other sets alone without the claim. The winner
-// runs its quarantined job, then its backlog, and releases the claim; the
-// loser only claims again at a moment it sees the whole process idle
-// (dispatch: r.alone && idleAll() && claimSolo), which never comes while
-// the winner's topic has work: the loser's topic runs nothing at all.
+// testQuarantinedJobsOfTwoTopicsBothRun: a process with two topics that
+// each have a quarantined job at the head of a backlog when the process
+// starts (a restart after two crashes): both dispatchers fetch at once and
+// stop at their quarantined job; each quarantined job runs, one at a time,
+// and both topics then drain their backlogs, although the first topic
+// always has work.
 func testQuarantinedJobsOfTwoTopicsBothRun(t *testing.T) {
 	if !isolated(t) {
 		return // it counts goroutines or takes the quarantine slot: a process of its own
@@ -168,10 +160,10 @@ func testQuarantinedJobsOfTwoTopicsBothRun(t *testing.T) {
 	}
 }
 
-// testManyQuarantinedTopicsDrainWithOneWorker attacks promise 2: twelve topics,
-// Workers 1, each with a quarantined job at the head of a backlog, and a
-// stream of healthy jobs into every topic. Every quarantined job must run
-// (one at a time) and every topic must drain its backlog.
+// testManyQuarantinedTopicsDrainWithOneWorker: twelve topics, Workers 1,
+// each with a quarantined job at the head of a backlog, and a stream of
+// healthy jobs into every topic. Every quarantined job runs (one at a
+// time) and every topic drains its backlog.
 func testManyQuarantinedTopicsDrainWithOneWorker(t *testing.T) {
 	if !isolated(t) {
 		return // it takes the quarantine slot: a process of its own
@@ -234,12 +226,12 @@ func testManyQuarantinedTopicsDrainWithOneWorker(t *testing.T) {
 	}
 }
 
-// testQuarantineWaitersRunAfterShutdownPauseAndDelete attacks
-// promise 2 with the waiting side: topic "y" runs a 2 s quarantined job;
-// meanwhile "x" has a quarantined job waiting (then deleted), "p" (paused)
-// has one, and "w" has one; the consuming client is shut down while they
-// wait and a new client of the process starts. After y's job, everything
-// left must run: w's job, x's healthy jobs, and p's job once resumed.
+// testQuarantineWaitersRunAfterShutdownPauseAndDelete: topic "y" runs a
+// 2 s quarantined job; meanwhile "x" has a quarantined job waiting (then
+// deleted), "p" (paused) has one, and "w" has one; the consuming client is
+// shut down while they wait and a new client of the process starts. After
+// y's job, everything left runs: w's job, x's healthy jobs, and p's job
+// once resumed.
 func testQuarantineWaitersRunAfterShutdownPauseAndDelete(t *testing.T) {
 	if !isolated(t) {
 		return // it takes the quarantine slot: a process of its own
@@ -334,16 +326,15 @@ func (w *quarantineWatch) enter(job *redeq.Job) func() {
 	}
 }
 
-// TestGracefulShutdownHoldsProcessQuarantineUntilHandlerEnds attacks
-// promise 1 ("only one [quarantined job] at a time in a process (whatever
-// the clients and topics in it)"). A process embeds clients X (topic a)
-// and Y (topic b). X runs the quarantined job qa (the poison suspect, a
-// 3 s handler); Y's quarantined job qb waits for it, as it should. Then
-// the process begins a graceful shutdown of X (SIGTERM: modules stop one
-// by one), which waits for qa to finish. The dispatcher of X exits at
-// once with fetchCtx and its deferred releaseSolo gives up the process's
-// quarantine while qa still runs, so Y fetches qb beside it. Had qa been
-// the poison, qb would be counted a third time and go dead.
+// TestGracefulShutdownHoldsProcessQuarantineUntilHandlerEnds: only one
+// quarantined job at a time runs in a process, whatever the clients and
+// topics in it, also while a client shuts down. A process embeds clients
+// X (topic a) and Y (topic b). X runs the quarantined job qa (the poison
+// suspect, a 3 s handler); Y's quarantined job qb waits for it. Then the
+// process begins a graceful shutdown of X (SIGTERM: modules stop one by
+// one), which waits for qa to finish: qb does not start before qa's
+// handler returned, as it would be counted a third time and go dead had
+// qa been the poison.
 func TestGracefulShutdownHoldsProcessQuarantineUntilHandlerEnds(t *testing.T) {
 	if !isolated(t) {
 		return // it takes the quarantine slot: a process of its own
@@ -453,23 +444,21 @@ func (h *fetchReplyLost) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// TestQuarantinedJobWaitsForUnheldDelivery attacks promise 1 ("a job
-// recovered Quarantine times or more runs alone: ... nothing else of its
-// own listener is in flight with it"). A listener (2 buckets) starts with
-// the healthy job h ready in one bucket and the quarantined job q in the
-// other. The first fetch of h's bucket takes h, but its reply is lost. The
-// runner decides it is idle from what it knows it holds (runner.idle
-// reads r.held only), not from its in-flight sets in Redis, so it fetches
-// and runs q while h still sits in this consumer's in-flight set of the
-// other bucket:
-//   - "lost": the bucket waits out its backoff before the reconcile
-//     (dispatch skips a bucket before retryAt, reconcile included), while
-//     the solo fetch is launched at once;
+// TestQuarantinedJobWaitsForUnheldDelivery: a job recovered Quarantine
+// times or more runs alone: nothing else of its own listener is in flight
+// with it, also a delivery the listener does not know it holds. A listener
+// (2 buckets) starts with the healthy job h ready in one bucket and the
+// quarantined job q in the other. The first fetch of h's bucket takes h,
+// but its reply is lost, so h sits in this consumer's in-flight set while
+// the runner holds nothing:
+//   - "lost": the loss is seen; the bucket waits out its backoff before
+//     the reconcile;
 //   - "rerun": the loss is hidden; only the periodic sweep (every
 //     ConsumerTimeout, 15 s by default) reconciles the bucket.
 //
-// If q is the poison and kills the process now, the reaper counts a
-// recovery for h too, the very thing quarantine is for.
+// q does not run before h is accounted for: were q the poison and killed
+// the process, the reaper would count a recovery for h too, the very thing
+// quarantine is for.
 func TestQuarantinedJobWaitsForUnheldDelivery(t *testing.T) {
 	if !isolated(t) {
 		return // it takes the quarantine slot: a process of its own

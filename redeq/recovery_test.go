@@ -539,14 +539,13 @@ func parseCommand(b []byte) (args []string, n int) {
 	return args, at
 }
 
-// TestRecoveryKeepsScheduleHeadersAndAttempts attacks promise 6: a
-// job that failed twice (its own RetryIntervals, MaxRetries, headers) is
-// in flight on a consumer that dies (its heartbeats stop). The job that
-// comes back must carry its attempts, headers, last error and retry
-// schedule: the next failure schedules it at now + its third interval,
-// not earlier, and its fourth failure... its retries still end in dead at
-// MaxRetries. A job not yet due that a dead consumer never held must not
-// run early because of the recovery.
+// TestRecoveryKeepsScheduleHeadersAndAttempts: a job that failed twice
+// (its own RetryIntervals, MaxRetries, headers) is in flight on a consumer
+// that dies (its heartbeats stop). The job that comes back carries its
+// attempts, headers, last error and retry schedule: the next failure
+// schedules it at now + its third interval, not earlier, and its retries
+// still end in dead at MaxRetries. A job not yet due that a dead consumer
+// never held does not run early because of the recovery.
 func TestRecoveryKeepsScheduleHeadersAndAttempts(t *testing.T) {
 	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
 	_, be := privateServer(t)

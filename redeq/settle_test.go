@@ -18,17 +18,15 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// TestSickBucketsHoldUpNoOtherBucket attacks promise 1: the
-// outcome of a job whose bucket's node is in trouble does not delay other
-// buckets' outcomes. A 3-master cluster with WaitReplicas 1: the replica of
-// the master holding bucket 0 is stopped (SIGSTOP), so every settle of that
-// master's buckets fails with ErrNotReplicated and is retried, while the
-// fetches from those buckets (which do not wait for replicas) go on. The
-// "sick" buckets' lane fills, the single settler goroutine then blocks
-// handing it one more outcome (consumer/runner.go settle -> send), and the
-// jobs of the healthy masters are neither settled nor even run. Fixed:
-// the runner holds at most twice its workers' deliveries of a bucket, so
-// it stops fetching from the sick buckets and their lane never fills.
+// TestSickBucketsHoldUpNoOtherBucket: the outcome of a job whose bucket's
+// node is in trouble does not delay other buckets' jobs or outcomes. A
+// 3-master cluster with WaitReplicas 1: the replica of the master holding
+// bucket 0 is stopped (SIGSTOP), so every settle of that master's buckets
+// fails with ErrNotReplicated and is retried, while the fetches from those
+// buckets (which do not wait for replicas) go on. The runner holds at most
+// twice its workers' deliveries of a bucket, so it stops fetching from the
+// sick buckets, their settle lane never fills, and the jobs of the healthy
+// masters run and are settled.
 func TestSickBucketsHoldUpNoOtherBucket(t *testing.T) {
 	t.Parallel()
 	rc, be := privateCluster(t, 3)
@@ -174,9 +172,9 @@ func (h *settleReplyLost) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 	}
 }
 
-// TestOutcomesAppliedOnceDespiteLostSettleReplies attacks
-// promise 1: every other settle's reply is lost after Redis applied it,
-// so the lane applies each batch again. Jobs f* always fail (per-job
+// TestOutcomesAppliedOnceDespiteLostSettleReplies: every other settle's
+// reply is lost after Redis applied it, so the lane applies each batch
+// again; each outcome still counts once. Jobs f* always fail (per-job
 // intervals 300 ms, 500 ms, MaxRetries 2), jobs r* rejoin once after
 // 300 ms then ack, jobs a* ack. Checked: each retry and rejoin comes no
 // earlier than its interval after the previous run ended; attempts count

@@ -73,11 +73,10 @@ func TestShutdownKeepsJobOfHandlerThatNeverReturns(t *testing.T) {
 	})
 }
 
-// TestAbandonedHandlersJobWaitsForIt attacks promise 2's
-// timing: a handler that has run for 3.5 s ignores Shutdown's cancel and
-// returns 2.9 s after it, within ConsumerTimeout (3 s, heartbeat 1 s).
-// Another instance runs throughout. The job must not start there before
-// the first handler returned.
+// TestAbandonedHandlersJobWaitsForIt: a handler that has run for 3.5 s
+// ignores Shutdown's cancel and returns 2.9 s after it, within
+// ConsumerTimeout (3 s, heartbeat 1 s). Another instance runs throughout.
+// The job does not start there before the first handler returned.
 func TestAbandonedHandlersJobWaitsForIt(t *testing.T) {
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
@@ -147,11 +146,11 @@ func TestAbandonedHandlersJobWaitsForIt(t *testing.T) {
 	})
 }
 
-// TestNeverReturningHandlerOfOpenClientRecoveredOnce attacks promise 5: a client from Open (it
-// closes its own connection at Shutdown) has a handler that never returns;
-// after Shutdown another client recovers the job after ConsumerTimeout
-// (2 s), on a server and on a cluster; when the handler finally returns,
-// the job does not run a third time.
+// TestNeverReturningHandlerOfOpenClientRecoveredOnce: a client from Open
+// (it closes its own connection at Shutdown) has a handler that never
+// returns; after Shutdown another client recovers the job after
+// ConsumerTimeout (2 s), on a server and on a cluster; when the handler
+// finally returns, the job does not run a third time.
 func TestNeverReturningHandlerOfOpenClientRecoveredOnce(t *testing.T) {
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
@@ -357,15 +356,13 @@ func TestLateAckAfterShutdownApplied(t *testing.T) {
 	t.Run("open_client", testLateAckAppliedOnOpenClient)
 }
 
-// testLateAckAppliedWithCrashRollbackOff attacks promises 2, 3, 4 and 5 with
-// CrashRollback off (ConsumerTimeout 3 s, heartbeat 1 s): client A's
-// handler ignores Shutdown's cancel and acks 2.9 s after Shutdown(600 ms
-// ctx) returned, within ConsumerTimeout. Shutdown begins 50 ms after a
-// heartbeat of A, so that it returns before the next one. Client B runs
-// throughout. Expected: the reaper recovers what was in flight after
-// ConsumerTimeout (documented), the job does not run on B while A's
-// handler still runs, and A's ack is applied (the job does not run again
-// on B because of that delivery).
+// testLateAckAppliedWithCrashRollbackOff: with CrashRollback off
+// (ConsumerTimeout 3 s, heartbeat 1 s), client A's handler ignores
+// Shutdown's cancel and acks 2.9 s after Shutdown(600 ms ctx) returned,
+// within ConsumerTimeout. Shutdown begins 50 ms after a heartbeat of A, so
+// that it returns before the next one. Client B runs throughout. The job
+// does not run on B while A's handler still runs, and A's ack is applied
+// (the job does not run again on B because of that delivery).
 func testLateAckAppliedWithCrashRollbackOff(t *testing.T) {
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
@@ -424,16 +421,16 @@ func testLateAckAppliedWithCrashRollbackOff(t *testing.T) {
 	})
 }
 
-// TestKeptJobWaitsForItsHandlerWhileReplicaLags attacks promises 3 and 4
-// on a private 3-master cluster with a replica each, WaitReplicas 1
-// (WaitTimeout 200 ms), Concurrency 1, ConsumerTimeout 3 s, heartbeat 1 s.
-// Client A runs "acker" (acks once canceled) and "kept" (ignores the
-// cancel, acks 2.9 s after Shutdown returned: within ConsumerTimeout).
-// 50 ms after a heartbeat of A, the replica of the bucket's master stops
-// (SIGSTOP: a replica lagging, a slow disk) and A is shut down with a
-// 100 ms ctx; the replica resumes 300 ms after Shutdown returned. Client
-// B runs throughout. kept must not run on B while A's handler still runs,
-// and Shutdown's error should say how many jobs it left in flight.
+// TestKeptJobWaitsForItsHandlerWhileReplicaLags: on a private 3-master
+// cluster with a replica each, WaitReplicas 1 (WaitTimeout 200 ms),
+// Concurrency 1, ConsumerTimeout 3 s, heartbeat 1 s. Client A runs "acker"
+// (acks once canceled) and "kept" (ignores the cancel, acks 2.9 s after
+// Shutdown returned: within ConsumerTimeout). 50 ms after a heartbeat of
+// A, the replica of the bucket's master stops (SIGSTOP: a replica
+// lagging, a slow disk) and A is shut down with a 100 ms ctx; the replica
+// resumes 300 ms after Shutdown returned. Client B runs throughout. kept
+// does not run on B while A's handler still runs, and Shutdown's error
+// says how many jobs it left in flight.
 func TestKeptJobWaitsForItsHandlerWhileReplicaLags(t *testing.T) {
 	t.Parallel()
 	rc, be := privateCluster(t, 3)
@@ -508,15 +505,15 @@ func TestKeptJobWaitsForItsHandlerWhileReplicaLags(t *testing.T) {
 	require.Empty(t, broken)
 }
 
-// TestDeleteAndUpdateOfKeptJobs attacks promises 3 and 5: three
-// handlers of client A ignore Shutdown's cancel (100 ms ctx) and return
-// 1 s after it returned; meanwhile Get, Stats, Update, Put and Reschedule
-// look at and try to change their jobs, "del-rejoin" and "del-cancel" are
-// deleted and "del-rejoin" is added again (a new job of the same id).
-// Then del-rejoin's old handler returns Rejoin(100ms), del-cancel's
-// returns its ctx.Err() (its job would go back), upd's acks. Client B
-// runs from Shutdown on. The new del-rejoin runs once; the deleted
-// del-cancel and the acked upd never run again.
+// TestDeleteAndUpdateOfKeptJobs: three handlers of client A ignore
+// Shutdown's cancel (100 ms ctx) and return 1 s after it returned;
+// meanwhile Get, Stats, Update, Put and Reschedule look at and try to
+// change their jobs, "del-rejoin" and "del-cancel" are deleted and
+// "del-rejoin" is added again (a new job of the same id). Then
+// del-rejoin's old handler returns Rejoin(100ms), del-cancel's returns its
+// ctx.Err() (its job would go back), upd's acks. Client B runs from
+// Shutdown on. The new del-rejoin runs once; the deleted del-cancel and
+// the acked upd never run again.
 func TestDeleteAndUpdateOfKeptJobs(t *testing.T) {
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
@@ -597,14 +594,14 @@ func TestDeleteAndUpdateOfKeptJobs(t *testing.T) {
 	})
 }
 
-// TestKeptQuarantinedJobHoldsProcessQuarantine attacks promise 3 on quarantined
-// jobs, in a process of its own: client A runs the quarantined job q1
-// (Recoveries 2), whose handler ignores Shutdown's cancel (100 ms ctx) and
-// acks 1.5 s after Shutdown returned. Right after Shutdown, client B starts
-// in the same process; the quarantined q2 and the plain job o1 come due.
-// q1 must not run on B while A's handler runs (nor again after its ack),
-// and q2 must not start before q1's handler returned (one quarantined job
-// at a time in the process). o1's wait is logged.
+// TestKeptQuarantinedJobHoldsProcessQuarantine, in a process of its own:
+// client A runs the quarantined job q1 (Recoveries 2), whose handler
+// ignores Shutdown's cancel (100 ms ctx) and acks 1.5 s after Shutdown
+// returned. Right after Shutdown, client B starts in the same process; the
+// quarantined q2 and the plain job o1 come due. q1 does not run on B while
+// A's handler runs (nor again after its ack), and q2 does not start before
+// q1's handler returned (one quarantined job at a time in the process).
+// o1's wait is logged.
 func TestKeptQuarantinedJobHoldsProcessQuarantine(t *testing.T) {
 	if !isolated(t) {
 		return // it takes the process's quarantine slot
@@ -662,11 +659,10 @@ func TestKeptQuarantinedJobHoldsProcessQuarantine(t *testing.T) {
 	// next job is quarantined waits (docs/design.md); not checked.
 }
 
-// TestKeptBroadcastJobRunsOncePerClient attacks promise 3 and 4 on broadcast
-// jobs: a broadcast job runs on clients A and B; A's handler ignores
-// Shutdown's cancel (100 ms ctx) for 1.5 s. Client C starts in the same
-// process right after Shutdown. The job must run once on A and once on B,
-// never on C, and Shutdown return soon.
+// TestKeptBroadcastJobRunsOncePerClient: a broadcast job runs on clients A
+// and B; A's handler ignores Shutdown's cancel (100 ms ctx) for 1.5 s.
+// Client C starts in the same process right after Shutdown. The job runs
+// once on A and once on B, never on C, and Shutdown returns soon.
 func TestKeptBroadcastJobRunsOncePerClient(t *testing.T) {
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
@@ -717,11 +713,11 @@ func TestKeptBroadcastJobRunsOncePerClient(t *testing.T) {
 	})
 }
 
-// testLateAckAppliedOnOpenClient attacks promise 2 on a client from Open
-// (Shutdown closes its connection last): A's handler ignores Shutdown's
-// cancel (200 ms ctx) and acks 1 s after Shutdown returned, well within
-// ConsumerTimeout (2 s). Client B runs from Shutdown on. The ack should
-// be applied and the job not run again.
+// testLateAckAppliedOnOpenClient: on a client from Open (Shutdown closes
+// its connection last), A's handler ignores Shutdown's cancel (200 ms ctx)
+// and acks 1 s after Shutdown returned, well within ConsumerTimeout (2 s).
+// Client B runs from Shutdown on. The ack is applied and the job does not
+// run again.
 func testLateAckAppliedOnOpenClient(t *testing.T) {
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {

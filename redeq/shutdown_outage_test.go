@@ -30,11 +30,12 @@ func TestShutdownWhileRedisStoppedReturnsSoonAfterCtx(t *testing.T) {
 	t.Run("ctx_without_deadline", testShutdownWhileRedisStoppedCtxWithoutDeadline)
 }
 
-// testShutdownWhileRedisStoppedAsHandlersWindDown attacks promises 1, 2 and 4: eight
-// handlers run (Workers 8) when the Redis server is stopped (SIGSTOP);
-// Shutdown(300 ms) is called; the server resumes 700 ms after Shutdown
-// returned, while some handlers still wind down (one ignores its context
-// for 2 s, one winds down 1 s); the service restarts its client at once.
+// testShutdownWhileRedisStoppedAsHandlersWindDown: eight handlers run
+// (Workers 8) when the Redis server is stopped (SIGSTOP); Shutdown(300 ms)
+// is called; the server resumes 700 ms after Shutdown returned, while some
+// handlers still wind down (one ignores its context for 2 s, one winds
+// down 1 s); the service restarts its client at once. Shutdown returns in
+// time, no job is lost or run twice at once, no attempt is spent.
 func testShutdownWhileRedisStoppedAsHandlersWindDown(t *testing.T) {
 	t.Parallel()
 	srv, be := privateServer(t)
@@ -85,11 +86,11 @@ func testShutdownWhileRedisStoppedAsHandlersWindDown(t *testing.T) {
 	// maxL counts handlers across the old and the new client: logged.
 }
 
-// TestShutdownWhileClusterNodePausedLosesNothing attacks promises 1, 2 and 4
-// on a private 3-master cluster: eight handlers run (Workers 8, 4 buckets)
-// when the node of bucket 0 is paused (CLIENT PAUSE 1.5 s ALL) and
-// Shutdown(300 ms) is called; handlers wind down as in slow; the service
-// restarts its client at once.
+// TestShutdownWhileClusterNodePausedLosesNothing: on a private 3-master
+// cluster, eight handlers run (Workers 8, 4 buckets) when the node of
+// bucket 0 is paused (CLIENT PAUSE 1.5 s ALL) and Shutdown(300 ms) is
+// called; handlers wind down as in slow; the service restarts its client
+// at once. Shutdown returns in time, no job is lost or run twice at once.
 func TestShutdownWhileClusterNodePausedLosesNothing(t *testing.T) {
 	t.Parallel()
 	_, be := privateCluster(t, 3)
@@ -136,10 +137,10 @@ func TestShutdownWhileClusterNodePausedLosesNothing(t *testing.T) {
 	// maxL counts handlers across the old and the new client: logged.
 }
 
-// TestShutdownWhileStartWaitsOnStoppedRedis attacks promises 4 and 5: Start is
-// under way (its PING waits on a stopped Redis, SIGSTOP) when Shutdown is
-// called with a 300 ms ctx; Redis resumes 2.5 s later. Shutdown should
-// return within its ctx plus about 500 ms.
+// TestShutdownWhileStartWaitsOnStoppedRedis: Start is under way (its PING
+// waits on a stopped Redis, SIGSTOP) when Shutdown is called with a
+// 300 ms ctx; Redis resumes 2.5 s later. Shutdown returns within its ctx
+// plus about 500 ms, without waiting for Start.
 func TestShutdownWhileStartWaitsOnStoppedRedis(t *testing.T) {
 	t.Parallel()
 	srv, be := privateServer(t)
@@ -192,13 +193,14 @@ func TestShutdownWhileStartWaitsOnStoppedRedis(t *testing.T) {
 	require.Less(t, took, 1200*time.Millisecond, "Shutdown should return within its ctx (300 ms) plus about 500 ms")
 }
 
-// testShutdownWhileRedisStoppedCtxWithoutDeadline attacks promise 4
-// ("Shutdown returns soon after its ctx ends, with about 500 ms of cleanup
-// budget at least"): two clients each run two handlers that returns when
-// canceled; the private server is stopped (SIGSTOP); one client is shut
-// down with a ctx whose deadline is 200 ms away, the other with a ctx
-// without a deadline that is canceled after 200 ms (signal.NotifyContext,
-// a parent's cancel). ShutdownTimeout is 8 s.
+// testShutdownWhileRedisStoppedCtxWithoutDeadline: Shutdown returns soon
+// after its ctx ends, with about 500 ms of cleanup budget at least, also
+// for a ctx without a deadline: two clients each run two handlers that
+// return when canceled; the private server is stopped (SIGSTOP); one
+// client is shut down with a ctx whose deadline is 200 ms away, the other
+// with a ctx without a deadline that is canceled after 200 ms
+// (signal.NotifyContext, a parent's cancel). ShutdownTimeout is 8 s, and
+// neither Shutdown runs on for it.
 func testShutdownWhileRedisStoppedCtxWithoutDeadline(t *testing.T) {
 	t.Parallel()
 	srv, be := privateServer(t)
@@ -258,21 +260,18 @@ func serverPid(t *testing.T, srv *testutil.Server) int {
 	return pid
 }
 
-// testShutdownWhileRedisStoppedDuringJobs attacks promise 4: Shutdown(ctx)
-// returns within about a second of ctx's deadline while Redis hangs, and
-// leaks no goroutine: the calls it left behind end within go-redis's own
-// timeouts; what it could not roll back runs again later, unspent.
+// testShutdownWhileRedisStoppedDuringJobs: Shutdown(ctx) returns within
+// about a second of ctx's deadline while Redis hangs, and leaks no
+// goroutine: the calls it left behind end within go-redis's own timeouts;
+// what it could not roll back runs again later, unspent.
 //
 //   - "sigstop": the redis-server process is stopped (SIGSTOP) while the
 //     consumer runs jobs.
 //   - "reset-then-sigstop": the subscription's connection is reset (CLIENT
 //     KILL TYPE pubsub: a network blip, a proxy restart) just before the
-//     server stops. go-redis reconnects the subscription inside
-//     PubSub.ReceiveTimeout while holding the PubSub's mutex, and the new
-//     connection's handshake waits for ReadTimeout (3 s) whatever the ctx;
-//     Shutdown closes the subscription (redeq/runtime.go closePubSub ->
-//     PubSub.Close, which takes that mutex) outside any budget, and only
-//     then computes the budget for the movers (at least another 500 ms).
+//     server stops, so that go-redis reconnects the subscription, holding
+//     the PubSub's mutex, through a handshake that waits for ReadTimeout
+//     (3 s) whatever the ctx, while Shutdown closes the subscription.
 func testShutdownWhileRedisStoppedDuringJobs(t *testing.T) {
 	if !isolated(t) {
 		return // it counts goroutines or takes the quarantine slot: a process of its own
@@ -356,11 +355,11 @@ func testShutdownWhileRedisStoppedDuringJobs(t *testing.T) {
 	}
 }
 
-// TestShutdownWhileRedisPausedLosesNothing attacks promise 7: a consumer shuts down
-// while Redis is paused (CLIENT PAUSE ALL, 4 s). Shutdown must return
-// within its budget; its jobs, which it could not roll back, must run
-// again on another client (unspent) soon after Redis answers again; once
-// everything has shut down no goroutine may be left.
+// TestShutdownWhileRedisPausedLosesNothing: a consumer shuts down while
+// Redis is paused (CLIENT PAUSE ALL, 4 s). Shutdown returns within its
+// budget; its jobs, which it could not roll back, run again on another
+// client (unspent) soon after Redis answers again; once everything has
+// shut down no goroutine is left.
 func TestShutdownWhileRedisPausedLosesNothing(t *testing.T) {
 	if !isolated(t) {
 		return // it counts goroutines or takes the quarantine slot: a process of its own

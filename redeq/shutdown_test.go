@@ -253,11 +253,11 @@ func (l *finalListener) FinalRetry(ctx context.Context, job *redeq.Job) {
 	r.mu.Unlock()
 }
 
-// TestFinalRetryRunsOnceAcrossShutdown attacks promise 3: a job
-// that must not be retried fails; its FinalRetry callback is running when
-// Shutdown (100 ms ctx) cancels it; a new client starts at once. The
-// callback should run once and the job end dead, whether the callback
-// returns at once when canceled or winds down for 300 ms.
+// TestFinalRetryRunsOnceAcrossShutdown: a job that must not be retried
+// fails; its FinalRetry callback is running when Shutdown (100 ms ctx)
+// cancels it; a new client starts at once. The callback runs once and the
+// job ends dead, whether the callback returns at once when canceled or
+// winds down for 300 ms.
 func TestFinalRetryRunsOnceAcrossShutdown(t *testing.T) {
 	t.Parallel()
 	for _, wind := range []time.Duration{0, 300 * time.Millisecond} {
@@ -337,10 +337,12 @@ func (r *windDownRecorder) slow(bound string) func(ctx context.Context, job *red
 	}
 }
 
-// TestConcurrentShutdownsReturnAndLeaveNoGoroutine attacks promise 4 in a process
-// of its own: two concurrent Shutdowns of a client with a handler that never returns (until released) and two
-// that return at once when canceled: durations, errors, and the goroutines
-// of redeq left once both returned, besides the handler's.
+// TestConcurrentShutdownsReturnAndLeaveNoGoroutine, in a process of its
+// own: two concurrent Shutdowns of a client with a handler that never
+// returns (until released) and two that return at once when canceled both
+// return; while the handler runs at most two goroutines of redeq outlive
+// them (one waiting for the workers, one freeing the process's quarantine
+// slot), and once the handler returned none is left.
 func TestConcurrentShutdownsReturnAndLeaveNoGoroutine(t *testing.T) {
 	if !isolated(t) {
 		return
@@ -397,13 +399,13 @@ func TestConcurrentShutdownsReturnAndLeaveNoGoroutine(t *testing.T) {
 	require.Zero(t, m, "goroutines of redeq left once the handler returned")
 }
 
-// TestRetryCountSurvivesRollbackAndGiveBack attacks promise 3: a
-// job with one retry fails once (Attempt 1); its second, last attempt is
-// canceled by Shutdown (100 ms ctx) and fails while winding down, at once
-// (rolled back) or after 300 ms (left in flight, given back when it
-// returns); a new client starts at once and the job fails there. It must
-// run a third time with Attempt 1, FinalRetry must run once, after that
-// third run, and the job end dead.
+// TestRetryCountSurvivesRollbackAndGiveBack: a job with one retry fails
+// once (Attempt 1); its second, last attempt is canceled by Shutdown
+// (100 ms ctx) and fails while winding down, at once (rolled back) or
+// after 300 ms (left in flight, given back when it returns); a new client
+// starts at once and the job fails there. It runs a third time with
+// Attempt 1, FinalRetry runs once, after that third run, and the job ends
+// dead.
 func TestRetryCountSurvivesRollbackAndGiveBack(t *testing.T) {
 	t.Parallel()
 	for _, wind := range []time.Duration{0, 300 * time.Millisecond} {
@@ -451,10 +453,9 @@ func TestRetryCountSurvivesRollbackAndGiveBack(t *testing.T) {
 	}
 }
 
-// TestIdleShutdownErrorNamesNoAbandonedHandler attacks promise 4's error: Shutdown of a
-// started client that runs no handler, with a ctx already done and with a
-// ctx that ends 20 ms later. No handler is abandoned: the error should not
-// say so.
+// TestIdleShutdownErrorNamesNoAbandonedHandler: Shutdown of a started
+// client that runs no handler, with a ctx already done and with a ctx that
+// ends 20 ms later, abandons no handler, and its error does not say so.
 func TestIdleShutdownErrorNamesNoAbandonedHandler(t *testing.T) {
 	t.Parallel()
 	be := testutil.RealBackends(t)[0]
@@ -496,15 +497,17 @@ func newCancelMomentRecorder() *cancelMomentRecorder {
 	return &cancelMomentRecorder{before: map[string]time.Duration{}, canceled: map[string]bool{}, reruns: map[string][]int{}, finals: map[string]int{}}
 }
 
-// TestFailuresAtCancelMomentCountedOnce attacks promise 2 (and 1): 64
-// workers (ConsumeTimeout 30 s, so each handler's context is a child of
-// the handlers' context) all run; each ignores its context until an
-// instant spread from 0.3 ms before Shutdown's deadline (300 ms ctx) to
-// 1.6 ms after it, then, if its context is still alive, fails: even jobs
-// with SkipRetry (FinalRetry once, then dead), odd ones with a plain error
-// (one attempt spent: retried after 3 s with Attempt 1). A handler that
-// saw its context canceled first returns ctx.Err() (given back unspent).
-// Then another client runs what comes back. Several rounds.
+// TestFailuresAtCancelMomentCountedOnce: a handler's failure counts as a
+// failure, not an interruption, when its own context was still alive as
+// it failed, even at the moment Shutdown cancels. 64 workers
+// (ConsumeTimeout 30 s, so each handler's context is a child of the
+// handlers' context) all run; each ignores its context until an instant
+// spread from 0.3 ms before Shutdown's deadline (300 ms ctx) to 1.6 ms
+// after it, then, if its context is still alive, fails: even jobs with
+// SkipRetry (FinalRetry once, then dead), odd ones with a plain error (one
+// attempt spent: retried after 3 s with Attempt 1). A handler that saw its
+// context canceled first returns ctx.Err() (given back unspent). Then
+// another client runs what comes back. Several rounds.
 func TestFailuresAtCancelMomentCountedOnce(t *testing.T) {
 	t.Parallel()
 	be := testutil.RealBackends(t)[0]
@@ -633,21 +636,20 @@ func TestFailuresAtCancelMomentCountedOnce(t *testing.T) {
 	// A failure returned at the very moment of the cancel, the handler's
 	// context alive when it looked and canceled when the client does,
 	// counts as interrupted: the job goes back unspent (operations.md).
-	// Review 22 saw 8 to 44 of them in 6 x 64 when the client looked at
-	// its own context rather than the handler's; now 0 to 3, logged.
+	// A handful per run (0 to 3 in 6 x 64), logged.
 }
 
-// TestOutcomesDuringSettleDrainAppliedOnce attacks promise 2 (and 1) on a
-// private server. Four handlers run on client A (Workers 4) when
-// Shutdown(200 ms ctx) is called; 150 ms in, Redis pauses writes for
-// 450 ms (CLIENT PAUSE WRITE: a slow disk, a replica sync, an operator).
-// When ctx ends, "early" acks at once: its settle waits in its lane behind
-// the pause. After the 100 ms grace Shutdown closes the settler, which then
-// waits for that lane. 150 ms after the cancel, while it waits: "late"
-// acks, "rejoin" calls Rejoin(3s), and "final" (failed, its FinalRetry
-// winding down) returns from FinalRetry. Then the rollback runs and client
-// B starts. Each outcome should be applied once: late gone after one run,
-// rejoin not run again before 3 s, final dead after one FinalRetry.
+// TestOutcomesDuringSettleDrainAppliedOnce: an outcome returned while
+// Shutdown's settler drains is applied once. On a private server, four
+// handlers run on client A (Workers 4) when Shutdown(200 ms ctx) is
+// called; 150 ms in, Redis pauses writes for 450 ms (CLIENT PAUSE WRITE: a
+// slow disk, a replica sync, an operator). When ctx ends, "early" acks at
+// once: its settle waits in its lane behind the pause. After the 100 ms
+// grace the settler drains that lane; 150 ms after the cancel, while it
+// waits, "late" acks, "rejoin" calls Rejoin(3s), and "final" (failed, its
+// FinalRetry winding down) returns from FinalRetry. Then the rollback runs
+// and client B starts. late is gone after one run, rejoin does not run
+// again before 3 s, final is dead after one FinalRetry.
 func TestOutcomesDuringSettleDrainAppliedOnce(t *testing.T) {
 	t.Parallel()
 	srv, be := privateServer(t)
@@ -743,13 +745,13 @@ func TestOutcomesDuringSettleDrainAppliedOnce(t *testing.T) {
 	require.Empty(t, broken, "outcomes returned while Shutdown's settler drained were not applied")
 }
 
-// TestAcksAroundGraceEndAppliedOnce attacks promise 2 without any
-// fault: on the shared server and cluster, client A (Workers 16) runs 16
-// jobs whose handlers, once Shutdown(100 ms ctx) cancels them, wind down
-// and ack 98 to 101.75 ms later (one every 0.25 ms), around the end of
-// Shutdown's 100 ms grace. Six cycles, a new client A each; then client
-// B drains what was rolled back. Every job was acked by its only handler
-// on A: none should run again.
+// TestAcksAroundGraceEndAppliedOnce: acks that arrive around the end of
+// Shutdown's grace are applied, without any fault: on the shared server
+// and cluster, client A (Workers 16) runs 16 jobs whose handlers, once
+// Shutdown(100 ms ctx) cancels them, wind down and ack 98 to 101.75 ms
+// later (one every 0.25 ms), around the end of Shutdown's 100 ms grace.
+// Six cycles, a new client A each; then client B drains what was rolled
+// back. Every job was acked by its only handler on A: none runs again.
 func TestAcksAroundGraceEndAppliedOnce(t *testing.T) {
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {

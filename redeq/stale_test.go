@@ -25,14 +25,12 @@ func TestStaleReadyEntriesDelayNoLiveJob(t *testing.T) {
 	t.Run("one_worker", testStaleEntriesDelayNoLiveJobWithOneWorker)
 }
 
-// testDeletedJobsInBacklogDelayNoLiveJob attacks promises 1 and 8: a
-// backlog of ready jobs, some of which were deleted (Client.Delete leaves
-// their ids in the ready list, to be dropped by the fetch). A fetch that
-// meets such stale ids returns fewer jobs than it asked for, and the
-// runner then takes the bucket for empty (consumer/runner.go landed:
-// maybe[b] is kept only when len(items) == want). The jobs behind the
-// stale ids wait for the mover's next announcement: IdleScan, 5 s with
-// the default ScanInterval.
+// testDeletedJobsInBacklogDelayNoLiveJob: a backlog of ready jobs, some of
+// which were deleted (Client.Delete leaves their ids in the ready list, to
+// be dropped by the fetch). A fetch that meets such stale ids returns
+// fewer jobs than it asked for; the jobs behind them still run at once,
+// not at the mover's next announcement (IdleScan, 5 s with the default
+// ScanInterval). REDEQ_CONTROL=1 runs it with nothing deleted.
 func testDeletedJobsInBacklogDelayNoLiveJob(t *testing.T) {
 	t.Parallel()
 	_, be := privateServer(t)
@@ -93,14 +91,11 @@ func testDeletedJobsInBacklogDelayNoLiveJob(t *testing.T) {
 	require.Less(t, took, time.Second, "20 ready jobs, 4 workers, a 2 ms job: the backlog waited for the mover's announcements")
 }
 
-// testStaleEntriesDelayNoLiveJobWithOneWorker attacks promise 4 ("a deleted job's
-// stale ready-list entry never delays the other jobs of its bucket for
-// long") on a listener with few workers. N due jobs are deleted (a
-// cancelled campaign: "close these orders" no longer needed) while their
-// ids sit in the ready list; then one live job falls due behind them. A
-// fetch reads only as many entries as it may take (fetch.lua: LRANGE 0
-// want-1, want = free workers), so a listener with Workers 1 drops one
-// stale entry per round trip, and the live job waits N round trips.
+// testStaleEntriesDelayNoLiveJobWithOneWorker: N due jobs are deleted (a
+// cancelled campaign) while their ids sit in the ready list; then one live
+// job falls due behind them. A fetch reads only as many entries as it may
+// take (fetch.lua: LRANGE 0 want-1, want = free workers); a listener with
+// Workers 1 still runs the live job soon, not after N round trips.
 func testStaleEntriesDelayNoLiveJobWithOneWorker(t *testing.T) {
 	for _, workers := range []int{1, 8} {
 		t.Run(fmt.Sprint("workers", workers), func(t *testing.T) {

@@ -25,6 +25,20 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
+// The subscription tests run a listening client whose pub/sub connection
+// misbehaves (through faultProxy): it drops every message, goes deaf,
+// delays every frame, drops a fraction, is cut again and again, or
+// subscribing again hangs. A due job still reaches the client, late by at
+// most about 10 x ScanInterval, never stranded, never twice, never early;
+// no goroutine or connection leaks while it resubscribes; Shutdown returns
+// well under 2 s whatever the subscription does; once the fault ends,
+// pub/sub delivers again within milliseconds and the client stops
+// resubscribing.
+//
+// Lateness is measured by the wall clock the server schedules by, from the
+// latest moment the job can have been due (Add's return plus its delay);
+// earliness from the earliest (Add's call plus its delay).
+
 // subEnv is M (direct, owns the topic's only bucket; nil when the test has
 // no mover client) and L (the only listener, through the proxy).
 type subEnv struct {
@@ -421,20 +435,22 @@ func subFaultOff(e *subEnv) {
 	e.p.holdNew.Store(false)
 }
 
-// Every new connection hangs in its handshake, and the subscription is
-// reset every second: go-redis's own reconnection (inside the receive)
-// hangs, and so does subscribing again.
+// TestHungHandshakesAndCutSubscriptionsStrandNoJob: every new connection
+// hangs in its handshake, and the subscription is reset every second:
+// go-redis's own reconnection (inside the receive) hangs, and so does
+// subscribing again. Jobs still run within 2 x 10 ScanIntervals under the
+// fault; once it ends the client stops resubscribing and pub/sub delivers
+// again within 250 ms (subFault.run).
 func TestHungHandshakesAndCutSubscriptionsStrandNoJob(t *testing.T) {
 	subFault{on: func(e *subEnv) { e.p.holdNew.Store(true) }, off: subFaultOff, pool: true, window: 10 * time.Second,
 		every: time.Second, step: func(e *subEnv, _ int, _ *rand.Rand) { e.cutSubs() }}.run(t)
 }
 
-// TestCutDuringHungResubscribeRecovers attacks promises 1 and 4: five
-// times, L's subscription goes deaf and new connections hang, so that a
-// resubscription is stuck in its handshake; then every connection through
-// the proxy is cut (the stuck handshake too) and the fault ends at once.
-// Each time it measures how long until L stops making new subscriptions,
-// and the lateness of a job added 1 s after the cut.
+// TestCutDuringHungResubscribeRecovers: five times, L's subscription goes
+// deaf and new connections hang, so that a resubscription is stuck in its
+// handshake; then every connection through the proxy is cut (the stuck
+// handshake too) and the fault ends at once. Each time L soon stops making
+// new subscriptions, and a job added 1 s after the cut runs promptly.
 func TestCutDuringHungResubscribeRecovers(t *testing.T) {
 	t.Parallel()
 	e := subSetup(t, true, redis.Options{PoolSize: 16, MinIdleConns: 16})
@@ -527,14 +543,14 @@ func standaloneAddr(t *testing.T) string {
 	return addr
 }
 
-// TestSubscriptionDroppingMessagesStrandsNoJob attacks promise 1:
-// "delivered ... also while the client's pub/sub subscription drops all
-// messages while the connection stays open ... late by at most about 10 x
-// ScanInterval, never stranded". The proxy drops every pub/sub message
-// push to L but forwards the PING replies on the same connection (as a
-// subscription on a cluster node cut off from the cluster bus would
-// behave). The silence probe in listen() is satisfied by the PONG, so it
-// never resubscribes nor looks at the ready lists, and fetchers do not poll.
+// TestSubscriptionDroppingMessagesStrandsNoJob: a job reaches a listening
+// client, late by at most about 10 x ScanInterval, while the client's
+// subscription drops every message but stays open and answers PINGs (as a
+// subscription on a cluster node cut off from the cluster bus behaves):
+// the proxy drops every message push to L and forwards the PING replies on
+// the same connection, so a silence probe satisfied by the PONG alone
+// would never look at the ready lists. REDEQ_CONTROL=1 runs it without the
+// drops; REDEQ_DELIVERY_WAIT overrides how long each job may take.
 func TestSubscriptionDroppingMessagesStrandsNoJob(t *testing.T) {
 	addr := standaloneAddr(t)
 	ctx := context.Background()
@@ -570,12 +586,13 @@ func TestSubscriptionDroppingMessagesStrandsNoJob(t *testing.T) {
 
 var _ = runtime.NumGoroutine
 
-// TestDeafSubscriptionLeaksNothingAndShutsDownPromptly attacks promise 1: "The
-// client must not leak goroutines or connections while it resubscribes
-// (e.g. over a minute of a deaf proxy), and Shutdown must return promptly".
-// L's subscriptions go fully deaf for REDEQ_DEAF_FOR (default 40 s); the test
-// counts goroutines and open subscribed connections at 10 s and at the end,
-// checks a job added at the end is still delivered, then times Shutdown.
+// TestDeafSubscriptionLeaksNothingAndShutsDownPromptly: a client whose
+// subscription goes deaf leaks no goroutine or connection while it
+// resubscribes, still delivers, and shuts down promptly. L's subscriptions
+// go fully deaf for REDEQ_DEAF_FOR (default 40 s); the test counts
+// goroutines and open subscribed connections at 10 s and at the end,
+// checks that a job added at the end is still delivered, then times
+// Shutdown.
 func TestDeafSubscriptionLeaksNothingAndShutsDownPromptly(t *testing.T) {
 	if !isolated(t) {
 		return // it counts goroutines or takes the quarantine slot: a process of its own
@@ -612,9 +629,9 @@ func TestDeafSubscriptionLeaksNothingAndShutsDownPromptly(t *testing.T) {
 	require.Lessf(t, took, 2*time.Second, "Shutdown of a client with a deaf subscription took %v", took)
 }
 
-// TestReview12ShutdownWhileMessagesDropped: Shutdown's promptness while the
-// subscription drops messages but answers PINGs, and while it delays every
-// frame by 3 s.
+// TestShutdownPromptWhileSubscriptionMisbehaves: Shutdown returns promptly
+// while the subscription drops messages but answers PINGs, and while it
+// delays every frame by 3 s.
 func TestShutdownPromptWhileSubscriptionMisbehaves(t *testing.T) {
 	addr := standaloneAddr(t)
 	for _, mode := range []string{"dropMsgs", "delay"} {
@@ -639,11 +656,11 @@ func TestShutdownPromptWhileSubscriptionMisbehaves(t *testing.T) {
 	}
 }
 
-// TestSubscriptionLosingOrDelayingMessagesDelaysJobsLittle attacks promise 1 with a
-// subscription that loses only some messages (90% of the pushes, PING
-// replies pass) or delays every frame by 5 s, while another topic of the
-// deployment keeps producing (so the subscription is never silent). Each of
-// 5 due jobs must run within 2 x 10 ScanIntervals of its due time.
+// TestSubscriptionLosingOrDelayingMessagesDelaysJobsLittle: each of 5 due
+// jobs runs within 2 x 10 ScanIntervals of its due time while the
+// subscription loses only some messages (90% of the pushes, PING replies
+// pass) or delays every frame by 5 s, and another topic of the deployment
+// keeps producing (so the subscription is never silent).
 func TestSubscriptionLosingOrDelayingMessagesDelaysJobsLittle(t *testing.T) {
 	t.Parallel()
 	addr := standaloneAddr(t)
@@ -706,10 +723,8 @@ func TestSubscriptionLosingOrDelayingMessagesDelaysJobsLittle(t *testing.T) {
 	}
 }
 
-// TestSilentSubscriptionStrandsNoJob attacks promise 3 (a lost
-// pub/sub message cannot strand a job; it is delivered within a few
-// ScanIntervals) and the brief's "Redisson: due items stay stranded ...
-// after its pub/sub subscription silently dies".
+// TestSilentSubscriptionStrandsNoJob: a lost pub/sub message cannot strand
+// a job; it is delivered within a few ScanIntervals.
 //
 // Two clients: M (moves the topic's only bucket) and L (the only listener,
 // connected through a proxy). L's subscription connection stays open but
@@ -717,8 +732,8 @@ func TestSubscriptionLosingOrDelayingMessagesDelaysJobsLittle(t *testing.T) {
 // middlebox that stopped forwarding): every wake-up and ready notification
 // to L is lost, and go-redis's health check only writes a PING, which
 // succeeds. L heartbeats, announces and fetches normally otherwise. A job
-// that M moves to the ready list must still reach L within a few
-// ScanIntervals; we allow 100 of them (10 s).
+// that M moves to the ready list still reaches L within 100 ScanIntervals
+// (10 s). REDEQ_CONTROL=1 runs it with the subscription intact.
 func TestSilentSubscriptionStrandsNoJob(t *testing.T) {
 	addr := os.Getenv("REDIS_ADDR")
 	if addr == "" {

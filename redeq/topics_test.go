@@ -31,17 +31,16 @@ func bucketCountSetup(t *testing.T, be testutil.Backend) (config.Config, redis.U
 	return cfg, rdb, a
 }
 
-// TestLostBucketCountRestoredUnchanged attacks promise 3: "a topic's
-// recorded bucket count is never changed to a different value by this
-// restoration (a topic recorded with N buckets stays N; a client configured
-// with another count must get an error, not rewrite it)" and "keeps its
-// jobs moving even if ... its recorded bucket count is lost".
+// TestLostBucketCountRestoredUnchanged: a topic whose recorded bucket
+// count is lost keeps its jobs moving, and the restoration never changes
+// the count: a topic recorded with N buckets stays N, and a client
+// configured with another count gets an error instead of rewriting it.
 //
 // A listens to the topic with 4 buckets. The topic's meta (its bucket
 // count) is deleted, the topic stays in the topic set. A keeps running
 // (so a listening client is there to restore it) for 20 ScanIntervals.
 // Then B, configured with 2 buckets, starts a listener on the topic and
-// adds to it: it must get ErrBucketMismatch, and the count must stay 4.
+// adds to it: it gets ErrBucketMismatch, and the count stays 4.
 func TestLostBucketCountRestoredUnchanged(t *testing.T) {
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
@@ -82,13 +81,14 @@ func TestLostBucketCountRestoredUnchanged(t *testing.T) {
 
 var _ = bucket.Owner
 
-// TestLostBucketCountStrandsNoJobOnANewClient attacks promise 3: "A
-// topic that has a listener keeps its jobs moving even if ... its recorded
-// bucket count is lost". A listens to the topic (4 buckets); producer P
-// added to it before (so its cache says the topic is recorded). The count
-// is lost. C, a client with no listener, starts: it reads the set, finds no
-// count, and skips the topic, yet it owns some of its buckets. P adds due
-// jobs to C's buckets: with A listening, they must run within ~3 s.
+// TestLostBucketCountStrandsNoJobOnANewClient: a topic that has a listener
+// keeps its jobs moving after its recorded bucket count is lost, also in
+// the buckets of a client that started after the loss. A listens to the
+// topic (4 buckets); producer P added to it before (so its cache says the
+// topic is recorded). The count is lost. C, a client with no listener,
+// starts: it reads the set, finds no count, yet it owns some of the
+// topic's buckets. P adds due jobs to C's buckets: with A listening, they
+// run within ~3 s.
 func TestLostBucketCountStrandsNoJobOnANewClient(t *testing.T) {
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
@@ -159,10 +159,10 @@ func TestLostBucketCountStrandsNoJobOnANewClient(t *testing.T) {
 	}
 }
 
-// TestTopicSetEntryDeletedRepeatedlyDelaysNoJob attacks promise 3: the topic's
-// entry in the topic set is deleted every 150 ms for 8 s, while topics
-// retire after 1 s, and a producer that recorded the topic before keeps
-// adding due jobs; A listens. Each job must run within 3 s of being added.
+// TestTopicSetEntryDeletedRepeatedlyDelaysNoJob: while the topic's entry in
+// the topic set is deleted every 150 ms for 8 s, topics retire after 1 s,
+// and a producer that recorded the topic before keeps adding due jobs,
+// each job runs within 3 s of being added (A listens).
 func TestTopicSetEntryDeletedRepeatedlyDelaysNoJob(t *testing.T) {
 	t.Parallel()
 	for _, be := range testutil.RealBackends(t) {
@@ -210,21 +210,18 @@ func TestTopicSetEntryDeletedRepeatedlyDelaysNoJob(t *testing.T) {
 	}
 }
 
-// TestLostTopicSetEntryStrandsNoJob attacks promise 4 ("a failover
-// losing the topic set: each job is still delivered") and docs/design.md
-// ("producers record their topics again every RecordEvery ... which also
-// restores a topic lost in a failover").
+// TestLostTopicSetEntryStrandsNoJob: a failover that loses a topic's entry
+// in the topic set strands none of its jobs, although nobody adds to the
+// topic again.
 //
 // A producer adds a job due in 2 s; a running client listens to the
 // topic. Then the topic's entry in the topic set is lost, as an
 // asynchronous-replication failover of the set's master loses the last
 // SADD (on a cluster the set and the job's bucket live on different
-// masters, so the job survives while the record does not). Nobody adds
-// to the topic again. The job must still be delivered; we wait 15 s
-// (150 ScanIntervals, well past every background period of the Fast
-// config). The only ways back are Add-driven (a wake-up naming an
-// unknown topic, or a producer re-recording on an Add after 2 minutes),
-// so without another Add the job stays in its bucket for good.
+// masters, so the job survives while the record does not). The job is
+// delivered within 15 s (150 ScanIntervals, well past every background
+// period of the Fast config), without any Add-driven way back (a wake-up
+// naming an unknown topic, a producer re-recording after RecordEvery).
 func TestLostTopicSetEntryStrandsNoJob(t *testing.T) {
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
