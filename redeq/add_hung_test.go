@@ -770,6 +770,7 @@ func TestShutdownAfterHungAddsLeavesNoGoroutine(t *testing.T) {
 // caller is told "added" for its own job, the one of the stored id
 // "exists", and each job is stored once, as given.
 func TestAddRerunAfterLostReplyStoresOnce(t *testing.T) {
+	testutil.FaultTier(t) // replies held past ReadTimeout by a proxy, seconds per case
 	// Not parallel: its ReadTimeout of 150 ms makes go-redis give up under
 	// the load of the chaos tests beside it (a CI run saw i/o timeout).
 	for _, be := range standaloneBackends(t) {
@@ -938,6 +939,7 @@ func TestAddKeepsBodyReusedAfterCtxEnd(t *testing.T) {
 // held run reach the server. The job is not stored again (it would run
 // twice), and each Add is told "added".
 func TestLateAddRunAfterAckDoesNotReadd(t *testing.T) {
+	testutil.FaultTier(t) // requests and replies held past ReadTimeout by a proxy, seconds per case
 	// Not parallel: its ReadTimeout of 150 ms makes go-redis give up under
 	// the load of the chaos tests beside it (a CI run saw i/o timeout).
 	for _, be := range standaloneBackends(t) {

@@ -156,6 +156,7 @@ func (o *outage) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 // next pass must not reap: the live consumer has not had the chance to
 // heartbeat since the outage ended. The job must run once.
 func TestReaperWaitsAfterOutageEnds(t *testing.T) {
+	testutil.FaultTier(t) // an outage of several ConsumerTimeouts
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		out := newOutage()
@@ -206,6 +207,7 @@ func TestReaperWaitsAfterOutageEnds(t *testing.T) {
 // the reaper resumes it must not take that job: it was fetched by a live
 // consumer after the reaper's look.
 func TestReaperPausedBeforeRecoverSparesConsumerThatCameBack(t *testing.T) {
+	testutil.FaultTier(t) // a reaper paused for several ConsumerTimeouts
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
