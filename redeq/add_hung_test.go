@@ -1,12 +1,10 @@
 package redeq_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	rand "math/rand/v2"
-	"net"
 	"runtime"
 	"slices"
 	"strings"
@@ -192,7 +190,7 @@ func TestAddReturnsAtCtxEndWhileRedisHangs(t *testing.T) {
 func testAddReturnsAtCtxEndWhileServerHangs(t *testing.T) {
 	for _, be := range standaloneBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
-			p := startAddProxy(t, be.Addrs[0])
+			p := startFaultProxy(t, be.Addrs[0])
 			cfg := testutil.Config(t)
 			c := addClient(t, redisVia(t, p.Addr(), nil), cfg)
 			admin := be.New(t)
@@ -639,7 +637,7 @@ func TestAddsWithTheirOwnTimeoutsPileUpNoGoroutine(t *testing.T) {
 func TestAddsLeaveNoGoroutine(t *testing.T) {
 	for _, be := range standaloneBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
-			p := startAddProxy(t, be.Addrs[0])
+			p := startFaultProxy(t, be.Addrs[0])
 			cfg := testutil.Config(t)
 			rdb := redisVia(t, p.Addr(), nil)
 			c := addClient(t, rdb, cfg)
@@ -663,7 +661,7 @@ func TestAddsLeaveNoGoroutine(t *testing.T) {
 			requireNoAddGoroutines(t, 50*time.Millisecond, "after a burst")
 
 			// Canceled mid-call: every add reply 30 ms late.
-			p.delay.Store(int64(30 * time.Millisecond))
+			p.addDelay.Store(int64(30 * time.Millisecond))
 			p.delayReply.Store(1 << 30)
 			for g := range 16 {
 				wg.Go(func() {
@@ -725,7 +723,7 @@ func TestShutdownAfterHungAddsLeavesNoGoroutine(t *testing.T) {
 					if tc.readTimeout < 0 && be.Mini != nil {
 						t.Skip("once is enough")
 					}
-					p := startAddProxy(t, be.Addrs[0])
+					p := startFaultProxy(t, be.Addrs[0])
 					cfg := testutil.Config(t)
 					// Reads with a timeout (1 s, to keep the test short),
 					// or without one.
@@ -776,8 +774,8 @@ func TestAddRerunAfterLostReplyStoresOnce(t *testing.T) {
 	for _, be := range standaloneBackends(t) {
 		for _, fault := range []string{"cut", "late reply", "late request"} {
 			t.Run(be.Name+"/"+fault, func(t *testing.T) {
-				p := startAddProxy(t, be.Addrs[0])
-				p.delay.Store(int64(400 * time.Millisecond))
+				p := startFaultProxy(t, be.Addrs[0])
+				p.addDelay.Store(int64(400 * time.Millisecond))
 				rt := 150 * time.Millisecond
 				if be.Mini != nil {
 					rt = 250 * time.Millisecond // miniredis runs Lua slowly under -race
@@ -872,8 +870,8 @@ func TestAddRerunAfterLostReplyStoresOnce(t *testing.T) {
 func TestAddKeepsBodyReusedAfterCtxEnd(t *testing.T) {
 	for _, be := range standaloneBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
-			p := startAddProxy(t, be.Addrs[0])
-			p.delay.Store(int64(5 * time.Millisecond))
+			p := startFaultProxy(t, be.Addrs[0])
+			p.addDelay.Store(int64(5 * time.Millisecond))
 			p.delayReply.Store(1 << 30)
 			cfg := testutil.Config(t)
 			cfg.MaxPool = 1 << 20
@@ -945,8 +943,8 @@ func TestLateAddRunAfterAckDoesNotReadd(t *testing.T) {
 	for _, be := range standaloneBackends(t) {
 		for _, fault := range []string{"late reply", "late request"} {
 			t.Run(be.Name+"/"+fault, func(t *testing.T) {
-				p := startAddProxy(t, be.Addrs[0])
-				p.delay.Store(int64(600 * time.Millisecond))
+				p := startFaultProxy(t, be.Addrs[0])
+				p.addDelay.Store(int64(600 * time.Millisecond))
 				rt := 150 * time.Millisecond
 				if be.Mini != nil {
 					rt = 250 * time.Millisecond
@@ -1154,7 +1152,7 @@ func TestAddGivesUpAfterItsWindow(t *testing.T) {
 		t.Skip("no standalone redis-server")
 	}
 	be := real[0]
-	p := startAddProxy(t, be.Addrs[0])
+	p := startFaultProxy(t, be.Addrs[0])
 	cfg := testutil.Config(t)
 	type result struct {
 		what string
@@ -1206,205 +1204,6 @@ func TestAddGivesUpAfterItsWindow(t *testing.T) {
 	}
 	p.stall.Store(false)
 	require.Empty(t, failures)
-}
-
-// addProxy is a TCP proxy in front of one Redis server that can, for the
-// runs of add.lua only (a request holding "evalsha" and an add run's op
-// key ":op:"), or for every reply:
-//   - stall: hold every reply while set (a hung server), forwarding them
-//     when cleared;
-//   - cutReply: forward the add request, then drop its reply and cut the
-//     connection (a reply lost after the server ran the script);
-//   - delayReply: forward the add request, and its reply after a delay
-//     (a late reply: go-redis gives up after its ReadTimeout and resends);
-//   - delayRequest: hold the add request for a delay before the server
-//     gets it (the resend runs first, the original after it).
-//
-// Each of cutReply, delayReply and delayRequest counts down: it applies to
-// that many add requests, then stops.
-type addProxy struct {
-	ln       net.Listener
-	upstream string
-
-	stall        atomic.Bool
-	cutReply     atomic.Int64
-	delayReply   atomic.Int64
-	delayRequest atomic.Int64
-	delay        atomic.Int64 // ns, for delayReply and delayRequest
-
-	addRequests atomic.Int64 // add requests forwarded to the server (reruns included)
-	faults      atomic.Int64 // faults injected
-	lateWritten atomic.Int64 // held requests written to the server, late
-
-	mu     sync.Mutex
-	conns  []net.Conn
-	closed bool
-}
-
-func startAddProxy(t *testing.T, upstream string) *addProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &addProxy{ln: ln, upstream: upstream}
-	p.delay.Store(int64(300 * time.Millisecond))
-	go p.serve()
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *addProxy) Addr() string { return p.ln.Addr().String() }
-
-func (p *addProxy) close() {
-	_ = p.ln.Close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.closed = true
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-}
-
-func (p *addProxy) track(c ...net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return false
-	}
-	p.conns = append(p.conns, c...)
-	return true
-}
-
-// takeOne decrements n when positive and reports whether it did.
-func takeOne(n *atomic.Int64) bool {
-	for {
-		v := n.Load()
-		if v <= 0 {
-			return false
-		}
-		if n.CompareAndSwap(v, v-1) {
-			return true
-		}
-	}
-}
-
-func isAddRun(b []byte) bool {
-	l := bytes.ToLower(b)
-	return bytes.Contains(l, []byte("evalsha")) && bytes.Contains(b, []byte(":op:"))
-}
-
-func (p *addProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		u, err := net.DialTimeout("tcp", p.upstream, 2*time.Second)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		if !p.track(c, u) {
-			_ = c.Close()
-			_ = u.Close()
-			return
-		}
-		var cut, late atomic.Bool
-		var held sync.WaitGroup // requests held back, still to be written to u
-		var once sync.Once
-		kill := func() {
-			_ = c.Close()
-			once.Do(func() {
-				go func() {
-					// A held request still reaches the server, late, after
-					// its client gave up on the connection.
-					held.Wait()
-					time.Sleep(200 * time.Millisecond)
-					_ = u.Close()
-				}()
-			})
-		}
-		go func() { // client -> server
-			var hold chan []byte // set once a request is held: what follows waits behind it
-			defer func() {
-				if hold != nil {
-					close(hold)
-				}
-				kill()
-			}()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := c.Read(buf)
-				if n > 0 {
-					chunk := buf[:n]
-					if isAddRun(chunk) {
-						p.addRequests.Add(1)
-						switch {
-						case takeOne(&p.cutReply):
-							p.faults.Add(1)
-							cut.Store(true)
-						case takeOne(&p.delayReply):
-							p.faults.Add(1)
-							late.Store(true)
-						case hold == nil && takeOne(&p.delayRequest):
-							p.faults.Add(1)
-							// The client gives up on this connection and
-							// resends on another; the server gets this
-							// request (and whatever follows it here) late,
-							// after the resend ran.
-							hold = make(chan []byte, 1024)
-							d := time.Duration(p.delay.Load())
-							held.Add(1)
-							go func() {
-								defer held.Done()
-								time.Sleep(d)
-								for b := range hold {
-									if _, err := u.Write(b); err == nil {
-										p.lateWritten.Add(1)
-									}
-								}
-							}()
-						}
-					}
-					if hold != nil {
-						hold <- bytes.Clone(chunk)
-						continue
-					}
-					if _, werr := u.Write(chunk); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		}()
-		go func() { // server -> client
-			defer kill()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := u.Read(buf)
-				if n > 0 {
-					for p.stall.Load() {
-						time.Sleep(time.Millisecond)
-					}
-					if cut.Load() {
-						return // the reply is dropped, the connection cut
-					}
-					if late.Swap(false) {
-						time.Sleep(time.Duration(p.delay.Load()))
-					}
-					if _, werr := c.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		}()
-	}
 }
 
 // testAddReturnsAtDeadlineWhileServerBusy: Add and AddBatch return the
