@@ -40,6 +40,7 @@ func idPerBucket(n int) []string {
 // consumers' jobs on healthy nodes, of many buckets at once, and the
 // fetches and outcomes of a live listener go on.
 func TestHungNodeDelaysOnlyItsOwnJobs(t *testing.T) {
+	t.Parallel() // every case runs beside the other fault tests, as each did alone
 	t.Run("recovery_of_crashed_consumers", testHungNodeDelaysOnlyItsOwnRecovery)
 	t.Run("recovery_of_many_buckets", testHungNodeDelaysOnlyItsOwnBucketsRecovery)
 	t.Run("live_listener", testHungNodeLeavesHealthyNodesRunning)

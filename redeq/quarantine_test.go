@@ -25,6 +25,7 @@ import (
 // quarantined jobs left waiting through a Shutdown, a pause and a delete
 // still run.
 func TestQuarantineKeepsEveryTopicMoving(t *testing.T) {
+	t.Parallel() // every case runs beside the other fault tests, as each did alone
 	t.Run("wait_beside_slow_handler", testQuarantineWaitLeavesOtherTopicsRunning)
 	t.Run("two_topics_at_start", testQuarantinedJobsOfTwoTopicsBothRun)
 	t.Run("many_topics_one_worker", testManyQuarantinedTopicsDrainWithOneWorker)

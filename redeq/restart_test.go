@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,38 +14,6 @@ import (
 	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
-
-// overlap records handler runs of one listener across clients: how many
-// run at once, and whether one job runs twice at once.
-type overlap struct {
-	mu       sync.Mutex
-	now, max int
-	running  map[string]int
-	twice    []string
-	runs     map[string]int
-}
-
-func (o *overlap) enter(id string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.running == nil {
-		o.running, o.runs = map[string]int{}, map[string]int{}
-	}
-	o.now++
-	o.max = max(o.max, o.now)
-	o.running[id]++
-	o.runs[id]++
-	if o.running[id] > 1 {
-		o.twice = append(o.twice, id)
-	}
-}
-
-func (o *overlap) leave(id string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.now--
-	o.running[id]--
-}
 
 // TestRestartBesideWindingDownHandlerRunsNoJobTwiceAtOnce: a listener with
 // Workers 1 is shut down (ctx 300 ms) while its handler runs; the handler
@@ -61,10 +28,10 @@ func TestRestartBesideWindingDownHandlerRunsNoJobTwiceAtOnce(t *testing.T) {
 	ctx := context.Background()
 	cfg := testutil.Config(t)
 	e := setup(t, be, cfg)
-	var o overlap
+	o := newRunRecorder()
 	l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-		o.enter(job.ID)
-		defer o.leave(job.ID)
+		ri := o.enter("", job)
+		defer o.leave("", job.ID, ri, "")
 		select {
 		case <-ctx.Done():
 			time.Sleep(250 * time.Millisecond) // winding down
@@ -92,10 +59,11 @@ func TestRestartBesideWindingDownHandlerRunsNoJobTwiceAtOnce(t *testing.T) {
 		_, err := e.c.Get(ctx, "t", "j")
 		return errors.Is(err, redeq.ErrJobNotFound)
 	})
+	counts := o.counts()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	t.Logf("Workers 1: at most %d handlers at once; jobs run twice at once: %v; runs %v", o.max, o.twice, o.runs)
-	require.Equal(t, 1, o.max, "a Workers-1 listener ran more handlers at once")
+	t.Logf("Workers 1: at most %d handlers at once; jobs run twice at once: %v; runs %v", o.max[""], o.twice, counts)
+	require.Equal(t, 1, o.max[""], "a Workers-1 listener ran more handlers at once")
 	require.Empty(t, o.twice, "a job ran twice at once")
 }
 
@@ -111,10 +79,10 @@ func TestStartShutdownCyclesLoseNoJob(t *testing.T) {
 	cfg := testutil.Config(t)
 	cfg.Concurrency = 4
 	e := setup(t, be, cfg)
-	var o overlap
+	o := newRunRecorder()
 	l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-		o.enter(job.ID)
-		defer o.leave(job.ID)
+		ri := o.enter("", job)
+		defer o.leave("", job.ID, ri, "")
 		select {
 		case <-ctx.Done():
 			return ctx.Err() // returns at once when canceled
@@ -148,13 +116,13 @@ func TestStartShutdownCyclesLoseNoJob(t *testing.T) {
 	defer o.mu.Unlock()
 	missing := 0
 	for i := range n {
-		if o.runs[fmt.Sprint("c", i)] == 0 {
+		if len(o.runs[fmt.Sprint("c", i)]) == 0 {
 			missing++
 		}
 	}
-	t.Logf("at most %d at once; twice at once %v; never ran %d; stats %+v", o.max, o.twice, missing, stats(t, e.c, "t"))
+	t.Logf("at most %d at once; twice at once %v; never ran %d; stats %+v", o.max[""], o.twice, missing, stats(t, e.c, "t"))
 	require.Zero(t, missing, "jobs gone without running")
-	require.LessOrEqual(t, o.max, 3)
+	require.LessOrEqual(t, o.max[""], 3)
 	require.Empty(t, o.twice)
 	st := stats(t, e.c, "t")
 	require.Zero(t, st.Dead+st.UnAck)
@@ -176,7 +144,7 @@ func TestRestartsAmidMixedWindDownsLoseNothing(t *testing.T) {
 			c.ConsumerTimeout, c.HeartbeatInterval = 6*time.Second, 500*time.Millisecond
 			c.Logger = stacklessLogger(t)
 		}
-		r := newWindDownRecorder()
+		r := newRunRecorder()
 		x := e.another(t, mod)
 		lx := newListener("t", r.mixed("X"))
 		lx.workers = 8
@@ -250,10 +218,10 @@ func TestRestartRunsNoJobTwiceAtOnce(t *testing.T) {
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		mod := func(c *config.Config) { c.ConsumerTimeout, c.HeartbeatInterval = 6*time.Second, 500*time.Millisecond }
-		r := newWindDownRecorder()
+		r := newRunRecorder()
 		l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-			r.enter("L", job)
-			defer r.leave("L", job.ID)
+			ri := r.enter("L", job)
+			defer r.leave("L", job.ID, ri, "")
 			select {
 			case <-time.After(3 * time.Second):
 				return r.ack(job.ID, ch)

@@ -194,112 +194,15 @@ func TestNeverReturningHandlerOfOpenClientRecoveredOnce(t *testing.T) {
 	})
 }
 
-// keptRecorder records, across clients, every run of every job (which client,
-// when it started and returned, what it saw), the runs that ended with an
-// ack, the FinalRetry calls, and a job running twice at once.
-type keptRecorder struct {
-	mu      sync.Mutex
-	runs    map[string][]keptRun
-	running map[string]int
-	twice   []string
-	finals  map[string]int
-	t0      time.Time
-}
-
-type keptRun struct {
-	client              string
-	attempt, recoveries int
-	start, end          time.Time
-	result              string
-}
-
 // acker is a listener of topic "t" with workers workers whose handler
 // acks at once, recorded under label.
-func (r *keptRecorder) acker(label string, workers int) *fnListener {
+func (r *runRecorder) acker(label string, workers int) *fnListener {
 	return &fnListener{topic: "t", workers: workers, on: func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 		i := r.enter(label, job)
 		ch.Ack()
-		r.leave(job.ID, i, "ack")
+		r.leave(label, job.ID, i, "ack")
 		return nil
 	}}
-}
-
-func newKeptRecorder() *keptRecorder {
-	return &keptRecorder{runs: map[string][]keptRun{}, running: map[string]int{}, finals: map[string]int{}, t0: time.Now()}
-}
-
-// enter records the start of a run and returns its index.
-func (r *keptRecorder) enter(client string, job *redeq.Job) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.running[job.ID]++
-	if r.running[job.ID] > 1 {
-		r.twice = append(r.twice, job.ID)
-	}
-	r.runs[job.ID] = append(r.runs[job.ID], keptRun{client: client, attempt: job.Attempt, recoveries: job.Recoveries, start: time.Now()})
-	return len(r.runs[job.ID]) - 1
-}
-
-func (r *keptRecorder) leave(id string, i int, result string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.running[id]--
-	r.runs[id][i].end = time.Now()
-	r.runs[id][i].result = result
-}
-
-// runningNow is how many handlers run.
-func (r *keptRecorder) runningNow() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, k := range r.running {
-		n += k
-	}
-	return n
-}
-
-func (r *keptRecorder) final(id string) {
-	r.mu.Lock()
-	r.finals[id]++
-	r.mu.Unlock()
-}
-
-func (r *keptRecorder) count(id string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.runs[id])
-}
-
-func (r *keptRecorder) finalCount(id string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.finals[id]
-}
-
-func (r *keptRecorder) get(id string) []keptRun {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]keptRun(nil), r.runs[id]...)
-}
-
-func (r *keptRecorder) twiceAtOnce() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.twice...)
-}
-
-// describe prints the runs of id relative to base.
-func (r *keptRecorder) describe(id string, base time.Time) string {
-	var parts []string
-	for _, run := range r.get(id) {
-		end := "running"
-		if !run.end.IsZero() {
-			end = ms(run.end.Sub(base))
-		}
-		parts = append(parts, fmt.Sprintf("%s[%s..%s %s att%d rec%d]", run.client, ms(run.start.Sub(base)), end, run.result, run.attempt, run.recoveries))
-	}
-	return strings.Join(parts, " ")
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%+dms", d.Milliseconds()) }
@@ -352,6 +255,7 @@ func beatAfter(t *testing.T, e *env, c *redeq.Client) time.Time {
 // runs nowhere else meanwhile, with CrashRollback off and on a client
 // from Open (whose connection Shutdown closes last).
 func TestLateAckAfterShutdownApplied(t *testing.T) {
+	t.Parallel() // every case runs beside the other fault tests, as each did alone
 	t.Run("crash_rollback_off", testLateAckAppliedWithCrashRollbackOff)
 	t.Run("open_client", testLateAckAppliedOnOpenClient)
 }
@@ -369,7 +273,7 @@ func testLateAckAppliedWithCrashRollbackOff(t *testing.T) {
 		ctx := context.Background()
 		off := false
 		mod := func(c *config.Config) { c.ConsumerTimeout, c.HeartbeatInterval = 3*time.Second, time.Second }
-		r := newKeptRecorder()
+		r := newRunRecorder()
 		release := make(chan struct{})
 		var once sync.Once
 		defer once.Do(func() { close(release) })
@@ -378,7 +282,7 @@ func testLateAckAppliedWithCrashRollbackOff(t *testing.T) {
 			<-ctx.Done()
 			<-release // ignores the cancel
 			ch.Ack()
-			r.leave(job.ID, i, "ack")
+			r.leave("A", job.ID, i, "ack")
 			return nil
 		}}
 		lb := r.acker("B", 1)
@@ -440,7 +344,7 @@ func TestKeptJobWaitsForItsHandlerWhileReplicaLags(t *testing.T) {
 	cfg.WaitReplicas, cfg.WaitTimeout = 1, 200*time.Millisecond
 	e := setup(t, be, cfg)
 	mod := func(c *config.Config) { c.ConsumerTimeout, c.HeartbeatInterval = 3*time.Second, time.Second }
-	r := newKeptRecorder()
+	r := newRunRecorder()
 	release := make(chan struct{})
 	var once sync.Once
 	defer once.Do(func() { close(release) })
@@ -451,7 +355,7 @@ func TestKeptJobWaitsForItsHandlerWhileReplicaLags(t *testing.T) {
 			<-release // ignores the cancel
 		}
 		ch.Ack()
-		r.leave(job.ID, i, "ack")
+		r.leave("A", job.ID, i, "ack")
 		return nil
 	}}
 	lb := r.acker("B", 2)
@@ -519,7 +423,7 @@ func TestDeleteAndUpdateOfKeptJobs(t *testing.T) {
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		mod := func(c *config.Config) { c.ConsumerTimeout, c.HeartbeatInterval = 6*time.Second, 500*time.Millisecond }
-		r := newKeptRecorder()
+		r := newRunRecorder()
 		release := make(chan struct{})
 		var once sync.Once
 		defer once.Do(func() { close(release) })
@@ -530,14 +434,14 @@ func TestDeleteAndUpdateOfKeptJobs(t *testing.T) {
 			switch job.ID {
 			case "del-rejoin":
 				ch.Rejoin(100 * time.Millisecond)
-				r.leave(job.ID, i, "rejoin")
+				r.leave("A", job.ID, i, "rejoin")
 				return nil
 			case "del-cancel":
-				r.leave(job.ID, i, "canceled")
+				r.leave("A", job.ID, i, "canceled")
 				return ctx.Err()
 			}
 			ch.Ack()
-			r.leave(job.ID, i, "ack")
+			r.leave("A", job.ID, i, "ack")
 			return nil
 		}}
 		lb := r.acker("B", 3)
@@ -610,7 +514,7 @@ func TestKeptQuarantinedJobHoldsProcessQuarantine(t *testing.T) {
 	e := setup(t, be, testutil.Config(t))
 	ctx := context.Background()
 	mod := func(c *config.Config) { c.ConsumerTimeout, c.HeartbeatInterval = 6*time.Second, 500*time.Millisecond }
-	r := newKeptRecorder()
+	r := newRunRecorder()
 	release := make(chan struct{})
 	var once sync.Once
 	defer once.Do(func() { close(release) })
@@ -619,14 +523,14 @@ func TestKeptQuarantinedJobHoldsProcessQuarantine(t *testing.T) {
 		<-ctx.Done()
 		<-release
 		ch.Ack()
-		r.leave(job.ID, i, "ack")
+		r.leave("A", job.ID, i, "ack")
 		return nil
 	}}
 	lb := &fnListener{topic: "t", workers: 2, on: func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 		i := r.enter("B", job)
 		time.Sleep(100 * time.Millisecond)
 		ch.Ack()
-		r.leave(job.ID, i, "ack")
+		r.leave("B", job.ID, i, "ack")
 		return nil
 	}}
 	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "q1"}))
@@ -726,7 +630,7 @@ func testLateAckAppliedOnOpenClient(t *testing.T) {
 		yaml := fmt.Sprintf("prefix: %s\nscan_interval: 100ms\nheartbeat_interval: 500ms\nconsumer_timeout: %s\nlock_expiry: 2s\nshutdown_timeout: 5s\nretry_intervals: [50ms]\n",
 			e.cfg.Prefix, timeout) + redisSection(e.be)
 		a := openFile(t, writeConfig(t, yaml))
-		r := newKeptRecorder()
+		r := newRunRecorder()
 		release := make(chan struct{})
 		var once sync.Once
 		defer once.Do(func() { close(release) })
@@ -735,7 +639,7 @@ func testLateAckAppliedOnOpenClient(t *testing.T) {
 			<-ctx.Done()
 			<-release
 			ch.Ack()
-			r.leave(job.ID, i, "ack")
+			r.leave("A", job.ID, i, "ack")
 			return nil
 		}}))
 		require.NoError(t, a.Start(ctx))

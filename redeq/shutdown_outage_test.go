@@ -25,6 +25,7 @@ import (
 // left end within go-redis's own timeouts, and what it could not roll back
 // runs again later, unspent.
 func TestShutdownWhileRedisStoppedReturnsSoonAfterCtx(t *testing.T) {
+	t.Parallel() // every case runs beside the other fault tests, as each did alone
 	t.Run("during_jobs", testShutdownWhileRedisStoppedDuringJobs)
 	t.Run("handlers_winding_down", testShutdownWhileRedisStoppedAsHandlersWindDown)
 	t.Run("ctx_without_deadline", testShutdownWhileRedisStoppedCtxWithoutDeadline)
@@ -45,7 +46,7 @@ func testShutdownWhileRedisStoppedAsHandlersWindDown(t *testing.T) {
 	cfg := testutil.Config(t)
 	e := setup(t, be, cfg)
 	mod := func(c *config.Config) { c.ConsumerTimeout, c.HeartbeatInterval = 3*time.Second, 500*time.Millisecond }
-	r := newWindDownRecorder()
+	r := newRunRecorder()
 	l := newListener("t", r.slow("L"))
 	l.workers = 8
 	a := e.another(t, mod)
@@ -99,7 +100,7 @@ func TestShutdownWhileClusterNodePausedLosesNothing(t *testing.T) {
 	cfg.Concurrency = 4
 	e := setup(t, be, cfg)
 	mod := func(c *config.Config) { c.ConsumerTimeout, c.HeartbeatInterval = 3*time.Second, 500*time.Millisecond }
-	r := newWindDownRecorder()
+	r := newRunRecorder()
 	l := newListener("t", r.slow("L"))
 	l.workers = 8
 	a := e.another(t, mod)

@@ -21,101 +21,6 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// windDownRecorder records handler runs across clients: handlers running at once per
-// bound (one listener object), a job running twice at once, every run's
-// Attempt and Recoveries, and the jobs a handler asked to ack.
-type windDownRecorder struct {
-	mu       sync.Mutex
-	now, max map[string]int // per bound
-	running  map[string]int // per job
-	twice    []string
-	runs     map[string][]windDownRun
-	asked    map[string]int // runs that called ch.Ack and returned nil
-	canceled int
-	byKind   map[int]int // canceled runs per mixedKinds entry
-}
-
-type windDownRun struct {
-	bound               string
-	attempt, recoveries int
-	at                  time.Time
-}
-
-func newWindDownRecorder() *windDownRecorder {
-	return &windDownRecorder{now: map[string]int{}, max: map[string]int{}, running: map[string]int{},
-		runs: map[string][]windDownRun{}, asked: map[string]int{}, byKind: map[int]int{}}
-}
-
-func (r *windDownRecorder) enter(bound string, job *redeq.Job) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.now[bound]++
-	r.max[bound] = max(r.max[bound], r.now[bound])
-	r.running[job.ID]++
-	if r.running[job.ID] > 1 {
-		r.twice = append(r.twice, job.ID)
-	}
-	r.runs[job.ID] = append(r.runs[job.ID], windDownRun{bound, job.Attempt, job.Recoveries, time.Now()})
-}
-
-func (r *windDownRecorder) leave(bound, id string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.now[bound]--
-	r.running[id]--
-}
-
-func (r *windDownRecorder) ack(id string, ch *redeq.Channel) error {
-	ch.Ack()
-	r.mu.Lock()
-	r.asked[id]++
-	r.mu.Unlock()
-	return nil
-}
-
-// nth is how many runs job id has had, this one included.
-func (r *windDownRecorder) runningIn(bound string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.now[bound]
-}
-
-func (r *windDownRecorder) nth(id string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.runs[id])
-}
-
-func (r *windDownRecorder) cancel(kind int) {
-	r.mu.Lock()
-	r.canceled++
-	r.byKind[kind]++
-	r.mu.Unlock()
-}
-
-// summary checks the n jobs named prefix0..prefix(n-1): those never acked
-// by any run (lost), runs that saw an attempt spent or a recovery.
-func (r *windDownRecorder) summary(prefix string, n int) (lost []string, spent, recovered, runs int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for i := range n {
-		id := fmt.Sprint(prefix, i)
-		if r.asked[id] == 0 {
-			lost = append(lost, id)
-		}
-		for _, run := range r.runs[id] {
-			runs++
-			if run.attempt > 0 {
-				spent++
-			}
-			if run.recoveries > 0 {
-				recovered++
-			}
-		}
-	}
-	return lost, spent, recovered, runs
-}
-
 // stacklessLogger logs warnings and errors to the test log without the
 // stacks of panics.
 func stacklessLogger(t *testing.T) *slog.Logger {
@@ -152,10 +57,10 @@ var mixedKinds = []string{
 
 // mixed is a handler that works 120-420 ms and acks, and once canceled does
 // what mixedKinds says for its job.
-func (r *windDownRecorder) mixed(bound string) func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+func (r *runRecorder) mixed(bound string) func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 	return func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-		r.enter(bound, job)
-		defer r.leave(bound, job.ID)
+		ri := r.enter(bound, job)
+		defer r.leave(bound, job.ID, ri, "")
 		i := idNum(job.ID)
 		kind := i % 12
 		if kind == 4 {
@@ -213,7 +118,7 @@ func (r *windDownRecorder) mixed(bound string) func(ctx context.Context, job *re
 // FinalRetry works 2 s, or winds down for wind once canceled.
 type finalListener struct {
 	mu     sync.Mutex
-	runs   []windDownRun
+	runs   []handlerRun
 	finals []time.Time
 	ends   []time.Time
 	wind   time.Duration
@@ -233,7 +138,7 @@ func (l *finalListener) Topic() string { return "t" }
 func (l *finalListener) OnJob(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 	r := l.rec()
 	r.mu.Lock()
-	r.runs = append(r.runs, windDownRun{l.label, job.Attempt, job.Recoveries, time.Now()})
+	r.runs = append(r.runs, handlerRun{bound: l.label, attempt: job.Attempt, recoveries: job.Recoveries, start: time.Now()})
 	r.mu.Unlock()
 	return errors.New("test: boom")
 }
@@ -294,7 +199,7 @@ func TestFinalRetryRunsOnceAcrossShutdown(t *testing.T) {
 				for _, r := range runs {
 					desc = append(desc, fmt.Sprintf("%s(attempt %d)", r.bound, r.attempt))
 				}
-				overlap := len(runs) > 1 && len(ends) > 0 && runs[1].at.Before(ends[0])
+				overlap := len(runs) > 1 && len(ends) > 0 && runs[1].start.Before(ends[0])
 				t.Logf("FinalRetry wind-down %v: handler runs %v, FinalRetry calls %d, the second run began while the first FinalRetry still ran: %v; job %s",
 					wind, desc, len(finals), overlap, state)
 				require.Len(t, finals, 1, "FinalRetry ran more than once")
@@ -309,10 +214,10 @@ func TestFinalRetryRunsOnceAcrossShutdown(t *testing.T) {
 // numbers) and acks; once canceled, by job number modulo 4, it returns at
 // once, winds down 250 ms, ignores its context (its first run only: it
 // works 2 s and acks), or winds down 1 s.
-func (r *windDownRecorder) slow(bound string) func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+func (r *runRecorder) slow(bound string) func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 	return func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-		r.enter(bound, job)
-		defer r.leave(bound, job.ID)
+		ri := r.enter(bound, job)
+		defer r.leave(bound, job.ID, ri, "")
 		kind := idNum(job.ID) % 4
 		if kind == 2 && r.nth(job.ID) == 1 {
 			time.Sleep(2 * time.Second) // ignores its context
@@ -656,7 +561,7 @@ func TestOutcomesDuringSettleDrainAppliedOnce(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t, be, testutil.Config(t))
 	mod := func(c *config.Config) { c.ConsumerTimeout, c.HeartbeatInterval = 6*time.Second, 500*time.Millisecond }
-	r := newKeptRecorder()
+	r := newRunRecorder()
 	var canceledAt atomic.Int64
 	mk := func(client string) *fnListener {
 		return &fnListener{topic: "t", workers: 4,
@@ -664,15 +569,15 @@ func TestOutcomesDuringSettleDrainAppliedOnce(t *testing.T) {
 				i := r.enter(client, job)
 				if client == "B" {
 					if job.ID == "final" {
-						r.leave(job.ID, i, "failed")
+						r.leave(client, job.ID, i, "failed")
 						return errors.New("test: fails")
 					}
 					ch.Ack()
-					r.leave(job.ID, i, "ack")
+					r.leave(client, job.ID, i, "ack")
 					return nil
 				}
 				if job.ID == "final" {
-					r.leave(job.ID, i, "failed")
+					r.leave(client, job.ID, i, "failed")
 					return errors.New("test: fails")
 				}
 				<-ctx.Done()
@@ -680,15 +585,15 @@ func TestOutcomesDuringSettleDrainAppliedOnce(t *testing.T) {
 				switch job.ID {
 				case "early":
 					ch.Ack()
-					r.leave(job.ID, i, "ack")
+					r.leave(client, job.ID, i, "ack")
 				case "late":
 					time.Sleep(150 * time.Millisecond)
 					ch.Ack()
-					r.leave(job.ID, i, "ack")
+					r.leave(client, job.ID, i, "ack")
 				case "rejoin":
 					time.Sleep(150 * time.Millisecond)
 					ch.Rejoin(3 * time.Second)
-					r.leave(job.ID, i, "rejoin 3s")
+					r.leave(client, job.ID, i, "rejoin 3s")
 				}
 				return nil
 			},
@@ -757,7 +662,7 @@ func TestAcksAroundGraceEndAppliedOnce(t *testing.T) {
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		mod := func(c *config.Config) { c.ConsumerTimeout, c.HeartbeatInterval = 6*time.Second, 500*time.Millisecond }
-		r := newKeptRecorder()
+		r := newRunRecorder()
 		mk := func(client string) *fnListener {
 			return &fnListener{topic: "t", workers: 16, on: func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 				i := r.enter(client, job)
@@ -766,7 +671,7 @@ func TestAcksAroundGraceEndAppliedOnce(t *testing.T) {
 					time.Sleep(windDownOf(job.ID))
 				}
 				ch.Ack()
-				r.leave(job.ID, i, "ack")
+				r.leave(client, job.ID, i, "ack")
 				return nil
 			}}
 		}
