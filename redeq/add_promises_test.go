@@ -2,12 +2,15 @@ package redeq_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"math/rand/v2"
+	rand "math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/bucket"
@@ -353,6 +356,96 @@ func TestReaddedReadyJobNotEarly(t *testing.T) {
 			}
 			for _, id := range []string{"a", "p"} {
 				require.Equal(t, redeq.StateScheduled, state(t, e.c, "t", id), id)
+			}
+		})
+	}
+}
+
+// TestAddAnswersFullPoolAndExistsWhileWritesRefused: a server refusing
+// writes (maxmemory under noeviction, min-replicas-to-write) still answers
+// a full pool with ErrPoolFull and AddBatch a stored id with ErrJobExists,
+// writing nothing, as docs/operations.md promises, also from a producer
+// that has not recorded the topic yet (its first Add to it, or one past
+// RecordEvery): recording the topic, a write, does not turn those answers
+// into Redis's OOM / NOREPLICAS.
+func TestAddAnswersFullPoolAndExistsWhileWritesRefused(t *testing.T) {
+	for _, tc := range []struct{ param, value, refusal string }{
+		{"maxmemory", "1", "OOM"},
+		{"min-replicas-to-write", "1", "NOREPLICAS"},
+	} {
+		t.Run(tc.param, func(t *testing.T) {
+			srv := testutil.StartServer(t, "--maxmemory-policy", "noeviction")
+			rc := srv.Client(nil)
+			ctx := context.Background()
+			cfg := testutil.Config(t)
+			cfg.Concurrency, cfg.MaxPool = 1, 1
+			first, err := redeq.New(rc, cfg)
+			require.NoError(t, err)
+			require.NoError(t, first.Add(ctx, &redeq.Job{Topic: "orders", ID: "a", Delay: time.Hour}))
+			require.NoError(t, rc.ConfigSet(ctx, tc.param, tc.value).Err()) // writes refused, reads not
+			before := testutil.Dump(t, rc, cfg.Prefix)
+
+			// Another producer (a new process, or one whose 2 minutes ran
+			// out) with the same settings.
+			fresh, err := redeq.New(rc, cfg)
+			require.NoError(t, err)
+			err = fresh.Add(ctx, &redeq.Job{Topic: "orders", ID: "b", Delay: time.Hour})
+			t.Logf("Add to the full pool: %v", err)
+			assert.ErrorIs(t, err, redeq.ErrPoolFull, "a full pool is answered ErrPoolFull while writes are refused")
+
+			other, err := redeq.New(rc, cfg)
+			require.NoError(t, err)
+			err = other.AddBatch(ctx, []*redeq.Job{
+				{Topic: "orders", ID: "a", Delay: time.Hour},
+				{Topic: "orders", ID: "c", Delay: time.Hour},
+			})
+			t.Logf("AddBatch of a stored id and one more: %v", err)
+			var be *redeq.BatchError
+			if assert.True(t, errors.As(err, &be), "AddBatch answers each job, not %v", err) {
+				assert.ErrorIs(t, be.Errs[0], redeq.ErrJobExists)
+				assert.ErrorIs(t, be.Errs[1], redeq.ErrPoolFull)
+			}
+			assert.Equal(t, before, testutil.Dump(t, rc, cfg.Prefix), "a refused Add wrote")
+		})
+	}
+}
+
+// TestHugeClientTimeoutsKeepWritesWorking: a client whose DialTimeout or
+// ReadTimeout is a day (a "never give up dialing" setting, which go-redis
+// accepts) can still Add, AddBatch, Reschedule and Delete: the op TTL the
+// scripts get (the window plus ReadTimeout plus DialTimeout plus 5 s) stays
+// within the day they accept.
+func TestHugeClientTimeoutsKeepWritesWorking(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  func(o *redis.Options)
+	}{
+		{"DialTimeout 24h", func(o *redis.Options) { o.DialTimeout = 24 * time.Hour }},
+		{"ReadTimeout 24h", func(o *redis.Options) { o.ReadTimeout = 24 * time.Hour }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, be := range testutil.RealBackends(t) {
+				if be.Name != "redis" {
+					continue
+				}
+				o := &redis.Options{Addr: be.Addrs[0]}
+				tc.opt(o)
+				rc := redis.NewClient(o)
+				t.Cleanup(func() { rc.Close() })
+				ctx := context.Background()
+				c, err := redeq.New(rc, testutil.Config(t))
+				if err != nil {
+					t.Logf("New refused the client: %v", err)
+					return
+				}
+				err = c.Add(ctx, &redeq.Job{Topic: "t", ID: "1", Body: []byte("b"), Delay: time.Hour})
+				assert.NoError(t, err, "Add")
+				err = c.AddBatch(ctx, []*redeq.Job{{Topic: "t", ID: "2", Delay: time.Hour}})
+				assert.NoError(t, err, "AddBatch")
+				err = c.Reschedule(ctx, "t", "1", time.Now().Add(2*time.Hour))
+				assert.NoError(t, err, "Reschedule")
+				_, err = c.Delete(ctx, "t", "1")
+				assert.NoError(t, err, "Delete")
 			}
 		})
 	}

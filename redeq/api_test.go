@@ -343,9 +343,9 @@ func TestOutageLogsAHandful(t *testing.T) {
 }
 
 // TestShutdownBoundedWhenRedisHangs: Shutdown returns soon after its
-// context ends even when Redis stops answering mid-way (it used to run
-// its settle, rollback and leave steps on timeouts of their own, about
-// 20 s past a 1 s context). The job is not lost: the reaper recovers it.
+// context ends even when Redis stops answering mid-way: its settle,
+// rollback and leave steps run within its context's budget, not on
+// timeouts of their own (about 20 s past a 1 s context). The job is not lost: the reaper recovers it.
 func TestShutdownBoundedWhenRedisHangs(t *testing.T) {
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {

@@ -366,10 +366,10 @@ func runChaos(t *testing.T, size chaosSize, be testutil.Backend, rdb redis.Unive
 
 	// Wait until every job that was not deleted ran to success or is dead.
 	var st redeq.Stats
-	require.Eventually(t, func() bool {
+	waitEvery(t, 3*time.Minute, 100*time.Millisecond, "jobs still pending", func() bool {
 		st, err = producer.Stats(ctx, "chaos")
 		return err == nil && st.Pool == st.Dead
-	}, 3*time.Minute, 100*time.Millisecond, "jobs still pending")
+	})
 	dead, err := producer.DeadJobs(ctx, "chaos", 10_000)
 	require.NoError(t, err)
 	gotDead := map[string]*redeq.Job{}
@@ -383,7 +383,8 @@ func runChaos(t *testing.T, size chaosSize, be testutil.Backend, rdb redis.Unive
 		alive[p] = true
 	}
 	var unseen []string
-	require.Eventually(t, func() bool {
+	waitEvery(t, 30*time.Second, 50*time.Millisecond, "runs of live consumers whose outcome the settle probe never saw applied "+
+		"(does the outcome script still take the pool key and the ids?)", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		unseen = unseen[:0]
@@ -395,8 +396,7 @@ func runChaos(t *testing.T, size chaosSize, be testutil.Backend, rdb redis.Unive
 			}
 		}
 		return len(unseen) == 0
-	}, 30*time.Second, 50*time.Millisecond, "runs of live consumers whose outcome the settle probe never saw applied "+
-		"(does the outcome script still take the pool key and the ids?): %v", unseen)
+	})
 	for _, c := range children {
 		c.kill() // every line read: the records are complete
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// Helpers of the fault tests (reviews 13 and 14): consumer processes that
+// Helpers of the fault tests: consumer processes that
 // a test kills, stops or lets crash, private servers and clusters to
 // pause, and records of what ran.
 
@@ -116,7 +116,7 @@ func runTwoTopicsChild() {
 
 // runTwoClientsChild is one service process that embeds two redeq
 // clients over the same Redis (say, two modules of one binary, each with
-// its own settings, as promise 1 allows): client X listens to "a", client
+// its own settings, as a process may): client X listens to "a", client
 // Y to "b", with poisonable listeners; jobs run CHILD_HOLD_MS.
 func runTwoClientsChild() {
 	hold := childEnvDur(childHoldEnv, 3*time.Second)

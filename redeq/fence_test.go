@@ -1,9 +1,8 @@
 package redeq_test
 
-// Regression tests for the delivery fence and the script rules: each one
-// broke a promise (nothing lost, never early, a deleted job never runs, a
-// stalled consumer never acts on a job it no longer holds, one run per job
-// when nothing crashes) before the fix it names.
+// Tests of the delivery fence and the script rules: nothing lost, never
+// early, a deleted job never runs, a stalled consumer never acts on a job
+// it no longer holds, one run per job when nothing crashes.
 
 import (
 	"context"
@@ -29,8 +28,8 @@ import (
 
 // TestManyInFlightNotLost: one consumer holding more deliveries of one
 // bucket than Lua's unpack can take (about 8,000) settles them and rolls
-// them back without losing any. The settle and release scripts used to
-// DEL the in-flight list and fail re-pushing it, losing every job in it.
+// them back without losing any: the settle and release scripts never DEL
+// the in-flight list before re-pushing it, a step that can fail.
 func TestManyInFlightNotLost(t *testing.T) {
 	const jobs = 9000
 	for _, be := range testutil.RealBackends(t) {
@@ -88,8 +87,8 @@ func TestManyInFlightNotLost(t *testing.T) {
 
 // TestRollbackDoesNotDoubleAReaddedJob: a job deleted while in flight and
 // added again must run once more, not twice, when the old consumer rolls
-// back at shutdown. The rollback used to check only the bucket and put the
-// new job (already in the ready list) back in the bucket as well.
+// back at shutdown: the rollback does not put the new job (already in the
+// ready list) back in the bucket as well.
 func TestRollbackDoesNotDoubleAReaddedJob(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -199,7 +198,7 @@ func settle(t *testing.T, e *env, topic string) {
 }
 
 // TestHugeDelaysNeverRunEarly: "never" written as a huge delay is stored
-// far in the future (math.MaxInt64 ns used to wrap to 1734 and run at
+// far in the future (math.MaxInt64 ns does not wrap to 1734 and run at
 // once), and a due time past the year 9999 is refused, writing nothing.
 func TestHugeDelaysNeverRunEarly(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
@@ -311,9 +310,9 @@ func TestStaleOutcomeAfterRefetch(t *testing.T) {
 }
 
 // TestAdminCallsSurviveARerun: go-redis resends a command whose reply was
-// lost; each admin call must give the rerun the first run's answer. A
-// rerun of ProcessUnAck used to report ErrJobNotFound for the job it had
-// just removed, so the caller never processed it: the job was gone.
+// lost; each admin call gives the rerun the first run's answer: a rerun of
+// ProcessUnAck reports the job it just removed, not ErrJobNotFound (the
+// caller would never process it, and the job would be gone).
 func TestAdminCallsSurviveARerun(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -373,7 +372,7 @@ func TestAdminCallsSurviveARerun(t *testing.T) {
 // TestAddSurvivesARerun: go-redis sends an add again when its reply is late
 // or lost. The rerun must give the first run's answer: not ErrJobExists
 // for the job it just stored, and not a second copy of a job that ran and
-// was acked in between (it used to run twice).
+// was acked in between (it would run twice).
 func TestAddSurvivesARerun(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -442,9 +441,8 @@ func TestFailedStartCanBeRetried(t *testing.T) {
 }
 
 // TestDeletedWaitingJobNeverStarts: a job deleted while its consumer's
-// workers are all busy must not start afterwards. Runners used to hold up
-// to twice their workers, so a job fetched ahead started after Delete had
-// returned.
+// workers are all busy does not start afterwards, although a runner may
+// hold more deliveries than it has workers.
 func TestDeletedWaitingJobNeverStarts(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -508,8 +506,8 @@ func TestOutcomeOfOldDeliverySparesReaddedJob(t *testing.T) {
 
 // TestReaperSparesAConsumerThatCameBack: a consumer that looked silent but
 // fetched again while being reaped keeps its delivery and its place in
-// the consumer set; the reaper used to drop it from the set while it held
-// a job, so that job was never recovered if it died later.
+// the consumer set: the reaper does not drop it from the set while it holds
+// a job, so that job is recovered if it dies later.
 func TestReaperSparesAConsumerThatCameBack(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -646,9 +644,8 @@ func (h failTopic) names(cmd redis.Cmder) bool {
 }
 
 // TestReaperTopicsIndependent: a topic whose Redis node cannot be reached
-// must not stop the reaper from recovering the jobs of other topics. The
-// reaper used to check every topic in one pipeline and give up on any
-// failure.
+// does not stop the reaper from recovering the jobs of other topics: each
+// topic is checked on its own, and one's failure ends no other's check.
 func TestReaperTopicsIndependent(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -669,7 +666,7 @@ func TestReaperTopicsIndependent(t *testing.T) {
 
 // TestPoisonSparesBystanders: a job that kills every consumer running it
 // goes dead as poison, and the jobs that happened to run beside it when
-// it did do not. They used to be recovered with it each time, and went
+// it did do not: they are not recovered with it each time until they go
 // dead as poison too.
 func TestPoisonSparesBystanders(t *testing.T) {
 	for _, be := range testutil.RealBackends(t) {

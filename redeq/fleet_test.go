@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -216,4 +218,178 @@ func TestReapersKilledThirdClientRecovers(t *testing.T) {
 		})
 		require.Positive(t, calls.Load())
 	})
+}
+
+// liveMovers returns the movers announced within window, by the server clock.
+func liveMovers(t *testing.T, rdb redis.UniversalClient, prefix string, window time.Duration) []string {
+	ctx := context.Background()
+	now, err := rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	ids, err := rdb.ZRangeByScore(ctx, keys.Movers(prefix), &redis.ZRangeBy{
+		Min: fmt.Sprint(now.Add(-window).UnixMilli()), Max: "+inf"}).Result()
+	require.NoError(t, err)
+	return ids
+}
+
+// TestKilledAndStoppedClientsLeaveTheLiveSet: killed clients leave the
+// live set within ~2.5 ScanIntervals and the movers ZSET does not keep
+// them; a SIGSTOPped client is dropped and, after SIGCONT, rejoins.
+func TestKilledAndStoppedClientsLeaveTheLiveSet(t *testing.T) {
+	t.Parallel()
+	for _, be := range testutil.RealBackends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := context.Background()
+			cfg := testutil.Config(t)
+			rdb := be.New(t)
+			keep, err := redeq.New(rdb, cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = keep.Shutdown(context.Background()) })
+			require.NoError(t, keep.Start(ctx))
+			start := func() (*child, string) {
+				ids := make(chan string, 1)
+				c := startChildKind(t, "mover", be, cfg.Prefix, "x", func(line string) {
+					if id, ok := strings.CutPrefix(line, "id "); ok {
+						ids <- id
+					}
+				})
+				select {
+				case id := <-ids:
+					return c, id
+				case <-time.After(15 * time.Second):
+					t.Fatal("child did not start")
+				}
+				return nil, ""
+			}
+			live := cfg.ScanInterval * 5 / 2
+			// 8 clients that are killed one after another.
+			for i := range 8 {
+				c, id := start()
+				waitFor(t, 5*time.Second, "child announced", func() bool { return contains(liveMovers(t, rdb, cfg.Prefix, live), id) })
+				killed := c.kill()
+				ok := false
+				for time.Since(killed) < 2*live+cfg.ScanInterval {
+					if !contains(liveMovers(t, rdb, cfg.Prefix, live), id) {
+						ok = true
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				require.Truef(t, ok, "killed client %d still live %v after its death", i, time.Since(killed))
+			}
+			time.Sleep(2 * time.Second) // several prunes
+			all := rdb.ZCard(ctx, keys.Movers(cfg.Prefix)).Val()
+			require.LessOrEqualf(t, all, int64(2), "movers ZSET holds %d entries with 1 live client after 8 were killed", all)
+
+			// SIGSTOP, then SIGCONT.
+			c, id := start()
+			waitFor(t, 5*time.Second, "child announced", func() bool { return contains(liveMovers(t, rdb, cfg.Prefix, live), id) })
+			require.NoError(t, c.cmd.Process.Signal(syscall.SIGSTOP))
+			waitFor(t, 2*live+cfg.ScanInterval+500*time.Millisecond, "stopped client dropped", func() bool { return !contains(liveMovers(t, rdb, cfg.Prefix, live), id) })
+			time.Sleep(2 * time.Second)
+			require.NoError(t, c.cmd.Process.Signal(syscall.SIGCONT))
+			cont := time.Now()
+			waitFor(t, 2*time.Second, "continued client rejoined", func() bool { return contains(liveMovers(t, rdb, cfg.Prefix, live), id) })
+			t.Logf("rejoined %v after SIGCONT", time.Since(cont))
+			// and stays
+			time.Sleep(1 * time.Second)
+			require.True(t, contains(liveMovers(t, rdb, cfg.Prefix, live), id), "continued client dropped again")
+		})
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// TestJobsRecoveredWhenReapersAndHoldersDieAtOnce: ten consumer processes
+// hold 40 jobs; the two that look for silent consumers (ranked first for
+// {reaper}) and three others are SIGKILLed at once; a client joins late.
+// Every job the five held runs again on the late client, unspent and
+// counted once, within about ConsumerTimeout plus a few seconds; no job of
+// the five live processes is handed out.
+func TestJobsRecoveredWhenReapersAndHoldersDieAtOnce(t *testing.T) {
+	t.Parallel() // its own Redis and processes: it runs beside the other fault tests
+	_, be := privateServer(t)
+	ctx := context.Background()
+	cfg := testutil.Config(t)
+	e := setup(t, be, cfg)
+
+	const procs, workers = 10, 4
+	children := make([]*faultChild, procs)
+	ids := make([]string, procs)
+	var wg sync.WaitGroup
+	for i := range procs {
+		children[i] = startFaultChild(t, "slow", be, cfg.Prefix, "t", childHoldForever)
+	}
+	for i := range procs {
+		ids[i] = strings.TrimSpace(children[i].expect(t, "id ", 30*time.Second))
+	}
+	for i := range procs * workers {
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))
+	}
+	holds := make([][]string, procs)
+	var mu sync.Mutex
+	for i := range procs {
+		wg.Go(func() {
+			for range workers {
+				id := strings.TrimSpace(children[i].expect(t, "start ", 20*time.Second))
+				mu.Lock()
+				holds[i] = append(holds[i], id)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	time.Sleep(2 * cfg.ConsumerTimeout)
+
+	var kill []int
+	for i := range procs {
+		if bucket.Ranks(ids, ids[i], bucket.ReaperAddress, 2) {
+			kill = append(kill, i)
+		}
+	}
+	require.Len(t, kill, 2)
+	for i := 0; len(kill) < 5; i++ {
+		if !bucket.Ranks(ids, ids[i], bucket.ReaperAddress, 2) {
+			kill = append(kill, i)
+		}
+	}
+	lost := map[string]bool{}
+	for _, i := range kill {
+		for _, id := range holds[i] {
+			lost[id] = true
+		}
+	}
+	for _, i := range kill {
+		wg.Go(func() { children[i].kill() })
+	}
+	wg.Wait()
+	killed := time.Now()
+
+	l := newListener("t", nil)
+	startWith(t, e.c, l) // joins late
+	waitFor(t, 20*time.Second, "every lost job ran again", func() bool {
+		got := l.byID()
+		for id := range lost {
+			if got[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	took := time.Since(killed)
+	t.Logf("%d jobs of %d killed processes (both reapers among them) ran again %v after the kill", len(lost), len(kill), took)
+	time.Sleep(time.Second)
+	for _, d := range l.deliveries() {
+		require.Truef(t, lost[d.job.ID], "job %s of a live process was handed to the late client", d.job.ID)
+		require.Zero(t, d.job.Attempt, d.job.ID)
+		require.Equal(t, 1, d.job.Recoveries, d.job.ID)
+	}
+	require.Equal(t, len(lost), l.count(), "each lost job ran once")
+	require.LessOrEqual(t, took, cfg.ConsumerTimeout+3*time.Second)
 }

@@ -24,10 +24,10 @@ import (
 // the ready lists whatever its subscription does.
 func TestSubscribingAgainHangsButLooksGoOn(t *testing.T) {
 	t.Parallel()
-	addr := r12Addr(t)
+	addr := standaloneAddr(t)
 	ctx := context.Background()
 	p := startFaultProxy(t, addr)
-	topic, m, _, l, _ := r12SetupWith(t, p, addr, redis.Options{PoolSize: 16, MinIdleConns: 16})
+	topic, m, _, l, _ := proxiedListenerWith(t, p, addr, redis.Options{PoolSize: 16, MinIdleConns: 16})
 	within := 2 * 10 * testutil.Fast().ScanInterval
 
 	p.holdNew.Store(true)

@@ -100,6 +100,13 @@ func (l *listener) byID() map[string]int {
 // extended by any step back of the wall clock since it began.
 func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
+	waitEvery(t, within, 5*time.Millisecond, what, cond)
+}
+
+// waitEvery is waitFor polling every `every`, for a cond that costs Redis
+// a round trip or more.
+func waitEvery(t *testing.T, within, every time.Duration, what string, cond func() bool) {
+	t.Helper()
 	start := time.Now()
 	for !cond() {
 		if time.Since(start)-wallBack(start) >= within {
@@ -108,7 +115,7 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 			}
 			require.Failf(t, "condition never satisfied", "%s (waited %v, the wall clock went back %v meanwhile)", what, time.Since(start), wallBack(start))
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(every)
 	}
 }
 

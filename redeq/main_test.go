@@ -43,8 +43,8 @@ func TestMain(m *testing.M) {
 	case "twoclients":
 		runTwoClientsChild()
 		return
-	case review15ShutKind:
-		runReview15ShutChild()
+	case shutdownOrderKind:
+		runShutdownOrderChild()
 		return
 	default:
 		runChild()

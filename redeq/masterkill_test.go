@@ -222,7 +222,7 @@ func runMasterKill(t *testing.T, cl *testutil.ReplCluster, jobs, replicas int) {
 		t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
 		require.NoError(t, c.Register(redeq.ListenerFunc("orders", handle)))
 		// The cluster may still be settling from the last run.
-		require.Eventually(t, func() bool { return c.Start(ctx) == nil }, 30*time.Second, 100*time.Millisecond)
+		waitEvery(t, 30*time.Second, 100*time.Millisecond, "a consumer starts", func() bool { return c.Start(ctx) == nil })
 		consumers = append(consumers, c)
 	}
 	producer, err := redeq.New(newClient(), cfg)

@@ -27,11 +27,25 @@ import (
 //     nothing (e.g. a cluster node cut off from the cluster bus);
 //   - dropRate: drop that fraction (0..1) of message pushes at random;
 //   - delay: forward each frame of a subscribed connection after a delay,
-//     in order;
-//   - holdNew: accept new connections and never answer them (a dial that
-//     hangs in its handshake).
+//     in order.
 //
-// Connections that never subscribe are forwarded untouched.
+// On every connection it can:
+//   - holdNew: accept new connections and never answer them (a dial that
+//     hangs in its handshake);
+//   - stall: hold every reply while set (a hung server), forwarding them
+//     when cleared.
+//
+// And for the runs of add.lua only (a request holding "evalsha" and an add
+// run's op key ":op:"):
+//   - cutReply: forward the add request, then drop its reply and cut the
+//     connection (a reply lost after the server ran the script);
+//   - delayReply: forward the add request, and its reply after addDelay
+//     (a late reply: go-redis gives up after its ReadTimeout and resends);
+//   - delayRequest: hold the add request for addDelay before the server
+//     gets it (the resend runs first, the original after it).
+//
+// Each of cutReply, delayReply and delayRequest counts down: it applies to
+// that many add requests, then stops.
 type faultProxy struct {
 	ln       net.Listener
 	upstream string
@@ -47,9 +61,20 @@ type faultProxy struct {
 	deaf    atomic.Bool  // drop every frame to a subscribed connection
 	holdNew atomic.Bool  // accept new connections, and never answer them
 
-	stop  chan struct{}
-	mu    sync.Mutex
-	conns []net.Conn
+	stall        atomic.Bool
+	cutReply     atomic.Int64
+	delayReply   atomic.Int64
+	delayRequest atomic.Int64
+	addDelay     atomic.Int64 // ns, for delayReply and delayRequest; 300 ms unless set
+
+	addRequests atomic.Int64 // add requests forwarded to the server (reruns included)
+	faults      atomic.Int64 // add faults injected
+	lateWritten atomic.Int64 // held requests written to the server, late
+
+	stop   chan struct{}
+	mu     sync.Mutex
+	conns  []net.Conn
+	closed bool
 }
 
 func startFaultProxy(t *testing.T, upstream string) *faultProxy {
@@ -59,6 +84,7 @@ func startFaultProxy(t *testing.T, upstream string) *faultProxy {
 		t.Fatal(err)
 	}
 	p := &faultProxy{ln: ln, upstream: upstream, stop: make(chan struct{})}
+	p.addDelay.Store(int64(300 * time.Millisecond))
 	go p.serve()
 	t.Cleanup(p.close)
 	return p
@@ -77,6 +103,7 @@ func (p *faultProxy) close() {
 	_ = p.ln.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.closed = true
 	for _, c := range p.conns {
 		_ = c.Close()
 	}
@@ -92,6 +119,35 @@ func (p *faultProxy) cutAll() {
 	p.conns = nil
 }
 
+// track records connections to close at the end; false once closed.
+func (p *faultProxy) track(c ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns = append(p.conns, c...)
+	return true
+}
+
+// takeOne decrements n when positive and reports whether it did.
+func takeOne(n *atomic.Int64) bool {
+	for {
+		v := n.Load()
+		if v <= 0 {
+			return false
+		}
+		if n.CompareAndSwap(v, v-1) {
+			return true
+		}
+	}
+}
+
+func isAddRun(b []byte) bool {
+	l := bytes.ToLower(b)
+	return bytes.Contains(l, []byte("evalsha")) && bytes.Contains(b, []byte(":op:"))
+}
+
 func (p *faultProxy) serve() {
 	for {
 		c, err := p.ln.Accept()
@@ -101,9 +157,10 @@ func (p *faultProxy) serve() {
 		if p.holdNew.Load() {
 			// Open, and silent: a dial that succeeds and a handshake
 			// that never gets an answer.
-			p.mu.Lock()
-			p.conns = append(p.conns, c)
-			p.mu.Unlock()
+			if !p.track(c) {
+				_ = c.Close()
+				return
+			}
 			continue
 		}
 		u, err := net.DialTimeout("tcp", p.upstream, 2*time.Second)
@@ -111,11 +168,14 @@ func (p *faultProxy) serve() {
 			_ = c.Close()
 			continue
 		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, u)
-		p.mu.Unlock()
+		if !p.track(c, u) {
+			_ = c.Close()
+			_ = u.Close()
+			return
+		}
 		p.open.Add(1)
-		var sub atomic.Bool
+		var sub, cut, late, wasHeld atomic.Bool
+		var held sync.WaitGroup // requests held back, still to be written to u
 		var once sync.Once
 		done := func() {
 			once.Do(func() {
@@ -123,30 +183,81 @@ func (p *faultProxy) serve() {
 				if sub.Load() {
 					p.subOpen.Add(-1)
 				}
+				if !wasHeld.Load() {
+					_ = u.Close()
+					return
+				}
+				go func() {
+					// A held request still reaches the server, late, after
+					// its client gave up on the connection.
+					held.Wait()
+					time.Sleep(200 * time.Millisecond)
+					_ = u.Close()
+				}()
 			})
-			_ = u.Close()
 			_ = c.Close()
 		}
 		go func() { // client -> server
-			buf := make([]byte, 32<<10)
+			var hold chan []byte // set once a request is held: what follows waits behind it
+			defer func() {
+				if hold != nil {
+					close(hold)
+				}
+				done()
+			}()
+			buf := make([]byte, 64<<10)
 			for {
 				n, err := c.Read(buf)
 				if n > 0 {
-					if bytes.Contains(bytes.ToLower(buf[:n]), []byte("subscribe")) {
+					chunk := buf[:n]
+					if bytes.Contains(bytes.ToLower(chunk), []byte("subscribe")) {
 						if !sub.Swap(true) {
 							p.subs.Add(1)
 							p.subOpen.Add(1)
 						}
 					}
-					if _, werr := u.Write(buf[:n]); werr != nil {
-						break
+					if isAddRun(chunk) {
+						p.addRequests.Add(1)
+						switch {
+						case takeOne(&p.cutReply):
+							p.faults.Add(1)
+							cut.Store(true)
+						case takeOne(&p.delayReply):
+							p.faults.Add(1)
+							late.Store(true)
+						case hold == nil && takeOne(&p.delayRequest):
+							p.faults.Add(1)
+							// The client gives up on this connection and
+							// resends on another; the server gets this
+							// request (and whatever follows it here) late,
+							// after the resend ran.
+							hold = make(chan []byte, 1024)
+							d := time.Duration(p.addDelay.Load())
+							wasHeld.Store(true)
+							held.Add(1)
+							go func() {
+								defer held.Done()
+								time.Sleep(d)
+								for b := range hold {
+									if _, err := u.Write(b); err == nil {
+										p.lateWritten.Add(1)
+									}
+								}
+							}()
+						}
+					}
+					if hold != nil {
+						hold <- bytes.Clone(chunk)
+						continue
+					}
+					if _, werr := u.Write(chunk); werr != nil {
+						return
 					}
 				}
 				if err != nil {
-					break
+					return
 				}
 			}
-			done()
 		}()
 		go func() { // server -> client, frame by frame
 			defer done()
@@ -177,10 +288,17 @@ func (p *faultProxy) serve() {
 			}()
 			defer close(out)
 			br := bufio.NewReaderSize(u, 64<<10)
+			var lateUntil time.Time // a late reply holds what follows it too
 			for {
 				frame, isMsg, err := readRESP(br)
 				if err != nil {
 					return
+				}
+				for p.stall.Load() {
+					time.Sleep(time.Millisecond)
+				}
+				if cut.Load() {
+					return // the reply is dropped, the connection cut
 				}
 				if sub.Load() {
 					if p.deaf.Load() {
@@ -199,6 +317,12 @@ func (p *faultProxy) serve() {
 				at := time.Now()
 				if sub.Load() {
 					at = at.Add(time.Duration(p.delay.Load()))
+				}
+				if late.Swap(false) {
+					lateUntil = time.Now().Add(time.Duration(p.addDelay.Load()))
+				}
+				if at.Before(lateUntil) {
+					at = lateUntil
 				}
 				out <- item{at: at, frame: frame}
 			}

@@ -31,18 +31,17 @@ func bucketCountSetup(t *testing.T, be testutil.Backend) (config.Config, redis.U
 	return cfg, rdb, a
 }
 
-// TestReview12LostBucketCountRewritten attacks promise 3: "a topic's
-// recorded bucket count is never changed to a different value by this
-// restoration (a topic recorded with N buckets stays N; a client configured
-// with another count must get an error, not rewrite it)" and "keeps its
-// jobs moving even if ... its recorded bucket count is lost".
+// TestLostBucketCountRestoredUnchanged: a topic whose recorded bucket
+// count is lost keeps its jobs moving, and the restoration never changes
+// the count: a topic recorded with N buckets stays N, and a client
+// configured with another count gets an error instead of rewriting it.
 //
 // A listens to the topic with 4 buckets. The topic's meta (its bucket
 // count) is deleted, the topic stays in the topic set. A keeps running
 // (so a listening client is there to restore it) for 20 ScanIntervals.
 // Then B, configured with 2 buckets, starts a listener on the topic and
-// adds to it: it must get ErrBucketMismatch, and the count must stay 4.
-func TestReview12LostBucketCountRewritten(t *testing.T) {
+// adds to it: it gets ErrBucketMismatch, and the count stays 4.
+func TestLostBucketCountRestoredUnchanged(t *testing.T) {
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			ctx := context.Background()
@@ -82,14 +81,15 @@ func TestReview12LostBucketCountRewritten(t *testing.T) {
 
 var _ = bucket.Owner
 
-// TestReview12LostBucketCountStrandsOnNewClient attacks promise 3: "A
-// topic that has a listener keeps its jobs moving even if ... its recorded
-// bucket count is lost". A listens to the topic (4 buckets); producer P
-// added to it before (so its cache says the topic is recorded). The count
-// is lost. C, a client with no listener, starts: it reads the set, finds no
-// count, and skips the topic, yet it owns some of its buckets. P adds due
-// jobs to C's buckets: with A listening, they must run within ~3 s.
-func TestReview12LostBucketCountStrandsOnNewClient(t *testing.T) {
+// TestLostBucketCountStrandsNoJobOnANewClient: a topic that has a listener
+// keeps its jobs moving after its recorded bucket count is lost, also in
+// the buckets of a client that started after the loss. A listens to the
+// topic (4 buckets); producer P added to it before (so its cache says the
+// topic is recorded). The count is lost. C, a client with no listener,
+// starts: it reads the set, finds no count, yet it owns some of the
+// topic's buckets. P adds due jobs to C's buckets: with A listening, they
+// run within ~3 s.
+func TestLostBucketCountStrandsNoJobOnANewClient(t *testing.T) {
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			ctx := context.Background()
@@ -159,11 +159,11 @@ func TestReview12LostBucketCountStrandsOnNewClient(t *testing.T) {
 	}
 }
 
-// TestReview12TopicSetEntryDeletedRepeatedly attacks promise 3: the topic's
-// entry in the topic set is deleted every 150 ms for 8 s, while topics
-// retire after 1 s, and a producer that recorded the topic before keeps
-// adding due jobs; A listens. Each job must run within 3 s of being added.
-func TestReview12TopicSetEntryDeletedRepeatedly(t *testing.T) {
+// TestTopicSetEntryDeletedRepeatedlyDelaysNoJob: while the topic's entry in
+// the topic set is deleted every 150 ms for 8 s, topics retire after 1 s,
+// and a producer that recorded the topic before keeps adding due jobs,
+// each job runs within 3 s of being added (A listens).
+func TestTopicSetEntryDeletedRepeatedlyDelaysNoJob(t *testing.T) {
 	t.Parallel()
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
@@ -208,4 +208,49 @@ func TestReview12TopicSetEntryDeletedRepeatedly(t *testing.T) {
 			require.Emptyf(t, bad, "%d of %d jobs never ran; recorded count %q", len(bad), len(added), got)
 		})
 	}
+}
+
+// TestLostTopicSetEntryStrandsNoJob: a failover that loses a topic's entry
+// in the topic set strands none of its jobs, although nobody adds to the
+// topic again.
+//
+// A producer adds a job due in 2 s; a running client listens to the
+// topic. Then the topic's entry in the topic set is lost, as an
+// asynchronous-replication failover of the set's master loses the last
+// SADD (on a cluster the set and the job's bucket live on different
+// masters, so the job survives while the record does not). The job is
+// delivered within 15 s (150 ScanIntervals, well past every background
+// period of the Fast config), without any Add-driven way back (a wake-up
+// naming an unknown topic, a producer re-recording after RecordEvery).
+func TestLostTopicSetEntryStrandsNoJob(t *testing.T) {
+	eachReal(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const topic = "orders"
+		l := newListener(topic, nil)
+		startWith(t, e.c, l)
+		producer := e.another(t, nil) // never started: writes only
+		require.NoError(t, producer.Add(ctx, &redeq.Job{Topic: topic, ID: "first"}))
+		waitFor(t, 10*time.Second, "setup: the first job ran", func() bool { return l.byID()["first"] == 1 })
+
+		require.NoError(t, producer.Add(ctx, &redeq.Job{Topic: topic, ID: "late", Delay: 2 * time.Second}))
+		// The failover loses the topic's record (its SADD was the set's
+		// last write); the job's bucket, on another master, keeps the job.
+		require.NoError(t, e.rdb.SRem(ctx, keys.Topics(e.cfg.Prefix), topic).Err())
+
+		deadline := time.Now().Add(15 * time.Second)
+		for time.Now().Before(deadline) && l.byID()["late"] == 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		st := stats(t, e.c, topic)
+		require.Equalf(t, 1, l.byID()["late"],
+			"a job whose topic record a failover lost was not delivered 13 s after its due time (scheduled=%d ready=%d, topic in set: %v)",
+			st.Scheduled, st.Ready, e.rdb.SIsMember(ctx, keys.Topics(e.cfg.Prefix), topic).Val())
+
+		// The failover loses the topic's bucket count as well.
+		require.NoError(t, producer.Add(ctx, &redeq.Job{Topic: topic, ID: "later", Delay: time.Second}))
+		require.NoError(t, e.rdb.SRem(ctx, keys.Topics(e.cfg.Prefix), topic).Err())
+		require.NoError(t, e.rdb.Del(ctx, keys.ForTopic(e.cfg.Prefix, topic).Meta()).Err())
+		waitFor(t, 15*time.Second, "the job whose topic lost its record and bucket count ran", func() bool { return l.byID()["later"] == 1 })
+		require.Equal(t, fmt.Sprint(e.cfg.Concurrency), e.rdb.HGet(ctx, keys.ForTopic(e.cfg.Prefix, topic).Meta(), "buckets").Val())
+	})
 }
