@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 
 	"github.com/redeq-go/redeq/redeq"
 )
@@ -97,13 +96,18 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, redeq.ErrJobNotFound), errors.Is(err, redeq.ErrJobNotWaiting):
 			skipped++
 		default:
-			h.apiFail(w, r, fmt.Errorf("%d of %d jobs done, then: %w", done, len(ids), err))
+			err = fmt.Errorf("%d of %d jobs done, then: %w", done, len(ids), err)
+			h.audit(r, "bulk-"+opName, t, done, err, "state", string(state), "named", len(ids), "skipped", skipped)
+			h.apiFail(w, r, err)
 			return
 		}
 	}
-	back.Set("done", "bulk-"+opName)
-	back.Set("n", strconv.Itoa(done))
-	back.Set("skipped", strconv.Itoa(skipped))
+	h.audit(r, "bulk-"+opName, t, done, nil, "state", string(state), "named", len(ids), "skipped", skipped)
+	f := "%d jobs requeued, due now"
+	if opName == "delete" {
+		f = "%d jobs deleted"
+	}
+	h.flash(w, r, outcome(f, done, skipped))
 	http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
 }
 
@@ -131,8 +135,7 @@ func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if len(ids) == 0 {
-			back.Set("done", "purged")
-			back.Set("n", "0")
+			h.flash(w, r, "No dead job to purge.")
 			http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
 			return
 		}
@@ -166,12 +169,13 @@ func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := h.c.PurgeDeadJobs(ctx, t, ids)
 	if err != nil {
-		h.apiFail(w, r, fmt.Errorf("%d of %d jobs purged, then: %w", res.Done, len(ids), err))
+		err = fmt.Errorf("%d of %d jobs purged, then: %w", res.Done, len(ids), err)
+		h.audit(r, "purge", t, res.Done, err, "state", string(redeq.StateDead), "named", len(ids))
+		h.apiFail(w, r, err)
 		return
 	}
-	back.Set("done", "purged")
-	back.Set("n", strconv.Itoa(res.Done))
-	back.Set("skipped", strconv.Itoa(res.Skipped))
+	h.audit(r, "purge", t, res.Done, nil, "state", string(redeq.StateDead), "named", len(ids), "skipped", res.Skipped)
+	h.flash(w, r, outcome("%d dead jobs purged", res.Done, res.Skipped))
 	http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
 }
 
@@ -200,23 +204,12 @@ func (h *handler) deadIDs(ctx context.Context, topic string) ([]string, error) {
 	return ids, nil
 }
 
-// counted are the outcome codes whose message carries counts.
-var counted = map[string]string{
-	"bulk-requeue": "%d jobs requeued, due now",
-	"bulk-delete":  "%d jobs deleted",
-	"purged":       "%d dead jobs purged",
-}
-
-// message returns the message of an action's outcome code in q.
-func message(q url.Values) string {
-	code := q.Get("done")
-	if f, ok := counted[code]; ok {
-		n, _ := strconv.Atoi(q.Get("n"))
-		s := fmt.Sprintf(f, n)
-		if k, _ := strconv.Atoi(q.Get("skipped")); k > 0 {
-			s += fmt.Sprintf("; %d skipped (no longer there)", k)
-		}
-		return s + "."
+// outcome is the message of a bulk action that did n jobs and skipped
+// some.
+func outcome(f string, n, skipped int) string {
+	s := fmt.Sprintf(f, n)
+	if skipped > 0 {
+		s += fmt.Sprintf("; %d skipped (no longer there)", skipped)
 	}
-	return done[code]
+	return s + "."
 }

@@ -38,11 +38,21 @@ func chartsOf(ms []redeq.Minute) charts {
 	sum := redeq.SumMinutes(ms)
 	c := charts{Processed: sum.Processed, Failed: sum.Failed, Timed: sum.Lateness.Count(), P50: "—", P99: "—"}
 	if c.Timed > 0 {
-		c.P50, c.P99 = duration(sum.LatenessP50()), duration(sum.LatenessP99())
+		c.P50, c.P99 = lateness(sum.LatenessP50()), lateness(sum.LatenessP99())
 	}
 	c.Activity = activityChart(ms)
 	c.Lateness = latenessChart(ms)
 	return c
+}
+
+// lateness prints a quantile of a histogram: one in its last counter,
+// past every bound, is only known to be at least that bound, and says so
+// ("≥ 60.00s") rather than pass for the figure.
+func lateness(d time.Duration) string {
+	if d >= redeq.LatenessBound(redeq.LatenessBuckets-2) {
+		return "≥ " + duration(d)
+	}
+	return duration(d)
 }
 
 // duration prints a lateness as a person reads it.
@@ -119,7 +129,7 @@ func latenessChart(ms []redeq.Minute) template.HTML {
 		}
 	}
 	var b strings.Builder
-	frame(&b, "chart-lateness", "Lateness p50 and p99 per minute", duration(top), len(ms))
+	frame(&b, "chart-lateness", "Lateness p50 and p99 per minute", lateness(top), len(ms))
 	base := float64(chartH - chartBottom)
 	for _, line := range []struct {
 		class string

@@ -44,13 +44,16 @@ type Options struct {
 	// PageSize is how many jobs a topic page lists, 1..MaxPageSize.
 	// Defaults to DefaultPageSize (50).
 	PageSize int
-	// Logger records failed Redis calls. Defaults to slog.Default().
+	// Logger records failed Redis calls, and one audit line per action
+	// taken (who, what, topic, how many, result). Defaults to
+	// slog.Default().
 	Logger *slog.Logger
 }
 
 const (
 	tokenCookie = "redeq_token"
 	csrfCookie  = "redeq_csrf"
+	flashCookie = "redeq_flash"
 	csrfField   = "csrf"
 )
 
@@ -63,6 +66,7 @@ type handler struct {
 	mux  *http.ServeMux
 	cop  *http.CrossOriginProtection
 	tmpl map[string]*template.Template
+	key  [32]byte // signs the flash messages: random per handler
 }
 
 // New returns the dashboard of c's topics. Options out of range take their
@@ -79,6 +83,7 @@ func New(c *redeq.Client, opt Options) http.Handler {
 		opt.Logger = slog.Default()
 	}
 	h := &handler{c: c, opt: opt, mux: http.NewServeMux(), cop: http.NewCrossOriginProtection(), tmpl: parseTemplates()}
+	_, _ = rand.Read(h.key[:])
 	static, _ := fs.Sub(assets, "static")
 	h.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	h.mux.HandleFunc("GET /{$}", h.overview)

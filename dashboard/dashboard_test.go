@@ -197,7 +197,7 @@ func TestActions(t *testing.T) {
 
 			act := func(op, id string) {
 				t.Helper()
-				code, body := e.post(t, url.Values{"csrf": {tok}, "op": {op}, "t": {"orders"}, "id": {id}})
+				code, body := e.post(t, url.Values{"csrf": {tok}, "op": {op}, "t": {"orders"}, "id": {id}, "confirm": {"1"}})
 				require.Equal(t, http.StatusSeeOther, code, body)
 			}
 			act("delete", "del")
@@ -331,7 +331,7 @@ func TestActionsNeedCSRFToken(t *testing.T) {
 	e := setup(t, testutil.Backends(t)[0], dashboard.Options{})
 	add(t, e.c, "orders", "1", "x", time.Hour)
 	tok := e.csrf(t, "/topic?t=orders")
-	form := url.Values{"op": {"delete"}, "t": {"orders"}, "id": {"1"}}
+	form := url.Values{"op": {"delete"}, "t": {"orders"}, "id": {"1"}, "confirm": {"1"}}
 	code, _ := e.post(t, form)
 	require.Equal(t, http.StatusForbidden, code, "no token")
 	form.Set("csrf", strings.Repeat("0", 64))

@@ -1,9 +1,17 @@
 // Package dashboard is a web page for the operators of redeq: every topic
-// with its counts and its last hour charted (jobs processed and failed,
+// with its counts, how long its oldest due job has waited (the server's
+// clock), a "no consumer" flag on a topic with due work and no consumer,
+// and its last hour charted (jobs processed and failed,
 // lateness p50 and p99, per minute, as SVG drawn on the server), a topic's
 // jobs by state, one job with its body, and the admin actions (delete, run
 // now, requeue, pause, resume; requeue or delete of the dead or un-acked
-// jobs selected, purge of the dead set, each after a confirmation page).
+// jobs selected, purge of the dead set; delete, pause, resume, bulk
+// actions and purge after a confirmation page). The overview searches
+// topics (?q=) and sorts them (?sort=name, ready, dead or overdue); any
+// reading page refreshes itself with ?refresh=N seconds (a meta tag, a
+// link turns it off). Each action taken logs one line through
+// Options.Logger: who, what, topic, how many jobs, result; its outcome
+// shows from a cookie the handler signed, never from the address.
 //
 // It is an http.Handler built on the redeq client's public API and the
 // standard library only; its templates and stylesheet are embedded, so it

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -9,7 +10,9 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -29,19 +32,36 @@ type view struct {
 	CSRF     string
 	ReadOnly bool
 	Title    string
-	Msg      string
+	Msg      string // the outcome of the last action, from its signed flash
 	D        any
+	// Refresh is the auto-refresh period in seconds, 0 when off; the
+	// links turn it on and off (pages that offer it only).
+	Refresh               int
+	RefreshOn, RefreshOff string
 }
 
-// done maps an action's outcome code to its message, so the address bar
-// carries no text of its own.
-var done = map[string]string{
-	"deleted":  "Job deleted.",
-	"run":      "Job due now.",
-	"requeued": "Job requeued, due now.",
-	"paused":   "Topic paused: no listener fetches its jobs until it is resumed.",
-	"resumed":  "Topic resumed.",
+// The bounds of ?refresh=N, in seconds.
+const (
+	DefaultRefresh = 10
+	MinRefresh     = 2
+	MaxRefresh     = 3600
+)
+
+// refreshOf returns the auto-refresh period q asks for: 0 (off) when it
+// is absent or not a number, else bounded to MinRefresh..MaxRefresh.
+func refreshOf(q url.Values) int {
+	n, err := strconv.Atoi(q.Get("refresh"))
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0
+	}
+	if n <= 0 {
+		return 0
+	}
+	return min(max(n, MinRefresh), MaxRefresh)
 }
+
+// refreshable are the pages that offer auto-refresh: those that only read.
+var refreshable = map[string]bool{"overview.html": true, "topic.html": true, "job.html": true}
 
 func parseTemplates() map[string]*template.Template {
 	funcs := template.FuncMap{
@@ -51,7 +71,13 @@ func parseTemplates() map[string]*template.Template {
 			}
 			return t.UTC().Format("2006-01-02 15:04:05.000Z")
 		},
-		"count":   func(st redeq.Stats, s redeq.State) int64 { return count(st, s) },
+		"count": func(st redeq.Stats, s redeq.State) int64 { return count(st, s) },
+		"ago": func(d time.Duration) string {
+			if d <= 0 {
+				return "—"
+			}
+			return ago(d)
+		},
 		"ops":     ops,
 		"maxBulk": func() int { return MaxBulk },
 		"btn": func(v view, op, t, id string, state any, back, label string, danger bool) button {
@@ -66,7 +92,19 @@ func parseTemplates() map[string]*template.Template {
 }
 
 func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data any) {
-	v := view{Base: h.opt.Path, ReadOnly: h.opt.ReadOnly, Title: title, Msg: message(r.URL.Query()), D: data}
+	v := view{Base: h.opt.Path, ReadOnly: h.opt.ReadOnly, Title: title, Msg: h.takeFlash(w, r), D: data}
+	if refreshable[page] && status == http.StatusOK {
+		q := r.URL.Query()
+		v.Refresh = refreshOf(q)
+		if v.Refresh > 0 {
+			q.Set("refresh", strconv.Itoa(v.Refresh))
+		} else {
+			q.Set("refresh", strconv.Itoa(DefaultRefresh))
+		}
+		v.RefreshOn = h.link(r.URL.Path, q)
+		q.Del("refresh")
+		v.RefreshOff = h.link(r.URL.Path, q)
+	}
 	if !h.opt.ReadOnly {
 		v.CSRF = h.csrfToken(w, r)
 	}
@@ -101,60 +139,178 @@ func (h *handler) apiFail(w http.ResponseWriter, r *http.Request, err error) {
 
 type topicRow struct {
 	redeq.TopicInfo
-	Stats redeq.Stats
-	Hour  redeq.Minute // the last hour, summed
-	Err   string
+	Stats   redeq.Stats
+	Hour    redeq.Minute  // the last hour, summed
+	Overdue time.Duration // of its oldest due job not started, 0 when none
+	Err     string
+}
+
+// Unattended reports a topic with due work (ready jobs, or a job past its
+// due time) and no consumer to run it.
+func (r topicRow) Unattended() bool { return unattended(r.Stats, r.Overdue) }
+
+func unattended(st redeq.Stats, overdue time.Duration) bool {
+	return st.Consumers == 0 && (st.Ready > 0 || overdue > 0)
+}
+
+type sortLink struct {
+	Key, Label, Link string
+	On               bool
 }
 
 type overviewData struct {
 	Topics     []topicRow
-	Total      int
+	Total      int // topics of the prefix
+	Matched    int // of those, the ones the search matches
+	Query      string
+	Sort       string
+	Sorts      []sortLink
+	Refresh    int
+	Note       string
 	Prev, Next string
 	Charts     charts // the topics of this page together
 }
 
+// The overview's sort orders: by name, or the topics with the most of a
+// figure first.
+var sortKeys = []struct{ Key, Label string }{{"name", "name"}, {"ready", "ready"}, {"dead", "dead"}, {"overdue", "overdue"}}
+
+// MaxSorted bounds the topics the overview reads to sort by a figure (one
+// Stats call each); past it the overview sorts by name and says so.
+const MaxSorted = 1000
+
+// MaxQuery bounds the length of the overview's topic search.
+const MaxQuery = 200
+
 func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	topics, err := h.c.Topics(ctx)
+	q := r.URL.Query()
+	all, err := h.c.Topics(ctx)
 	if err != nil {
 		h.apiFail(w, r, err)
 		return
 	}
+	d := overviewData{Total: len(all), Query: q.Get("q"), Sort: q.Get("sort"), Refresh: refreshOf(q)}
+	if len(d.Query) > MaxQuery {
+		h.fail(w, r, http.StatusBadRequest, fmt.Sprintf("The search is %d bytes long: at most %d.", len(d.Query), MaxQuery))
+		return
+	}
+	topics := all
+	if d.Query != "" {
+		topics = nil
+		needle := strings.ToLower(d.Query)
+		for _, t := range all {
+			if strings.Contains(strings.ToLower(t.Name), needle) {
+				topics = append(topics, t)
+			}
+		}
+	}
+	d.Matched = len(topics)
+	switch d.Sort {
+	case "ready", "dead", "overdue":
+		if len(topics) > MaxSorted {
+			d.Note = fmt.Sprintf("Sorted by name: sorting by %s reads every topic, and %d topics match (at most %d).", d.Sort, len(topics), MaxSorted)
+			d.Sort = "name"
+		}
+	default:
+		d.Sort = "name"
+	}
+	// keep builds a link of this view with some parameters changed.
+	keep := func(set ...string) string {
+		v := url.Values{}
+		if d.Query != "" {
+			v.Set("q", d.Query)
+		}
+		if d.Sort != "name" {
+			v.Set("sort", d.Sort)
+		}
+		if d.Refresh > 0 {
+			v.Set("refresh", strconv.Itoa(d.Refresh))
+		}
+		for i := 0; i+1 < len(set); i += 2 {
+			if set[i+1] == "" {
+				v.Del(set[i])
+			} else {
+				v.Set(set[i], set[i+1])
+			}
+		}
+		return h.link("/", v)
+	}
+	for _, k := range sortKeys {
+		key := k.Key
+		if key == "name" {
+			key = ""
+		}
+		d.Sorts = append(d.Sorts, sortLink{Key: k.Key, Label: k.Label, On: k.Key == d.Sort, Link: keep("sort", key)})
+	}
 	// A page past the last shows the last; a bad or huge number, the first
 	// or the last: the multiplication below never overflows.
 	last := max(len(topics)-1, 0) / TopicsPerPage
-	pg, err := strconv.Atoi(r.URL.Query().Get("page"))
+	pg, err := strconv.Atoi(q.Get("page"))
 	if err != nil && !errors.Is(err, strconv.ErrRange) {
 		pg = 0
 	}
 	pg = min(max(pg, 0), last)
 	from := min(pg*TopicsPerPage, len(topics))
 	to := min(from+TopicsPerPage, len(topics))
-	d := overviewData{Total: len(topics)}
-	since := time.Now().Add(-ChartWindow)
-	var hist [][]redeq.Minute
-	for _, t := range topics[from:to] {
+	// Sorting by a figure reads every matching topic; by name, the page's.
+	read := topics[from:to]
+	if d.Sort != "name" {
+		read = topics
+	}
+	rows := make([]topicRow, 0, len(read))
+	names := make([]string, 0, len(read))
+	for _, t := range read {
 		row := topicRow{TopicInfo: t}
-		st, err := h.c.Stats(ctx, t.Name)
-		if err == nil {
-			var ms []redeq.Minute
-			if ms, err = h.c.History(ctx, t.Name, since); err == nil {
-				hist = append(hist, ms)
-				row.Hour = redeq.SumMinutes(ms)
-			}
-		}
+		row.Stats, err = h.c.Stats(ctx, t.Name)
 		if err != nil {
 			row.Err = err.Error()
 		}
-		row.Stats = st
-		d.Topics = append(d.Topics, row)
+		rows = append(rows, row)
+		names = append(names, t.Name)
 	}
+	overdue, err := h.c.OldestOverdue(ctx, names...)
+	if err != nil {
+		h.apiFail(w, r, err)
+		return
+	}
+	for i := range rows {
+		rows[i].Overdue = overdue[rows[i].Name]
+	}
+	if d.Sort != "name" {
+		figure := func(r topicRow) int64 {
+			switch d.Sort {
+			case "ready":
+				return r.Stats.Ready
+			case "dead":
+				return r.Stats.Dead
+			}
+			return int64(r.Overdue)
+		}
+		slices.SortStableFunc(rows, func(a, b topicRow) int { return cmp.Compare(figure(b), figure(a)) })
+		rows = rows[from:to]
+	}
+	since := time.Now().Add(-ChartWindow)
+	var hist [][]redeq.Minute
+	for i := range rows {
+		if rows[i].Err != "" {
+			continue
+		}
+		ms, err := h.c.History(ctx, rows[i].Name, since)
+		if err != nil {
+			rows[i].Err = err.Error()
+			continue
+		}
+		hist = append(hist, ms)
+		rows[i].Hour = redeq.SumMinutes(ms)
+	}
+	d.Topics = rows
 	d.Charts = chartsOf(mergeMinutes(hist))
 	if pg > 0 {
-		d.Prev = h.link("/", url.Values{"page": {strconv.Itoa(pg - 1)}})
+		d.Prev = keep("page", strconv.Itoa(pg-1))
 	}
 	if to < len(topics) {
-		d.Next = h.link("/", url.Values{"page": {strconv.Itoa(pg + 1)}})
+		d.Next = keep("page", strconv.Itoa(pg+1))
 	}
 	h.render(w, r, http.StatusOK, "overview.html", "Topics", d)
 }
@@ -176,7 +332,13 @@ type topicData struct {
 	First  string
 	Next   string
 	Bulk   []op // actions on the jobs selected
+	// Overdue is how long ago the topic's oldest due job not started fell
+	// due (the server's clock), 0 when none.
+	Overdue time.Duration
 }
+
+// Unattended reports due work and no consumer to run it.
+func (d topicData) Unattended() bool { return unattended(d.Stats, d.Overdue) }
 
 func (h *handler) topic(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -201,16 +363,28 @@ func (h *handler) topic(w http.ResponseWriter, r *http.Request) {
 		h.apiFail(w, r, err)
 		return
 	}
-	d := topicData{Topic: name, State: state, Stats: st, Jobs: page.Jobs, Charts: chartsOf(ms), Bulk: bulkOps(state)}
+	overdue, err := h.c.OldestOverdue(ctx, name)
+	if err != nil {
+		h.apiFail(w, r, err)
+		return
+	}
+	d := topicData{Topic: name, State: state, Stats: st, Jobs: page.Jobs, Charts: chartsOf(ms), Bulk: bulkOps(state), Overdue: overdue[name]}
+	// The links keep the auto-refresh on.
+	link := func(v url.Values) string {
+		if n := refreshOf(q); n > 0 {
+			v.Set("refresh", strconv.Itoa(n))
+		}
+		return h.link("/topic", v)
+	}
 	for _, s := range states {
 		d.Tabs = append(d.Tabs, stateTab{State: s, Count: count(st, s), On: s == state,
-			Link: h.link("/topic", url.Values{"t": {name}, "state": {string(s)}})})
+			Link: link(url.Values{"t": {name}, "state": {string(s)}})})
 	}
 	if q.Get("cursor") != "" {
-		d.First = h.link("/topic", url.Values{"t": {name}, "state": {string(state)}})
+		d.First = link(url.Values{"t": {name}, "state": {string(state)}})
 	}
 	if page.Next != "" {
-		d.Next = h.link("/topic", url.Values{"t": {name}, "state": {string(state)}, "cursor": {page.Next}})
+		d.Next = link(url.Values{"t": {name}, "state": {string(state)}, "cursor": {page.Next}})
 	}
 	h.render(w, r, http.StatusOK, "topic.html", name, d)
 }
@@ -271,39 +445,74 @@ func ops(j *redeq.Job) []op {
 	return append(out, op{Name: "delete", Label: "Delete", Danger: true})
 }
 
+// confirmed are the actions that ask first: they destroy a job, or act on
+// the whole fleet of a topic at once.
+var confirmed = map[string]struct{ Question, Label string }{
+	"delete": {"Delete job %[2]s of topic %[1]s, for good?", "Delete job %[2]s"},
+	"pause":  {"Pause topic %[1]s? No listener of any consumer fetches its jobs until it is resumed.", "Pause %[1]s"},
+	"resume": {"Resume topic %[1]s? Every consumer's listeners fetch its jobs again.", "Resume %[1]s"},
+}
+
 func (h *handler) action(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	t, id := r.PostFormValue("t"), r.PostFormValue("id")
+	opName, t, id := r.PostFormValue("op"), r.PostFormValue("t"), r.PostFormValue("id")
 	back := url.Values{"t": {t}}
 	if s := r.PostFormValue("state"); s != "" {
 		back.Set("state", s)
 	}
+	if c, ok := confirmed[opName]; ok && r.PostFormValue("confirm") != "1" {
+		cancel := h.link("/topic", back)
+		if r.PostFormValue("back") == "overview" {
+			cancel = h.link("/", nil)
+		} else if opName == "delete" {
+			cancel = h.link("/job", url.Values{"t": {t}, "id": {id}})
+		}
+		fields := url.Values{"op": {opName}, "t": {t}, "state": {r.PostFormValue("state")}, "back": {r.PostFormValue("back")}}
+		var ids []string
+		if opName == "delete" {
+			ids = []string{id}
+		}
+		h.render(w, r, http.StatusOK, "confirm.html", "Confirm", confirmData{
+			Question: fmt.Sprintf(c.Question, t, id), Action: "/action", Fields: fields, IDs: ids,
+			Label: fmt.Sprintf(c.Label, t, id), Cancel: cancel,
+		})
+		return
+	}
 	var err error
-	var code, page string
-	switch r.PostFormValue("op") {
+	var msg, page string
+	switch opName {
 	case "delete":
 		_, err = h.c.Delete(ctx, t, id)
-		code, page = "deleted", "/topic"
+		msg, page = "Job "+id+" deleted.", "/topic"
 	case "run":
 		// Due now by the server's clock, which the movers go by: the
 		// dashboard's own may be ahead of it.
 		err = h.c.RescheduleIn(ctx, t, id, 0)
-		code, page = "run", "/job"
+		msg, page = "Job due now.", "/job"
 	case "requeue-unack":
 		err = h.c.RequeueUnAck(ctx, t, id, 0)
-		code, page = "requeued", "/job"
+		msg, page = "Job requeued, due now.", "/job"
 	case "requeue-dead":
 		err = h.c.RequeueDead(ctx, t, id, 0)
-		code, page = "requeued", "/job"
+		msg, page = "Job requeued, due now.", "/job"
 	case "pause":
 		err = h.c.Pause(ctx, t)
-		code, page = "paused", "/topic"
+		msg, page = "Topic "+t+" paused: no listener fetches its jobs until it is resumed.", "/topic"
 	case "resume":
 		err = h.c.Resume(ctx, t)
-		code, page = "resumed", "/topic"
+		msg, page = "Topic "+t+" resumed.", "/topic"
 	default:
 		h.fail(w, r, http.StatusBadRequest, "Unknown action.")
 		return
+	}
+	jobs := 0
+	if id != "" && err == nil {
+		jobs = 1
+	}
+	if id != "" {
+		h.audit(r, opName, t, jobs, err, "job", id)
+	} else {
+		h.audit(r, opName, t, jobs, err)
 	}
 	if err != nil {
 		h.apiFail(w, r, err)
@@ -315,8 +524,16 @@ func (h *handler) action(w http.ResponseWriter, r *http.Request) {
 	if r.PostFormValue("back") == "overview" {
 		page, back = "/", url.Values{}
 	}
-	back.Set("done", code)
+	h.flash(w, r, msg)
 	http.Redirect(w, r, h.link(page, back), http.StatusSeeOther)
+}
+
+// ago prints how long ago something fell due, to the second.
+func ago(d time.Duration) string {
+	if d < time.Second {
+		return duration(d)
+	}
+	return d.Round(time.Second).String()
 }
 
 // preview is a body as the job page shows it: text when it is printable

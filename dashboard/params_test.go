@@ -62,7 +62,7 @@ func FuzzPageParams(f *testing.F) {
 		}
 	}
 	h := dashboard.New(c, dashboard.Options{})
-	for _, seed := range []string{"page=9223372036854775807", "page=-1", "t=fz&state=scheduled&cursor=zz", "t=fz&id=0", "t=%00&state=dead", "t=fz&state=bogus", "cursor=" + strings.Repeat("A", 5000)} {
+	for _, seed := range []string{"page=9223372036854775807", "page=-1", "t=fz&state=scheduled&cursor=zz", "t=fz&id=0", "t=%00&state=dead", "t=fz&state=bogus", "cursor=" + strings.Repeat("A", 5000), "q=fz&sort=overdue&page=9223372036854775807", "sort=dead&q=%00", "refresh=-9223372036854775808", "refresh=99999999999999999999&q=" + strings.Repeat("x", 300)} {
 		f.Add("/", seed)
 		f.Add("/topic", seed)
 		f.Add("/job", seed)
