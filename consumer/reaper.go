@@ -10,23 +10,22 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redeq-go/redeq/internal/env"
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/script"
 	"github.com/redeq-go/redeq/lock"
 )
 
 var (
 	//go:embed recover.lua
 	recoverSource string
-	recoverScript = redis.NewScript(recoverSource)
+	recoverScript = script.New(recoverSource)
 	//go:embed silent.lua
 	silentSource string
-	silentScript = redis.NewScript(silentSource)
+	silentScript = script.New(silentSource)
 	//go:embed gone.lua
 	goneSource string
-	goneScript = redis.NewScript(goneSource)
+	goneScript = script.New(goneSource)
 	// forget.lua runs in a pipeline, one call per topic, as EVAL: a
 	// pipeline cannot fall back from EVALSHA on NOSCRIPT.
 	//go:embed forget.lua
