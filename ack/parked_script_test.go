@@ -2,7 +2,6 @@ package ack
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -20,47 +19,24 @@ type seed map[string][]string
 
 func (s seed) write(t *testing.T, c redis.UniversalClient, k keys.Bucket) {
 	t.Helper()
-	ctx := context.Background()
 	for role, vals := range s {
-		key := roleKey(k, role)
-		for _, v := range vals {
-			f, val, _ := strings.Cut(v, "=")
-			switch role {
-			case "pool", "reasons", "errors":
-				require.NoError(t, c.HSet(ctx, key, f, val).Err())
-			default:
-				require.NoError(t, c.Do(ctx, "ZADD", key, val, f).Err())
-			}
+		switch role {
+		case "pool":
+			testutil.Seed(t, c, testutil.Hash(k.Pool(), vals...))
+		case "reasons":
+			testutil.Seed(t, c, testutil.Hash(k.Reasons(), vals...))
+		case "errors":
+			testutil.Seed(t, c, testutil.Hash(k.Errors(), vals...))
+		case "unack":
+			testutil.Seed(t, c, testutil.ZSet(k.UnAck(), vals...))
+		case "dead":
+			testutil.Seed(t, c, testutil.ZSet(k.Dead(), vals...))
+		case "bucket":
+			testutil.Seed(t, c, testutil.ZSet(k.Scheduled(), vals...))
+		default:
+			t.Fatalf("no role %q", role)
 		}
 	}
-}
-
-func roleKey(k keys.Bucket, role string) string {
-	switch role {
-	case "pool":
-		return k.Pool()
-	case "unack":
-		return k.UnAck()
-	case "dead":
-		return k.Dead()
-	case "bucket":
-		return k.Scheduled()
-	case "reasons":
-		return k.Reasons()
-	case "errors":
-		return k.Errors()
-	}
-	panic("no role " + role)
-}
-
-// dumpAs is the keyspace under k's prefix, with keys named relative to it,
-// so that two prefixes compare.
-func dumpAs(t *testing.T, c redis.UniversalClient, prefix string) map[string]string {
-	out := map[string]string{}
-	for key, v := range testutil.Dump(t, c, prefix) {
-		out[strings.TrimPrefix(key, prefix)] = v
-	}
-	return out
 }
 
 // maxDue is a delay that lands on the cap: the due time it gives is
@@ -115,9 +91,9 @@ func TestRequeueScript(t *testing.T) {
 						return v
 					}
 					require.Equal(t, tc.reply, run())
-					require.Equal(t, dumpAs(t, c, want), dumpAs(t, c, got))
+					require.Equal(t, testutil.DumpUnder(t, c, want), testutil.DumpUnder(t, c, got))
 					require.Equal(t, tc.reply, run(), "rerun after a lost reply")
-					require.Equal(t, dumpAs(t, c, want), dumpAs(t, c, got), "rerun after a lost reply")
+					require.Equal(t, testutil.DumpUnder(t, c, want), testutil.DumpUnder(t, c, got), "rerun after a lost reply")
 				})
 			}
 		})
@@ -168,9 +144,9 @@ func TestTakeScript(t *testing.T) {
 						return v
 					}
 					require.Equal(t, tc.reply, run())
-					require.Equal(t, dumpAs(t, c, want), dumpAs(t, c, got))
+					require.Equal(t, testutil.DumpUnder(t, c, want), testutil.DumpUnder(t, c, got))
 					require.Equal(t, tc.reply, run(), "rerun after a lost reply")
-					require.Equal(t, dumpAs(t, c, want), dumpAs(t, c, got), "rerun after a lost reply")
+					require.Equal(t, testutil.DumpUnder(t, c, want), testutil.DumpUnder(t, c, got), "rerun after a lost reply")
 				})
 			}
 		})

@@ -2,7 +2,6 @@ package bucket
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -43,29 +42,11 @@ func TestRescheduleScript(t *testing.T) {
 			ks{[]string{"j=E"}, nil, []string{"j=tok@c"}}},
 	}
 	write := func(t *testing.T, c redis.UniversalClient, k keys.Bucket, s ks, op bool) {
-		ctx := context.Background()
-		for _, v := range s.pool {
-			f, val, _ := strings.Cut(v, "=")
-			require.NoError(t, c.HSet(ctx, k.Pool(), f, val).Err())
-		}
-		for _, v := range s.state {
-			f, val, _ := strings.Cut(v, "=")
-			require.NoError(t, c.HSet(ctx, k.State(), f, val).Err())
-		}
-		for _, v := range s.bucket {
-			m, score, _ := strings.Cut(v, "=")
-			require.NoError(t, c.Do(ctx, "ZADD", k.Scheduled(), score, m).Err())
-		}
+		testutil.Seed(t, c, testutil.Hash(k.Pool(), s.pool...), testutil.Hash(k.State(), s.state...),
+			testutil.ZSet(k.Scheduled(), s.bucket...))
 		if op {
-			require.NoError(t, c.Set(ctx, k.Op("op"), "0", 0).Err())
+			testutil.Seed(t, c, testutil.String(k.Op("op"), "0"))
 		}
-	}
-	dump := func(t *testing.T, c redis.UniversalClient, prefix string) map[string]string {
-		out := map[string]string{}
-		for key, v := range testutil.Dump(t, c, prefix) {
-			out[strings.TrimPrefix(key, prefix)] = v
-		}
-		return out
 	}
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
@@ -84,9 +65,9 @@ func TestRescheduleScript(t *testing.T) {
 						return v
 					}
 					require.Equal(t, tc.reply, run())
-					require.Equal(t, dump(t, c, want), dump(t, c, got))
+					require.Equal(t, testutil.DumpUnder(t, c, want), testutil.DumpUnder(t, c, got))
 					require.Equal(t, tc.reply, run(), "rerun after a lost reply")
-					require.Equal(t, dump(t, c, want), dump(t, c, got), "rerun after a lost reply")
+					require.Equal(t, testutil.DumpUnder(t, c, want), testutil.DumpUnder(t, c, got), "rerun after a lost reply")
 				})
 			}
 		})
