@@ -30,6 +30,7 @@ var (
 	// pipeline cannot fall back from EVALSHA on NOSCRIPT.
 	//go:embed forget.lua
 	forgetSource string
+	forgetLua    = script.Source(forgetSource)
 )
 
 const (
@@ -375,7 +376,7 @@ func (g *Group) forget(ctx context.Context, s silent) {
 	pipe := g.rdb.Pipeline()
 	for _, line := range s.topics {
 		if topic, _, ok := keys.ParseAddress(line); ok {
-			pipe.Eval(ctx, forgetSource, []string{keys.ForTopic(g.cfg.Prefix, topic).Consumers()}, s.cid, s.beat)
+			pipe.Eval(ctx, forgetLua, []string{keys.ForTopic(g.cfg.Prefix, topic).Consumers()}, s.cid, s.beat)
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
