@@ -13,16 +13,17 @@ import (
 
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/rdb"
+	"github.com/redeq-go/redeq/internal/script"
 	"github.com/redeq-go/redeq/pool"
 )
 
 var (
 	//go:embed requeue.lua
 	requeueSource string
-	requeueScript = redis.NewScript(requeueSource)
+	requeueScript = script.New(requeueSource)
 	//go:embed take.lua
 	takeSource string
-	takeScript = redis.NewScript(takeSource)
+	takeScript = script.New(takeSource)
 )
 
 // Parking names where a parked job waits: un_ack or dead.

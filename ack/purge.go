@@ -9,13 +9,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/script"
 	"github.com/redeq-go/redeq/pool"
 )
 
 var (
 	//go:embed purge.lua
 	purgeSource string
-	purgeScript = redis.NewScript(purgeSource)
+	purgeScript = script.New(purgeSource)
 )
 
 // purgeChunk bounds the dead jobs one purge script call removes.

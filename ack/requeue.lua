@@ -20,8 +20,7 @@ local head, tail
 if ARGV[3] == '1' then
   head, tail = string.match(env, '^(1|%d+|)%d+|%d+(|.*)$')
 end
-local t = redis.call('TIME')
-local due = math.min(math.ceil((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000) + tonumber(ARGV[2]), 253402300799999)
+local due = due_in(tonumber(ARGV[2]))
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 if head then redis.call('HSET', KEYS[1], ARGV[1], head .. '0|0' .. tail) end

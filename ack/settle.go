@@ -10,13 +10,14 @@ import (
 
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/rdb"
+	"github.com/redeq-go/redeq/internal/script"
 	"github.com/redeq-go/redeq/pool"
 )
 
 var (
 	//go:embed settle.lua
 	settleSource string
-	settleScript = redis.NewScript(settleSource)
+	settleScript = script.New(settleSource)
 )
 
 // Op is what happens to a job when its handler is done.

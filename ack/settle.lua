@@ -32,10 +32,8 @@
 -- adding to this minute's processed and failed counters), plus an EXPIRE
 -- when that command created the key. It runs last and with pcall: a server
 -- without BITFIELD (miniredis) records no history, never a failed settle.
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local now = math.ceil(now_us / 1000)
-local maxdue = 253402300799999 -- 9999-12-31T23:59:59.999Z
+local us = now_us()
+local now = ceil_ms(us) -- due times and the parked and died stamps alike
 local first = 5
 local n = (#ARGV - first + 1) / 7
 if n < 1 then return {} end
@@ -68,7 +66,7 @@ for i = 1, n do
     if header ~= '' then
       local env = envs[i]
       local nl = string.find(env, '\n', 1, true)
-      if op == 'n' then header = '1|' .. string.format('%d', math.floor(now_us / 1000)) .. header end
+      if op == 'n' then header = '1|' .. string.format('%d', floor_ms(us)) .. header end
       if nl then redis.call('HSET', KEYS[1], id, header .. string.sub(env, nl + 1)) end
     end
     local lasterr = ARGV[base + 6]
@@ -80,7 +78,7 @@ for i = 1, n do
     if op == 'a' then
       hdel[#hdel + 1] = id
     elseif op == 'r' or op == 'f' or op == 'n' then
-      local due = math.min(now + delay, maxdue)
+      local due = cap_due(now + delay)
       redis.call('ZADD', KEYS[3], due, id)
       if earliest == nil or due < earliest then earliest = due end
     elseif op == 'u' then
@@ -100,15 +98,7 @@ if earliest ~= nil then
   if tonumber(head[2]) >= earliest then redis.call('PUBLISH', ARGV[1], ARGV[2]) end
 end
 if dead then
-  -- Trim the oldest, a bounded number per call.
-  local over = math.min(redis.call('ZCARD', KEYS[5]) - tonumber(ARGV[3]), 1000)
-  if over > 0 then
-    local old = redis.call('ZRANGE', KEYS[5], 0, over - 1)
-    redis.call('HDEL', KEYS[1], unpack(old))
-    redis.call('HDEL', KEYS[6], unpack(old))
-    redis.call('HDEL', KEYS[8], unpack(old))
-    redis.call('ZREMRANGEBYRANK', KEYS[5], 0, over - 1)
-  end
+  trim_dead(KEYS[5], tonumber(ARGV[3]), {KEYS[1], KEYS[6], KEYS[8]})
 end
 local processed, failed = 0, 0
 for i = 1, n do
@@ -119,7 +109,7 @@ for i = 1, n do
   end
 end
 if processed > 0 then
-  local key = KEYS[9] .. string.format('%d', math.floor(now_us / 60000000))
+  local key = KEYS[9] .. string.format('%d', math.floor(us / 60000000))
   local r = redis.pcall('BITFIELD', key, 'OVERFLOW', 'SAT', 'INCRBY', 'u32', '#0', 1,
     'INCRBY', 'u32', '#1', processed, 'INCRBY', 'u32', '#2', failed)
   if type(r) == 'table' and r[1] == 1 then redis.call('EXPIRE', key, 5400) end

@@ -11,13 +11,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/script"
 	"github.com/redeq-go/redeq/pool"
 )
 
 var (
 	//go:embed reschedule.lua
 	rescheduleSource string
-	rescheduleScript = redis.NewScript(rescheduleSource)
+	rescheduleScript = script.New(rescheduleSource)
 )
 
 // Reschedule gives the waiting job id a new due time at. A job that is in

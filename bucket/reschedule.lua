@@ -31,8 +31,7 @@ local due
 if ARGV[3] ~= '' then
   due = tonumber(ARGV[3])
 else
-  local t = redis.call('TIME')
-  due = math.min(math.ceil((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000) + tonumber(ARGV[7]), 253402300799999)
+  due = due_in(tonumber(ARGV[7]))
 end
 local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[2], due, member)

@@ -13,8 +13,7 @@
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if s == false then return 1 end
 if tonumber(s) ~= tonumber(ARGV[2]) then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms_floor()
 if tonumber(s) > now - 2 * tonumber(ARGV[3]) then return 0 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1], ARGV[1] .. '#timeout', ARGV[1] .. '#joined')

@@ -10,12 +10,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/script"
 )
 
 var (
 	//go:embed heartbeat.lua
 	heartbeatSource string
-	heartbeatScript = redis.NewScript(heartbeatSource)
+	heartbeatScript = script.New(heartbeatSource)
 )
 
 // heartbeat records that this consumer is alive, with the topics it

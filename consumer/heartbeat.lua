@@ -15,8 +15,7 @@
 -- ARGV[2] -> its topics, "topic#buckets" one per line
 -- ARGV[3] -> its ConsumerTimeout, ms
 -- Returns {now, join time}, unix ms.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms_floor()
 local joined = redis.call('HGET', KEYS[2], ARGV[1] .. '#joined')
 if joined == false then
   joined = string.format('%d', now)

@@ -10,27 +10,27 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redeq-go/redeq/internal/env"
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/script"
 	"github.com/redeq-go/redeq/lock"
 )
 
 var (
 	//go:embed recover.lua
 	recoverSource string
-	recoverScript = redis.NewScript(recoverSource)
+	recoverScript = script.New(recoverSource)
 	//go:embed silent.lua
 	silentSource string
-	silentScript = redis.NewScript(silentSource)
+	silentScript = script.New(silentSource)
 	//go:embed gone.lua
 	goneSource string
-	goneScript = redis.NewScript(goneSource)
+	goneScript = script.New(goneSource)
 	// forget.lua runs in a pipeline, one call per topic, as EVAL: a
 	// pipeline cannot fall back from EVALSHA on NOSCRIPT.
 	//go:embed forget.lua
 	forgetSource string
+	forgetLua    = script.Source(forgetSource)
 )
 
 const (
@@ -376,7 +376,7 @@ func (g *Group) forget(ctx context.Context, s silent) {
 	pipe := g.rdb.Pipeline()
 	for _, line := range s.topics {
 		if topic, _, ok := keys.ParseAddress(line); ok {
-			pipe.Eval(ctx, forgetSource, []string{keys.ForTopic(g.cfg.Prefix, topic).Consumers()}, s.cid, s.beat)
+			pipe.Eval(ctx, forgetLua, []string{keys.ForTopic(g.cfg.Prefix, topic).Consumers()}, s.cid, s.beat)
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {

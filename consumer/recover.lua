@@ -32,8 +32,7 @@
 --   takes those) and the set counts as active
 -- Returns {deliveries handled, deliveries left in the set, jobs sent to the
 -- dead set, 1 when skipped because the consumer is active else 0}.
-local t = redis.call('TIME')
-local now = math.ceil((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
+local now = now_ms_ceil()
 local recover = ARGV[1] == 'recover'
 local members
 if recover then
@@ -101,13 +100,6 @@ if #ready > 0 then
 end
 if not recover and #sdel > 0 then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
 if dead > 0 then
-  local over = math.min(redis.call('ZCARD', KEYS[5]) - tonumber(ARGV[4]), 1000)
-  if over > 0 then
-    local old = redis.call('ZRANGE', KEYS[5], 0, over - 1)
-    redis.call('HDEL', KEYS[3], unpack(old))
-    redis.call('HDEL', KEYS[6], unpack(old))
-    redis.call('HDEL', KEYS[8], unpack(old))
-    redis.call('ZREMRANGEBYRANK', KEYS[5], 0, over - 1)
-  end
+  trim_dead(KEYS[5], tonumber(ARGV[4]), {KEYS[3], KEYS[6], KEYS[8]})
 end
 return {#members, redis.call('ZCARD', KEYS[1]), dead, 0}

@@ -11,8 +11,7 @@
 -- ARGV[3] -> page size (at most 1000)
 -- Returns {now, cid, last heartbeat, topics, its own timeout or '', ...}:
 -- the reaper passes over one not silent for its own timeout yet.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms_floor()
 local found = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - tonumber(ARGV[1])), 'WITHSCORES',
   'LIMIT', tonumber(ARGV[2]), tonumber(ARGV[3]))
 local out = {string.format('%d', now)}

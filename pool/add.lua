@@ -45,11 +45,9 @@ local limit = tonumber(ARGV[1])
 if not string.find(ARGV[1], '^%d+$') then
   return redis.error_reply('add.lua: pool limit ' .. ARGV[1] .. ' is no whole number')
 end
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local created = '1|' .. string.format('%d', math.floor(now_us / 1000))
--- Now rounded up to the next ms, so that a job is never due early.
-local soon = math.ceil(now_us / 1000)
+local us = now_us()
+local created = '1|' .. string.format('%d', floor_ms(us))
+local soon = ceil_ms(us)
 local n = (#ARGV - 4) / 6
 -- Every due time first: an argument that is no due time fails the run
 -- before it wrote anything, not after the jobs before it. A delay and an
@@ -73,11 +71,11 @@ local function due_of(i)
     if string.find(s, '^%d+$') then due = soon + tonumber(s) end
     s = nil
   end
-  if due == nil or due > 253402300799999 then return nil end
+  if due == nil or due > MAX_DUE_MS then return nil end
   return due, s or string.format('%d', due)
 end
 local function bad_due(i)
-  return redis.error_reply('add.lua: job ' .. ARGV[i] .. ': due time is no whole number of ms from 0 to 253402300799999')
+  return redis.error_reply('add.lua: job ' .. ARGV[i] .. ': due time is no whole number of ms from 0 to ' .. MAX_DUE_MS_TEXT)
 end
 -- A rerun returns the first run's reply. GET is a read: a server that
 -- refuses writes (maxmemory with noeviction, min-replicas-to-write) still

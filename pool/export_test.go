@@ -1,7 +1,12 @@
 package pool
 
-// AddSource is add.lua, for tests that call it as no Go caller would.
-var AddSource = addSource
+import "github.com/redeq-go/redeq/internal/script"
 
-// PutSource is put.lua, for tests that call it as no Go caller would.
-var PutSource = putSource
+// AddSource is add.lua with the prelude, as it runs, for tests that call it as no Go caller would.
+var AddSource = script.Source(addSource)
+
+// PutSource is put.lua with the prelude, as it runs, for tests that call it as no Go caller would.
+var PutSource = script.Source(putSource)
+
+// DeleteSource is delete.lua with the prelude, as it runs.
+var DeleteSource = script.Source(deleteSource)

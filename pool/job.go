@@ -3,6 +3,8 @@ package pool
 import (
 	"context"
 	"time"
+
+	"github.com/redeq-go/redeq/internal/script"
 )
 
 // Job is a unit of delayed work.
@@ -76,8 +78,9 @@ const (
 // bounded by time.Duration itself (about 292 years), well before it.
 var MaxDue = time.Date(9999, 12, 31, 23, 59, 59, 999_000_000, time.UTC)
 
-// MaxDueMs is MaxDue in unix ms; the scripts clamp due times to it.
-const MaxDueMs = 253402300799999
+// MaxDueMs is MaxDue in unix ms; the scripts clamp due times to it (the
+// scripts' prelude has it from the same constant).
+const MaxDueMs = script.MaxDueMs
 
 // UnixMs is t in whole unix milliseconds, rounded up so that a due time is
 // never earlier than asked, and kept within 0..MaxDueMs (times outside

@@ -8,16 +8,15 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/rdb"
+	"github.com/redeq-go/redeq/internal/script"
 )
 
 var (
 	//go:embed list.lua
 	listSource string
-	listScript = redis.NewScript(listSource)
+	listScript = script.New(listSource)
 )
 
 // ErrUnknownTopic is a topic with no recorded bucket count: nobody ever

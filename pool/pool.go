@@ -16,6 +16,7 @@ import (
 
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/rdb"
+	"github.com/redeq-go/redeq/internal/script"
 )
 
 var (
@@ -26,9 +27,9 @@ var (
 	//go:embed delete.lua
 	deleteSource string
 
-	addScript    = redis.NewScript(addSource)
-	getScript    = redis.NewScript(getSource)
-	deleteScript = redis.NewScript(deleteSource)
+	addScript    = script.New(addSource)
+	getScript    = script.New(getSource)
+	deleteScript = script.New(deleteSource)
 )
 
 // Store reads and writes the job pools under one key prefix.

@@ -29,8 +29,7 @@ if done ~= false then
   local due, replaced = string.match(done, '^(%d+):(%d)$')
   return {0, tonumber(due), tonumber(replaced)}
 end
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local us = now_us()
 -- The due time and the op TTL before any write (a failed step would leave
 -- the writes before it), as add.lua checks them: whole ms in plain digits,
 -- as Go sends them, the due time at most MaxDueMs. What tonumber makes of
@@ -41,11 +40,10 @@ local due
 if ARGV[7] ~= '' then
   if string.find(ARGV[7], '^%d+$') then due = tonumber(ARGV[7]) end
 elseif string.find(ARGV[6], '^%d+$') then
-  -- Round now up to the next ms so the job is never due early.
-  due = math.ceil(now_us / 1000) + tonumber(ARGV[6])
+  due = ceil_ms(us) + tonumber(ARGV[6])
 end
-if due == nil or due > 253402300799999 then
-  return redis.error_reply('put.lua: job ' .. ARGV[1] .. ': due time is no whole number of ms from 0 to 253402300799999')
+if due == nil or due > MAX_DUE_MS then
+  return redis.error_reply('put.lua: job ' .. ARGV[1] .. ': due time is no whole number of ms from 0 to ' .. MAX_DUE_MS_TEXT)
 end
 local ttl = tonumber(ARGV[11])
 if not string.find(ARGV[11], '^%d+$') or ttl < 1 or ttl > 86400000 then
@@ -66,7 +64,7 @@ if replaced == 1 then
   redis.call('ZREM', KEYS[5], ARGV[1])
   redis.call('HDEL', KEYS[6], ARGV[1])
 end
-local created = math.floor(now_us / 1000)
+local created = floor_ms(us)
 redis.call('HSET', KEYS[1], ARGV[1], '1|' .. string.format('%d', created) .. ARGV[4] .. ARGV[5])
 local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[2], due, ARGV[2])

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -191,14 +190,12 @@ func TestRerunAnswersTheFirstRun(t *testing.T) {
 	t.Run("DeleteRerunWrittenLateByTheHandshake", func(t *testing.T) {
 		t.Parallel() // waits out timeouts: run beside the others
 		addr := standaloneAddr(t)
-		src, err := os.ReadFile("delete.lua")
-		require.NoError(t, err)
-		mark := []byte(redis.NewScript(string(src)).Hash())
+		mark := []byte(redis.NewScript(pool.DeleteSource).Hash())
 		prefix := testutil.Prefix(t)
 		plain := redis.NewClient(&redis.Options{Addr: addr})
 		t.Cleanup(func() { plain.Close() })
 		ctx := context.Background()
-		_, err = pool.NewStore(plain, prefix).Add(ctx, &pool.Job{Topic: "t", ID: "d", Body: []byte("b"), Delay: time.Hour}, pool.Placement{Limit: 10})
+		_, err := pool.NewStore(plain, prefix).Add(ctx, &pool.Job{Topic: "t", ID: "d", Body: []byte("b"), Delay: time.Hour}, pool.Placement{Limit: 10})
 		require.NoError(t, err)
 
 		var lose atomic.Int32

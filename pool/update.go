@@ -15,15 +15,16 @@ import (
 
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/rdb"
+	"github.com/redeq-go/redeq/internal/script"
 )
 
 var (
 	//go:embed update.lua
 	updateSource string
-	updateScript = redis.NewScript(updateSource)
+	updateScript = script.New(updateSource)
 	//go:embed put.lua
 	putSource string
-	putScript = redis.NewScript(putSource)
+	putScript = script.New(putSource)
 )
 
 // ErrChanged is a compare-and-set that found the job changed since it was

@@ -41,8 +41,7 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[6])
 if ARGV[7] ~= '' then
   local due = tonumber(ARGV[8])
   if ARGV[7] == 'in' then
-    local t = redis.call('TIME')
-    due = math.min(math.ceil((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000) + due, 253402300799999)
+    due = due_in(due)
   end
   if place == 'ready' then redis.call('HDEL', KEYS[3], ARGV[1]) end
   local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')

@@ -81,8 +81,7 @@ while live < want and not ended and #ids < 256 do
   end
 end
 local envs = redis.call('HMGET', KEYS[3], unpack(ids))
-local t = redis.call('TIME')
-local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
+local now = now_ms_floor()
 local quarantine, idle = tonumber(ARGV[3]), ARGV[4] == '1'
 local take, seen, gone = {}, {}, {}
 local consumed, stopped = #ids, 0

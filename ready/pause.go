@@ -9,16 +9,17 @@ import (
 
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/rdb"
+	"github.com/redeq-go/redeq/internal/script"
 	"github.com/redeq-go/redeq/pool"
 )
 
 var (
 	//go:embed pause.lua
 	pauseSource string
-	pauseScript = redis.NewScript(pauseSource)
+	pauseScript = script.New(pauseSource)
 	//go:embed pausetopic.lua
 	pauseTopicSource string
-	pauseTopicScript = redis.NewScript(pauseTopicSource)
+	pauseTopicScript = script.New(pauseTopicSource)
 )
 
 // SetPaused pauses (or resumes) fetching from every bucket of topic, which

@@ -13,15 +13,16 @@ import (
 	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/rdb"
+	"github.com/redeq-go/redeq/internal/script"
 )
 
 var (
 	//go:embed fetch.lua
 	fetchSource string
-	fetchScript = redis.NewScript(fetchSource)
+	fetchScript = script.New(fetchSource)
 	//go:embed release.lua
 	releaseSource string
-	releaseScript = redis.NewScript(releaseSource)
+	releaseScript = script.New(releaseSource)
 )
 
 // MaxFetch bounds the ids one fetch takes.

@@ -11,13 +11,14 @@ import (
 
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/rdb"
+	"github.com/redeq-go/redeq/internal/script"
 	"github.com/redeq-go/redeq/pool"
 )
 
 //go:embed overdue.lua
 var overdueSource string
 
-var overdueScript = redis.NewScript(overdueSource)
+var overdueScript = script.New(overdueSource)
 
 // overdueLook is how many ids at the head of each ready list
 // OldestOverdue looks at: the list is in due order but for the jobs that

@@ -9,8 +9,7 @@
 -- KEYS[3] -> due HASH (id -> due ms, written by the mover)
 -- ARGV[1] -> ready ids to look at, from the head (at most 64)
 -- Returns {now ms (Redis clock), oldest due ms or false when none is due}
-local t = redis.call('TIME')
-local now = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
+local now = now_ms_floor()
 local oldest = false
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head[1] and tonumber(head[2]) <= now then oldest = tonumber(head[2]) end

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -199,8 +198,7 @@ func TestManyClientsExactlyOnce(t *testing.T) {
 		}
 		// Loaded beforehand, so that no add is written twice for a NOSCRIPT
 		// reply: every second write of an add is then a resend.
-		src, err := os.ReadFile("../pool/add.lua")
-		require.NoError(t, err)
+		src := testutil.LoadScript(t, "../pool/add.lua").Src
 		if cc, ok := e.rdb.(*redis.ClusterClient); ok {
 			require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 				return m.ScriptLoad(ctx, string(src)).Err()

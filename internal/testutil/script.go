@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redeq-go/redeq/internal/script"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,12 +23,13 @@ type Script struct {
 }
 
 // LoadScript reads the script at path (relative to the test's package,
-// such as "add.lua" or "../ready/fetch.lua").
+// such as "add.lua" or "../ready/fetch.lua"), with the prelude before it
+// as script.New loads it.
 func LoadScript(t testing.TB, path string) Script {
 	t.Helper()
 	src, err := os.ReadFile(path)
 	require.NoError(t, err)
-	return ScriptOf(filepath.Base(path), string(src))
+	return ScriptOf(filepath.Base(path), script.Source(string(src)))
 }
 
 // ScriptOf is the script named name with source src (for a package that

@@ -1,0 +1,121 @@
+package ack
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+)
+
+// settle.lua applies an outcome only for the delivery this consumer holds
+// and the job's state names: ack removes the job and the last error it had,
+// rejoin and failure put it back in its bucket due at now+delay (capped at
+// the year 9999), a failure with its new header and error, a park stamps it
+// into unack, a death into dead with its reason, trimming the dead set to
+// its bound with the trimmed jobs' envelopes and reasons; a stale token (the
+// same consumer fetched the job again) and a delivery the reaper took are
+// dropped, writing only the removal of the member this consumer held. A
+// rerun finds the member gone: it answers 0 and writes nothing more.
+func TestSettleScript(t *testing.T) {
+	type ks func(k keys.Bucket, stamp string) []testutil.Entry
+	held := func(k keys.Bucket, es ...testutil.Entry) []testutil.Entry {
+		return append(es, testutil.ZSet(k.InFlight("c"), "7:j=1"), testutil.Hash(k.State(), "j=7@c"))
+	}
+	cases := []struct {
+		name    string
+		seed    func(k keys.Bucket) []testutil.Entry
+		outcome []any // id, token, op, delay, header, reason, last error
+		reply   int64
+		stamped string // the ZSET the job is stamped into, if any
+		want    ks
+	}{
+		{"AckRemovesTheJobAndItsLastError", func(k keys.Bucket) []testutil.Entry {
+			return held(k, testutil.Hash(k.Pool(), "j=h\nb", "k=F"), testutil.Hash(k.Errors(), "j=e"))
+		}, []any{"j", "7", "a", 0, "", "", "-"}, 1, "", func(k keys.Bucket, _ string) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "k=F")}
+		}},
+		{"RejoinIsDueAtTheCap", func(k keys.Bucket) []testutil.Entry {
+			return held(k, testutil.Hash(k.Pool(), "j=h\nb"))
+		}, []any{"j", "7", "r", maxDue, "", "", ""}, 1, "", func(k keys.Bucket, _ string) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.Scheduled(), "j="+maxDue)}
+		}},
+		{"FailureKeepsItsHeaderAndError", func(k keys.Bucket) []testutil.Entry {
+			return held(k, testutil.Hash(k.Pool(), "j=h\nb"))
+		}, []any{"j", "7", "f", maxDue, "H\n", "", "boom"}, 1, "", func(k keys.Bucket, _ string) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=H\nb"), testutil.ZSet(k.Scheduled(), "j="+maxDue),
+				testutil.Hash(k.Errors(), "j=boom")}
+		}},
+		{"ParkStampsUnAck", func(k keys.Bucket) []testutil.Entry {
+			return held(k, testutil.Hash(k.Pool(), "j=h\nb"))
+		}, []any{"j", "7", "u", 0, "", "", ""}, 1, "unack", func(k keys.Bucket, stamp string) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.UnAck(), "j="+stamp)}
+		}},
+		{"DeathTrimsTheDeadSet", func(k keys.Bucket) []testutil.Entry {
+			return held(k, testutil.Hash(k.Pool(), "j=h\nb", "old=O"), testutil.ZSet(k.Dead(), "old=1"),
+				testutil.Hash(k.Reasons(), "old=x"), testutil.Hash(k.Errors(), "old=y"))
+		}, []any{"j", "7", "d", 0, "", "why", ""}, 1, "dead", func(k keys.Bucket, stamp string) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.Dead(), "j="+stamp),
+				testutil.Hash(k.Reasons(), "j=why")}
+		}},
+		{"StaleTokenOfTheSameConsumerIsDropped", func(k keys.Bucket) []testutil.Entry {
+			return held(k, testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.InFlight("c"), "6:j=0"))
+		}, []any{"j", "6", "a", 0, "", "", ""}, 0, "", func(k keys.Bucket, _ string) []testutil.Entry {
+			return held(k, testutil.Hash(k.Pool(), "j=h\nb"))
+		}},
+		{"DeliveryTheReaperTookIsDropped", func(k keys.Bucket) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=h\nb"), testutil.Hash(k.State(), "j=8@d")}
+		}, []any{"j", "7", "a", 0, "", "", ""}, 0, "", func(k keys.Bucket, _ string) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=h\nb"), testutil.Hash(k.State(), "j=8@d")}
+		}},
+	}
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			serverMs := func() int64 {
+				tm, err := c.Time(ctx).Result()
+				require.NoError(t, err)
+				return tm.UnixMilli()
+			}
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					got, want := testutil.Prefix(t), testutil.Prefix(t)
+					k, kw := keys.ForBucket(got, "t", 0), keys.ForBucket(want, "t", 0)
+					// History counters go under a third prefix, same slot:
+					// their key names the minute.
+					hist := keys.ForBucket(testutil.Prefix(t), "t", 0).HistoryPrefix()
+					testutil.Seed(t, c, tc.seed(k)...)
+					run := func() []any {
+						args := append([]any{keys.WakeChannel(got), "t#0", 1, "c"}, tc.outcome...)
+						v, err := settleScript.Run(ctx, c, []string{k.Pool(), k.InFlight("c"), k.Scheduled(), k.UnAck(), k.Dead(),
+							k.Reasons(), k.State(), k.Errors(), hist}, args...).Slice()
+						require.NoError(t, err)
+						return v
+					}
+					before := serverMs()
+					require.Equal(t, []any{tc.reply}, run())
+					after := serverMs() + 1
+					stamp := ""
+					if tc.stamped != "" {
+						key := k.UnAck()
+						if tc.stamped == "dead" {
+							key = k.Dead()
+						}
+						s, err := c.ZScore(ctx, key, "j").Result()
+						require.NoError(t, err)
+						require.True(t, int64(s) >= before && int64(s) <= after, "stamp %v outside [%d, %d]", s, before, after)
+						stamp = fmt.Sprint(int64(s))
+					}
+					testutil.Seed(t, c, tc.want(kw, stamp)...)
+					require.Equal(t, testutil.DumpUnder(t, c, want), testutil.DumpUnder(t, c, got))
+					require.Equal(t, []any{int64(0)}, run(), "rerun after a lost reply")
+					require.Equal(t, testutil.DumpUnder(t, c, want), testutil.DumpUnder(t, c, got), "rerun after a lost reply")
+				})
+			}
+		})
+	}
+}

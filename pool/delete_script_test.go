@@ -1,0 +1,81 @@
+package pool
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+)
+
+// delete.lua removes a job from its pool, its reason and last error, and
+// from wherever it waits (bucket, broadcast member, unack, dead), or only
+// its state when it is ready or in flight; it returns the envelope; an
+// absent job writes nothing; a rerun with the same op key returns the same
+// envelope and writes nothing more.
+func TestDeleteScript(t *testing.T) {
+	type ks func(k keys.Bucket) []testutil.Entry
+	withOp := func(k keys.Bucket, es ...testutil.Entry) []testutil.Entry {
+		return append(es, testutil.String(k.Op("op"), "E"))
+	}
+	cases := []struct {
+		name  string
+		seed  ks
+		reply []any
+		want  ks
+	}{
+		{"Scheduled", func(k keys.Bucket) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=E", "k=F"), testutil.ZSet(k.Scheduled(), "j=5", "k=6"),
+				testutil.Hash(k.Errors(), "j=e"), testutil.Hash(k.Reasons(), "j=r")}
+		}, []any{int64(1), "E"}, func(k keys.Bucket) []testutil.Entry {
+			return withOp(k, testutil.Hash(k.Pool(), "k=F"), testutil.ZSet(k.Scheduled(), "k=6"))
+		}},
+		{"Broadcast", func(k keys.Bucket) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=E"), testutil.ZSet(k.Scheduled(), keys.BroadcastMark+"j=5")}
+		}, []any{int64(1), "E"}, func(k keys.Bucket) []testutil.Entry { return withOp(k) }},
+		{"ReadyLosesOnlyItsState", func(k keys.Bucket) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=E"), testutil.Hash(k.State(), "j=r", "k=r"), testutil.List(k.Ready(), "j", "k")}
+		}, []any{int64(1), "E"}, func(k keys.Bucket) []testutil.Entry {
+			return withOp(k, testutil.Hash(k.State(), "k=r"), testutil.List(k.Ready(), "j", "k"))
+		}},
+		{"UnAcked", func(k keys.Bucket) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=E"), testutil.ZSet(k.UnAck(), "j=5")}
+		}, []any{int64(1), "E"}, func(k keys.Bucket) []testutil.Entry { return withOp(k) }},
+		{"Dead", func(k keys.Bucket) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=E"), testutil.ZSet(k.Dead(), "j=5", "k=6")}
+		}, []any{int64(1), "E"}, func(k keys.Bucket) []testutil.Entry {
+			return withOp(k, testutil.ZSet(k.Dead(), "k=6"))
+		}},
+		{"AbsentJobWritesNothing", func(k keys.Bucket) []testutil.Entry {
+			return []testutil.Entry{testutil.ZSet(k.Dead(), "j=5")}
+		}, []any{int64(0)}, func(k keys.Bucket) []testutil.Entry {
+			return []testutil.Entry{testutil.ZSet(k.Dead(), "j=5")}
+		}},
+	}
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					got, want := testutil.Prefix(t), testutil.Prefix(t)
+					k, kw := keys.ForBucket(got, "t", 0), keys.ForBucket(want, "t", 0)
+					testutil.Seed(t, c, tc.seed(k)...)
+					testutil.Seed(t, c, tc.want(kw)...)
+					run := func() []any {
+						v, err := deleteScript.Run(ctx, c, []string{k.Pool(), k.Scheduled(), k.State(), k.UnAck(), k.Dead(), k.Reasons(), k.Op("op"), k.Errors()},
+							"j", keys.BroadcastMark, OpTTL(c).Milliseconds()).Slice()
+						require.NoError(t, err)
+						return v
+					}
+					require.Equal(t, tc.reply, run())
+					require.Equal(t, testutil.DumpUnder(t, c, want), testutil.DumpUnder(t, c, got))
+					require.Equal(t, tc.reply, run(), "rerun after a lost reply")
+					require.Equal(t, testutil.DumpUnder(t, c, want), testutil.DumpUnder(t, c, got), "rerun after a lost reply")
+				})
+			}
+		})
+	}
+}
