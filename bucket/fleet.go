@@ -13,12 +13,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/script"
 )
 
 var (
 	//go:embed announce.lua
 	announceSource string
-	announceScript = redis.NewScript(announceSource)
+	announceScript = script.New(announceSource)
 )
 
 // maxFleet bounds the clients one announcement returns.

@@ -10,12 +10,13 @@ import (
 
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/rdb"
+	"github.com/redeq-go/redeq/internal/script"
 )
 
 var (
 	//go:embed move.lua
 	moveSource string
-	moveScript = redis.NewScript(moveSource)
+	moveScript = script.New(moveSource)
 )
 
 // BroadcastRetention is how long the mover keeps the envelope of a

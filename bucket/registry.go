@@ -14,13 +14,14 @@ import (
 
 	"github.com/redeq-go/redeq/internal/env"
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/script"
 	"github.com/redeq-go/redeq/pool"
 )
 
 var (
 	//go:embed meta.lua
 	metaSource string
-	metaScript = redis.NewScript(metaSource)
+	metaScript = script.New(metaSource)
 )
 
 // RecordEveryDefault is how long Ensure trusts that a topic it recorded is

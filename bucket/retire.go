@@ -9,15 +9,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/script"
 )
 
 var (
 	//go:embed idle.lua
 	idleSource string
-	idleScript = redis.NewScript(idleSource)
+	idleScript = script.New(idleSource)
 	//go:embed retired.lua
 	retiredSource string
-	retiredScript = redis.NewScript(retiredSource)
+	retiredScript = script.New(retiredSource)
 )
 
 // retiredBatch bounds the retired topics one pass looks at again.

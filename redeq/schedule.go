@@ -16,6 +16,7 @@ import (
 	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/internal/cron"
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/script"
 	"github.com/redeq-go/redeq/pool"
 )
 
@@ -146,11 +147,11 @@ var (
 	//go:embed schedule_clock.lua
 	scheduleClockSource string
 
-	schedulePutScript     = redis.NewScript(schedulePutSource)
-	scheduleStateScript   = redis.NewScript(scheduleStateSource)
-	scheduleAdvanceScript = redis.NewScript(scheduleAdvanceSource)
-	scheduleTickScript    = redis.NewScript(scheduleTickSource)
-	scheduleClockScript   = redis.NewScript(scheduleClockSource)
+	schedulePutScript     = script.New(schedulePutSource)
+	scheduleStateScript   = script.New(scheduleStateSource)
+	scheduleAdvanceScript = script.New(scheduleAdvanceSource)
+	scheduleTickScript    = script.New(scheduleTickSource)
+	scheduleClockScript   = script.New(scheduleClockSource)
 )
 
 // compiled is a validated schedule with its parsed spec and zone.
