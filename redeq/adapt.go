@@ -12,8 +12,9 @@ import (
 // The consumer runs listeners, handlers and observers of its own types.
 // Register, RegisterBroadcast, Use and Observe wrap the facade's once in
 // the adapters below, which hand on the pointers the consumer passes (the
-// same job, the same channel) converted: no copy and no allocation per
-// job.
+// same job, the same channel) converted: no copy, and no allocation per
+// job but the context that carries the job to OnJob and FinalRetry
+// (JobFromContext).
 
 // listenerAdapter is a Listener as the consumer runs it.
 type listenerAdapter struct {
@@ -37,7 +38,8 @@ func adaptListener(l Listener) consumer.Listener {
 func (a *listenerAdapter) Topic() string { return a.l.Topic() }
 
 func (a *listenerAdapter) OnJob(ctx context.Context, job *pool.Job, ch *ack.Channel) error {
-	return a.l.OnJob(ctx, publicJob(job), (*Channel)(ch))
+	j := publicJob(job)
+	return a.l.OnJob(ContextWithJob(ctx, j), j, (*Channel)(ch))
 }
 
 // ListenerOptions gives the consumer the options of a listener built by
@@ -60,7 +62,8 @@ type finalAdapter struct {
 }
 
 func (a finalAdapter) FinalRetry(ctx context.Context, job *pool.Job) {
-	a.fr.FinalRetry(ctx, publicJob(job))
+	j := publicJob(job)
+	a.fr.FinalRetry(ContextWithJob(ctx, j), j)
 }
 
 // broadcastAdapter is a BroadcastListener as the consumer runs it.

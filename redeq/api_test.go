@@ -47,8 +47,10 @@ func TestTypedListener(t *testing.T) {
 			mu.Unlock()
 		}))
 		startWith(t, e.c, l)
-		require.NoError(t, redeq.AddTyped(ctx, e.c, "orders", "1", order{ID: 1, Email: "a@b"}, 0))
-		require.NoError(t, redeq.AddTyped(ctx, e.c, "orders", "2", order{ID: 2}, 0))
+		_, err := redeq.AddTyped(ctx, e.c, "orders", "1", order{ID: 1, Email: "a@b"}, 0)
+		require.NoError(t, err)
+		_, err = redeq.AddTyped(ctx, e.c, "orders", "2", order{ID: 2}, 0)
+		require.NoError(t, err)
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "orders", ID: "bad", Body: []byte("not json")}))
 		waitFor(t, 5*time.Second, "all handled", func() bool {
 			st := stats(t, e.c, "orders")

@@ -34,6 +34,9 @@ type Client struct {
 	// broadcasts are the registered broadcast listeners, as given (the
 	// group holds them wrapped), to refuse one registered twice.
 	broadcasts []BroadcastListener
+	// codecs holds the codec of each topic's registered typed listener,
+	// topic -> Codec, for the typed producers (AddTyped).
+	codecs sync.Map
 
 	mu  sync.Mutex
 	run *runtime // nil until Start

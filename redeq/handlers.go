@@ -3,7 +3,9 @@ package redeq
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"time"
 
@@ -45,6 +47,7 @@ type listenerSettings struct {
 	mw    []Middleware
 	codec Codec
 	final func(ctx context.Context, job *Job)
+	err   error // set by an option given a bad argument
 }
 
 // WithWorkers sets the listener's handler goroutines (1..10,000).
@@ -89,6 +92,28 @@ func WithFinalRetry(f func(ctx context.Context, job *Job)) ListenerOption {
 	return func(s *listenerSettings) { s.final = f }
 }
 
+// WithTypedFinalRetry is WithFinalRetry for a typed listener: f gets the
+// job's body decoded into a T with the listener's codec, and the last
+// handler error (job.LastError). When the body does not decode into a T
+// (the reason the job died, then), v is T's zero value. The job itself
+// is JobFromContext(ctx).
+func WithTypedFinalRetry[T any](f func(ctx context.Context, v T, lastErr error)) ListenerOption {
+	return func(s *listenerSettings) {
+		if f == nil {
+			s.err = errors.New("nil final-retry function")
+			return
+		}
+		s.final = func(ctx context.Context, job *Job) {
+			var v T
+			if err := s.codec.Unmarshal(job.Body, &v); err != nil {
+				var zero T
+				v = zero
+			}
+			f(ctx, v, errors.New(job.LastError))
+		}
+	}
+}
+
 // WithCodec decodes a typed listener's bodies with c instead of JSON.
 func WithCodec(c Codec) ListenerOption {
 	return func(s *listenerSettings) { s.codec = c }
@@ -121,6 +146,14 @@ func (l *funcListener) OnJob(ctx context.Context, job *Job, ch *Channel) error {
 	return l.h(ctx, job, ch)
 }
 
+// codec is what the listener decodes bodies with: typed producers of the
+// client it is registered with encode with it.
+func (l *funcListener) codec() Codec { return l.s.codec }
+
+// ConsumerOptions is the listener's policy as the consumer takes it, for
+// package redeqtest, which runs listeners without a client.
+func (l *funcListener) ConsumerOptions() consumer.Options { return l.options() }
+
 // options is the listener's policy as the consumer takes it (see
 // adaptListener).
 func (l *funcListener) options() consumer.Options {
@@ -148,6 +181,8 @@ func newFuncListener(topic string, build func(s *listenerSettings) Handler, opts
 		l.h = build(&l.s)
 	}
 	switch o := l.s.opts; {
+	case l.s.err != nil:
+		return nil, fmt.Errorf("%w: listener of %q: %v", ErrInvalidArgument, topic, l.s.err)
 	case l.h == nil && l.s.codec != nil:
 		return nil, fmt.Errorf("%w: listener of %q: nil handler", ErrInvalidArgument, topic)
 	case o.Workers < 0 || o.Workers > 10_000:
@@ -237,7 +272,9 @@ func (b *broadcastFunc) Invalid() error {
 // once). A body that cannot be decoded into a T will not decode on a
 // retry either: the job goes to the dead set at once, with the decoding
 // error as its reason. The job itself, with its headers, is available to
-// middleware; use TypedWithChannel for the job and the Channel.
+// middleware and to fn through JobFromContext(ctx); TypedWithChannel
+// gives the job and the Channel as arguments. A T bound to its topic
+// (a Payload) is refused at Register when topic is not its own.
 func Typed[T any](topic string, fn func(ctx context.Context, v T) error, opts ...ListenerOption) Listener {
 	if fn == nil {
 		return invalidListener{topic: topic, err: fmt.Errorf("%w: typed listener of %q: nil function", ErrInvalidArgument, topic)}
@@ -257,6 +294,9 @@ func TypedWithChannel[T any](topic string, fn func(ctx context.Context, job *Job
 	if fn == nil {
 		return invalidListener{topic: topic, err: fmt.Errorf("%w: typed listener of %q: nil function", ErrInvalidArgument, topic)}
 	}
+	if err := checkBound[T](topic); err != nil {
+		return invalidListener{topic: topic, err: fmt.Errorf("%w: typed listener of %q: %v", ErrInvalidArgument, topic, err)}
+	}
 	return listenerOrInvalid(topic, func(s *listenerSettings) Handler {
 		codec := s.codec
 		return func(ctx context.Context, job *Job, ch *Channel) error {
@@ -269,17 +309,65 @@ func TypedWithChannel[T any](topic string, fn func(ctx context.Context, job *Job
 	}, opts)
 }
 
-// AddTyped encodes v as JSON and adds it as the body of job id of topic,
-// due after delay. id "" gets a UUID.
-func AddTyped[T any](ctx context.Context, c *Client, topic, id string, v T, delay time.Duration) error {
-	if c == nil {
-		return fmt.Errorf("%w: add typed job: nil client", ErrInvalidArgument)
-	}
-	body, err := JSON.Marshal(v)
+// TypedFor is Typed for a payload type bound to its topic: the topic is
+// T's own, T's zero value's Topic().
+func TypedFor[T Payload](fn func(ctx context.Context, v T) error, opts ...ListenerOption) Listener {
+	topic, _, err := boundTopic[T]()
 	if err != nil {
-		return fmt.Errorf("%w: add job %q to %q: encode %T: %v", ErrInvalidJob, id, topic, v, err)
+		return invalidListener{err: fmt.Errorf("%w: typed listener of %T: %v", ErrInvalidArgument, *new(T), err)}
 	}
-	return c.Add(ctx, &Job{Topic: topic, ID: id, Body: body, Delay: delay})
+	return Typed(topic, fn, opts...)
+}
+
+// Payload is a job body type bound to its topic, as River's JobArgs
+// Kind(): AddFor and PutFor add it to that topic, TypedFor listens to
+// it, and AddTyped, PutTyped and Typed refuse it for any other topic.
+// Topic must return the same constant for every value of the type,
+// its zero value included (listeners ask the zero value).
+type Payload interface {
+	Topic() string
+}
+
+// boundTopic is the topic T is bound to, when T is a Payload: its zero
+// value's (a new value's, for a pointer type).
+func boundTopic[T any]() (topic string, bound bool, err error) {
+	var zero T
+	t := reflect.TypeOf(&zero).Elem()
+	var v any = zero
+	if t.Kind() == reflect.Pointer {
+		v = reflect.New(t.Elem()).Interface()
+	}
+	p, ok := v.(Payload)
+	if !ok {
+		return "", false, nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v.Topic() panicked on a zero value: %v", t, r)
+		}
+	}()
+	return p.Topic(), true, nil
+}
+
+// reflectNil tells a nil pointer, map, slice, func, chan or interface.
+func reflectNil(a any) bool {
+	switch v := reflect.ValueOf(a); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
+}
+
+// checkBound refuses topic for a T bound to another topic.
+func checkBound[T any](topic string) error {
+	bound, ok, err := boundTopic[T]()
+	switch {
+	case err != nil:
+		return err
+	case ok && bound != topic:
+		return fmt.Errorf("%T is bound to topic %q, not %q", *new(T), bound, topic)
+	}
+	return nil
 }
 
 // checkListener refuses a listener built with bad arguments.

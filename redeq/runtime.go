@@ -60,7 +60,11 @@ func (c *Client) Register(l Listener) error {
 		if l != nil {
 			cl = adaptListener(l)
 		}
-		return c.group.Register(cl)
+		if err := c.group.Register(cl); err != nil {
+			return err
+		}
+		c.rememberCodec(l)
+		return nil
 	})
 }
 

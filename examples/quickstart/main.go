@@ -58,7 +58,8 @@ func main() {
 		_, _ = c.Delete(ctx, "greet", id) // a rerun against a real server starts clean
 		wg.Add(1)
 		delay := time.Duration(300-100*i) * time.Millisecond
-		demo.Check(redeq.AddTyped(ctx, c, "greet", id, Greeting{Name: name}, delay))
+		_, err := redeq.AddTyped(ctx, c, "greet", id, Greeting{Name: name}, delay)
+		demo.Check(err)
 	}
 	// A job with headers (a request id, a trace context, a tenant): they
 	// travel with the job, and middleware reads them.
