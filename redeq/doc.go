@@ -22,10 +22,12 @@
 // delivery; Stats, TopicInfo, Page, Minute. The errors are in one place:
 // sentinels for errors.Is, *BatchError and *MismatchError for errors.As.
 //
-// Producers: Add, AddBatch, AddTyped, Put (upsert), Get, Delete,
-// Reschedule, Update. Consumers: Register (a Listener, ListenerFunc,
-// Typed, TypedWithChannel), RegisterBroadcast, Use, Observe, Start, Run,
-// Shutdown.
+// Producers: Add, AddBatch, Put (upsert), the typed AddTyped, PutTyped,
+// AddFor and PutFor (a Payload names its topic), Get, Delete, Reschedule,
+// Update. Consumers: Register (a Listener, ListenerFunc, Typed, TypedFor,
+// TypedWithChannel), RegisterBroadcast, Use, Observe, Start, Run,
+// Shutdown; every handler finds its job with JobFromContext. Tests of a
+// service: package github.com/redeq-go/redeq/redeqtest.
 // Operators: Stats, Topics, List, UnAcked, ProcessUnAck, RequeueUnAck,
 // DeadJobs, RequeueDead, Pause, Resume.
 package redeq

@@ -67,3 +67,96 @@ func Example() {
 	// shutdown: <nil>
 	// job 42 gone: true
 }
+
+// closeOrderPayload is the README's payload bound to its topic.
+type closeOrderPayload struct {
+	OrderID string `json:"order_id"`
+}
+
+func (closeOrderPayload) Topic() string { return "order.close" }
+
+// A payload type names its topic: AddFor adds it there, TypedFor listens
+// to it, and a typed call of another topic is refused. Handlers read their
+// job (id, attempt, headers) from their context.
+func ExampleAddFor() {
+	srv := miniredis.NewMiniRedis()
+	if err := srv.Start(); err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+	c, err := redeq.New(rdb, config.Default())
+	if err != nil {
+		panic(err)
+	}
+	done := make(chan struct{})
+	err = c.Register(redeq.TypedFor(func(ctx context.Context, o closeOrderPayload) error {
+		job, _ := redeq.JobFromContext(ctx)
+		fmt.Printf("closing order %s (job %s, attempt %d, tenant %s)\n", o.OrderID, job.ID, job.Attempt, job.Headers["tenant"])
+		close(done)
+		return nil
+	}))
+	if err != nil {
+		panic(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		panic(err)
+	}
+	id, err := redeq.AddFor(ctx, c, "order-42", closeOrderPayload{"42"}, 10*time.Millisecond, redeq.WithHeader("tenant", "acme"))
+	fmt.Println("added", id, err)
+	_, err = redeq.AddTyped(ctx, c, "mail.send", "1", closeOrderPayload{}, 0)
+	fmt.Println(errors.Is(err, redeq.ErrInvalidJob))
+	<-done
+	fmt.Println("shutdown:", c.Shutdown(ctx))
+	// Output:
+	// added order-42 <nil>
+	// true
+	// closing order 42 (job order-42, attempt 0, tenant acme)
+	// shutdown: <nil>
+}
+
+// The README's snippets, kept here so that they compile as written. They
+// are not run: they need a Redis at localhost:6379.
+
+type CloseOrder struct {
+	OrderID string `json:"order_id"`
+}
+
+func (CloseOrder) Topic() string { return "order.close" } // CloseOrder is now a redeq.Payload
+
+func closeIfUnpaid(ctx context.Context, id string) error { return nil }
+
+func readmeMiddleware(next redeq.Handler) redeq.Handler { return next }
+
+// The README's section "Use".
+func Example_readme() {
+	ctx := context.Background()
+	logging, tracing := readmeMiddleware, readmeMiddleware
+
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"}) // any redis.UniversalClient: TLS, ACL, Sentinel, Cluster
+	c, err := redeq.New(rdb, config.Default())                     // or redeq.Open(ctx, "redeq.yaml"): config and connection in one file
+
+	c.Use(logging, tracing) // middleware: func(redeq.Handler) redeq.Handler, sees every job and its Headers
+
+	// A typed handler: the body is decoded from JSON; nil acks, an error retries
+	// (on the interval list, then FinalRetry, then the dead set).
+	c.Register(redeq.Typed("order.close", func(ctx context.Context, o CloseOrder) error {
+		return closeIfUnpaid(ctx, o.OrderID)
+	}, redeq.WithRetry(5, time.Minute, 5*time.Minute), redeq.WithWorkers(16)))
+
+	id, err := redeq.AddTyped(ctx, c, "order.close", "42", CloseOrder{"42"}, 30*time.Minute) // returns the id ("" assigns a UUID)
+	c.Delete(ctx, "order.close", id)                                                         // paid in time: it will not run
+
+	// The typed producers' snippet.
+	c.Register(redeq.TypedFor(func(ctx context.Context, o CloseOrder) error {
+		job, _ := redeq.JobFromContext(ctx) // its id, attempt, headers
+		return closeIfUnpaid(ctx, job.ID)
+	}))
+	id, err = redeq.AddFor(ctx, c, "42", CloseOrder{"42"}, 30*time.Minute)
+	_, err = redeq.AddTyped(ctx, c, "mail.send", "1", CloseOrder{"42"}, 0) // ErrInvalidJob: bound to order.close
+
+	err = c.Run(ctx) // start; on ctx done or SIGINT/SIGTERM shut down gracefully
+	_ = err
+}

@@ -150,9 +150,12 @@ func (l *funcListener) OnJob(ctx context.Context, job *Job, ch *Channel) error {
 // client it is registered with encode with it.
 func (l *funcListener) codec() Codec { return l.s.codec }
 
-// ConsumerOptions is the listener's policy as the consumer takes it, for
-// package redeqtest, which runs listeners without a client.
-func (l *funcListener) ConsumerOptions() consumer.Options { return l.options() }
+// ListenerPolicy is the listener's own policy (without its middleware)
+// and its middleware, for package redeqtest, which runs listeners
+// without a client.
+func (l *funcListener) ListenerPolicy() (consumer.Options, []Middleware) {
+	return l.s.opts, slices.Clone(l.s.mw)
+}
 
 // options is the listener's policy as the consumer takes it (see
 // adaptListener).

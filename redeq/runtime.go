@@ -381,6 +381,24 @@ func (c *Client) route(r *runtime, m any) {
 	}
 }
 
+// Wake makes a started client look now at what may have fallen due, as
+// it does after lost notifications: its movers scan their buckets, its
+// listeners their ready lists, its schedules their ticks. It returns at
+// once; the looks run on the client's goroutines. A test that moves the
+// Redis server's clock calls it (package redeqtest does, in Advance), so
+// what the move made due runs without waiting for a scan; a service need
+// not. Before Start and after Shutdown it does nothing.
+func (c *Client) Wake() {
+	c.mu.Lock()
+	r, closed := c.run, c.closed
+	c.mu.Unlock()
+	if r == nil || closed {
+		return
+	}
+	c.lookEverywhere(r)
+	c.pokeSchedules()
+}
+
 // lookEverywhere makes the movers rescan their buckets and the listeners
 // look at every ready list once, as lost notifications would have made
 // them.
