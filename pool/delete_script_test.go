@@ -12,13 +12,14 @@ import (
 
 // delete.lua removes a job from its pool, its reason and last error, and
 // from wherever it waits (bucket, broadcast member, unack, dead), or only
-// its state when it is ready or in flight; it returns the envelope; an
-// absent job writes nothing; a rerun with the same op key returns the same
-// envelope and writes nothing more.
+// its state when it is ready or in flight; it returns the envelope and
+// where the job was (with the holder of an in-flight job); an absent job
+// writes nothing; a rerun with the same op key returns the same reply and
+// writes nothing more.
 func TestDeleteScript(t *testing.T) {
 	type ks func(k keys.Bucket) []testutil.Entry
-	withOp := func(k keys.Bucket, es ...testutil.Entry) []testutil.Entry {
-		return append(es, testutil.String(k.Op("op"), "E"))
+	withOp := func(k keys.Bucket, op string, es ...testutil.Entry) []testutil.Entry {
+		return append(es, testutil.String(k.Op("op"), op))
 	}
 	cases := []struct {
 		name  string
@@ -29,24 +30,37 @@ func TestDeleteScript(t *testing.T) {
 		{"Scheduled", func(k keys.Bucket) []testutil.Entry {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "j=E", "k=F"), testutil.ZSet(k.Scheduled(), "j=5", "k=6"),
 				testutil.Hash(k.Errors(), "j=e"), testutil.Hash(k.Reasons(), "j=r")}
-		}, []any{int64(1), "E"}, func(k keys.Bucket) []testutil.Entry {
-			return withOp(k, testutil.Hash(k.Pool(), "k=F"), testutil.ZSet(k.Scheduled(), "k=6"))
+		}, []any{int64(1), "E", "scheduled", ""}, func(k keys.Bucket) []testutil.Entry {
+			return withOp(k, "scheduled 0 E", testutil.Hash(k.Pool(), "k=F"), testutil.ZSet(k.Scheduled(), "k=6"))
 		}},
 		{"Broadcast", func(k keys.Bucket) []testutil.Entry {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "j=E"), testutil.ZSet(k.Scheduled(), keys.BroadcastMark+"j=5")}
-		}, []any{int64(1), "E"}, func(k keys.Bucket) []testutil.Entry { return withOp(k) }},
+		}, []any{int64(1), "E", "scheduled", ""}, func(k keys.Bucket) []testutil.Entry { return withOp(k, "scheduled 0 E") }},
 		{"ReadyLosesOnlyItsState", func(k keys.Bucket) []testutil.Entry {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "j=E"), testutil.Hash(k.State(), "j=r", "k=r"), testutil.List(k.Ready(), "j", "k")}
-		}, []any{int64(1), "E"}, func(k keys.Bucket) []testutil.Entry {
-			return withOp(k, testutil.Hash(k.State(), "k=r"), testutil.List(k.Ready(), "j", "k"))
+		}, []any{int64(1), "E", "ready", ""}, func(k keys.Bucket) []testutil.Entry {
+			return withOp(k, "ready 0 E", testutil.Hash(k.State(), "k=r"), testutil.List(k.Ready(), "j", "k"))
 		}},
+		{"InFlightLosesOnlyItsStateAndNamesItsHolder", func(k keys.Bucket) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=E"), testutil.Hash(k.State(), "j=tok@c 1"), testutil.ZSet(k.InFlight("c 1"), "tok:j=5")}
+		}, []any{int64(1), "E", "inflight", "tok@c 1"}, func(k keys.Bucket) []testutil.Entry {
+			return withOp(k, "inflight 7 tok@c 1E", testutil.ZSet(k.InFlight("c 1"), "tok:j=5"))
+		}},
+		{"InNoPlaceIsInFlight", func(k keys.Bucket) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=E")}
+		}, []any{int64(1), "E", "inflight", ""}, func(k keys.Bucket) []testutil.Entry { return withOp(k, "inflight 0 E") }},
 		{"UnAcked", func(k keys.Bucket) []testutil.Entry {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "j=E"), testutil.ZSet(k.UnAck(), "j=5")}
-		}, []any{int64(1), "E"}, func(k keys.Bucket) []testutil.Entry { return withOp(k) }},
+		}, []any{int64(1), "E", "unack", ""}, func(k keys.Bucket) []testutil.Entry { return withOp(k, "unack 0 E") }},
 		{"Dead", func(k keys.Bucket) []testutil.Entry {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "j=E"), testutil.ZSet(k.Dead(), "j=5", "k=6")}
-		}, []any{int64(1), "E"}, func(k keys.Bucket) []testutil.Entry {
-			return withOp(k, testutil.ZSet(k.Dead(), "k=6"))
+		}, []any{int64(1), "E", "dead", ""}, func(k keys.Bucket) []testutil.Entry {
+			return withOp(k, "dead 0 E", testutil.ZSet(k.Dead(), "k=6"))
+		}},
+		{"ReplyOfAnOlderVersion", func(k keys.Bucket) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=F"), testutil.String(k.Op("op"), "1|0|E")}
+		}, []any{int64(1), "1|0|E", "", ""}, func(k keys.Bucket) []testutil.Entry {
+			return withOp(k, "1|0|E", testutil.Hash(k.Pool(), "j=F"))
 		}},
 		{"AbsentJobWritesNothing", func(k keys.Bucket) []testutil.Entry {
 			return []testutil.Entry{testutil.ZSet(k.Dead(), "j=5")}

@@ -313,8 +313,8 @@ func (s *Store) Get(ctx context.Context, topic, id string, bucket int) (*Job, er
 }
 
 // Delete removes a job from its pool and from wherever it waits, and
-// returns it. It costs O(log n), and a rerun after a lost reply returns
-// the same job.
+// returns it with the State it was in (and its Consumer, in flight). It
+// costs O(log n), and a rerun after a lost reply returns the same job.
 func (s *Store) Delete(ctx context.Context, topic, id string, bucket int) (*Job, error) {
 	k := keys.ForBucket(s.prefix, topic, bucket)
 	ks := s.jobKeys(topic, bucket)
@@ -332,7 +332,14 @@ func (s *Store) Delete(ctx context.Context, topic, id string, bucket int) (*Job,
 	// A job that cannot be decoded is deleted all the same; return what we can.
 	job, derr := JobOf(topic, id, []byte(env))
 	if derr != nil {
-		return &Job{Topic: topic, ID: id}, nil
+		job = &Job{Topic: topic, ID: id}
+	}
+	if len(v) >= 4 {
+		state, _ := rdb.Str(v[2])
+		job.State = State(state)
+		if holder, _ := rdb.Str(v[3]); holder != "" {
+			_, job.Consumer, _ = strings.Cut(holder, "@")
+		}
 	}
 	return job, nil
 }

@@ -186,7 +186,8 @@ func TestRerunAnswersTheFirstRun(t *testing.T) {
 	})
 
 	// The same for Delete: its rerun, written at 23 s, finds the op record and
-	// answers the job it deleted, not ErrJobNotFound.
+	// answers the job it deleted, with the state it was in, not
+	// ErrJobNotFound.
 	t.Run("DeleteRerunWrittenLateByTheHandshake", func(t *testing.T) {
 		t.Parallel() // waits out timeouts: run beside the others
 		addr := standaloneAddr(t)
@@ -215,12 +216,15 @@ func TestRerunAnswersTheFirstRun(t *testing.T) {
 		defer c.Close()
 		require.NoError(t, c.Ping(ctx).Err()) // the first connection, handshake done
 		start := time.Now()
-		_, err = pool.NewStore(c, prefix).Delete(ctx, "t", "d", 0)
+		job, err := pool.NewStore(c, prefix).Delete(ctx, "t", "d", 0)
 		lastAt := sent.Last().Sub(start)
 		stored := plain.HExists(ctx, keys.ForBucket(prefix, "t", 0).Pool(), "d").Val()
 		t.Logf("after %v: %v; script writes %d, last at %v; stored %v", time.Since(start).Round(time.Second), err, sent.N(), lastAt.Round(time.Millisecond), stored)
 		require.False(t, stored, "the first run deleted the job")
 		assert.NoError(t, err, "Delete deleted the job and must say so")
+		if job != nil {
+			assert.Equal(t, pool.StateScheduled, job.State, "and where it was, as the first run found it")
+		}
 		assert.Greater(t, lastAt, rdb.RerunWindow+rdb.RerunMargin, "the scenario: a rerun written past window and margin")
 	})
 

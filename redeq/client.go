@@ -234,9 +234,15 @@ func (c *Client) Get(ctx context.Context, topic, id string) (*Job, error) {
 	return publicResult(c.store.Get(ctx, topic, id, b))
 }
 
-// Delete removes the job id of topic from wherever it waits and returns it.
-// A job whose handler is running is not re-added by the handler's outcome.
-// ErrJobNotFound when absent.
+// Delete removes the job id of topic from wherever it waits and returns it,
+// with State saying where that was: StateScheduled or StateReady (it was
+// waiting: cancelled, it will not run), StateUnAck or StateDead, or
+// StateInFlight with the Consumer running its handler: that run goes on
+// to its end, and its outcome is dropped (the job is not re-added, not
+// retried, not parked). To replace a job without its new version running
+// beside a handler of the old one, use PutSettled instead of Delete and
+// Add. ErrJobNotFound when absent. A rerun by go-redis after a lost
+// reply returns the same job and State.
 func (c *Client) Delete(ctx context.Context, topic, id string) (*Job, error) {
 	if err := checkRef(ctx, topic, id); err != nil {
 		return nil, err

@@ -338,8 +338,10 @@ func TestDeleteInFlight(t *testing.T) {
 			got, err := e.c.Get(ctx, "t", b)
 			require.NoError(t, err)
 			require.Equal(t, redeq.StateInFlight, got.State)
-			_, err = e.c.Delete(ctx, "t", b)
+			deleted, err := e.c.Delete(ctx, "t", b)
 			require.NoError(t, err)
+			require.Equal(t, redeq.StateInFlight, deleted.State, "Delete says the handler runs")
+			require.Equal(t, e.c.ConsumerID(), deleted.Consumer)
 		}
 		// One id comes back as a new job while the old one is still in flight.
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "none", Body: []byte("new"), Delay: time.Hour}))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/redeq-go/redeq/pool"
 )
@@ -137,7 +138,7 @@ func (c *Client) changed(snap pool.Snapshot, j *Job) ([]byte, pool.Due, error) {
 // to 0, a new CreatedAt. When that job is in flight its handler is
 // running, and Put returns ErrJobNotWaiting, writing nothing: replacing it
 // would let the new job run beside the old handler, or lose the old run's
-// retry; call Put again once it has settled.
+// retry; call Put again once it has settled, or PutSettled, which waits.
 //
 // An empty ID is replaced by a new UUID, written back into job. Errors as
 // for Add (ErrInvalidJob, ErrPoolFull when adding, ErrBucketMismatch), and
@@ -155,4 +156,30 @@ func (c *Client) Put(ctx context.Context, job *Job) error {
 		c.added(job.Topic, 1)
 	}
 	return err
+}
+
+// PutSettled is Put for a job whose handler may be running: while the job
+// of that id is in flight (Put's ErrJobNotWaiting) it waits, polling, and
+// puts once the handler's outcome is applied (acked, retried, rejoined,
+// parked, or recovered from a crashed consumer), replacing the job or
+// adding it anew. So the new job never runs beside a handler of the old
+// one, as it may after Delete and Add. When ctx ends first it returns an
+// error wrapping ctx's and ErrJobNotWaiting, having written nothing.
+// Other errors as for Put.
+func (c *Client) PutSettled(ctx context.Context, job *Job) error {
+	wait := 2 * time.Millisecond
+	for {
+		err := c.Put(ctx, job)
+		if !errors.Is(err, ErrJobNotWaiting) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("put job %q of topic %q: %w: %w", job.ID, job.Topic, err, ctx.Err())
+		case <-t.C:
+		}
+		wait = min(2*wait, max(c.cfg.ScanInterval/4, 2*time.Millisecond))
+	}
 }
