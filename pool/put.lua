@@ -21,9 +21,12 @@
 -- ARGV[9] -> wake channel
 -- ARGV[10] -> wake message
 -- ARGV[11] -> how long to keep the reply, ms
+-- ARGV[12] -> 'dead': replace only a dead job of the id (an Add that
+--             replaces dead jobs); '' or absent: any but one in flight
 -- Returns {0, due ms, 1 if it replaced a job else 0} when stored (now or
 -- by an earlier run of the same call), {2} when the pool is full, {3}
--- when the id is in flight.
+-- when the id is in flight, {4} when, with 'dead', the id holds a job
+-- that is not dead. Nothing is written for {2}, {3} or {4}.
 local done = redis.call('GET', KEYS[7])
 if done ~= false then
   local due, replaced = string.match(done, '^(%d+):(%d)$')
@@ -51,8 +54,12 @@ if not string.find(ARGV[11], '^%d+$') or ttl < 1 or ttl > 86400000 then
 end
 local replaced = 0
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-  local st = redis.call('HGET', KEYS[3], ARGV[1])
-  if st ~= false and st ~= 'r' then return {3} end
+  if ARGV[12] == 'dead' then
+    if redis.call('ZSCORE', KEYS[5], ARGV[1]) == false then return {4} end
+  else
+    local st = redis.call('HGET', KEYS[3], ARGV[1])
+    if st ~= false and st ~= 'r' then return {3} end
+  end
   replaced = 1
 elseif redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[8]) then
   return {2}

@@ -123,6 +123,18 @@ func (s *Store) Replace(ctx context.Context, snap Snapshot, bucket int, env []by
 // reports that a job was replaced. A rerun after a lost reply gives the
 // same answer.
 func (s *Store) Put(ctx context.Context, job *Job, at Placement) (replaced bool, err error) {
+	return s.put(ctx, job, at, "")
+}
+
+// AddReplacingDead adds job as Add does, but for a dead job of its id,
+// which it replaces as Put does: ErrJobExists when the id holds a job
+// that is not dead, and then nothing is written. replaced tells that a
+// dead job gave way. A rerun after a lost reply gives the first answer.
+func (s *Store) AddReplacingDead(ctx context.Context, job *Job, at Placement) (replaced bool, err error) {
+	return s.put(ctx, job, at, "dead")
+}
+
+func (s *Store) put(ctx context.Context, job *Job, at Placement, mode string) (replaced bool, err error) {
 	k := keys.ForBucket(s.prefix, job.Topic, at.Bucket)
 	header := AppendHeader(nil, HeaderOf(job))
 	tail := header[len(envelopeVersion)+1+1:] // the script writes "1|<created>"
@@ -136,7 +148,7 @@ func (s *Store) Put(ctx context.Context, job *Job, at Placement) (replaced bool,
 		[]string{k.Pool(), k.Scheduled(), k.State(), k.UnAck(), k.Dead(), k.Reasons(), k.Op(uuid.NewString())},
 		job.ID, Member(job.ID, job.Broadcast), keys.BroadcastMark, tail, Payload(job),
 		DurationMs(job.Delay), runAt, at.Limit, keys.WakeChannel(s.prefix), keys.Address(job.Topic, at.Bucket),
-		s.opTTL).Slice()
+		s.opTTL, mode).Slice()
 	if err != nil {
 		return false, fmt.Errorf("put job %q: %w", job.ID, err)
 	}
@@ -150,6 +162,8 @@ func (s *Store) Put(ctx context.Context, job *Job, at Placement) (replaced bool,
 		return false, fmt.Errorf("put job %q to topic %q: %w", job.ID, job.Topic, ErrPoolFull)
 	case int64(3):
 		return false, fmt.Errorf("put job %q to topic %q: it is in flight: %w", job.ID, job.Topic, ErrJobNotWaiting)
+	case int64(4):
+		return false, fmt.Errorf("add job %q to topic %q: %w (and is not dead)", job.ID, job.Topic, ErrJobExists)
 	}
 	return false, fmt.Errorf("put job %q: bad reply %v", job.ID, v)
 }

@@ -142,14 +142,36 @@ func (c *Client) ensureTopic(ctx context.Context, topic string) error {
 // (context.Background, context.WithoutCancel) it runs the call on the
 // caller's goroutine when fewer than two of the client's Adds are under
 // way. AddBatch sends many jobs per round trip.
-func (c *Client) Add(ctx context.Context, job *Job) error {
+//
+// opts set fields of job as for the typed producers (RunAt, WithHeader,
+// WithJobRetry; a codec has nothing to encode here), and ReplaceDead lets
+// the Add replace a dead job of the same id, which it otherwise refuses
+// with ErrJobExists until the dead job is requeued or purged.
+func (c *Client) Add(ctx context.Context, job *Job, opts ...JobOption) error {
 	if ctx == nil {
 		return pool.ErrNilContext
 	}
+	replaceDead := false
+	if len(opts) > 0 && job != nil {
+		s, err := applyJobOptions(job, "add", opts)
+		if err != nil {
+			return err
+		}
+		replaceDead = s.replaceDead
+	}
+	return c.add(ctx, job, replaceDead)
+}
+
+func (c *Client) add(ctx context.Context, job *Job, replaceDead bool) error {
 	if err := c.prepare(ctx, job); err != nil {
 		return err
 	}
-	_, err := c.store.Add(ctx, poolJob(job), c.placement(job.ID))
+	var err error
+	if replaceDead {
+		_, err = c.store.AddReplacingDead(ctx, poolJob(job), c.placement(job.ID))
+	} else {
+		_, err = c.store.Add(ctx, poolJob(job), c.placement(job.ID))
+	}
 	if err == nil {
 		c.added(job.Topic, 1)
 	}

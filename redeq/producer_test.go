@@ -293,3 +293,56 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	_, err = redeq.New(nil, config.Default())
 	require.Error(t, err)
 }
+
+// TestDeadJobKeepsItsID: a dead job keeps its id, so an Add of that id is
+// ErrJobExists; with ReplaceDead the Add replaces the dead job with a
+// fresh one (attempts 0), which runs, while a job of the id that is not
+// dead still makes the Add fail. Options given to Add set the job's
+// fields; a nil option is refused and writes nothing.
+func TestDeadJobKeepsItsID(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		runs := make(chan string, 4)
+		l := newListener("deadid", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			runs <- string(job.Body)
+			if string(job.Body) == "fails" {
+				return redeq.SkipRetry(errors.New("fails"))
+			}
+			ch.Ack()
+			return nil
+		})
+		startWith(t, e.c, l)
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "deadid", ID: "j", Body: []byte("fails")}))
+		require.Equal(t, "fails", <-runs)
+		waitFor(t, 5*time.Second, "dead", func() bool { return stats(t, e.c, "deadid").Dead == 1 })
+
+		err := e.c.Add(ctx, &redeq.Job{Topic: "deadid", ID: "j", Body: []byte("again")})
+		require.ErrorIs(t, err, redeq.ErrJobExists, "a dead job keeps its id")
+		_, err = redeq.AddTyped(ctx, e.c, "deadid", "j", "typed", 0)
+		require.ErrorIs(t, err, redeq.ErrJobExists)
+		err = e.c.Add(ctx, &redeq.Job{Topic: "deadid", ID: "j", Body: []byte("again")}, nil)
+		require.ErrorIs(t, err, redeq.ErrInvalidArgument)
+
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "deadid", ID: "j", Body: []byte("again")}, redeq.ReplaceDead(),
+			redeq.WithHeader("v", "2")))
+		require.Equal(t, "again", <-runs, "the replacement runs")
+		waitFor(t, 5*time.Second, "acked", func() bool { return stats(t, e.c, "deadid").Pool == 0 })
+
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "deadid", ID: "w", Delay: time.Hour}))
+		err = e.c.Add(ctx, &redeq.Job{Topic: "deadid", ID: "w", Body: []byte("x")}, redeq.ReplaceDead())
+		require.ErrorIs(t, err, redeq.ErrJobExists, "ReplaceDead replaces dead jobs only")
+		_, err = redeq.AddTyped(ctx, e.c, "deadid", "w", "x", 0, redeq.ReplaceDead())
+		require.ErrorIs(t, err, redeq.ErrJobExists)
+		job, err := e.c.Get(ctx, "deadid", "w")
+		require.NoError(t, err)
+		require.Empty(t, job.Body, "the waiting job is left as it was")
+		require.Equal(t, int64(0), stats(t, e.c, "deadid").Dead)
+
+		o := &redeq.Job{Topic: "deadid", ID: "o", Delay: time.Hour}
+		require.NoError(t, e.c.Add(ctx, o, redeq.WithHeader("v", "2"), redeq.WithJobRetry(2)))
+		job, err = e.c.Get(ctx, "deadid", "o")
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"v": "2"}, job.Headers, "Add's options set the job's fields")
+		require.Equal(t, 2, job.MaxRetries)
+	})
+}

@@ -5,16 +5,42 @@ import (
 	"fmt"
 	"maps"
 	"time"
+
+	"github.com/redeq-go/redeq/pool"
 )
 
 // JobOption sets what a typed producer (AddTyped, PutTyped, AddFor,
 // PutFor) stores beside the body: the fields of Job it has no argument
-// for.
+// for; Add takes them too. ReplaceDead changes what an Add may replace.
 type JobOption func(*jobSettings)
 
 type jobSettings struct {
-	job   *Job
-	codec Codec
+	job         *Job
+	codec       Codec
+	replaceDead bool
+}
+
+// ReplaceDead lets an Add (Add, AddTyped, AddFor) replace a dead job of
+// the same id with the new one, as Put would; a job of the id that is
+// scheduled, ready, in flight or parked in un_ack still makes the Add
+// fail with ErrJobExists. Without it a dead job keeps its id: an Add of
+// that id is refused until the dead job is requeued (RequeueDead) or
+// purged (PurgeDead, PurgeDeadJobs), or trimmed by DeadRetention. Put
+// always replaces dead jobs.
+func ReplaceDead() JobOption {
+	return func(s *jobSettings) { s.replaceDead = true }
+}
+
+// applyJobOptions applies opts to job.
+func applyJobOptions(job *Job, what string, opts []JobOption) (jobSettings, error) {
+	s := jobSettings{job: job}
+	for i, o := range opts {
+		if o == nil {
+			return s, fmt.Errorf("%w: %s job %q to %q: job option %d is nil", ErrInvalidArgument, what, job.ID, job.Topic, i)
+		}
+		o(&s)
+	}
+	return s, nil
 }
 
 // RunAt makes the job due at t, an absolute time, instead of after the
@@ -74,11 +100,14 @@ func WithJobCodec(c Codec) JobOption {
 // and listens. A v whose type is bound to another topic (a Payload) is
 // ErrInvalidJob. Errors and what is written as for Add.
 func AddTyped[T any](ctx context.Context, c *Client, topic, id string, v T, delay time.Duration, opts ...JobOption) (string, error) {
-	job, err := typedJob(c, "add", topic, id, v, delay, opts)
+	job, s, err := typedJob(c, "add", topic, id, v, delay, opts)
 	if err != nil {
 		return "", err
 	}
-	if err := c.Add(ctx, job); err != nil {
+	if ctx == nil {
+		return "", pool.ErrNilContext
+	}
+	if err := c.add(ctx, job, s.replaceDead); err != nil {
 		return "", err
 	}
 	return job.ID, nil
@@ -89,7 +118,7 @@ func AddTyped[T any](ctx context.Context, c *Client, topic, id string, v T, dela
 // id, and returns the id used. Errors as Put (ErrJobNotWaiting while its
 // handler runs: see Put).
 func PutTyped[T any](ctx context.Context, c *Client, topic, id string, v T, delay time.Duration, opts ...JobOption) (string, error) {
-	job, err := typedJob(c, "put", topic, id, v, delay, opts)
+	job, _, err := typedJob(c, "put", topic, id, v, delay, opts)
 	if err != nil {
 		return "", err
 	}
@@ -111,22 +140,19 @@ func PutFor[T Payload](ctx context.Context, c *Client, id string, v T, delay tim
 
 // typedJob builds the job a typed producer stores; nothing is written
 // when it fails.
-func typedJob[T any](c *Client, what, topic, id string, v T, delay time.Duration, opts []JobOption) (*Job, error) {
+func typedJob[T any](c *Client, what, topic, id string, v T, delay time.Duration, opts []JobOption) (*Job, jobSettings, error) {
 	if c == nil {
-		return nil, fmt.Errorf("%w: %s typed job: nil client", ErrInvalidArgument, what)
+		return nil, jobSettings{}, fmt.Errorf("%w: %s typed job: nil client", ErrInvalidArgument, what)
 	}
 	if p, ok := any(v).(Payload); ok && !isNil(v) {
 		if bound := p.Topic(); bound != topic {
-			return nil, fmt.Errorf("%w: %s job %q to %q: %T is bound to topic %q", ErrInvalidJob, what, id, topic, v, bound)
+			return nil, jobSettings{}, fmt.Errorf("%w: %s job %q to %q: %T is bound to topic %q", ErrInvalidJob, what, id, topic, v, bound)
 		}
 	}
 	job := &Job{Topic: topic, ID: id, Delay: delay}
-	s := jobSettings{job: job}
-	for i, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: %s job %q to %q: job option %d is nil", ErrInvalidArgument, what, id, topic, i)
-		}
-		o(&s)
+	s, err := applyJobOptions(job, what, opts)
+	if err != nil {
+		return nil, s, err
 	}
 	codec := s.codec
 	if codec == nil {
@@ -134,10 +160,10 @@ func typedJob[T any](c *Client, what, topic, id string, v T, delay time.Duration
 	}
 	body, err := codec.Marshal(v)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s job %q to %q: encode %T: %v", ErrInvalidJob, what, id, topic, v, err)
+		return nil, s, fmt.Errorf("%w: %s job %q to %q: encode %T: %v", ErrInvalidJob, what, id, topic, v, err)
 	}
 	job.Body = body
-	return job, nil
+	return job, s, nil
 }
 
 // isNil tells a nil pointer (or other nil value) in v, whose Topic method
