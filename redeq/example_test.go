@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"os"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redeq-go/redeq/config"
+	"github.com/redeq-go/redeq/dashboard"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -117,8 +120,9 @@ func ExampleAddFor() {
 	// shutdown: <nil>
 }
 
-// The README's snippets, kept here so that they compile as written. They
-// are not run: they need a Redis at localhost:6379.
+// The README's snippets, kept here so that they compile as written (the
+// one of "Testing your service" is TestUnpaidOrderCloses in redeqtest).
+// They are not run: they need a Redis at localhost:6379.
 
 type CloseOrder struct {
 	OrderID string `json:"order_id"`
@@ -156,6 +160,15 @@ func Example_readme() {
 	}))
 	id, err = redeq.AddFor(ctx, c, "42", CloseOrder{"42"}, 30*time.Minute)
 	_, err = redeq.AddTyped(ctx, c, "mail.send", "1", CloseOrder{"42"}, 0) // ErrInvalidJob: bound to order.close
+
+	// The periodic jobs' snippet.
+	c.PutSchedule(ctx, redeq.Schedule{Name: "digest", Topic: "mail.digest",
+		Spec: "0 8 * * *", TimeZone: "Europe/Paris", CatchUp: redeq.CatchUpLatest})
+
+	// The dashboard's snippet.
+	http.Handle("/redeq/", dashboard.New(c, dashboard.Options{
+		Path: "/redeq", Token: os.Getenv("REDEQ_DASHBOARD_TOKEN"), ReadOnly: true,
+	}))
 
 	err = c.Run(ctx) // start; on ctx done or SIGINT/SIGTERM shut down gracefully
 	_ = err
