@@ -2,6 +2,7 @@ package redeqtest_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,30 +22,40 @@ type reminder struct {
 // to its due time, and then promptly, even with scan settings that would
 // make a client look only every 20 s: Advance wakes the started client.
 func TestAdvanceRunsWhatFallsDue(t *testing.T) {
-	env := redeqtest.New(t, redeqtest.WithConfig(func(cfg *config.Config) {
-		cfg.ScanInterval = 10 * time.Second // the owner rescans every 20 s
-		cfg.LockExpiry = 60 * time.Second
-	}))
-	var ran atomic.Int32
-	env.Start(redeq.Typed("remind", func(ctx context.Context, r reminder) error {
-		ran.Add(1)
-		return nil
-	}))
-	ctx := context.Background()
-	_, err := redeq.AddTyped(ctx, env.Client(), "remind", "m1", reminder{"standup"}, 30*time.Minute)
-	require.NoError(t, err)
+	for _, buckets := range []int{1, 8} {
+		t.Run(fmt.Sprintf("Buckets%d", buckets), func(t *testing.T) {
+			env := redeqtest.New(t, redeqtest.WithConfig(func(cfg *config.Config) {
+				cfg.ScanInterval = 10 * time.Second // the owner rescans every 20 s
+				cfg.LockExpiry = 60 * time.Second
+				cfg.Concurrency = buckets
+			}))
+			var ran atomic.Int32
+			env.Start(redeq.Typed("remind", func(ctx context.Context, r reminder) error {
+				ran.Add(1)
+				return nil
+			}))
+			ctx := context.Background()
+			ids := []string{"m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8"}
+			for _, id := range ids {
+				_, err := redeq.AddTyped(ctx, env.Client(), "remind", id, reminder{"standup"}, 30*time.Minute)
+				require.NoError(t, err)
+			}
 
-	env.Advance(29 * time.Minute)
-	env.WaitIdle("remind")
-	require.Zero(t, ran.Load(), "not before its due time")
-	env.RequireAdded("remind", "m1")
+			env.Advance(29 * time.Minute)
+			env.WaitIdle("remind")
+			require.Zero(t, ran.Load(), "not before its due time")
+			env.RequireAdded("remind", "m1")
 
-	start := time.Now()
-	env.Advance(time.Minute)
-	env.WaitIdle("remind")
-	require.Equal(t, int32(1), ran.Load())
-	require.Less(t, time.Since(start), 10*time.Second, "ran without waiting for a scan")
-	env.RequireNotAdded("remind", "m1")
+			start := time.Now()
+			env.Advance(time.Minute)
+			env.WaitIdle("remind")
+			require.Equal(t, int32(len(ids)), ran.Load())
+			require.Less(t, time.Since(start), 10*time.Second, "ran without waiting for a scan")
+			for _, id := range ids {
+				env.RequireNotAdded("remind", id)
+			}
+		})
+	}
 }
 
 // TestAdvanceRunsRetriesOnTheClock: a failed job's retry waits for the
@@ -118,4 +129,29 @@ func TestRequireAddedFails(t *testing.T) {
 
 	env.RequireAdded("t", "there")
 	env.RequireNotAdded("t", "missing")
+}
+
+// TestAdvanceWakesEveryClient: with two instances, whichever moves the
+// topic's buckets is woken by Advance, so the job runs promptly on the
+// one that listens.
+func TestAdvanceWakesEveryClient(t *testing.T) {
+	env := redeqtest.New(t, redeqtest.WithConfig(func(cfg *config.Config) {
+		cfg.ScanInterval = 10 * time.Second
+		cfg.LockExpiry = 60 * time.Second
+		cfg.Concurrency = 4
+	}))
+	producer := env.NewClient()
+	require.NoError(t, producer.Start(context.Background())) // moves buckets, runs no listener
+	var ran atomic.Int32
+	env.Start(redeq.Typed("remind", func(ctx context.Context, r reminder) error {
+		ran.Add(1)
+		return nil
+	}))
+	for i := range 8 {
+		_, err := redeq.AddTyped(context.Background(), producer, "remind", fmt.Sprint(i), reminder{"x"}, time.Hour)
+		require.NoError(t, err)
+	}
+	env.Advance(time.Hour)
+	env.WaitIdle("remind")
+	require.Equal(t, int32(8), ran.Load())
 }
