@@ -23,7 +23,8 @@
 // and the wait, OutcomeDead after the last retry (FinalRetry ran). A
 // panic is a retry, as in a client.
 //
-//	res, err := redeqtest.Work(ctx, svc.CloseListener(), &redeq.Job{Body: body, Attempt: 4})
+//	res, err := redeqtest.Work(ctx, svc.CloseListener(), &redeq.Job{Body: body, Attempt: 3})
+//	// 3 failures so far, the config's 3 retries spent: this one is the last,
 //	// res.Outcome == redeq.OutcomeDead, res.FinalRetried, res.Err
 //
 // Jobs lists a topic's jobs in every state, Drain runs a topic's waiting

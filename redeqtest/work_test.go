@@ -139,12 +139,16 @@ func TestWork(t *testing.T) {
 	})
 	t.Run("StructListenerFinalRetry", func(t *testing.T) {
 		p := &partnerCall{answer: func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error { return errPartnerDown }}
-		res, err := redeqtest.Work(ctx, p, &redeq.Job{ID: "p1", Attempt: 5}) // config.Default: 5 retries
+		res, err := redeqtest.Work(ctx, p, &redeq.Job{ID: "p1", Attempt: 2}) // config.Default: 3 retries
+		require.NoError(t, err)
+		require.Equal(t, redeq.OutcomeRetry, res.Outcome, "the third retry is still to come")
+		require.False(t, res.FinalRetried)
+		res, err = redeqtest.Work(ctx, p, &redeq.Job{ID: "p1", Attempt: 3})
 		require.NoError(t, err)
 		require.Equal(t, redeq.OutcomeDead, res.Outcome)
 		require.True(t, res.FinalRetried)
 		require.Len(t, p.finals, 1)
-		require.Equal(t, 6, p.finals[0].Attempt)
+		require.Equal(t, 4, p.finals[0].Attempt)
 		require.Equal(t, errPartnerDown.Error(), p.finals[0].LastError)
 		require.Same(t, p.finals[0], p.ctxJob, "FinalRetry finds its job in its context")
 	})
