@@ -279,7 +279,8 @@ func (e *Env) Drain(topic string) {
 	e.WaitIdle(topic)
 }
 
-// WaitIdle waits until each topic has nothing to run now: no job due
+// WaitIdle waits until each topic (every topic ever used, when none is
+// named) has nothing to run now: no job due
 // (scheduled at or before Now, or ready) and none in flight, so every
 // handler that was due has run and its outcome is applied. It fails the
 // test after WaitTimeout, naming what is left (a due job waits for
@@ -309,6 +310,15 @@ func (e *Env) WaitIdle(topics ...string) {
 // busy names a job of topics that is due or in flight, "" when none.
 func (e *Env) busy(topics []string) (string, error) {
 	now := e.Now()
+	if len(topics) == 0 {
+		infos, err := e.Client().Topics(context.Background())
+		if err != nil {
+			return "", err
+		}
+		for _, ti := range infos {
+			topics = append(topics, ti.Name)
+		}
+	}
 	for _, topic := range topics {
 		jobs, err := e.jobs(topic)
 		if err != nil {
