@@ -274,7 +274,9 @@ func (s *Store) jobKeys(topic string, bucket int) []string {
 }
 
 // Get returns the job with its state, its due time in RunAt when it is
-// scheduled, and the reason of a dead job. It costs O(log n).
+// scheduled or ready (a ready job's as the mover recorded it, zero for one
+// back from a crashed consumer), and the reason of a dead job. It costs
+// O(log n), and one more O(1) read for a ready job.
 func (s *Store) Get(ctx context.Context, topic, id string, bucket int) (*Job, error) {
 	v, err := getScript.Run(ctx, s.rdb, s.jobKeys(topic, bucket), id, keys.BroadcastMark).Result()
 	if errors.Is(err, redis.Nil) {
@@ -297,6 +299,11 @@ func (s *Store) Get(ctx context.Context, topic, id string, bucket int) (*Job, er
 	if score, ok := rdb.Str(r[2]); ok && job.State == StateScheduled {
 		ms, _ := strconv.ParseFloat(score, 64)
 		job.RunAt = time.UnixMilli(int64(ms))
+	}
+	if job.State == StateReady {
+		if err := s.readyDue(ctx, keys.ForBucket(s.prefix, topic, bucket), []*Job{job}); err != nil {
+			return nil, fmt.Errorf("get job %q of topic %q: %w", id, topic, err)
+		}
 	}
 	job.LastError, _ = rdb.Str(r[4])
 	if extra, ok := rdb.Str(r[3]); ok {

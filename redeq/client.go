@@ -219,7 +219,8 @@ func (c *Client) bucketOf(ctx context.Context, topic, id string) (int, error) {
 }
 
 // Get returns the job id of topic, with its State, and its due time in
-// RunAt while it is scheduled. ErrJobNotFound when absent.
+// RunAt while it is scheduled or ready (for a ready job, when it fell due;
+// zero for one back from a crashed consumer). ErrJobNotFound when absent.
 func (c *Client) Get(ctx context.Context, topic, id string) (*Job, error) {
 	if err := checkRef(ctx, topic, id); err != nil {
 		return nil, err

@@ -121,8 +121,9 @@ type Page struct {
 // List returns a page of the jobs of topic in state, each with the fields
 // Get gives it: its body, headers and retry settings, State, CreatedAt,
 // Attempt, Recoveries and LastError (the error of its last failed
-// delivery); RunAt is the due time of a scheduled job, and (where Get
-// leaves it zero) when an un_acked or dead job was parked; Reason says why
+// delivery); RunAt is the due time of a scheduled or ready job (zero for a
+// ready job back from a crashed consumer), and (where Get leaves it zero)
+// when an un_acked or dead job was parked; Reason says why
 // a dead job died; Consumer names the holder of an in-flight job.
 //
 // Jobs come bucket by bucket; within a bucket scheduled jobs by due time,
