@@ -2,10 +2,12 @@ package dashboard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/redeq-go/redeq/redeq"
 )
@@ -15,13 +17,56 @@ import (
 const MaxBulk = MaxPageSize
 
 // bulkOps are the actions a list of jobs in state offers for the jobs
-// selected on it.
+// selected on it, or for every job that matches its filters.
 func bulkOps(state redeq.State) []op {
 	switch state {
 	case redeq.StateDead, redeq.StateUnAck:
-		return []op{{Name: "requeue", Label: "Requeue selected"}, {Name: "delete", Label: "Delete selected", Danger: true}}
+		return []op{{Name: "requeue", Label: "Requeue"}, {Name: "delete", Label: "Delete", Danger: true}}
+	case redeq.StateScheduled:
+		return []op{{Name: "run", Label: "Run now"}, {Name: "delete", Label: "Delete", Danger: true}}
+	case redeq.StateReady:
+		return []op{{Name: "delete", Label: "Delete", Danger: true}}
 	}
 	return nil
+}
+
+// bulkOp checks that op is one of state's bulk actions, and names it:
+// its verb for the question, the report's format.
+func bulkOp(state redeq.State, name string) (verb, report string, ok bool) {
+	for _, o := range bulkOps(state) {
+		if o.Name == name {
+			switch name {
+			case "delete":
+				return "Delete", "%d jobs deleted", true
+			case "run":
+				return "Run now", "%d jobs due now", true
+			}
+			return "Requeue", "%d jobs requeued, due now", true
+		}
+	}
+	return "", "", false
+}
+
+// act runs the bulk action op on ids, in batches of redeq.MaxBulk.
+func (h *handler) act(ctx context.Context, t string, state redeq.State, op string, ids []string) (redeq.BulkResult, error) {
+	var total redeq.BulkResult
+	for len(ids) > 0 {
+		n := min(len(ids), redeq.MaxBulk)
+		var r redeq.BulkResult
+		var err error
+		if op == "delete" {
+			r, err = h.c.DeleteJobs(ctx, t, state, ids[:n])
+		} else {
+			r, err = h.c.RequeueJobs(ctx, t, state, ids[:n], 0)
+		}
+		total.Done += r.Done
+		total.Skipped += r.Skipped
+		if err != nil {
+			return total, err
+		}
+		ids = ids[n:]
+	}
+	return total, nil
 }
 
 // confirmData is a confirmation page: the question, the jobs it names, and
@@ -35,16 +80,18 @@ type confirmData struct {
 	Cancel   string
 }
 
-// bulk requeues or deletes the jobs selected on a dead or un_ack list:
-// the first POST shows them for confirmation, the second (confirm=1) acts.
-// Jobs that left the list meanwhile are skipped and counted.
+// bulk acts on the jobs ticked on a list (bulkOps says which actions a
+// state offers): the first POST shows them for confirmation, the second
+// (confirm=1) acts. Jobs that left the list meanwhile are skipped and
+// counted.
 func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 	t, state, opName := r.PostFormValue("t"), redeq.State(r.PostFormValue("state")), r.PostFormValue("op")
-	if state != redeq.StateDead && state != redeq.StateUnAck {
-		h.fail(w, r, http.StatusBadRequest, "Bulk actions apply to dead and un-acked jobs only.")
+	if bulkOps(state) == nil {
+		h.fail(w, r, http.StatusBadRequest, "Bulk actions apply to scheduled, ready, un-acked and dead jobs only.")
 		return
 	}
-	if opName != "requeue" && opName != "delete" {
+	verb, report, ok := bulkOp(state, opName)
+	if !ok {
 		h.fail(w, r, http.StatusBadRequest, "Unknown action.")
 		return
 	}
@@ -67,10 +114,6 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 	}
 	back := url.Values{"t": {t}, "state": {string(state)}}
 	if r.PostFormValue("confirm") != "1" {
-		verb := "Requeue"
-		if opName == "delete" {
-			verb = "Delete"
-		}
 		h.render(w, r, http.StatusOK, "confirm.html", "Confirm", confirmData{
 			Question: fmt.Sprintf("%s these %d %s jobs of topic %s?", verb, len(ids), state, t),
 			Action:   "/bulk", Fields: url.Values{"t": {t}, "state": {string(state)}, "op": {opName}},
@@ -78,37 +121,190 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 		})
 		return
 	}
-	ctx := r.Context()
-	done, skipped := 0, 0
-	for _, id := range ids {
-		var err error
-		switch {
-		case opName == "delete":
-			_, err = h.c.Delete(ctx, t, id)
-		case state == redeq.StateDead:
-			err = h.c.RequeueDead(ctx, t, id, 0)
-		default:
-			err = h.c.RequeueUnAck(ctx, t, id, 0)
+	res, err := h.act(r.Context(), t, state, opName, ids)
+	if err != nil {
+		err = fmt.Errorf("%d of %d jobs done, then: %w", res.Done, len(ids), err)
+		h.audit(r, "bulk-"+opName, t, res.Done, err, "state", string(state), "named", len(ids), "skipped", res.Skipped)
+		h.apiFail(w, r, err)
+		return
+	}
+	h.audit(r, "bulk-"+opName, t, res.Done, nil, "state", string(state), "named", len(ids), "skipped", res.Skipped)
+	h.flash(w, r, outcome(report, res.Done, res.Skipped))
+	http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
+}
+
+// filterForm is the filter of a "select all matching" form, as the topic
+// page shows it and the confirmation repeats it.
+type filterForm struct {
+	Error, MinAttempt, DueBefore, DueAfter string
+}
+
+// maxFilterText bounds the error text a filter looks for.
+const maxFilterText = 200
+
+func filterFormOf(v url.Values) filterForm {
+	return filterForm{Error: v.Get("error"), MinAttempt: v.Get("min_attempt"), DueBefore: v.Get("due_before"), DueAfter: v.Get("due_after")}
+}
+
+func (f filterForm) values() url.Values {
+	v := url.Values{}
+	for k, s := range map[string]string{"error": f.Error, "min_attempt": f.MinAttempt, "due_before": f.DueBefore, "due_after": f.DueAfter} {
+		if s != "" {
+			v.Set(k, s)
 		}
-		switch {
-		case err == nil:
-			done++
-		case errors.Is(err, redeq.ErrJobNotFound), errors.Is(err, redeq.ErrJobNotWaiting):
-			skipped++
-		default:
-			err = fmt.Errorf("%d of %d jobs done, then: %w", done, len(ids), err)
-			h.audit(r, "bulk-"+opName, t, done, err, "state", string(state), "named", len(ids), "skipped", skipped)
+	}
+	return v
+}
+
+// parse checks the form: a problem is a message for the page.
+func (f filterForm) parse() (redeq.Filter, string) {
+	var out redeq.Filter
+	if len(f.Error) > maxFilterText {
+		return out, fmt.Sprintf("The error text is longer than %d bytes.", maxFilterText)
+	}
+	out.ErrorContains = f.Error
+	if f.MinAttempt != "" {
+		n, err := strconv.Atoi(f.MinAttempt)
+		if err != nil || n < 0 || n > 1_000_000 {
+			return out, "Attempt at least: want a whole number from 0 to 1000000."
+		}
+		out.MinAttempt = n
+	}
+	for _, tf := range []struct {
+		s, name string
+		to      *time.Time
+	}{{f.DueBefore, "Due before", &out.DueBefore}, {f.DueAfter, "Due after", &out.DueAfter}} {
+		if tf.s == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339, tf.s)
+		if err != nil {
+			return out, tf.name + ": want an RFC 3339 time such as 2026-01-02T15:04:05Z."
+		}
+		*tf.to = t
+	}
+	if !out.DueBefore.IsZero() && !out.DueAfter.IsZero() && !out.DueAfter.Before(out.DueBefore) {
+		return out, "Due after is not before due before: no job can match."
+	}
+	return out, ""
+}
+
+// describe is the filter in words, for the question: " with attempt >= 2".
+func (f filterForm) describe() string {
+	var parts []string
+	if f.Error != "" {
+		parts = append(parts, fmt.Sprintf("error containing %q", f.Error))
+	}
+	if f.MinAttempt != "" && f.MinAttempt != "0" {
+		parts = append(parts, "attempt ≥ "+f.MinAttempt)
+	}
+	if f.DueAfter != "" {
+		parts = append(parts, "due at or after "+f.DueAfter)
+	}
+	if f.DueBefore != "" {
+		parts = append(parts, "due before "+f.DueBefore)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " with " + strings.Join(parts, ", ")
+}
+
+// bulkAll acts on every job of a state that matches the filter of the
+// topic page's "all matching" form. The first POST counts them (Select)
+// and asks, stating the count; the second (confirm=1) selects again,
+// limited to the jobs added before the question (and, for un_acked and
+// dead jobs, parked before it), and acts on those: jobs that join the
+// state while the question is open are left. The report gives the
+// server's count of what it did.
+func (h *handler) bulkAll(w http.ResponseWriter, r *http.Request) {
+	t, state, opName := r.PostFormValue("t"), redeq.State(r.PostFormValue("state")), r.PostFormValue("op")
+	if bulkOps(state) == nil {
+		h.fail(w, r, http.StatusBadRequest, "Bulk actions apply to scheduled, ready, un-acked and dead jobs only.")
+		return
+	}
+	verb, report, ok := bulkOp(state, opName)
+	if !ok {
+		h.fail(w, r, http.StatusBadRequest, "Unknown action.")
+		return
+	}
+	_ = r.ParseForm()
+	ff := filterFormOf(r.PostForm)
+	f, problem := ff.parse()
+	if problem != "" {
+		h.fail(w, r, http.StatusBadRequest, problem)
+		return
+	}
+	back := url.Values{"t": {t}, "state": {string(state)}}
+	ctx := r.Context()
+	if r.PostFormValue("confirm") != "1" {
+		asOf, err := h.c.ServerTime(ctx)
+		if err != nil {
 			h.apiFail(w, r, err)
 			return
 		}
+		ids, err := h.c.Select(ctx, t, state, asked(f, state, asOf), 0)
+		if err != nil {
+			h.apiFail(w, r, err)
+			return
+		}
+		if len(ids) == 0 {
+			h.flash(w, r, fmt.Sprintf("No %s job matches: nothing to do.", state))
+			http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
+			return
+		}
+		fields := ff.values()
+		fields.Set("t", t)
+		fields.Set("state", string(state))
+		fields.Set("op", opName)
+		fields.Set("asof", strconv.FormatInt(asOf.UnixMilli(), 10))
+		fields.Set("count", strconv.Itoa(len(ids)))
+		h.render(w, r, http.StatusOK, "confirm.html", "Confirm", confirmData{
+			Question: fmt.Sprintf("%s all %d %s jobs of topic %s%s? Jobs that join after this question are left.", verb, len(ids), state, t, ff.describe()),
+			Action:   "/bulkall", Fields: fields,
+			Label: fmt.Sprintf("%s %d jobs", verb, len(ids)), Cancel: h.link("/topic", back),
+		})
+		return
 	}
-	h.audit(r, "bulk-"+opName, t, done, nil, "state", string(state), "named", len(ids), "skipped", skipped)
-	f := "%d jobs requeued, due now"
-	if opName == "delete" {
-		f = "%d jobs deleted"
+	ms, err := strconv.ParseInt(r.PostFormValue("asof"), 10, 64)
+	if err != nil || ms <= 0 || ms > time.Now().Add(24*time.Hour).UnixMilli() {
+		h.fail(w, r, http.StatusBadRequest, "No question answered: act from the confirmation page.")
+		return
 	}
-	h.flash(w, r, outcome(f, done, skipped))
+	confirmed, _ := strconv.Atoi(r.PostFormValue("count"))
+	ids, err := h.c.Select(ctx, t, state, asked(f, state, time.UnixMilli(ms)), 0)
+	if err != nil {
+		h.apiFail(w, r, err)
+		return
+	}
+	res, err := h.act(ctx, t, state, opName, ids)
+	if err != nil {
+		err = fmt.Errorf("%d of %d jobs done, then: %w", res.Done, len(ids), err)
+		h.audit(r, "bulkall-"+opName, t, res.Done, err, "state", string(state), "matched", len(ids), "confirmed", confirmed, "skipped", res.Skipped, "filter", ff.describe())
+		h.apiFail(w, r, err)
+		return
+	}
+	h.audit(r, "bulkall-"+opName, t, res.Done, nil, "state", string(state), "matched", len(ids), "confirmed", confirmed, "skipped", res.Skipped, "filter", ff.describe())
+	msg := outcome(report, res.Done, res.Skipped)
+	if len(ids) != confirmed {
+		msg += fmt.Sprintf(" (%d matched when asked, %d when done.)", confirmed, len(ids))
+	}
+	h.flash(w, r, msg)
 	http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
+}
+
+// asked narrows f to the jobs that were in state when the question was
+// asked at asOf (the server's clock, in ms): added before it, and un_acked
+// or dead jobs parked before it. Both requests narrow alike, so the count
+// asked about is the count acted on, but for the jobs that left meanwhile.
+func asked(f redeq.Filter, state redeq.State, asOf time.Time) redeq.Filter {
+	end := asOf
+	f.CreatedBefore = end
+	parked := state == redeq.StateUnAck || state == redeq.StateDead
+	if parked && (f.DueBefore.IsZero() || f.DueBefore.After(end)) && (f.DueAfter.IsZero() || f.DueAfter.Before(end)) {
+		f.DueBefore = end
+	}
+	return f
 }
 
 // MaxPurge bounds the dead jobs one purge names (its confirmation page

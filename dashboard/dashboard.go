@@ -91,6 +91,7 @@ func New(c *redeq.Client, opt Options) http.Handler {
 	h.mux.HandleFunc("GET /job", h.job)
 	h.mux.HandleFunc("POST /action", h.action)
 	h.mux.HandleFunc("POST /bulk", h.bulk)
+	h.mux.HandleFunc("POST /bulkall", h.bulkAll)
 	h.mux.HandleFunc("POST /purge", h.purge)
 	return h
 }

@@ -3,6 +3,7 @@ package redeq
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -127,6 +128,21 @@ func (f Filter) check(what string) error {
 			f.DueAfter.UTC().Format(time.RFC3339Nano), f.DueBefore.UTC().Format(time.RFC3339Nano))
 	}
 	return nil
+}
+
+// ServerTime is the Redis server's clock, the one due times, CreatedAt and
+// parking times follow, to the millisecond: a caller that narrows a
+// Filter to "before now" (CreatedBefore) takes now from here, not from its
+// own clock.
+func (c *Client) ServerTime(ctx context.Context) (time.Time, error) {
+	if ctx == nil {
+		return time.Time{}, pool.ErrNilContext
+	}
+	t, err := c.rdb.Time(ctx).Result()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read the server's clock: %w", err)
+	}
+	return t.Truncate(time.Millisecond), nil
 }
 
 // checkBulkState rejects the states a bulk call does not act on: jobs in
