@@ -87,7 +87,7 @@ type confirmData struct {
 func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 	t, state, opName := r.PostFormValue("t"), redeq.State(r.PostFormValue("state")), r.PostFormValue("op")
 	if bulkOps(state) == nil {
-		h.fail(w, r, http.StatusBadRequest, "Bulk actions apply to scheduled, ready, un-acked and dead jobs only.")
+		h.fail(w, r, http.StatusBadRequest, "Bulk actions apply to scheduled, ready, unack and dead jobs only.")
 		return
 	}
 	verb, report, ok := bulkOp(state, opName)
@@ -220,7 +220,7 @@ func (f filterForm) describe() string {
 func (h *handler) bulkAll(w http.ResponseWriter, r *http.Request) {
 	t, state, opName := r.PostFormValue("t"), redeq.State(r.PostFormValue("state")), r.PostFormValue("op")
 	if bulkOps(state) == nil {
-		h.fail(w, r, http.StatusBadRequest, "Bulk actions apply to scheduled, ready, un-acked and dead jobs only.")
+		h.fail(w, r, http.StatusBadRequest, "Bulk actions apply to scheduled, ready, unack and dead jobs only.")
 		return
 	}
 	verb, report, ok := bulkOp(state, opName)

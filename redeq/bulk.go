@@ -46,7 +46,7 @@ type BulkResult struct {
 // ErrInvalidArgument, ErrUnknownTopic for a topic nobody used. A Redis
 // error ends the call with the counts of what was done before it.
 func (c *Client) RequeueUnAckJobs(ctx context.Context, topic string, ids []string, delay time.Duration) (BulkResult, error) {
-	return c.bulk(ctx, "requeue un_ack", topic, ids, delay, func(ctx context.Context, id string, b int) error {
+	return c.bulk(ctx, "requeue unack jobs", topic, ids, delay, func(ctx context.Context, id string, b int) error {
 		return ack.Requeue(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.UnAck, delay, false)
 	})
 }

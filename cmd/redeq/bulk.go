@@ -33,8 +33,8 @@ func (b *bulkFlags) add(cmd *cobra.Command, ask bool) {
 	f.StringVar(&b.state, "state", "", "with --all: the state to act on: scheduled, ready, unack or dead")
 	f.StringVar(&b.errText, "error", "", "with --all: only jobs whose last error (or dead reason) contains this text")
 	f.IntVar(&b.minAttempt, "min-attempt", 0, "with --all: only jobs that failed at least this many times")
-	f.StringVar(&b.dueBefore, "due-before", "", "with --all: only jobs due (un_ack, dead: parked) before this RFC 3339 time")
-	f.StringVar(&b.dueAfter, "due-after", "", "with --all: only jobs due (un_ack, dead: parked) at or after this RFC 3339 time")
+	f.StringVar(&b.dueBefore, "due-before", "", "with --all: only jobs due (unack, dead: parked) before this RFC 3339 time")
+	f.StringVar(&b.dueAfter, "due-after", "", "with --all: only jobs due (unack, dead: parked) at or after this RFC 3339 time")
 	f.BoolVar(&b.dryRun, "dry-run", false, "with --all: count the jobs that match and change nothing")
 	if ask {
 		b.canAsk = true
@@ -179,7 +179,7 @@ func runCmd(o *opts) *cobra.Command {
 
 With --all --state scheduled|unack|dead and the filters (--error,
 --min-attempt, --due-before, --due-after), every job that matches when the
-command starts, once each: scheduled jobs become due now, un_acked and dead
+command starts, once each: scheduled jobs become due now, unack and dead
 ones go back to their bucket due now (dead ones with a fresh count of
 attempts). --dry-run counts them first.`,
 		Args: args(cobra.RangeArgs(1, 2)),

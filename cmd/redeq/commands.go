@@ -139,9 +139,7 @@ func printStats(ctx context.Context, o *opts, c *redeq.Client, cmd *cobra.Comman
 		out = append(out, statsJSON{n, s.Pool, s.Scheduled, s.Ready, s.InFlight, s.UnAck, s.Dead, s.Consumers, s.Buckets, s.Paused})
 	}
 	if o.json() {
-		if len(a) == 1 {
-			return writeJSON(cmd.OutOrStdout(), out[0])
-		}
+		// An array whether one topic was named or none: one shape to parse.
 		return writeJSON(cmd.OutOrStdout(), out)
 	}
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
@@ -315,7 +313,7 @@ func deleteCmd(o *opts) *cobra.Command {
 With --all --state scheduled|ready|unack|dead and the filters (--error,
 --min-attempt, --due-before, --due-after), it takes the jobs that match
 when it starts, asks about them (unless --yes), and deletes them: scheduled
-and ready jobs wherever they are by then, un_acked and dead jobs while they
+and ready jobs wherever they are by then, unack and dead jobs while they
 are still parked there. --dry-run counts them and changes nothing.`,
 		Args: args(cobra.RangeArgs(1, 2)),
 		RunE: func(cmd *cobra.Command, a []string) error {
