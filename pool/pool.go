@@ -275,7 +275,8 @@ func (s *Store) jobKeys(topic string, bucket int) []string {
 
 // Get returns the job with its state, its due time in RunAt when it is
 // scheduled or ready (a ready job's as the mover recorded it, zero for one
-// back from a crashed consumer), and the reason of a dead job. It costs
+// back from a crashed consumer) and when it was parked when it is un_acked
+// or dead, and the reason of a dead job. It costs
 // O(log n), and one more O(1) read for a ready job.
 func (s *Store) Get(ctx context.Context, topic, id string, bucket int) (*Job, error) {
 	v, err := getScript.Run(ctx, s.rdb, s.jobKeys(topic, bucket), id, keys.BroadcastMark).Result()
@@ -296,7 +297,7 @@ func (s *Store) Get(ctx context.Context, topic, id string, bucket int) (*Job, er
 	}
 	state, _ := rdb.Str(r[1])
 	job.State = State(state)
-	if score, ok := rdb.Str(r[2]); ok && job.State == StateScheduled {
+	if score, ok := rdb.Str(r[2]); ok {
 		ms, _ := strconv.ParseFloat(score, 64)
 		job.RunAt = time.UnixMilli(int64(ms))
 	}

@@ -122,8 +122,8 @@ type Page struct {
 // Get gives it: its body, headers and retry settings, State, CreatedAt,
 // Attempt, Recoveries and LastError (the error of its last failed
 // delivery); RunAt is the due time of a scheduled or ready job (zero for a
-// ready job back from a crashed consumer), and (where Get leaves it zero)
-// when an un_acked or dead job was parked; Reason says why
+// ready job back from a crashed consumer), and when an un_acked or dead
+// job was parked; Reason says why
 // a dead job died; Consumer names the holder of an in-flight job.
 //
 // Jobs come bucket by bucket; within a bucket scheduled jobs by due time,

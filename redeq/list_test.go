@@ -387,8 +387,8 @@ func TestListPagesAJobThatStaysOnce(t *testing.T) {
 // TestListJobsHaveGetsFields: every job of every state that List gives has
 // each field Get gives it (State, Attempt, Recoveries, LastError, Reason,
 // Consumer, RunAt, CreatedAt, body, headers, retry settings); RunAt of a
-// ready job is when it fell due; List sets RunAt also for un_acked and
-// dead jobs, to when they were parked.
+// ready job is when it fell due, of an un_acked or dead job when it was
+// parked.
 func TestListJobsHaveGetsFields(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -452,7 +452,6 @@ func TestListJobsHaveGetsFields(t *testing.T) {
 				require.NoError(t, err)
 				if st == redeq.StateUnAck || st == redeq.StateDead {
 					require.False(t, j.RunAt.IsZero(), "%s: when it was parked", j.ID)
-					stored.RunAt = j.RunAt
 				}
 				if st == redeq.StateReady {
 					require.WithinDuration(t, time.Now(), j.RunAt, time.Minute, "%s: when it fell due", j.ID)

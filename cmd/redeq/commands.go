@@ -155,10 +155,16 @@ func listCmd(o *opts) *cobra.Command {
 	var cursor string
 	cmd := &cobra.Command{
 		Use:   "list TOPIC STATE",
-		Short: "List a page of a topic's jobs in a state (scheduled, ready, inflight, unack, dead)",
+		Short: "List a page of a topic's jobs in a state (scheduled, ready, inflight, unack, dead; retrying: scheduled after a failure)",
 		Args:  args(cobra.ExactArgs(2)),
 		RunE: withClient(o, func(ctx context.Context, c *redeq.Client, cmd *cobra.Command, a []string) error {
-			page, err := c.List(ctx, a[0], redeq.State(a[1]), redeq.ListOptions{Limit: limit, Cursor: cursor})
+			var page redeq.Page
+			var err error
+			if a[1] == "retrying" {
+				page, err = retryingPage(ctx, c, a[0], limit, cursor)
+			} else {
+				page, err = c.List(ctx, a[0], redeq.State(a[1]), redeq.ListOptions{Limit: limit, Cursor: cursor})
+			}
 			if err != nil {
 				return err
 			}
@@ -184,6 +190,33 @@ func listCmd(o *opts) *cobra.Command {
 	return cmd
 }
 
+// retryingPage is a page of the scheduled jobs of topic that failed before
+// (attempt > 0), from at most 10 pages of List: it may hold fewer jobs
+// than limit, or none, while its Next says there are more to read.
+func retryingPage(ctx context.Context, c *redeq.Client, topic string, limit int, cursor string) (redeq.Page, error) {
+	want := limit
+	if want == 0 {
+		want = redeq.DefaultListLimit
+	}
+	var out redeq.Page
+	for range 10 {
+		p, err := c.List(ctx, topic, redeq.StateScheduled, redeq.ListOptions{Limit: limit, Cursor: cursor})
+		if err != nil {
+			return redeq.Page{}, err
+		}
+		for _, j := range p.Jobs {
+			if j.Attempt > 0 {
+				out.Jobs = append(out.Jobs, j)
+			}
+		}
+		out.Next, cursor = p.Next, p.Next
+		if p.Next == "" || len(out.Jobs) >= want {
+			break
+		}
+	}
+	return out, nil
+}
+
 func getCmd(o *opts) *cobra.Command {
 	var raw bool
 	cmd := &cobra.Command{
@@ -195,14 +228,18 @@ func getCmd(o *opts) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			switch {
-			case raw:
+			if raw {
 				_, err = cmd.OutOrStdout().Write(j.Body)
 				return err
-			case o.json():
-				return writeJSON(cmd.OutOrStdout(), toJSON(j, true))
 			}
-			writeJob(cmd.OutOrStdout(), j)
+			cfg := c.Config()
+			st := storyOf(j, cfg.Retry, cfg.RetryIntervals)
+			if o.json() {
+				out := toJSON(j, true)
+				out.storyJSON = &st
+				return writeJSON(cmd.OutOrStdout(), out)
+			}
+			writeJob(cmd.OutOrStdout(), j, &st)
 			return nil
 		}),
 	}

@@ -74,3 +74,45 @@ func TestCLIHistory(t *testing.T) {
 		})
 	}
 }
+
+// TestCLIGetTellsTheStory: get gives a retrying job's attempt of its most,
+// whose policy that is, its intervals, about when it failed and when its
+// retry is due; a dead job's death time; list retrying shows the
+// scheduled jobs that failed before and not the others.
+func TestCLIGetTellsTheStory(t *testing.T) {
+	for _, b := range testutil.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			e := newEnv(t, b)
+			seed(t, e, "r1", "d1", "s1")
+			out := e.ok(t, "get", "orders", "r1")
+			require.Regexp(t, `(?m)^retries:\s+attempt 2 of 4 \(3 retries, the default: a listener's WithRetry may differ\)$`, out)
+			require.Regexp(t, `(?m)^intervals:\s+1h0m0s$`, out)
+			require.Regexp(t, `(?m)^last failure:\s+about 20\d\d-.* \(due time less the retry interval\)$`, out)
+			require.Regexp(t, `(?m)^next attempt:\s+retry 1, 20\d\d-`, out)
+			var st struct {
+				MaxRetries           int        `json:"max_retries"`
+				RetryPolicy          string     `json:"retry_policy"`
+				LastFailureAt        *time.Time `json:"last_failure_at"`
+				LastFailureEstimated bool       `json:"last_failure_estimated"`
+				NextAttemptAt        *time.Time `json:"next_attempt_at"`
+				LastError            string     `json:"last_error"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(e.ok(t, "get", "orders", "r1", "-o", "json")), &st))
+			require.Equal(t, 3, st.MaxRetries)
+			require.Equal(t, "default", st.RetryPolicy)
+			require.True(t, st.LastFailureEstimated)
+			require.WithinDuration(t, time.Now(), *st.LastFailureAt, time.Minute)
+			require.WithinDuration(t, time.Now().Add(time.Hour), *st.NextAttemptAt, time.Minute)
+			require.Equal(t, "partner timeout", st.LastError)
+
+			out = e.ok(t, "get", "orders", "d1")
+			require.Regexp(t, `(?m)^since:\s+20\d\d-`, out)
+			require.Regexp(t, `(?m)^last failure:\s+20\d\d-`, out)
+			require.Regexp(t, `(?m)^next attempt:\s+none: dead$`, out)
+
+			out = e.ok(t, "list", "orders", "retrying")
+			require.Regexp(t, `(?m)^r1\s+scheduled\s+1\s`, out)
+			require.NotContains(t, out, "s1")
+		})
+	}
+}
