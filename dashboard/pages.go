@@ -33,7 +33,7 @@ const retryingReads = 10
 func (h *handler) retrying(ctx context.Context, topic, cursor string) (redeq.Page, error) {
 	var out redeq.Page
 	for range retryingReads {
-		p, err := h.c.List(ctx, topic, redeq.StateScheduled, redeq.ListOptions{Limit: h.opt.PageSize, Cursor: cursor})
+		p, err := h.c.List(ctx, topic, redeq.StateScheduled, redeq.ListOptions{Limit: h.opt.PageSize, Cursor: cursor, DueOrder: true})
 		if err != nil {
 			return redeq.Page{}, err
 		}
@@ -389,7 +389,7 @@ func (h *handler) topic(w http.ResponseWriter, r *http.Request) {
 	if retrying {
 		page, err = h.retrying(ctx, name, q.Get("cursor"))
 	} else {
-		page, err = h.c.List(ctx, name, state, redeq.ListOptions{Limit: h.opt.PageSize, Cursor: q.Get("cursor")})
+		page, err = h.c.List(ctx, name, state, redeq.ListOptions{Limit: h.opt.PageSize, Cursor: q.Get("cursor"), DueOrder: true})
 	}
 	if err != nil {
 		h.apiFail(w, r, err)

@@ -163,7 +163,8 @@ func listCmd(o *opts) *cobra.Command {
 			if a[1] == "retrying" {
 				page, err = retryingPage(ctx, c, a[0], limit, cursor)
 			} else {
-				page, err = c.List(ctx, a[0], redeq.State(a[1]), redeq.ListOptions{Limit: limit, Cursor: cursor})
+				// Scheduled jobs in due order across the buckets.
+				page, err = c.List(ctx, a[0], redeq.State(a[1]), redeq.ListOptions{Limit: limit, Cursor: cursor, DueOrder: true})
 			}
 			if err != nil {
 				return err
@@ -200,7 +201,7 @@ func retryingPage(ctx context.Context, c *redeq.Client, topic string, limit int,
 	}
 	var out redeq.Page
 	for range 10 {
-		p, err := c.List(ctx, topic, redeq.StateScheduled, redeq.ListOptions{Limit: limit, Cursor: cursor})
+		p, err := c.List(ctx, topic, redeq.StateScheduled, redeq.ListOptions{Limit: limit, Cursor: cursor, DueOrder: true})
 		if err != nil {
 			return redeq.Page{}, err
 		}
