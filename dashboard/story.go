@@ -16,8 +16,9 @@ type story struct {
 	// Intervals lists the waits before each retry.
 	Intervals string
 	// Failed is when the last failure was; FailedAbout says it is worked
-	// out from the due time and the retry interval (a job rescheduled by
-	// hand since makes it wrong), not recorded.
+	// out from the due time and the job's own retry interval (a job
+	// rescheduled by hand since makes it wrong), not recorded. With the
+	// default intervals it is not worked out: a listener's may differ.
 	Failed      time.Time
 	FailedAbout bool
 	// Next is what happens next, in words; NextAt when, if known.
@@ -77,7 +78,7 @@ func storyOf(j *redeq.Job, defRetries int, defIntervals []time.Duration) story {
 		s.Failed = j.RunAt
 		s.Next = "none: " + map[bool]string{true: "sent to dead (" + j.Reason + ")", false: "its retries ran out"}[j.Reason != ""]
 	case redeq.StateScheduled:
-		if j.Attempt > 0 && !j.RunAt.IsZero() {
+		if j.Attempt > 0 && !j.RunAt.IsZero() && ownIntervals {
 			s.Failed, s.FailedAbout = j.RunAt.Add(-interval(intervals, j.Attempt)), true
 			s.Next = fmt.Sprintf("retry %d, due", j.Attempt)
 		} else {
@@ -85,7 +86,7 @@ func storyOf(j *redeq.Job, defRetries int, defIntervals []time.Duration) story {
 		}
 		s.NextAt = j.RunAt
 	case redeq.StateReady:
-		if j.Attempt > 0 && !j.RunAt.IsZero() {
+		if j.Attempt > 0 && !j.RunAt.IsZero() && ownIntervals {
 			s.Failed, s.FailedAbout = j.RunAt.Add(-interval(intervals, j.Attempt)), true
 		}
 		s.Next = "waiting for a consumer, due since"

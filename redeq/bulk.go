@@ -21,6 +21,10 @@ const MaxBulk = 1000
 // most, held by the caller.
 const MaxSelect = 1_000_000
 
+// selectPage is the List page Select reads at a time: a quarter of the
+// largest, so that no read holds Redis long (bodies come with the jobs).
+const selectPage = MaxListLimit / 4
+
 // bulkWorkers is how many by-id scripts a bulk call keeps running at
 // once: each is short (O(log n)), so a few in parallel hide the round
 // trips without holding Redis for longer than one of them.
@@ -161,8 +165,8 @@ func checkBulkState(what string, state State) error {
 // batches of MaxBulk, whatever joins the state after. A job moving while
 // Select pages is listed at most once.
 //
-// Cost: as List pages of MaxListLimit, one bucket script each, so Select
-// holds Redis for no longer than one page read at a time; it reads every
+// Cost: List pages of 250 jobs, one bucket script each, so Select holds
+// Redis for no longer than one such read at a time; it reads every
 // job of the state, bodies included, to match them.
 //
 // The states are those of the bulk calls: scheduled, ready, unack and
@@ -188,7 +192,7 @@ func (c *Client) Select(ctx context.Context, topic string, state State, f Filter
 	seen := map[string]bool{}
 	cursor := ""
 	for len(ids) < limit {
-		page, err := c.List(ctx, topic, state, ListOptions{Limit: MaxListLimit, Cursor: cursor})
+		page, err := c.List(ctx, topic, state, ListOptions{Limit: selectPage, Cursor: cursor})
 		if err != nil {
 			return nil, err
 		}

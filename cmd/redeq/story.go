@@ -39,7 +39,9 @@ func storyOf(j *redeq.Job, defRetries int, defIntervals []time.Duration) storyJS
 		s.RetryIntervals = append(s.RetryIntervals, d.String())
 	}
 	before := func() {
-		if j.Attempt > 0 && !j.RunAt.IsZero() && len(intervals) > 0 {
+		// Only with the job's own intervals: a listener's WithRetry, which
+		// the CLI cannot see, may override the defaults.
+		if j.Attempt > 0 && !j.RunAt.IsZero() && len(j.RetryIntervals) > 0 {
 			s.LastFailureAt = timePtr(j.RunAt.Add(-intervals[min(j.Attempt, len(intervals))-1]))
 			s.LastFailureEstimated = true
 		}

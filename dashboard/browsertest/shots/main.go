@@ -141,7 +141,7 @@ func seed(ctx context.Context, rdb redis.UniversalClient, c *redeq.Client, cfg c
 	}
 	err = w.Register(redeq.ListenerFunc("partner.callback", func(_ context.Context, j *redeq.Job, _ *redeq.Channel) error {
 		return fmt.Errorf("partner answered 503 Service Unavailable (attempt %d)", j.Attempt+1)
-	}, redeq.WithRetry(5, time.Minute, 5*time.Minute, 10*time.Minute, 30*time.Minute, time.Hour)))
+	}))
 	if err != nil {
 		return err
 	}
@@ -154,7 +154,8 @@ func seed(ctx context.Context, rdb redis.UniversalClient, c *redeq.Client, cfg c
 	}
 	for i := range 12 {
 		batch = append(batch, &redeq.Job{Topic: "partner.callback", ID: fmt.Sprintf("cb-%d", 501+i), Body: fmt.Appendf(nil, `{"partner":"acme","call":%d}`, 501+i),
-			Headers: map[string]string{"tenant": "acme"}})
+			Headers: map[string]string{"tenant": "acme"}, MaxRetries: 5,
+			RetryIntervals: []time.Duration{time.Minute, 5 * time.Minute, 10 * time.Minute, 30 * time.Minute, time.Hour}})
 	}
 	if err := c.AddBatch(ctx, batch); err != nil {
 		return err
@@ -266,11 +267,14 @@ func timings(ctx context.Context, rdb *redis.Client, c *redeq.Client, base strin
 		if err := rdb.ConfigSet(ctx, "slowlog-log-slower-than", "1000").Err(); err != nil {
 			return nil, err
 		}
+		if err := rdb.ConfigSet(ctx, "slowlog-max-len", "100000").Err(); err != nil {
+			return nil, err
+		}
 		if err := rdb.Do(ctx, "SLOWLOG", "RESET").Err(); err != nil {
 			return nil, err
 		}
 		return func() string {
-			logs, err := rdb.SlowLogGet(ctx, 1000).Result()
+			logs, err := rdb.SlowLogGet(ctx, 100000).Result()
 			if err != nil || len(logs) == 0 {
 				return "under 1 ms"
 			}
