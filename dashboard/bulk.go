@@ -2,11 +2,14 @@ package dashboard
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redeq-go/redeq/redeq"
@@ -211,12 +214,13 @@ func (f filterForm) describe() string {
 }
 
 // bulkAll acts on every job of a state that matches the filter of the
-// topic page's "all matching" form. The first POST counts them (Select)
-// and asks, stating the count; the second (confirm=1) selects again,
-// limited to the jobs added before the question (and, for un_acked and
-// dead jobs, parked before it), and acts on those: jobs that join the
-// state while the question is open are left. The report gives the
-// server's count of what it did.
+// topic page's "all matching" form. The first POST takes the ids of the
+// jobs that match (Select), keeps them in this handler's memory under a
+// random token for selectionTTL, and asks, stating the count; the second
+// (confirm=1, with the token) acts on exactly those ids: jobs that join
+// the state while the question is open are left, those that left it are
+// skipped and counted. A token expired, used, or made by another
+// dashboard instance (behind a load balancer) is refused: ask again.
 func (h *handler) bulkAll(w http.ResponseWriter, r *http.Request) {
 	t, state, opName := r.PostFormValue("t"), redeq.State(r.PostFormValue("state")), r.PostFormValue("op")
 	if bulkOps(state) == nil {
@@ -238,12 +242,7 @@ func (h *handler) bulkAll(w http.ResponseWriter, r *http.Request) {
 	back := url.Values{"t": {t}, "state": {string(state)}}
 	ctx := r.Context()
 	if r.PostFormValue("confirm") != "1" {
-		asOf, err := h.c.ServerTime(ctx)
-		if err != nil {
-			h.apiFail(w, r, err)
-			return
-		}
-		ids, err := h.c.Select(ctx, t, state, asked(f, state, asOf), 0)
+		ids, err := h.c.Select(ctx, t, state, f, 0)
 		if err != nil {
 			h.apiFail(w, r, err)
 			return
@@ -253,12 +252,12 @@ func (h *handler) bulkAll(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
 			return
 		}
+		tok := h.sel.put(selection{topic: t, state: state, op: opName, ids: ids, filter: ff.describe()})
 		fields := ff.values()
 		fields.Set("t", t)
 		fields.Set("state", string(state))
 		fields.Set("op", opName)
-		fields.Set("asof", strconv.FormatInt(asOf.UnixMilli(), 10))
-		fields.Set("count", strconv.Itoa(len(ids)))
+		fields.Set("sel", tok)
 		h.render(w, r, http.StatusOK, "confirm.html", "Confirm", confirmData{
 			Question: fmt.Sprintf("%s all %d %s jobs of topic %s%s? Jobs that join after this question are left.", verb, len(ids), state, t, ff.describe()),
 			Action:   "/bulkall", Fields: fields,
@@ -266,45 +265,87 @@ func (h *handler) bulkAll(w http.ResponseWriter, r *http.Request) {
 		})
 		return
 	}
-	ms, err := strconv.ParseInt(r.PostFormValue("asof"), 10, 64)
-	if err != nil || ms <= 0 || ms > time.Now().Add(24*time.Hour).UnixMilli() {
-		h.fail(w, r, http.StatusBadRequest, "No question answered: act from the confirmation page.")
+	sel, ok := h.sel.take(r.PostFormValue("sel"))
+	if !ok || sel.topic != t || sel.state != state || sel.op != opName {
+		h.fail(w, r, http.StatusBadRequest, fmt.Sprintf("This question expired (after %v), was answered already, or was asked of another dashboard instance: nothing done, ask again.", selectionTTL))
 		return
 	}
-	confirmed, _ := strconv.Atoi(r.PostFormValue("count"))
-	ids, err := h.c.Select(ctx, t, state, asked(f, state, time.UnixMilli(ms)), 0)
+	res, err := h.act(ctx, t, state, opName, sel.ids)
 	if err != nil {
+		err = fmt.Errorf("%d of %d jobs done, then: %w", res.Done, len(sel.ids), err)
+		h.audit(r, "bulkall-"+opName, t, res.Done, err, "state", string(state), "named", len(sel.ids), "skipped", res.Skipped, "filter", sel.filter)
 		h.apiFail(w, r, err)
 		return
 	}
-	res, err := h.act(ctx, t, state, opName, ids)
-	if err != nil {
-		err = fmt.Errorf("%d of %d jobs done, then: %w", res.Done, len(ids), err)
-		h.audit(r, "bulkall-"+opName, t, res.Done, err, "state", string(state), "matched", len(ids), "confirmed", confirmed, "skipped", res.Skipped, "filter", ff.describe())
-		h.apiFail(w, r, err)
-		return
-	}
-	h.audit(r, "bulkall-"+opName, t, res.Done, nil, "state", string(state), "matched", len(ids), "confirmed", confirmed, "skipped", res.Skipped, "filter", ff.describe())
-	msg := outcome(report, res.Done, res.Skipped)
-	if len(ids) != confirmed {
-		msg += fmt.Sprintf(" (%d matched when asked, %d when done.)", confirmed, len(ids))
-	}
-	h.flash(w, r, msg)
+	h.audit(r, "bulkall-"+opName, t, res.Done, nil, "state", string(state), "named", len(sel.ids), "skipped", res.Skipped, "filter", sel.filter)
+	h.flash(w, r, outcome(report, res.Done, res.Skipped))
 	http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
 }
 
-// asked narrows f to the jobs that were in state when the question was
-// asked at asOf (the server's clock, in ms): added before it, and un_acked
-// or dead jobs parked before it. Both requests narrow alike, so the count
-// asked about is the count acted on, but for the jobs that left meanwhile.
-func asked(f redeq.Filter, state redeq.State, asOf time.Time) redeq.Filter {
-	end := asOf
-	f.CreatedBefore = end
-	parked := state == redeq.StateUnAck || state == redeq.StateDead
-	if parked && (f.DueBefore.IsZero() || f.DueBefore.After(end)) && (f.DueAfter.IsZero() || f.DueAfter.Before(end)) {
-		f.DueBefore = end
+// selectionTTL is how long an "all matching" question waits for its
+// answer.
+const selectionTTL = 10 * time.Minute
+
+// maxSelections bounds the questions waiting for an answer; a new one
+// pushes out the oldest.
+const maxSelections = 8
+
+// selection is the fixed set of ids an "all matching" question counted.
+type selection struct {
+	topic   string
+	state   redeq.State
+	op      string
+	ids     []string
+	filter  string
+	expires time.Time
+}
+
+// selections keeps the questions waiting for their answer, in memory.
+type selections struct {
+	mu sync.Mutex
+	m  map[string]selection
+}
+
+func (s *selections) put(sel selection) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	tok := hex.EncodeToString(b[:])
+	now := time.Now()
+	sel.expires = now.Add(selectionTTL)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]selection{}
 	}
-	return f
+	for k, v := range s.m {
+		if now.After(v.expires) {
+			delete(s.m, k)
+		}
+	}
+	for len(s.m) >= maxSelections {
+		oldest := ""
+		for k, v := range s.m {
+			if oldest == "" || v.expires.Before(s.m[oldest].expires) {
+				oldest = k
+			}
+		}
+		delete(s.m, oldest)
+	}
+	s.m[tok] = sel
+	return tok
+}
+
+// take returns the selection of tok and forgets it: a question is
+// answered once.
+func (s *selections) take(tok string) (selection, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sel, ok := s.m[tok]
+	delete(s.m, tok)
+	if !ok || time.Now().After(sel.expires) {
+		return selection{}, false
+	}
+	return sel, true
 }
 
 // MaxPurge bounds the dead jobs one purge names (its confirmation page

@@ -308,11 +308,12 @@ func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
 
 var questionRE = regexp.MustCompile(`<h1 id="question">([^<]*)</h1>`)
 
-// TestBulkAllMatchingStatesTheCount: "all matching" on a topic page counts
+// TestBulkAllMatchingStatesTheCount: "all matching" on a topic page takes
 // the jobs of the state that match its filter and asks, stating the count,
 // changing nothing; its POST acts on those jobs and not on one that joined
-// the state after the question; the report is the server's count; a bad
-// filter, state or action is refused and changes nothing.
+// the state after the question, once; the report is the server's count; a
+// bad filter, state, action or question token is refused and changes
+// nothing.
 func TestBulkAllMatchingStatesTheCount(t *testing.T) {
 	for _, b := range testutil.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
@@ -338,7 +339,7 @@ func TestBulkAllMatchingStatesTheCount(t *testing.T) {
 			require.Equal(t, redeq.StateScheduled, state(t, e.c, "a0"), "nothing happens before the confirmation")
 			add(t, e.c, "orders", "joined", "x", time.Hour)
 
-			for _, m := range regexp.MustCompile(`<input type="hidden" name="(asof|count)" value="([^"]+)">`).FindAllStringSubmatch(page, -1) {
+			for _, m := range regexp.MustCompile(`<input type="hidden" name="(sel)" value="([^"]+)">`).FindAllStringSubmatch(page, -1) {
 				form.Set(m[1], m[2])
 			}
 			form.Set("confirm", "1")
@@ -350,12 +351,15 @@ func TestBulkAllMatchingStatesTheCount(t *testing.T) {
 			require.Equal(t, redeq.StateScheduled, state(t, e.c, "joined"), "added after the question")
 			_, page = e.get(t, "/topic?t=orders&state=scheduled")
 			require.Contains(t, page, "5 jobs deleted.")
+			code, page = e.postTo(t, "/bulkall", form)
+			require.Equal(t, http.StatusBadRequest, code, "a question is answered once")
+			require.Contains(t, page, "answered already")
 
 			form = url.Values{"csrf": {tok}, "t": {"orders"}, "state": {"dead"}, "op": {"requeue"}, "error": {"boom"}, "min_attempt": {"1"}}
 			code, page = e.postTo(t, "/bulkall", form)
 			require.Equal(t, http.StatusOK, code, page)
 			require.Contains(t, page, "Requeue all 3 dead jobs of topic orders with error containing &#34;boom&#34;, attempt ≥ 1?")
-			for _, m := range regexp.MustCompile(`<input type="hidden" name="(asof|count)" value="([^"]+)">`).FindAllStringSubmatch(page, -1) {
+			for _, m := range regexp.MustCompile(`<input type="hidden" name="(sel)" value="([^"]+)">`).FindAllStringSubmatch(page, -1) {
 				form.Set(m[1], m[2])
 			}
 			form.Set("confirm", "1")
@@ -378,7 +382,7 @@ func TestBulkAllMatchingStatesTheCount(t *testing.T) {
 				{"state": {"unack"}, "op": {"delete"}, "due_after": {"2026-01-02T00:00:00Z"}, "due_before": {"2026-01-01T00:00:00Z"}},
 				{"state": {"unack"}, "op": {"delete"}, "error": {strings.Repeat("x", 201)}},
 				{"state": {"unack"}, "op": {"delete"}, "confirm": {"1"}},
-				{"state": {"unack"}, "op": {"delete"}, "confirm": {"1"}, "asof": {"x"}},
+				{"state": {"unack"}, "op": {"delete"}, "confirm": {"1"}, "sel": {"x"}},
 				{"state": {"inflight"}, "op": {"delete"}},
 				{"state": {"ready"}, "op": {"run"}},
 				{"state": {"unack"}, "op": {"purge"}},

@@ -67,6 +67,7 @@ type handler struct {
 	cop  *http.CrossOriginProtection
 	tmpl map[string]*template.Template
 	key  [32]byte // signs the flash messages: random per handler
+	sel  selections
 }
 
 // New returns the dashboard of c's topics. Options out of range take their

@@ -353,7 +353,7 @@ func timings(ctx context.Context, rdb *redis.Client, c *redeq.Client, base strin
 		return nil, err
 	}
 	rows = append(rows, row{fmt.Sprintf("dashboard, \"Run now all matching\": the question, counting %d scheduled jobs", *jobs), ms(d), longest()})
-	for _, f := range regexp.MustCompile(`<input type="hidden" name="(asof|count)" value="([^"]+)">`).FindAllStringSubmatch(body, -1) {
+	for _, f := range regexp.MustCompile(`<input type="hidden" name="(sel)" value="([^"]+)">`).FindAllStringSubmatch(body, -1) {
 		form.Set(f[1], f[2])
 	}
 	form.Set("confirm", "1")
