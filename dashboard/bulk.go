@@ -2,10 +2,15 @@ package dashboard
 
 import (
 	"context"
-	"errors"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/redeq-go/redeq/redeq"
 )
@@ -15,13 +20,56 @@ import (
 const MaxBulk = MaxPageSize
 
 // bulkOps are the actions a list of jobs in state offers for the jobs
-// selected on it.
+// selected on it, or for every job that matches its filters.
 func bulkOps(state redeq.State) []op {
 	switch state {
 	case redeq.StateDead, redeq.StateUnAck:
-		return []op{{Name: "requeue", Label: "Requeue selected"}, {Name: "delete", Label: "Delete selected", Danger: true}}
+		return []op{{Name: "requeue", Label: "Requeue"}, {Name: "delete", Label: "Delete", Danger: true}}
+	case redeq.StateScheduled:
+		return []op{{Name: "run", Label: "Run now"}, {Name: "delete", Label: "Delete", Danger: true}}
+	case redeq.StateReady:
+		return []op{{Name: "delete", Label: "Delete", Danger: true}}
 	}
 	return nil
+}
+
+// bulkOp checks that op is one of state's bulk actions, and names it:
+// its verb for the question, the report's format.
+func bulkOp(state redeq.State, name string) (verb, report string, ok bool) {
+	for _, o := range bulkOps(state) {
+		if o.Name == name {
+			switch name {
+			case "delete":
+				return "Delete", "%d jobs deleted", true
+			case "run":
+				return "Run now", "%d jobs due now", true
+			}
+			return "Requeue", "%d jobs requeued, due now", true
+		}
+	}
+	return "", "", false
+}
+
+// act runs the bulk action op on ids, in batches of redeq.MaxBulk.
+func (h *handler) act(ctx context.Context, t string, state redeq.State, op string, ids []string) (redeq.BulkResult, error) {
+	var total redeq.BulkResult
+	for len(ids) > 0 {
+		n := min(len(ids), redeq.MaxBulk)
+		var r redeq.BulkResult
+		var err error
+		if op == "delete" {
+			r, err = h.c.DeleteJobs(ctx, t, state, ids[:n])
+		} else {
+			r, err = h.c.RequeueJobs(ctx, t, state, ids[:n], 0)
+		}
+		total.Done += r.Done
+		total.Skipped += r.Skipped
+		if err != nil {
+			return total, err
+		}
+		ids = ids[n:]
+	}
+	return total, nil
 }
 
 // confirmData is a confirmation page: the question, the jobs it names, and
@@ -35,16 +83,18 @@ type confirmData struct {
 	Cancel   string
 }
 
-// bulk requeues or deletes the jobs selected on a dead or un_ack list:
-// the first POST shows them for confirmation, the second (confirm=1) acts.
-// Jobs that left the list meanwhile are skipped and counted.
+// bulk acts on the jobs ticked on a list (bulkOps says which actions a
+// state offers): the first POST shows them for confirmation, the second
+// (confirm=1) acts. Jobs that left the list meanwhile are skipped and
+// counted.
 func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 	t, state, opName := r.PostFormValue("t"), redeq.State(r.PostFormValue("state")), r.PostFormValue("op")
-	if state != redeq.StateDead && state != redeq.StateUnAck {
-		h.fail(w, r, http.StatusBadRequest, "Bulk actions apply to dead and un-acked jobs only.")
+	if bulkOps(state) == nil {
+		h.fail(w, r, http.StatusBadRequest, "Bulk actions apply to scheduled, ready, unack and dead jobs only.")
 		return
 	}
-	if opName != "requeue" && opName != "delete" {
+	verb, report, ok := bulkOp(state, opName)
+	if !ok {
 		h.fail(w, r, http.StatusBadRequest, "Unknown action.")
 		return
 	}
@@ -67,10 +117,6 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 	}
 	back := url.Values{"t": {t}, "state": {string(state)}}
 	if r.PostFormValue("confirm") != "1" {
-		verb := "Requeue"
-		if opName == "delete" {
-			verb = "Delete"
-		}
 		h.render(w, r, http.StatusOK, "confirm.html", "Confirm", confirmData{
 			Question: fmt.Sprintf("%s these %d %s jobs of topic %s?", verb, len(ids), state, t),
 			Action:   "/bulk", Fields: url.Values{"t": {t}, "state": {string(state)}, "op": {opName}},
@@ -78,37 +124,228 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 		})
 		return
 	}
-	ctx := r.Context()
-	done, skipped := 0, 0
-	for _, id := range ids {
-		var err error
-		switch {
-		case opName == "delete":
-			_, err = h.c.Delete(ctx, t, id)
-		case state == redeq.StateDead:
-			err = h.c.RequeueDead(ctx, t, id, 0)
-		default:
-			err = h.c.RequeueUnAck(ctx, t, id, 0)
+	res, err := h.act(r.Context(), t, state, opName, ids)
+	if err != nil {
+		err = fmt.Errorf("%d of %d jobs done, then: %w", res.Done, len(ids), err)
+		h.audit(r, "bulk-"+opName, t, res.Done, err, "state", string(state), "named", len(ids), "skipped", res.Skipped)
+		h.apiFail(w, r, err)
+		return
+	}
+	h.audit(r, "bulk-"+opName, t, res.Done, nil, "state", string(state), "named", len(ids), "skipped", res.Skipped)
+	h.flash(w, r, outcome(report, res.Done, res.Skipped))
+	http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
+}
+
+// filterForm is the filter of a "select all matching" form, as the topic
+// page shows it and the confirmation repeats it.
+type filterForm struct {
+	Error, MinAttempt, DueBefore, DueAfter string
+}
+
+// maxFilterText bounds the error text a filter looks for.
+const maxFilterText = 200
+
+func filterFormOf(v url.Values) filterForm {
+	return filterForm{Error: v.Get("error"), MinAttempt: v.Get("min_attempt"), DueBefore: v.Get("due_before"), DueAfter: v.Get("due_after")}
+}
+
+func (f filterForm) values() url.Values {
+	v := url.Values{}
+	for k, s := range map[string]string{"error": f.Error, "min_attempt": f.MinAttempt, "due_before": f.DueBefore, "due_after": f.DueAfter} {
+		if s != "" {
+			v.Set(k, s)
 		}
-		switch {
-		case err == nil:
-			done++
-		case errors.Is(err, redeq.ErrJobNotFound), errors.Is(err, redeq.ErrJobNotWaiting):
-			skipped++
-		default:
-			err = fmt.Errorf("%d of %d jobs done, then: %w", done, len(ids), err)
-			h.audit(r, "bulk-"+opName, t, done, err, "state", string(state), "named", len(ids), "skipped", skipped)
+	}
+	return v
+}
+
+// parse checks the form: a problem is a message for the page.
+func (f filterForm) parse() (redeq.Filter, string) {
+	var out redeq.Filter
+	if len(f.Error) > maxFilterText {
+		return out, fmt.Sprintf("The error text is longer than %d bytes.", maxFilterText)
+	}
+	out.ErrorContains = f.Error
+	if f.MinAttempt != "" {
+		n, err := strconv.Atoi(f.MinAttempt)
+		if err != nil || n < 0 || n > 1_000_000 {
+			return out, "Attempt at least: want a whole number from 0 to 1000000."
+		}
+		out.MinAttempt = n
+	}
+	for _, tf := range []struct {
+		s, name string
+		to      *time.Time
+	}{{f.DueBefore, "Due before", &out.DueBefore}, {f.DueAfter, "Due after", &out.DueAfter}} {
+		if tf.s == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339, tf.s)
+		if err != nil {
+			return out, tf.name + ": want an RFC 3339 time such as 2026-01-02T15:04:05Z."
+		}
+		*tf.to = t
+	}
+	if !out.DueBefore.IsZero() && !out.DueAfter.IsZero() && !out.DueAfter.Before(out.DueBefore) {
+		return out, "Due after is not before due before: no job can match."
+	}
+	return out, ""
+}
+
+// describe is the filter in words, for the question: " with attempt >= 2".
+func (f filterForm) describe() string {
+	var parts []string
+	if f.Error != "" {
+		parts = append(parts, fmt.Sprintf("error containing %q", f.Error))
+	}
+	if f.MinAttempt != "" && f.MinAttempt != "0" {
+		parts = append(parts, "attempt ≥ "+f.MinAttempt)
+	}
+	if f.DueAfter != "" {
+		parts = append(parts, "due at or after "+f.DueAfter)
+	}
+	if f.DueBefore != "" {
+		parts = append(parts, "due before "+f.DueBefore)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " with " + strings.Join(parts, ", ")
+}
+
+// bulkAll acts on every job of a state that matches the filter of the
+// topic page's "all matching" form. The first POST takes the ids of the
+// jobs that match (Select), keeps them in this handler's memory under a
+// random token for selectionTTL, and asks, stating the count; the second
+// (confirm=1, with the token) acts on exactly those ids: jobs that join
+// the state while the question is open are left, those that left it are
+// skipped and counted. A token expired, used, or made by another
+// dashboard instance (behind a load balancer) is refused: ask again.
+func (h *handler) bulkAll(w http.ResponseWriter, r *http.Request) {
+	t, state, opName := r.PostFormValue("t"), redeq.State(r.PostFormValue("state")), r.PostFormValue("op")
+	if bulkOps(state) == nil {
+		h.fail(w, r, http.StatusBadRequest, "Bulk actions apply to scheduled, ready, unack and dead jobs only.")
+		return
+	}
+	verb, report, ok := bulkOp(state, opName)
+	if !ok {
+		h.fail(w, r, http.StatusBadRequest, "Unknown action.")
+		return
+	}
+	_ = r.ParseForm()
+	ff := filterFormOf(r.PostForm)
+	f, problem := ff.parse()
+	if problem != "" {
+		h.fail(w, r, http.StatusBadRequest, problem)
+		return
+	}
+	back := url.Values{"t": {t}, "state": {string(state)}}
+	ctx := r.Context()
+	if r.PostFormValue("confirm") != "1" {
+		ids, err := h.c.Select(ctx, t, state, f, 0)
+		if err != nil {
 			h.apiFail(w, r, err)
 			return
 		}
+		if len(ids) == 0 {
+			h.flash(w, r, fmt.Sprintf("No %s job matches: nothing to do.", state))
+			http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
+			return
+		}
+		tok := h.sel.put(selection{topic: t, state: state, op: opName, ids: ids, filter: ff.describe()})
+		fields := ff.values()
+		fields.Set("t", t)
+		fields.Set("state", string(state))
+		fields.Set("op", opName)
+		fields.Set("sel", tok)
+		h.render(w, r, http.StatusOK, "confirm.html", "Confirm", confirmData{
+			Question: fmt.Sprintf("%s all %d %s jobs of topic %s%s? Jobs that join after this question are left.", verb, len(ids), state, t, ff.describe()),
+			Action:   "/bulkall", Fields: fields,
+			Label: fmt.Sprintf("%s %d jobs", verb, len(ids)), Cancel: h.link("/topic", back),
+		})
+		return
 	}
-	h.audit(r, "bulk-"+opName, t, done, nil, "state", string(state), "named", len(ids), "skipped", skipped)
-	f := "%d jobs requeued, due now"
-	if opName == "delete" {
-		f = "%d jobs deleted"
+	sel, ok := h.sel.take(r.PostFormValue("sel"))
+	if !ok || sel.topic != t || sel.state != state || sel.op != opName {
+		h.fail(w, r, http.StatusBadRequest, fmt.Sprintf("This question expired (after %v), was answered already, or was asked of another dashboard instance: nothing done, ask again.", selectionTTL))
+		return
 	}
-	h.flash(w, r, outcome(f, done, skipped))
+	res, err := h.act(ctx, t, state, opName, sel.ids)
+	if err != nil {
+		err = fmt.Errorf("%d of %d jobs done, then: %w", res.Done, len(sel.ids), err)
+		h.audit(r, "bulkall-"+opName, t, res.Done, err, "state", string(state), "named", len(sel.ids), "skipped", res.Skipped, "filter", sel.filter)
+		h.apiFail(w, r, err)
+		return
+	}
+	h.audit(r, "bulkall-"+opName, t, res.Done, nil, "state", string(state), "named", len(sel.ids), "skipped", res.Skipped, "filter", sel.filter)
+	h.flash(w, r, outcome(report, res.Done, res.Skipped))
 	http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
+}
+
+// selectionTTL is how long an "all matching" question waits for its
+// answer.
+const selectionTTL = 10 * time.Minute
+
+// maxSelections bounds the questions waiting for an answer; a new one
+// pushes out the oldest.
+const maxSelections = 8
+
+// selection is the fixed set of ids an "all matching" question counted.
+type selection struct {
+	topic   string
+	state   redeq.State
+	op      string
+	ids     []string
+	filter  string
+	expires time.Time
+}
+
+// selections keeps the questions waiting for their answer, in memory.
+type selections struct {
+	mu sync.Mutex
+	m  map[string]selection
+}
+
+func (s *selections) put(sel selection) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	tok := hex.EncodeToString(b[:])
+	now := time.Now()
+	sel.expires = now.Add(selectionTTL)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]selection{}
+	}
+	for k, v := range s.m {
+		if now.After(v.expires) {
+			delete(s.m, k)
+		}
+	}
+	for len(s.m) >= maxSelections {
+		oldest := ""
+		for k, v := range s.m {
+			if oldest == "" || v.expires.Before(s.m[oldest].expires) {
+				oldest = k
+			}
+		}
+		delete(s.m, oldest)
+	}
+	s.m[tok] = sel
+	return tok
+}
+
+// take returns the selection of tok and forgets it: a question is
+// answered once.
+func (s *selections) take(tok string) (selection, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sel, ok := s.m[tok]
+	delete(s.m, tok)
+	if !ok || time.Now().After(sel.expires) {
+		return selection{}, false
+	}
+	return sel, true
 }
 
 // MaxPurge bounds the dead jobs one purge names (its confirmation page

@@ -79,10 +79,10 @@ func state(t *testing.T, c *redeq.Client, id string) redeq.State {
 	return j.State
 }
 
-// TestBulkActionsAskFirst: jobs selected on the dead or un_ack list are
-// listed on a confirmation page, which changes nothing; its POST requeues
-// or deletes exactly those; a request naming too many jobs, or jobs of
-// another state, is refused.
+// TestBulkActionsAskFirst: jobs selected on a list are listed on a
+// confirmation page, which changes nothing; its POST requeues or deletes
+// exactly those; a request naming too many jobs, jobs in flight, or an
+// action the state does not offer, is refused.
 func TestBulkActionsAskFirst(t *testing.T) {
 	for _, b := range testutil.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
@@ -130,8 +130,10 @@ func TestBulkActionsAskFirst(t *testing.T) {
 			}
 			code, _ = e.postTo(t, "/bulk", url.Values{"csrf": {tok}, "t": {"orders"}, "state": {"dead"}, "op": {"delete"}, "id": many, "confirm": {"1"}})
 			require.Equal(t, http.StatusBadRequest, code, "too many")
-			code, _ = e.postTo(t, "/bulk", url.Values{"csrf": {tok}, "t": {"orders"}, "state": {"scheduled"}, "op": {"delete"}, "id": {"d1"}, "confirm": {"1"}})
-			require.Equal(t, http.StatusBadRequest, code, "not a dead or un_ack list")
+			code, _ = e.postTo(t, "/bulk", url.Values{"csrf": {tok}, "t": {"orders"}, "state": {"inflight"}, "op": {"delete"}, "id": {"d1"}, "confirm": {"1"}})
+			require.Equal(t, http.StatusBadRequest, code, "jobs in flight belong to their consumer")
+			code, _ = e.postTo(t, "/bulk", url.Values{"csrf": {tok}, "t": {"orders"}, "state": {"ready"}, "op": {"run"}, "id": {"d1"}, "confirm": {"1"}})
+			require.Equal(t, http.StatusBadRequest, code, "ready jobs are due already")
 			require.NotEqual(t, redeq.State("gone"), state(t, e.c, "d1"))
 		})
 	}
@@ -303,3 +305,94 @@ func httptestPost(path string, form url.Values) *http.Request {
 }
 
 func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
+
+var questionRE = regexp.MustCompile(`<h1 id="question">([^<]*)</h1>`)
+
+// TestBulkAllMatchingStatesTheCount: "all matching" on a topic page takes
+// the jobs of the state that match its filter and asks, stating the count,
+// changing nothing; its POST acts on those jobs and not on one that joined
+// the state after the question, once; the report is the server's count; a
+// bad filter, state, action or question token is refused and changes
+// nothing.
+func TestBulkAllMatchingStatesTheCount(t *testing.T) {
+	for _, b := range testutil.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			e := setup(t, b, dashboard.Options{})
+			for _, id := range []string{"d1", "d2", "d3", "u1"} {
+				add(t, e.c, "orders", id, "x", 0)
+			}
+			work(t, b, e.c, "d1", "d2", "d3", "u1")
+			for i := range 5 {
+				add(t, e.c, "orders", fmt.Sprint("a", i), "x", time.Hour)
+			}
+			code, page := e.get(t, "/topic?t=orders&state=scheduled")
+			require.Equal(t, http.StatusOK, code)
+			require.Contains(t, page, `id="bulkall"`)
+			tok := e.csrf(t, "/topic?t=orders&state=scheduled")
+
+			form := url.Values{"csrf": {tok}, "t": {"orders"}, "state": {"scheduled"}, "op": {"delete"}}
+			code, page = e.postTo(t, "/bulkall", form)
+			require.Equal(t, http.StatusOK, code, page)
+			q := questionRE.FindStringSubmatch(page)
+			require.NotNil(t, q, page)
+			require.Equal(t, "Delete all 5 scheduled jobs of topic orders? Jobs that join after this question are left.", q[1])
+			require.Equal(t, redeq.StateScheduled, state(t, e.c, "a0"), "nothing happens before the confirmation")
+			add(t, e.c, "orders", "joined", "x", time.Hour)
+
+			for _, m := range regexp.MustCompile(`<input type="hidden" name="(sel)" value="([^"]+)">`).FindAllStringSubmatch(page, -1) {
+				form.Set(m[1], m[2])
+			}
+			form.Set("confirm", "1")
+			code, page = e.postTo(t, "/bulkall", form)
+			require.Equal(t, http.StatusSeeOther, code, page)
+			for i := range 5 {
+				require.Equal(t, redeq.State("gone"), state(t, e.c, fmt.Sprint("a", i)))
+			}
+			require.Equal(t, redeq.StateScheduled, state(t, e.c, "joined"), "added after the question")
+			_, page = e.get(t, "/topic?t=orders&state=scheduled")
+			require.Contains(t, page, "5 jobs deleted.")
+			code, page = e.postTo(t, "/bulkall", form)
+			require.Equal(t, http.StatusBadRequest, code, "a question is answered once")
+			require.Contains(t, page, "answered already")
+
+			form = url.Values{"csrf": {tok}, "t": {"orders"}, "state": {"dead"}, "op": {"requeue"}, "error": {"boom"}, "min_attempt": {"1"}}
+			code, page = e.postTo(t, "/bulkall", form)
+			require.Equal(t, http.StatusOK, code, page)
+			require.Contains(t, page, "Requeue all 3 dead jobs of topic orders with error containing &#34;boom&#34;, attempt ≥ 1?")
+			for _, m := range regexp.MustCompile(`<input type="hidden" name="(sel)" value="([^"]+)">`).FindAllStringSubmatch(page, -1) {
+				form.Set(m[1], m[2])
+			}
+			form.Set("confirm", "1")
+			code, _ = e.postTo(t, "/bulkall", form)
+			require.Equal(t, http.StatusSeeOther, code)
+			for _, id := range []string{"d1", "d2", "d3"} {
+				require.Contains(t, []redeq.State{redeq.StateScheduled, redeq.StateReady}, state(t, e.c, id), id)
+			}
+			require.Equal(t, redeq.StateUnAck, state(t, e.c, "u1"))
+
+			code, _ = e.postTo(t, "/bulkall", url.Values{"csrf": {tok}, "t": {"orders"}, "state": {"unack"}, "op": {"delete"}, "error": {"no such text"}})
+			require.Equal(t, http.StatusSeeOther, code, "nothing matches: nothing to ask")
+			_, page = e.get(t, "/topic?t=orders&state=unack")
+			require.Contains(t, page, "No unack job matches: nothing to do.")
+
+			for _, f := range []url.Values{
+				{"state": {"unack"}, "op": {"delete"}, "min_attempt": {"-1"}},
+				{"state": {"unack"}, "op": {"delete"}, "min_attempt": {"99999999999999999999"}},
+				{"state": {"unack"}, "op": {"delete"}, "due_before": {"tomorrow"}},
+				{"state": {"unack"}, "op": {"delete"}, "due_after": {"2026-01-02T00:00:00Z"}, "due_before": {"2026-01-01T00:00:00Z"}},
+				{"state": {"unack"}, "op": {"delete"}, "error": {strings.Repeat("x", 201)}},
+				{"state": {"unack"}, "op": {"delete"}, "confirm": {"1"}},
+				{"state": {"unack"}, "op": {"delete"}, "confirm": {"1"}, "sel": {"x"}},
+				{"state": {"inflight"}, "op": {"delete"}},
+				{"state": {"ready"}, "op": {"run"}},
+				{"state": {"unack"}, "op": {"purge"}},
+			} {
+				f.Set("csrf", tok)
+				f.Set("t", "orders")
+				code, _ = e.postTo(t, "/bulkall", f)
+				require.Equal(t, http.StatusBadRequest, code, "%v", f)
+			}
+			require.Equal(t, redeq.StateUnAck, state(t, e.c, "u1"))
+		})
+	}
+}

@@ -67,6 +67,7 @@ type handler struct {
 	cop  *http.CrossOriginProtection
 	tmpl map[string]*template.Template
 	key  [32]byte // signs the flash messages: random per handler
+	sel  selections
 }
 
 // New returns the dashboard of c's topics. Options out of range take their
@@ -91,6 +92,7 @@ func New(c *redeq.Client, opt Options) http.Handler {
 	h.mux.HandleFunc("GET /job", h.job)
 	h.mux.HandleFunc("POST /action", h.action)
 	h.mux.HandleFunc("POST /bulk", h.bulk)
+	h.mux.HandleFunc("POST /bulkall", h.bulkAll)
 	h.mux.HandleFunc("POST /purge", h.purge)
 	return h
 }

@@ -23,6 +23,33 @@ import (
 // states are the tabs of a topic page, in the order a job passes them.
 var states = []redeq.State{redeq.StateScheduled, redeq.StateReady, redeq.StateInFlight, redeq.StateUnAck, redeq.StateDead}
 
+// retryingReads bounds the List pages one page of the retrying view reads.
+const retryingReads = 10
+
+// retrying is a page of the retrying view: the scheduled jobs of topic
+// that failed before (attempt > 0), read from at most retryingReads List
+// pages, so that a page may hold fewer jobs than the page size (or none)
+// while there are more.
+func (h *handler) retrying(ctx context.Context, topic, cursor string) (redeq.Page, error) {
+	var out redeq.Page
+	for range retryingReads {
+		p, err := h.c.List(ctx, topic, redeq.StateScheduled, redeq.ListOptions{Limit: h.opt.PageSize, Cursor: cursor, DueOrder: true})
+		if err != nil {
+			return redeq.Page{}, err
+		}
+		for _, j := range p.Jobs {
+			if j.Attempt > 0 {
+				out.Jobs = append(out.Jobs, j)
+			}
+		}
+		out.Next, cursor = p.Next, p.Next
+		if p.Next == "" || len(out.Jobs) >= h.opt.PageSize {
+			break
+		}
+	}
+	return out, nil
+}
+
 // PreviewBytes is how much of a body the job page shows.
 const PreviewBytes = 4096
 
@@ -323,15 +350,19 @@ type stateTab struct {
 }
 
 type topicData struct {
-	Charts charts
-	Topic  string
-	State  redeq.State
-	Stats  redeq.Stats
-	Tabs   []stateTab
-	Jobs   []*redeq.Job
-	First  string
-	Next   string
-	Bulk   []op // actions on the jobs selected
+	// Retrying says the page lists the scheduled jobs that failed before
+	// (attempt > 0) only; RetryingLink opens that view.
+	Retrying     bool
+	RetryingLink string
+	Charts       charts
+	Topic        string
+	State        redeq.State
+	Stats        redeq.Stats
+	Tabs         []stateTab
+	Jobs         []*redeq.Job
+	First        string
+	Next         string
+	Bulk         []op // actions on the jobs selected
 	// Overdue is how long ago the topic's oldest due job not started fell
 	// due (the server's clock), 0 when none.
 	Overdue time.Duration
@@ -353,7 +384,13 @@ func (h *handler) topic(w http.ResponseWriter, r *http.Request) {
 		h.apiFail(w, r, err)
 		return
 	}
-	page, err := h.c.List(ctx, name, state, redeq.ListOptions{Limit: h.opt.PageSize, Cursor: q.Get("cursor")})
+	retrying := state == redeq.StateScheduled && q.Get("view") == "retrying"
+	var page redeq.Page
+	if retrying {
+		page, err = h.retrying(ctx, name, q.Get("cursor"))
+	} else {
+		page, err = h.c.List(ctx, name, state, redeq.ListOptions{Limit: h.opt.PageSize, Cursor: q.Get("cursor"), DueOrder: true})
+	}
 	if err != nil {
 		h.apiFail(w, r, err)
 		return
@@ -368,7 +405,7 @@ func (h *handler) topic(w http.ResponseWriter, r *http.Request) {
 		h.apiFail(w, r, err)
 		return
 	}
-	d := topicData{Topic: name, State: state, Stats: st, Jobs: page.Jobs, Charts: chartsOf(ms), Bulk: bulkOps(state), Overdue: overdue[name]}
+	d := topicData{Topic: name, State: state, Stats: st, Jobs: page.Jobs, Charts: chartsOf(ms), Bulk: bulkOps(state), Overdue: overdue[name], Retrying: retrying}
 	// The links keep the auto-refresh on.
 	link := func(v url.Values) string {
 		if n := refreshOf(q); n > 0 {
@@ -377,14 +414,23 @@ func (h *handler) topic(w http.ResponseWriter, r *http.Request) {
 		return h.link("/topic", v)
 	}
 	for _, s := range states {
-		d.Tabs = append(d.Tabs, stateTab{State: s, Count: count(st, s), On: s == state,
+		d.Tabs = append(d.Tabs, stateTab{State: s, Count: count(st, s), On: s == state && !retrying,
 			Link: link(url.Values{"t": {name}, "state": {string(s)}})})
 	}
+	d.RetryingLink = link(url.Values{"t": {name}, "state": {string(redeq.StateScheduled)}, "view": {"retrying"}})
+	here := url.Values{"t": {name}, "state": {string(state)}}
+	if retrying {
+		here.Set("view", "retrying")
+	}
 	if q.Get("cursor") != "" {
-		d.First = link(url.Values{"t": {name}, "state": {string(state)}})
+		d.First = link(here)
 	}
 	if page.Next != "" {
-		d.Next = link(url.Values{"t": {name}, "state": {string(state)}, "cursor": {page.Next}})
+		next := url.Values{"cursor": {page.Next}}
+		for k, v := range here {
+			next[k] = v
+		}
+		d.Next = link(next)
 	}
 	h.render(w, r, http.StatusOK, "topic.html", name, d)
 }
@@ -406,8 +452,9 @@ func count(st redeq.Stats, s redeq.State) int64 {
 }
 
 type jobData struct {
-	Job  *redeq.Job
-	Body preview
+	Job   *redeq.Job
+	Body  preview
+	Story story
 }
 
 func (h *handler) job(w http.ResponseWriter, r *http.Request) {
@@ -417,7 +464,8 @@ func (h *handler) job(w http.ResponseWriter, r *http.Request) {
 		h.apiFail(w, r, err)
 		return
 	}
-	h.render(w, r, http.StatusOK, "job.html", j.ID, jobData{Job: j, Body: bodyPreview(j.Body)})
+	cfg := h.c.Config()
+	h.render(w, r, http.StatusOK, "job.html", j.ID, jobData{Job: j, Body: bodyPreview(j.Body), Story: storyOf(j, cfg.Retry, cfg.RetryIntervals)})
 }
 
 // button is one action's form.

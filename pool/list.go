@@ -121,9 +121,36 @@ func (s *Store) ListBucket(ctx context.Context, topic string, n int, state State
 		job.LastError, _ = rdb.Str(r[i+4])
 		jobs = append(jobs, job)
 	}
+	if state == StateReady && len(jobs) > 0 {
+		if err := s.readyDue(ctx, k, jobs); err != nil {
+			return nil, Position{}, false, fmt.Errorf("list %s of %s: %w", state, keys.Address(topic, n), err)
+		}
+	}
 	if state == StateInFlight && done && from.Set+len(consumers) < total {
 		// The next call reads the following consumers' sets.
 		done, next = false, Position{Set: from.Set + len(consumers)}
 	}
 	return jobs, next, done, nil
+}
+
+// readyDue sets the RunAt of ready jobs to the due time the mover recorded
+// when it moved them (one HMGET of the bucket's due HASH). A job back in
+// the ready list by recovery has none recorded and keeps a zero RunAt.
+func (s *Store) readyDue(ctx context.Context, k keys.Bucket, jobs []*Job) error {
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	dues, err := s.rdb.HMGet(ctx, k.Due(), ids...).Result()
+	if err != nil {
+		return err
+	}
+	for i, d := range dues {
+		if v, ok := d.(string); ok {
+			if ms, err := strconv.ParseFloat(v, 64); err == nil {
+				jobs[i].RunAt = time.UnixMilli(int64(ms))
+			}
+		}
+	}
+	return nil
 }

@@ -274,7 +274,10 @@ func (s *Store) jobKeys(topic string, bucket int) []string {
 }
 
 // Get returns the job with its state, its due time in RunAt when it is
-// scheduled, and the reason of a dead job. It costs O(log n).
+// scheduled or ready (a ready job's as the mover recorded it, zero for one
+// back from a crashed consumer) and when it was parked when it is un_acked
+// or dead, and the reason of a dead job. It costs
+// O(log n), and one more O(1) read for a ready job.
 func (s *Store) Get(ctx context.Context, topic, id string, bucket int) (*Job, error) {
 	v, err := getScript.Run(ctx, s.rdb, s.jobKeys(topic, bucket), id, keys.BroadcastMark).Result()
 	if errors.Is(err, redis.Nil) {
@@ -294,9 +297,14 @@ func (s *Store) Get(ctx context.Context, topic, id string, bucket int) (*Job, er
 	}
 	state, _ := rdb.Str(r[1])
 	job.State = State(state)
-	if score, ok := rdb.Str(r[2]); ok && job.State == StateScheduled {
+	if score, ok := rdb.Str(r[2]); ok {
 		ms, _ := strconv.ParseFloat(score, 64)
 		job.RunAt = time.UnixMilli(int64(ms))
+	}
+	if job.State == StateReady {
+		if err := s.readyDue(ctx, keys.ForBucket(s.prefix, topic, bucket), []*Job{job}); err != nil {
+			return nil, fmt.Errorf("get job %q of topic %q: %w", id, topic, err)
+		}
 	}
 	job.LastError, _ = rdb.Str(r[4])
 	if extra, ok := rdb.Str(r[3]); ok {

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/internal/testutil"
@@ -129,6 +132,220 @@ func TestBulkActsOnTheIdsItIsGiven(t *testing.T) {
 				r, err = e.c.PurgeDeadJobs(ctx, "t", nil)
 				require.NoError(t, err)
 				require.Zero(t, r)
+			})
+		})
+	}
+}
+
+// seedStates adds jobs to topic "t" and runs a worker until each waits
+// where its id says: "s" scheduled (due in 1h, 2h ... by its number), "r"
+// scheduled again after a failure "partner timeout" (attempt 1, due in
+// 1h), "d" dead ("bad payload"), "u" un_acked.
+func seedStates(t *testing.T, e *env, ids ...string) {
+	t.Helper()
+	ctx := context.Background()
+	var jobs, later []*redeq.Job
+	for _, id := range ids {
+		j := &redeq.Job{Topic: "t", ID: id, RetryIntervals: []time.Duration{time.Hour}}
+		if id[0] == 's' {
+			n := 0
+			fmt.Sscan(id[1:], &n)
+			j.Delay = time.Duration(n) * time.Hour
+			later = append(later, j)
+			continue
+		}
+		jobs = append(jobs, j)
+	}
+	require.NoError(t, e.c.AddBatch(ctx, jobs))
+	w := e.another(t, nil)
+	startWith(t, w, newListener("t", func(_ context.Context, j *redeq.Job, _ *redeq.Channel) error {
+		switch j.ID[0] {
+		case 'r':
+			return errors.New("partner timeout")
+		case 'd':
+			return redeq.SkipRetry(errors.New("bad payload"))
+		}
+		return nil
+	}))
+	waitFor(t, 10*time.Second, "seeded", func() bool {
+		for _, j := range jobs {
+			want := map[byte]redeq.State{'r': redeq.StateScheduled, 'd': redeq.StateDead, 'u': redeq.StateUnAck}[j.ID[0]]
+			got, err := e.c.Get(ctx, "t", j.ID)
+			if err != nil || got.State != want || (j.ID[0] == 'r' && got.Attempt != 1) {
+				return false
+			}
+		}
+		return true
+	})
+	require.NoError(t, w.Shutdown(ctx))
+	if len(later) > 0 {
+		require.NoError(t, e.c.AddBatch(ctx, later))
+	}
+}
+
+func selectIDs(t *testing.T, c *redeq.Client, state redeq.State, f redeq.Filter) []string {
+	t.Helper()
+	ids, err := c.Select(context.Background(), "t", state, f, 0)
+	require.NoError(t, err)
+	slices.Sort(ids)
+	return ids
+}
+
+// TestBulkOnEveryState: Select takes the ids of a state's jobs that match
+// a filter (error text, attempt, due time); DeleteJobs and RequeueJobs act
+// on scheduled, ready, un_acked and dead jobs by those ids, each id once,
+// skipping and counting those that left; a bad call writes nothing; a call
+// stopped by an error is resumed by running it again with the same ids.
+func TestBulkOnEveryState(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			cfg := testutil.Config(t)
+			cfg.Concurrency = 4
+			e := setup(t, be, cfg)
+			ctx := context.Background()
+			seedStates(t, e, "s1", "s2", "s3", "r1", "r2", "d1", "d2", "u1", "u2")
+			now := time.Now()
+
+			t.Run("SelectMatchesEveryFilter", func(t *testing.T) {
+				all := []string{"r1", "r2", "s1", "s2", "s3"}
+				require.Equal(t, all, selectIDs(t, e.c, redeq.StateScheduled, redeq.Filter{}))
+				require.Equal(t, []string{"r1", "r2"}, selectIDs(t, e.c, redeq.StateScheduled, redeq.Filter{MinAttempt: 1}), "retrying jobs")
+				require.Equal(t, []string{"r1", "r2"}, selectIDs(t, e.c, redeq.StateScheduled, redeq.Filter{ErrorContains: "partner"}))
+				require.Empty(t, selectIDs(t, e.c, redeq.StateScheduled, redeq.Filter{ErrorContains: "Partner"}), "case-sensitive")
+				require.Equal(t, []string{"r1", "r2", "s1"}, selectIDs(t, e.c, redeq.StateScheduled, redeq.Filter{DueBefore: now.Add(90 * time.Minute)}))
+				require.Equal(t, []string{"s2", "s3"}, selectIDs(t, e.c, redeq.StateScheduled, redeq.Filter{DueAfter: now.Add(90 * time.Minute)}))
+				require.Equal(t, []string{"s2"}, selectIDs(t, e.c, redeq.StateScheduled, redeq.Filter{DueAfter: now.Add(90 * time.Minute), DueBefore: now.Add(150 * time.Minute)}))
+				require.Equal(t, []string{"d1", "d2"}, selectIDs(t, e.c, redeq.StateDead, redeq.Filter{ErrorContains: "bad pay"}))
+				require.Equal(t, []string{"u1", "u2"}, selectIDs(t, e.c, redeq.StateUnAck, redeq.Filter{DueBefore: time.Now().Add(time.Second)}), "parked before now")
+				require.Empty(t, selectIDs(t, e.c, redeq.StateUnAck, redeq.Filter{CreatedBefore: now.Add(-time.Hour)}))
+				ids, err := e.c.Select(ctx, "t", redeq.StateScheduled, redeq.Filter{}, 2)
+				require.NoError(t, err)
+				require.Len(t, ids, 2, "limit")
+			})
+
+			t.Run("RejectsBadArgumentsWritingNothing", func(t *testing.T) {
+				before := testutil.Dump(t, e.rdb, e.cfg.Prefix)
+				_, err := e.c.Select(ctx, "t", redeq.StateInFlight, redeq.Filter{}, 0)
+				require.ErrorIs(t, err, redeq.ErrInvalidArgument)
+				require.ErrorContains(t, err, `state "inflight" is not one of scheduled, ready, unack, dead`)
+				_, err = e.c.Select(ctx, "t", redeq.StateDead, redeq.Filter{MinAttempt: -1}, 0)
+				require.ErrorContains(t, err, "MinAttempt -1 is negative")
+				_, err = e.c.Select(ctx, "t", redeq.StateDead, redeq.Filter{DueAfter: now, DueBefore: now}, 0)
+				require.ErrorContains(t, err, "no job can match")
+				_, err = e.c.Select(ctx, "t", redeq.StateDead, redeq.Filter{}, redeq.MaxSelect+1)
+				require.ErrorIs(t, err, redeq.ErrInvalidArgument)
+				_, err = e.c.Select(ctx, "never", redeq.StateDead, redeq.Filter{}, 0)
+				require.ErrorIs(t, err, redeq.ErrUnknownTopic)
+				_, err = e.c.DeleteJobs(ctx, "t", redeq.StateInFlight, []string{"s1"})
+				require.ErrorIs(t, err, redeq.ErrInvalidArgument)
+				_, err = e.c.DeleteJobs(ctx, "t", redeq.StateScheduled, []string{"s1", ""})
+				require.ErrorIs(t, err, redeq.ErrInvalidJob)
+				_, err = e.c.RequeueJobs(ctx, "t", redeq.StateReady, []string{"s1"}, 0)
+				require.ErrorContains(t, err, "ready jobs are due already")
+				_, err = e.c.RequeueJobs(ctx, "t", redeq.StateScheduled, []string{"s1"}, -time.Second)
+				require.ErrorContains(t, err, "negative delay")
+				require.Equal(t, before, testutil.Dump(t, e.rdb, e.cfg.Prefix))
+			})
+
+			t.Run("RunsScheduledJobsNowThenActsOnThemReady", func(t *testing.T) {
+				r, err := e.c.RequeueJobs(ctx, "t", redeq.StateScheduled, []string{"s1", "s2", "s1", "d1", "gone"}, 0)
+				require.NoError(t, err)
+				require.Equal(t, redeq.BulkResult{Done: 2, Skipped: 2}, r, "s1 counts once; d1 is not waiting; gone is gone")
+				require.Equal(t, redeq.StateDead, stateOf(t, e.c, "d1"))
+				mover := e.another(t, nil) // no listener: it moves due jobs to ready
+				require.NoError(t, mover.Start(ctx))
+				waitFor(t, 10*time.Second, "ready", func() bool {
+					return stateOf(t, e.c, "s1") == redeq.StateReady && stateOf(t, e.c, "s2") == redeq.StateReady
+				})
+				require.NoError(t, mover.Shutdown(ctx))
+				page, err := e.c.List(ctx, "t", redeq.StateReady, redeq.ListOptions{})
+				require.NoError(t, err)
+				require.Len(t, page.Jobs, 2)
+				for _, j := range page.Jobs {
+					require.WithinDuration(t, time.Now(), j.RunAt, time.Minute, "a ready job shows when it fell due")
+				}
+				require.Equal(t, []string{"s1", "s2"}, selectIDs(t, e.c, redeq.StateReady, redeq.Filter{DueBefore: time.Now().Add(time.Second)}))
+
+				r, err = e.c.RequeueJobs(ctx, "t", redeq.StateReady, []string{"s2"}, time.Hour)
+				require.NoError(t, err)
+				require.Equal(t, redeq.BulkResult{Done: 1}, r)
+				j, err := e.c.Get(ctx, "t", "s2")
+				require.NoError(t, err)
+				require.Equal(t, redeq.StateScheduled, j.State)
+				require.WithinDuration(t, time.Now().Add(time.Hour), j.RunAt, time.Minute)
+
+				r, err = e.c.DeleteJobs(ctx, "t", redeq.StateReady, []string{"s1", "gone"})
+				require.NoError(t, err)
+				require.Equal(t, redeq.BulkResult{Done: 1, Skipped: 1}, r)
+				require.Equal(t, redeq.State("gone"), stateOf(t, e.c, "s1"))
+				require.Empty(t, selectIDs(t, e.c, redeq.StateReady, redeq.Filter{}))
+			})
+
+			t.Run("ActsOnParkedJobsOnlyWhileParked", func(t *testing.T) {
+				r, err := e.c.DeleteJobs(ctx, "t", redeq.StateDead, []string{"d1", "u1"})
+				require.NoError(t, err)
+				require.Equal(t, redeq.BulkResult{Done: 1, Skipped: 1}, r)
+				require.Equal(t, redeq.State("gone"), stateOf(t, e.c, "d1"))
+				require.Equal(t, redeq.StateUnAck, stateOf(t, e.c, "u1"))
+
+				r, err = e.c.RequeueJobs(ctx, "t", redeq.StateDead, []string{"d2", "u1"}, 0)
+				require.NoError(t, err)
+				require.Equal(t, redeq.BulkResult{Done: 1, Skipped: 1}, r)
+				j, err := e.c.Get(ctx, "t", "d2")
+				require.NoError(t, err)
+				require.Equal(t, redeq.StateScheduled, j.State)
+				require.Zero(t, j.Attempt, "a requeued dead job starts its attempts again")
+
+				r, err = e.c.RequeueJobs(ctx, "t", redeq.StateUnAck, []string{"u1"}, time.Hour)
+				require.NoError(t, err)
+				require.Equal(t, redeq.BulkResult{Done: 1}, r)
+				r, err = e.c.DeleteJobs(ctx, "t", redeq.StateUnAck, []string{"u1", "u2"})
+				require.NoError(t, err)
+				require.Equal(t, redeq.BulkResult{Done: 1, Skipped: 1}, r, "u1 was requeued")
+				require.Equal(t, redeq.StateScheduled, stateOf(t, e.c, "u1"))
+			})
+
+			t.Run("ResumesAfterAnErrorHalfway", func(t *testing.T) {
+				var jobs []*redeq.Job
+				var ids []string
+				for i := range 40 {
+					id := fmt.Sprint("x", i)
+					ids = append(ids, id)
+					jobs = append(jobs, &redeq.Job{Topic: "t", ID: id, Delay: time.Hour})
+				}
+				require.NoError(t, e.c.AddBatch(ctx, jobs))
+				hook := testutil.HookScript(testutil.LoadScript(t, "../pool/delete.lua"))
+				hc := e.hooked(t, hook)
+				var runs atomic.Int64
+				hook.Set(func(_ context.Context, _ []redis.Cmder, next func() error) error {
+					if runs.Add(1) > 10 {
+						return testutil.ErrUnsent
+					}
+					return next()
+				})
+				r, err := hc.DeleteJobs(ctx, "t", redeq.StateScheduled, ids)
+				require.ErrorIs(t, err, testutil.ErrUnsent)
+				// At most 10 runs went through (a NOSCRIPT answer and its
+				// EVAL are two), the rest stopped.
+				require.True(t, r.Done > 0 && r.Done <= 10, "the calls before the error are counted: %+v", r)
+				hook.Set(nil)
+				r2, err := hc.DeleteJobs(ctx, "t", redeq.StateScheduled, ids)
+				require.NoError(t, err)
+				require.Equal(t, redeq.BulkResult{Done: len(ids) - r.Done, Skipped: r.Done}, r2, "the rerun skips what the first run deleted")
+				for _, id := range ids {
+					require.Equal(t, redeq.State("gone"), stateOf(t, e.c, id), id)
+				}
+			})
+
+			t.Run("SelectPagesPastOneListPage", func(t *testing.T) {
+				var jobs []*redeq.Job
+				for i := range 2*redeq.MaxListLimit + 5 {
+					jobs = append(jobs, &redeq.Job{Topic: "t", ID: fmt.Sprint("p", i), Delay: 3 * time.Hour, MaxRetries: 1 + i%2})
+				}
+				require.NoError(t, e.c.AddBatch(ctx, jobs))
+				ids, err := e.c.Select(ctx, "t", redeq.StateScheduled, redeq.Filter{DueAfter: time.Now().Add(170 * time.Minute)}, 0)
+				require.NoError(t, err)
+				require.Len(t, ids, len(jobs)+1, "the p jobs and s3")
 			})
 		})
 	}

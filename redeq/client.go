@@ -243,8 +243,11 @@ func (c *Client) bucketOf(ctx context.Context, topic, id string) (int, error) {
 	return bucket.Of(id, n), nil
 }
 
-// Get returns the job id of topic, with its State, and its due time in
-// RunAt while it is scheduled. ErrJobNotFound when absent.
+// Get returns the job id of topic, with its State, and in RunAt its due
+// time while it is scheduled or ready (for a ready job, when it fell due;
+// zero for one back from a crashed consumer), or when it was parked while
+// it is un_acked or dead (for a dead job, when its retries ran out).
+// ErrJobNotFound when absent.
 func (c *Client) Get(ctx context.Context, topic, id string) (*Job, error) {
 	if err := checkRef(ctx, topic, id); err != nil {
 		return nil, err

@@ -101,6 +101,11 @@ type ListOptions struct {
 	Limit int
 	// Cursor is the Next of the previous page, "" for the first page.
 	Cursor string
+	// DueOrder lists scheduled jobs in due order across the topic's
+	// buckets (ties by id), not bucket by bucket: each page reads every
+	// bucket, a share of the page from each (see List). Other states
+	// ignore it. A cursor is good only for the order it was made for.
+	DueOrder bool
 }
 
 // The bounds of List.
@@ -121,11 +126,15 @@ type Page struct {
 // List returns a page of the jobs of topic in state, each with the fields
 // Get gives it: its body, headers and retry settings, State, CreatedAt,
 // Attempt, Recoveries and LastError (the error of its last failed
-// delivery); RunAt is the due time of a scheduled job, and (where Get
-// leaves it zero) when an un_acked or dead job was parked; Reason says why
+// delivery); RunAt is the due time of a scheduled or ready job (zero for a
+// ready job back from a crashed consumer), and when an un_acked or dead
+// job was parked; Reason says why
 // a dead job died; Consumer names the holder of an in-flight job.
 //
-// Jobs come bucket by bucket; within a bucket scheduled jobs by due time,
+// Jobs come bucket by bucket (scheduled jobs with DueOrder: in due order
+// across the buckets, each page reading a share of every bucket, at least
+// 16 entries, and listing the jobs no unread entry can precede); within a
+// bucket scheduled jobs by due time,
 // ready jobs in the order consumers will take them (stale entries of the
 // ready list skipped), in-flight jobs by consumer id then fetch time,
 // un_acked and dead jobs by when they were parked.
@@ -195,6 +204,12 @@ func (c *Client) List(ctx context.Context, topic string, state State, opt ListOp
 			cur.pos.At, cur.pos.Member = "", "" // that consumer left: start at the next one
 		}
 	}
+	if state == StateScheduled && (opt.DueOrder || cur.merged) {
+		if !opt.DueOrder {
+			return Page{}, invalidArg("list: cursor made for DueOrder")
+		}
+		return c.listByDue(ctx, topic, n, cur, limit)
+	}
 	var page Page
 	b, pos := cur.bucket, cur.pos
 	for visits := 0; b < n; visits++ {
@@ -225,6 +240,84 @@ type cursor struct {
 	bucket   int
 	consumer string // in-flight listings: the consumer whose set pos is in
 	pos      pool.Position
+	// merged: a DueOrder listing, pos the last (due, member) listed in
+	// every bucket; encoded as the consumer mergedMark.
+	merged bool
+}
+
+// mergedMark is the consumer field of a DueOrder cursor: no consumer id
+// holds a newline.
+const mergedMark = "due\x00order"
+
+// dueOrderShare is the least a DueOrder page reads of each bucket.
+const dueOrderShare = 16
+
+// listByDue is a page of a topic's scheduled jobs in due order across its
+// buckets: a bounded merge. It reads each bucket after the cursor's
+// (due, member), at most a share of the page (limit/buckets, at least
+// dueOrderShare) each, and lists, in order, the jobs that sort before
+// every bucket's unread rest, so that no job a bucket did not read yet
+// could come before one listed. The page may hold fewer than limit jobs
+// (never none while jobs are left: the earliest unread rest is where the
+// next page starts).
+func (c *Client) listByDue(ctx context.Context, topic string, n int, cur cursor, limit int) (Page, error) {
+	share := min(limit, max(dueOrderShare, limit/n+1))
+	type entry struct {
+		job    *Job
+		at     float64
+		member string
+	}
+	var all []entry
+	var front *pool.Position // the earliest unread rest of any bucket
+	less := func(a float64, am string, b float64, bm string) bool {
+		return a < b || (a == b && am < bm)
+	}
+	at := func(p pool.Position) float64 { f, _ := strconv.ParseFloat(p.At, 64); return f }
+	for b := range n {
+		jobs, next, done, err := c.store.ListBucket(ctx, topic, b, pool.StateScheduled, nil, cur.pos, share)
+		if err != nil {
+			return Page{}, err
+		}
+		for _, j := range jobs {
+			m := j.ID
+			if j.Broadcast {
+				m = keys.BroadcastMark + j.ID
+			}
+			all = append(all, entry{publicJob(j), float64(j.RunAt.UnixMilli()), m})
+		}
+		if !done && (front == nil || less(at(next), next.Member, at(*front), front.Member)) {
+			p := next
+			front = &p
+		}
+	}
+	slices.SortFunc(all, func(a, b entry) int {
+		switch {
+		case less(a.at, a.member, b.at, b.member):
+			return -1
+		case less(b.at, b.member, a.at, a.member):
+			return 1
+		}
+		return 0
+	})
+	var page Page
+	var last *entry
+	for i := range all {
+		e := &all[i]
+		if len(page.Jobs) == limit || (front != nil && less(at(*front), front.Member, e.at, e.member)) {
+			break
+		}
+		page.Jobs = append(page.Jobs, e.job)
+		last = e
+	}
+	switch {
+	case last != nil && (len(page.Jobs) < len(all) || front != nil):
+		next := cursor{merged: true, pos: pool.Position{At: strconv.FormatFloat(last.at, 'f', -1, 64), Member: last.member}}
+		page.Next = next.encode(topic, StateScheduled)
+	case last == nil && front != nil:
+		next := cursor{merged: true, pos: *front}
+		page.Next = next.encode(topic, StateScheduled)
+	}
+	return page, nil
 }
 
 // cursorVersion 2: a ready list's position is a place that the list's
@@ -234,8 +327,12 @@ const cursorVersion = "2"
 // encode makes the opaque Next of a page: base64 of the fields, the topic
 // and state included so that a cursor is not used for another listing.
 func (c cursor) encode(topic string, state State) string {
+	consumer := c.consumer
+	if c.merged {
+		consumer = mergedMark
+	}
 	s := strings.Join([]string{cursorVersion, topic, string(state), strconv.Itoa(c.bucket),
-		c.consumer, c.pos.At, c.pos.Member}, "\n")
+		consumer, c.pos.At, c.pos.Member}, "\n")
 	return base64.RawURLEncoding.EncodeToString([]byte(s))
 }
 
@@ -274,6 +371,12 @@ func decodeCursor(s, topic string, state State) (cursor, error) {
 		} else if x, err := strconv.ParseFloat(f[5], 64); err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
 			return bad("bad position")
 		}
+	}
+	if f[4] == mergedMark {
+		if state != StateScheduled || b != 0 {
+			return bad("not a cursor of List")
+		}
+		return cursor{merged: true, pos: pool.Position{At: f[5], Member: f[6]}}, nil
 	}
 	return cursor{bucket: b, consumer: f[4], pos: pool.Position{At: f[5], Member: f[6]}}, nil
 }

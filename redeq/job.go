@@ -27,9 +27,9 @@ type Job struct {
 	// is due. Ignored when RunAt is set.
 	Delay time.Duration
 	// RunAt is the absolute due time, at most the year 9999. Get and the
-	// dead and un_ack listings set it to the job's current due time (when
-	// it was parked, for those listings), or leave it zero when the job is
-	// not scheduled.
+	// listings set it to the job's current due time (when it fell due, for
+	// a ready job; when it was parked, for an un_acked or dead one), or
+	// leave it zero when the job is in flight.
 	RunAt time.Time
 	// MaxRetries is how many times a failed job is retried: 0 means the
 	// listener's or the config's Retry, -1 never.

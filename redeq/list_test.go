@@ -15,6 +15,7 @@ import (
 	"github.com/redeq-go/redeq/bucket"
 	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/ready"
 	"github.com/redeq-go/redeq/redeq"
 )
@@ -386,8 +387,9 @@ func TestListPagesAJobThatStaysOnce(t *testing.T) {
 
 // TestListJobsHaveGetsFields: every job of every state that List gives has
 // each field Get gives it (State, Attempt, Recoveries, LastError, Reason,
-// Consumer, RunAt, CreatedAt, body, headers, retry settings); List sets
-// RunAt also for un_acked and dead jobs, to when they were parked.
+// Consumer, RunAt, CreatedAt, body, headers, retry settings); RunAt of a
+// ready job is when it fell due, of an un_acked or dead job when it was
+// parked.
 func TestListJobsHaveGetsFields(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -451,7 +453,9 @@ func TestListJobsHaveGetsFields(t *testing.T) {
 				require.NoError(t, err)
 				if st == redeq.StateUnAck || st == redeq.StateDead {
 					require.False(t, j.RunAt.IsZero(), "%s: when it was parked", j.ID)
-					stored.RunAt = j.RunAt
+				}
+				if st == redeq.StateReady {
+					require.WithinDuration(t, time.Now(), j.RunAt, time.Minute, "%s: when it fell due", j.ID)
 				}
 				require.Equal(t, stored, j, "%s: List and Get differ", j.ID)
 				if j.ID != "p" {
@@ -483,4 +487,83 @@ func TestListRefusesAForgedReadyPlace(t *testing.T) {
 		_, err := e.c.List(ctx, "t", redeq.StateReady, redeq.ListOptions{Cursor: cur})
 		require.NoError(t, err, "a place below 0 is one a give-back makes")
 	})
+}
+
+// TestListDueOrderMergesTheBuckets: with DueOrder, the pages of a topic's
+// scheduled jobs list them in due order across its buckets (ties by id),
+// each once, whatever the page size; a job added meanwhile before the
+// cursor is not listed, one after it is; a DueOrder cursor is refused by
+// a listing without DueOrder.
+func TestListDueOrderMergesTheBuckets(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			cfg := testutil.Config(t)
+			cfg.Concurrency = 8
+			e := setup(t, be, cfg)
+			ctx := context.Background()
+			base := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+			var jobs []*redeq.Job
+			type key struct {
+				at time.Time
+				id string
+			}
+			var want []key
+			for i := range 300 {
+				at := base.Add(time.Duration(i%97) * time.Second) // ties across buckets
+				id := fmt.Sprintf("j%03d", (i*37)%300)
+				jobs = append(jobs, &redeq.Job{Topic: "t", ID: id, RunAt: at})
+				want = append(want, key{at, id})
+			}
+			require.NoError(t, e.c.AddBatch(ctx, jobs))
+			slices.SortFunc(want, func(a, b key) int {
+				if c := a.at.Compare(b.at); c != 0 {
+					return c
+				}
+				return strings.Compare(a.id, b.id)
+			})
+			var ids []string
+			for _, k := range want {
+				ids = append(ids, k.id)
+			}
+			for _, limit := range []int{7, 100, 1000} {
+				var got []string
+				cur := ""
+				for pages := 0; ; pages++ {
+					require.Less(t, pages, 1000)
+					page, err := e.c.List(ctx, "t", redeq.StateScheduled, redeq.ListOptions{Limit: limit, Cursor: cur, DueOrder: true})
+					require.NoError(t, err)
+					require.LessOrEqual(t, len(page.Jobs), limit)
+					for _, j := range page.Jobs {
+						got = append(got, j.ID)
+					}
+					if page.Next == "" {
+						break
+					}
+					cur = page.Next
+				}
+				require.Equal(t, ids, got, "limit %d", limit)
+			}
+
+			page, err := e.c.List(ctx, "t", redeq.StateScheduled, redeq.ListOptions{Limit: 10, DueOrder: true})
+			require.NoError(t, err)
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "early", RunAt: base.Add(-time.Minute)}))
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "late", RunAt: base.Add(time.Hour)}))
+			var rest []string
+			for cur := page.Next; cur != ""; {
+				p, err := e.c.List(ctx, "t", redeq.StateScheduled, redeq.ListOptions{Limit: 50, Cursor: cur, DueOrder: true})
+				require.NoError(t, err)
+				for _, j := range p.Jobs {
+					rest = append(rest, j.ID)
+				}
+				cur = p.Next
+			}
+			require.NotContains(t, rest, "early", "before the cursor")
+			require.Equal(t, "late", rest[len(rest)-1])
+
+			_, err = e.c.List(ctx, "t", redeq.StateScheduled, redeq.ListOptions{Cursor: page.Next})
+			require.ErrorIs(t, err, redeq.ErrInvalidArgument)
+			_, err = e.c.List(ctx, "t", redeq.StateDead, redeq.ListOptions{Cursor: page.Next, DueOrder: true})
+			require.ErrorIs(t, err, redeq.ErrInvalidArgument)
+		})
+	}
 }

@@ -139,9 +139,7 @@ func printStats(ctx context.Context, o *opts, c *redeq.Client, cmd *cobra.Comman
 		out = append(out, statsJSON{n, s.Pool, s.Scheduled, s.Ready, s.InFlight, s.UnAck, s.Dead, s.Consumers, s.Buckets, s.Paused})
 	}
 	if o.json() {
-		if len(a) == 1 {
-			return writeJSON(cmd.OutOrStdout(), out[0])
-		}
+		// An array whether one topic was named or none: one shape to parse.
 		return writeJSON(cmd.OutOrStdout(), out)
 	}
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
@@ -157,10 +155,17 @@ func listCmd(o *opts) *cobra.Command {
 	var cursor string
 	cmd := &cobra.Command{
 		Use:   "list TOPIC STATE",
-		Short: "List a page of a topic's jobs in a state (scheduled, ready, inflight, unack, dead)",
+		Short: "List a page of a topic's jobs in a state (scheduled, ready, inflight, unack, dead; retrying: scheduled after a failure)",
 		Args:  args(cobra.ExactArgs(2)),
 		RunE: withClient(o, func(ctx context.Context, c *redeq.Client, cmd *cobra.Command, a []string) error {
-			page, err := c.List(ctx, a[0], redeq.State(a[1]), redeq.ListOptions{Limit: limit, Cursor: cursor})
+			var page redeq.Page
+			var err error
+			if a[1] == "retrying" {
+				page, err = retryingPage(ctx, c, a[0], limit, cursor)
+			} else {
+				// Scheduled jobs in due order across the buckets.
+				page, err = c.List(ctx, a[0], redeq.State(a[1]), redeq.ListOptions{Limit: limit, Cursor: cursor, DueOrder: true})
+			}
 			if err != nil {
 				return err
 			}
@@ -186,6 +191,33 @@ func listCmd(o *opts) *cobra.Command {
 	return cmd
 }
 
+// retryingPage is a page of the scheduled jobs of topic that failed before
+// (attempt > 0), from at most 10 pages of List: it may hold fewer jobs
+// than limit, or none, while its Next says there are more to read.
+func retryingPage(ctx context.Context, c *redeq.Client, topic string, limit int, cursor string) (redeq.Page, error) {
+	want := limit
+	if want == 0 {
+		want = redeq.DefaultListLimit
+	}
+	var out redeq.Page
+	for range 10 {
+		p, err := c.List(ctx, topic, redeq.StateScheduled, redeq.ListOptions{Limit: limit, Cursor: cursor, DueOrder: true})
+		if err != nil {
+			return redeq.Page{}, err
+		}
+		for _, j := range p.Jobs {
+			if j.Attempt > 0 {
+				out.Jobs = append(out.Jobs, j)
+			}
+		}
+		out.Next, cursor = p.Next, p.Next
+		if p.Next == "" || len(out.Jobs) >= want {
+			break
+		}
+	}
+	return out, nil
+}
+
 func getCmd(o *opts) *cobra.Command {
 	var raw bool
 	cmd := &cobra.Command{
@@ -197,14 +229,18 @@ func getCmd(o *opts) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			switch {
-			case raw:
+			if raw {
 				_, err = cmd.OutOrStdout().Write(j.Body)
 				return err
-			case o.json():
-				return writeJSON(cmd.OutOrStdout(), toJSON(j, true))
 			}
-			writeJob(cmd.OutOrStdout(), j)
+			cfg := c.Config()
+			st := storyOf(j, cfg.Retry, cfg.RetryIntervals)
+			if o.json() {
+				out := toJSON(j, true)
+				out.storyJSON = &st
+				return writeJSON(cmd.OutOrStdout(), out)
+			}
+			writeJob(cmd.OutOrStdout(), j, &st)
 			return nil
 		}),
 	}
@@ -306,18 +342,43 @@ func readBody(spec string, stdin io.Reader) ([]byte, error) {
 }
 
 func deleteCmd(o *opts) *cobra.Command {
-	return &cobra.Command{
-		Use:   "delete TOPIC ID",
-		Short: "Delete a job from wherever it waits",
-		Args:  args(cobra.ExactArgs(2)),
-		RunE: withClient(o, func(ctx context.Context, c *redeq.Client, cmd *cobra.Command, a []string) error {
-			j, err := c.Delete(ctx, a[0], a[1])
-			if err != nil {
+	var b bulkFlags
+	cmd := &cobra.Command{
+		Use:   "delete TOPIC ID|--all --state S",
+		Short: "Delete a job from wherever it waits, or --all jobs of a state that match the filters (asks first unless --yes)",
+		Long: `Delete a job from wherever it waits.
+
+With --all --state scheduled|ready|unack|dead and the filters (--error,
+--min-attempt, --due-before, --due-after), it takes the jobs that match
+when it starts, asks about them (unless --yes), and deletes them: scheduled
+and ready jobs wherever they are by then, unack and dead jobs while they
+are still parked there. --dry-run counts them and changes nothing.`,
+		Args: args(cobra.RangeArgs(1, 2)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			if err := b.check(cmd); err != nil {
 				return err
 			}
-			return done(o, cmd, "deleted", j.Topic, j.ID, string(j.State))
-		}),
+			if b.all != (len(a) == 1) {
+				return usagef("give a job id or --all, not both")
+			}
+			return withClient(o, func(ctx context.Context, c *redeq.Client, cmd *cobra.Command, a []string) error {
+				if b.all {
+					state, err := bulkState(b.state)
+					if err != nil {
+						return err
+					}
+					return runBulk(ctx, o, c, cmd, &b, a[0], state, deleteAction)
+				}
+				j, err := c.Delete(ctx, a[0], a[1])
+				if err != nil {
+					return err
+				}
+				return done(o, cmd, "deleted", j.Topic, j.ID, string(j.State))
+			})(cmd, a)
+		},
 	}
+	b.add(cmd, true)
+	return cmd
 }
 
 // done reports an action that succeeded.
@@ -382,51 +443,87 @@ func rescheduleCmd(o *opts) *cobra.Command {
 
 func requeueCmd(o *opts) *cobra.Command {
 	var in time.Duration
-	var all bool
+	var b bulkFlags
 	cmd := &cobra.Command{
-		Use:   "requeue unack|dead TOPIC ID|--all",
-		Short: "Move a parked (unack) or dead job, or --all of them, back to its bucket, due now or --in D",
-		Args:  args(cobra.RangeArgs(2, 3)),
+		Use:   "requeue unack|dead TOPIC ID|--all, or requeue TOPIC --all --state S",
+		Short: "Move a parked (unack) or dead job, or --all jobs of a state that match the filters, back to its bucket, due now or --in D",
+		Long: `Move a parked (unack) or dead job back to its bucket, due now or after
+--in by the Redis server's clock (a dead job with a fresh count of attempts).
+
+--all takes every job of the state that matches the filters (--error,
+--min-attempt, --due-before, --due-after) when it starts, once each:
+"requeue dead orders --all", or "requeue orders --all --state S" for any of
+scheduled, ready, unack and dead (scheduled and ready jobs get the new due
+time, their attempts unchanged; ready jobs need --in). --dry-run counts
+them and changes nothing.`,
+		Args: args(cobra.RangeArgs(1, 3)),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			from := a[0]
-			if from != "unack" && from != "dead" {
-				return usagef("requeue %q: want unack or dead", from)
-			}
-			if all != (len(a) == 2) {
-				return usagef("give a job id or --all, not both")
+			if err := b.check(cmd); err != nil {
+				return err
 			}
 			if in < 0 {
 				return usagef("--in %v: want 0 or more (0: due now)", in)
 			}
-			if all {
+			var topic string
+			var state redeq.State
+			if b.stateSeen {
+				if len(a) != 1 || !b.all {
+					return usagef("with --state: requeue TOPIC --all --state S")
+				}
+				st, err := bulkState(b.state)
+				if err != nil {
+					return err
+				}
+				topic, state = a[0], st
+			} else {
+				if len(a) < 2 {
+					return usagef("requeue unack|dead TOPIC ID|--all, or requeue TOPIC --all --state S")
+				}
+				from := a[0]
+				if from != "unack" && from != "dead" {
+					return usagef("requeue %q: want unack or dead", from)
+				}
+				if b.all != (len(a) == 2) {
+					return usagef("give a job id or --all, not both")
+				}
+				topic, state = a[1], redeq.State(from)
+			}
+			if state == redeq.StateReady && in == 0 {
+				return usagef("ready jobs are due already: give --in")
+			}
+			if b.all {
 				return withClient(o, func(ctx context.Context, c *redeq.Client, cmd *cobra.Command, _ []string) error {
-					r, err := requeueAll(ctx, c, from, a[1], in)
-					if err != nil {
-						return fmt.Errorf("after requeuing %d jobs: %w", r.Done, err)
+					if !b.stateSeen && !b.filterSet && !b.dryRun {
+						// The form of old, and its report.
+						r, err := requeueAll(ctx, c, string(state), topic, in)
+						if err != nil {
+							return fmt.Errorf("after requeuing %d jobs: %w", r.Done, err)
+						}
+						if o.json() {
+							return writeJSON(cmd.OutOrStdout(), map[string]any{"done": "requeued", "topic": topic, "from": state, "state": state, "count": r.Done, "skipped": r.Skipped})
+						}
+						fmt.Fprintf(cmd.OutOrStdout(), "requeued %d jobs of %s from %s%s\n", r.Done, topic, state, skipped(r, string(state)))
+						return nil
 					}
-					if o.json() {
-						return writeJSON(cmd.OutOrStdout(), map[string]any{"done": "requeued", "topic": a[1], "from": from, "count": r.Done, "skipped": r.Skipped})
-					}
-					fmt.Fprintf(cmd.OutOrStdout(), "requeued %d jobs of %s from %s%s\n", r.Done, a[1], from, skipped(r, from))
-					return nil
+					return runBulk(ctx, o, c, cmd, &b, topic, state, requeueAction("requeue", "requeued", in))
 				})(cmd, a)
 			}
 			return withClient(o, func(ctx context.Context, c *redeq.Client, cmd *cobra.Command, _ []string) error {
 				var err error
-				if from == "unack" {
-					err = c.RequeueUnAck(ctx, a[1], a[2], in)
+				if state == redeq.StateUnAck {
+					err = c.RequeueUnAck(ctx, topic, a[2], in)
 				} else {
-					err = c.RequeueDead(ctx, a[1], a[2], in)
+					err = c.RequeueDead(ctx, topic, a[2], in)
 				}
 				if err != nil {
 					return err
 				}
-				return done(o, cmd, "requeued", a[1], a[2], "from "+from)
+				return done(o, cmd, "requeued", topic, a[2], "from "+string(state))
 			})(cmd, a)
 		},
 	}
 	cmd.Flags().DurationVar(&in, "in", 0, "due this long from now by the Redis server's clock")
-	cmd.Flags().BoolVar(&all, "all", false, "every job of the topic parked there when the command starts, once each")
+	b.add(cmd, false)
 	return cmd
 }
 
@@ -477,19 +574,13 @@ func inBatches(ids []string, do func([]string) (redeq.BulkResult, error)) (redeq
 // that fails again at once, for one) are left, so it ends however fast
 // jobs die; jobs that left the set meanwhile are skipped and counted.
 func requeueAll(ctx context.Context, c *redeq.Client, from, topic string, in time.Duration) (redeq.BulkResult, error) {
-	state := redeq.StateDead
-	if from == "unack" {
-		state = redeq.StateUnAck
-	}
-	ids, err := parkedIDs(ctx, c, topic, state)
+	state := redeq.State(from)
+	ids, err := c.Select(ctx, topic, state, redeq.Filter{}, 0)
 	if err != nil {
 		return redeq.BulkResult{}, err
 	}
 	return inBatches(ids, func(b []string) (redeq.BulkResult, error) {
-		if from == "unack" {
-			return c.RequeueUnAckJobs(ctx, topic, b, in)
-		}
-		return c.RequeueDeadJobs(ctx, topic, b, in)
+		return c.RequeueJobs(ctx, topic, state, b, in)
 	})
 }
 

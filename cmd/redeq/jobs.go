@@ -34,6 +34,7 @@ type jobJSON struct {
 	Body       *string           `json:"body,omitempty"`
 	BodyBase64 *string           `json:"body_base64,omitempty"`
 	Size       int               `json:"size"`
+	*storyJSON
 }
 
 func toJSON(j *redeq.Job, withBody bool) jobJSON {
@@ -73,8 +74,8 @@ func fmtTime(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-// writeJob prints one job for a person.
-func writeJob(w io.Writer, j *redeq.Job) {
+// writeJob prints one job for a person, with its story when s is given.
+func writeJob(w io.Writer, j *redeq.Job, s *storyJSON) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", safe(k), safe(v)) }
 	row("topic", j.Topic)
@@ -83,7 +84,11 @@ func writeJob(w io.Writer, j *redeq.Job) {
 	row("attempt", fmt.Sprint(j.Attempt))
 	row("recoveries", fmt.Sprint(j.Recoveries))
 	row("created", fmtTime(j.CreatedAt))
-	row("due", fmtTime(j.RunAt))
+	if j.State == redeq.StateUnAck || j.State == redeq.StateDead {
+		row("since", fmtTime(j.RunAt))
+	} else {
+		row("due", fmtTime(j.RunAt))
+	}
 	if j.Consumer != "" {
 		row("consumer", j.Consumer)
 	}
@@ -92,6 +97,9 @@ func writeJob(w io.Writer, j *redeq.Job) {
 	}
 	if j.LastError != "" {
 		row("last error", j.LastError)
+	}
+	if s != nil {
+		storyRows(row, j, *s)
 	}
 	keys := make([]string, 0, len(j.Headers))
 	for k := range j.Headers {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
@@ -210,4 +211,43 @@ func TestReadOnlyRefusesNewActions(t *testing.T) {
 		require.Equal(t, 403, status, req)
 	}
 	require.True(t, dead(c, "d1")(), "the job must stay dead")
+}
+
+// TestDeleteAllMatchingAfterConfirmation: "Delete all matching" with a due
+// bound asks a question that states how many scheduled jobs match, and
+// its confirmation deletes those and no other.
+func TestDeleteAllMatchingAfterConfirmation(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			c, base := serve(t, b, dashboard.Options{})
+			for i := range 5 {
+				add(t, c, fmt.Sprint("soon", i), "x", time.Hour)
+				add(t, c, fmt.Sprint("later", i), "x", 3*time.Hour)
+			}
+			before := time.Now().Add(2 * time.Hour).UTC().Format(time.RFC3339)
+			ctx := browser(t)
+			require.NoError(t, chromedp.Do(ctx,
+				chromedp.Navigate(base+"/topic?t=orders&state=scheduled"),
+				chromedp.SendKeys(chromedp.CSS(`#bulkall input[name="due_before"]`), before),
+				chromedp.Click(chromedp.CSS(`#bulkall button[value="delete"]`)),
+				chromedp.WaitVisible(chromedp.CSS(`#confirm`)),
+			))
+			question := text(t, ctx, `#question`)
+			require.Equal(t, "Delete all 5 scheduled jobs of topic orders with due before "+before+"? Jobs that join after this question are left.", question)
+			st, err := c.Stats(context.Background(), "orders")
+			require.NoError(t, err)
+			require.EqualValues(t, 10, st.Scheduled, "nothing happens before the confirmation")
+			require.NoError(t, chromedp.Do(ctx,
+				chromedp.Click(chromedp.CSS(`#confirm`)),
+				chromedp.WaitVisible(chromedp.CSS(`.msg`)),
+			))
+			require.Contains(t, text(t, ctx, `.msg`), "5 jobs deleted.")
+			for i := range 5 {
+				_, err := c.Get(context.Background(), "orders", fmt.Sprint("soon", i))
+				require.ErrorIs(t, err, redeq.ErrJobNotFound)
+				_, err = c.Get(context.Background(), "orders", fmt.Sprint("later", i))
+				require.NoError(t, err, "not matched")
+			}
+		})
+	}
 }
