@@ -122,8 +122,10 @@ type Page struct {
 // Get gives it: its body, headers and retry settings, State, CreatedAt,
 // Attempt, Recoveries and LastError (the error of its last failed
 // delivery); RunAt is the due time of a scheduled job, and (where Get
-// leaves it zero) when an un_acked or dead job was parked; Reason says why
-// a dead job died; Consumer names the holder of an in-flight job.
+// leaves it zero) when an un_acked or dead job was parked, and when the
+// consumer holding an in-flight job fetched it (its running time is
+// measured from it); Reason says why a dead job died; Consumer names the
+// holder of an in-flight job.
 //
 // Jobs come bucket by bucket; within a bucket scheduled jobs by due time,
 // ready jobs in the order consumers will take them (stale entries of the

@@ -28,8 +28,9 @@ type Job struct {
 	Delay time.Duration
 	// RunAt is the absolute due time, at most the year 9999. Get and the
 	// dead and un_ack listings set it to the job's current due time (when
-	// it was parked, for those listings), or leave it zero when the job is
-	// not scheduled.
+	// it was parked, for those listings; when its consumer fetched it, for
+	// the in-flight listing), or leave it zero when the job is not
+	// scheduled.
 	RunAt time.Time
 	// MaxRetries is how many times a failed job is retried: 0 means the
 	// listener's or the config's Retry, -1 never.

@@ -449,8 +449,9 @@ func TestListJobsHaveGetsFields(t *testing.T) {
 				got = append(got, j.ID)
 				stored, err := e.c.Get(ctx, topic, j.ID)
 				require.NoError(t, err)
-				if st == redeq.StateUnAck || st == redeq.StateDead {
-					require.False(t, j.RunAt.IsZero(), "%s: when it was parked", j.ID)
+				if st == redeq.StateUnAck || st == redeq.StateDead || st == redeq.StateInFlight {
+					require.False(t, j.RunAt.IsZero(), "%s: when it was parked or fetched", j.ID)
+					require.WithinDuration(t, time.Now(), j.RunAt, time.Hour, j.ID)
 					stored.RunAt = j.RunAt
 				}
 				require.Equal(t, stored, j, "%s: List and Get differ", j.ID)
