@@ -39,6 +39,9 @@ type ConsumerInfo struct {
 	Started time.Time
 	// LastHeartbeat is its last heartbeat, by the Redis clock.
 	LastHeartbeat time.Time
+	// HeartbeatAge is how long ago LastHeartbeat was when Consumers read
+	// it, by the Redis clock.
+	HeartbeatAge time.Duration
 	// Timeout is its ConsumerTimeout: silent longer, it is presumed dead
 	// and a reaper recovers its jobs.
 	Timeout time.Duration
@@ -59,6 +62,9 @@ type RunningJob struct {
 	Topic, ID string
 	// Since is when the consumer fetched it, by the Redis clock.
 	Since time.Time
+	// For is how long it had run when Consumers read it, by the Redis
+	// clock.
+	For time.Duration
 }
 
 // Consumers returns the consumers of this client's prefix that heartbeat
@@ -86,7 +92,8 @@ func (c *Client) Consumers(ctx context.Context) ([]ConsumerInfo, error) {
 	pipe := c.rdb.Pipeline()
 	for i, z := range alive {
 		cid, _ := z.Member.(string)
-		out[i] = ConsumerInfo{ID: cid, LastHeartbeat: time.UnixMilli(int64(z.Score))}
+		hb := time.UnixMilli(int64(z.Score))
+		out[i] = ConsumerInfo{ID: cid, LastHeartbeat: hb, HeartbeatAge: max(now.Sub(hb), 0)}
 		fields[i] = pipe.HMGet(ctx, keys.AliveTopics(c.cfg.Prefix), cid, keys.AliveTimeout(cid), keys.AliveJoined(cid), keys.AliveInfo(cid))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -141,7 +148,8 @@ func (c *Client) Consumers(ctx context.Context) ([]ConsumerInfo, error) {
 			if !ok {
 				continue
 			}
-			ci.Running = append(ci.Running, RunningJob{Topic: r.topic, ID: id, Since: time.UnixMilli(int64(z.Score))})
+			since := time.UnixMilli(int64(z.Score))
+			ci.Running = append(ci.Running, RunningJob{Topic: r.topic, ID: id, Since: since, For: max(now.Sub(since), 0)})
 		}
 	}
 	for i := range out {
