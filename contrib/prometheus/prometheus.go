@@ -425,17 +425,20 @@ func (x *Collector) read() (map[string]redeq.Stats, map[string]time.Duration) {
 		x.totals.read(ctx, x.c, topics, x.statsErrs)
 	}
 	fresh := make(map[string]redeq.Stats, len(topics))
-	for _, t := range topics {
+	var fmu sync.Mutex
+	each(topics, func(t string) {
 		st, err := x.c.Stats(ctx, t)
+		fmu.Lock()
+		defer fmu.Unlock()
 		if err != nil {
 			x.statsErrs.Inc()
 			if old, ok := x.stats[t]; ok {
 				fresh[t] = old
 			}
-			continue
+			return
 		}
 		fresh[t] = st
-	}
+	})
 	overdue, err := x.c.OldestOverdue(ctx, topics...)
 	if err != nil {
 		x.statsErrs.Inc()
@@ -448,6 +451,30 @@ func (x *Collector) read() (map[string]redeq.Stats, map[string]time.Duration) {
 	}
 	x.stats, x.overdue, x.readAt = fresh, overdue, x.now()
 	return fresh, overdue
+}
+
+// readers is how many topics a scrape reads at once: a topic's Stats is
+// three round trips, so 1000 topics read one after the other would take
+// seconds.
+const readers = 16
+
+// each runs f for every topic, readers at a time, and returns when all
+// have returned.
+func each(topics []string, f func(topic string)) {
+	next := make(chan string)
+	var wg sync.WaitGroup
+	for range min(readers, len(topics)) {
+		wg.Go(func() {
+			for t := range next {
+				f(t)
+			}
+		})
+	}
+	for _, t := range topics {
+		next <- t
+	}
+	close(next)
+	wg.Wait()
 }
 
 var _ redeq.ReturnObserver = (*Collector)(nil)

@@ -42,7 +42,8 @@ func newTotals() *totals { return &totals{topics: map[string]*topicTotals{}} }
 const lookBack = 2
 
 // read brings the totals of topics up to date, one History read per
-// topic; a failed read counts in errs and leaves that topic's totals.
+// topic (readers at a time); a failed read counts in errs and leaves that
+// topic's totals.
 func (t *totals) read(ctx context.Context, c *redeq.Client, topics []string, errs prometheus.Counter) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -52,10 +53,21 @@ func (t *totals) read(ctx context.Context, c *redeq.Client, topics []string, err
 	}
 	first := t.start == 0
 	newest := t.last
-	for _, topic := range topics {
+	history := make(map[string][]redeq.Minute, len(topics))
+	var hmu sync.Mutex
+	each(topics, func(topic string) {
 		ms, err := c.History(ctx, topic, since)
+		hmu.Lock()
+		defer hmu.Unlock()
 		if err != nil {
 			errs.Inc()
+			return
+		}
+		history[topic] = ms
+	})
+	for _, topic := range topics {
+		ms, ok := history[topic]
+		if !ok {
 			continue
 		}
 		tt := t.topics[topic]
