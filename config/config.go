@@ -35,6 +35,8 @@ const (
 const (
 	// MaxName is the longest topic, id or prefix, in bytes.
 	MaxName = 200
+	// MaxClientName is the longest ClientName, in bytes.
+	MaxClientName = 128
 	// MaxIntervals is the longest retry interval list.
 	MaxIntervals = 64
 	// MaxHeaders is the most headers a job carries.
@@ -228,6 +230,11 @@ type Config struct {
 	// Redis client's ReadTimeout (go-redis defaults to 3s), which New
 	// checks. Defaults to 1s.
 	WaitTimeout time.Duration `yaml:"wait_timeout"`
+	// ClientName names this client in the consumers view (Client.Consumers,
+	// `redeq servers`, the dashboard), beside its host and pid: at most
+	// MaxClientName bytes, no control characters. Defaults to the host
+	// name.
+	ClientName string `yaml:"client_name"`
 	// Redis is the connection Open makes. New ignores it: it takes a
 	// client built by the caller. Empty by default.
 	Redis RedisConfig `yaml:"redis"`

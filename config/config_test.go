@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,6 +47,8 @@ func TestValidateNamesTheField(t *testing.T) {
 		{func(c *config.Config) { c.Concurrency = 2048 }, "Concurrency 2048 is out of range"},
 		{func(c *config.Config) { c.Prefix = "a{b" }, "Prefix"},
 		{func(c *config.Config) { c.Prefix = "a b" }, "Prefix"},
+		{func(c *config.Config) { c.ClientName = strings.Repeat("n", config.MaxClientName+1) }, "ClientName is 129 bytes, longer than 128"},
+		{func(c *config.Config) { c.ClientName = "web\x1b[2J" }, "ClientName"},
 		{func(c *config.Config) { c.ScanInterval = -1 }, "ScanInterval"},
 		{func(c *config.Config) { c.MoveBatch = 100_000 }, "MoveBatch"},
 		{func(c *config.Config) { c.MaxBodyBytes = -1 }, "MaxBodyBytes"},

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 )
 
 // FieldError is one invalid setting. Validate returns them joined.
@@ -68,6 +69,11 @@ func (c Config) problems(name func(string) string) []*FieldError {
 	}
 	if reason := nameProblem(c.Prefix); reason != "" {
 		bad("Prefix", "%s", reason)
+	}
+	if len(c.ClientName) > MaxClientName {
+		bad("ClientName", "is %d bytes, longer than %d", len(c.ClientName), MaxClientName)
+	} else if i := strings.IndexFunc(c.ClientName, unicode.IsControl); i >= 0 {
+		bad("ClientName", "%q has a control character at byte %d", c.ClientName, i)
 	}
 	if c.Concurrency < 1 || c.Concurrency > MaxConcurrency {
 		bad("Concurrency", "%d is out of range 1..%d", c.Concurrency, MaxConcurrency)

@@ -3,8 +3,8 @@
 -- heartbeat is older than twice the timeout: a fetch it sent just before
 -- it died, held up on the way, has landed by then (and was recovered).
 -- KEYS[1] -> alive ZSET
--- KEYS[2] -> alive topics HASH (its fields of the consumer go with it; its
---   join time too, so that its next heartbeat, should it come back, has it
+-- KEYS[2] -> alive topics HASH (its fields of the consumer go with it: its
+--   info, and its join time too, so that its next heartbeat, should it come back, has it
 --   join its topics again)
 -- ARGV[1] -> consumer id
 -- ARGV[2] -> its last heartbeat as the reaper read it, unix ms
@@ -16,5 +16,5 @@ if tonumber(s) ~= tonumber(ARGV[2]) then return 0 end
 local now = now_ms_floor()
 if tonumber(s) > now - 2 * tonumber(ARGV[3]) then return 0 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1], ARGV[1] .. '#timeout', ARGV[1] .. '#joined')
+redis.call('HDEL', KEYS[2], ARGV[1], ARGV[1] .. '#timeout', ARGV[1] .. '#joined', ARGV[1] .. '#info')
 return 1

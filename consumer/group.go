@@ -62,6 +62,7 @@ type Group struct {
 	joined    atomic.Int64 // the join time (heartbeat.lua) this consumer last joined its topics with
 	base      time.Time
 	topicList string       // the listened topics, "topic#buckets" one per line, for the heartbeat
+	info      string       // this consumer's Info, JSON, for the heartbeat
 	silentAt  atomic.Int64 // where the reaper's next look at silent consumers starts
 	// reaps tells whether this client's reaper looks for silent consumers
 	// now (SetReaper); nil: always.
@@ -88,6 +89,7 @@ func NewGroup(c redis.UniversalClient, cfg config.Config, e env.Env, reg *bucket
 		settler: settler, quarantine: q,
 		runners: map[string]*runner{},
 		base:    e.Clock.Now(),
+		info:    LocalInfo(cfg.ClientName).encode(),
 	}
 }
 
@@ -492,7 +494,7 @@ func (g *Group) leave(ctx context.Context) {
 	}
 	if len(g.runners) > 0 {
 		pipe.ZRem(ctx, keys.Alive(g.cfg.Prefix), g.cid)
-		pipe.HDel(ctx, keys.AliveTopics(g.cfg.Prefix), g.cid, keys.AliveTimeout(g.cid), keys.AliveJoined(g.cid))
+		pipe.HDel(ctx, keys.AliveTopics(g.cfg.Prefix), g.cid, keys.AliveTimeout(g.cid), keys.AliveJoined(g.cid), keys.AliveInfo(g.cid))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		g.env.Logger.Warn("redeq: cannot remove consumer from its topics", "err", err)

@@ -31,7 +31,7 @@ func (g *Group) heartbeat(ctx context.Context) error {
 		return nil
 	}
 	sent := g.env.Clock.Now()
-	v, err := heartbeatScript.Run(ctx, g.rdb, g.aliveKeys(), g.cid, g.topicList, g.cfg.ConsumerTimeout.Milliseconds()).Int64Slice()
+	v, err := heartbeatScript.Run(ctx, g.rdb, g.aliveKeys(), g.cid, g.topicList, g.cfg.ConsumerTimeout.Milliseconds(), g.info).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
 	}

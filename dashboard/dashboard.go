@@ -90,6 +90,8 @@ func New(c *redeq.Client, opt Options) http.Handler {
 	h.mux.HandleFunc("GET /{$}", h.overview)
 	h.mux.HandleFunc("GET /topic", h.topic)
 	h.mux.HandleFunc("GET /job", h.job)
+	h.mux.HandleFunc("GET /consumers", h.consumers)
+	h.mux.HandleFunc("GET /redis", h.redis)
 	h.mux.HandleFunc("POST /action", h.action)
 	h.mux.HandleFunc("POST /bulk", h.bulk)
 	h.mux.HandleFunc("POST /bulkall", h.bulkAll)

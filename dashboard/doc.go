@@ -3,7 +3,11 @@
 // clock), a "no consumer" flag on a topic with due work and no consumer,
 // and its last hour charted (jobs processed and failed,
 // lateness p50 and p99, per minute, as SVG drawn on the server), a topic's
-// jobs by state, one job with its body, and the admin actions (delete, run
+// jobs by state (in flight: each job's consumer and how long it has run),
+// the consumers (/consumers: client name, host, pid, uptime, heartbeat,
+// topics, the jobs each holds), the Redis servers (/redis: version, memory,
+// the prefix's keys by a bounded scan), one job with its body, and the
+// admin actions (delete, run
 // now, requeue, pause, resume; requeue or delete of the dead or un-acked
 // jobs selected, purge of the dead set; delete, pause, resume, bulk
 // actions and purge after a confirmation page). The overview searches

@@ -88,7 +88,7 @@ func refreshOf(q url.Values) int {
 }
 
 // refreshable are the pages that offer auto-refresh: those that only read.
-var refreshable = map[string]bool{"overview.html": true, "topic.html": true, "job.html": true}
+var refreshable = map[string]bool{"overview.html": true, "topic.html": true, "job.html": true, "consumers.html": true, "redis.html": true}
 
 func parseTemplates() map[string]*template.Template {
 	funcs := template.FuncMap{
@@ -105,14 +105,25 @@ func parseTemplates() map[string]*template.Template {
 			}
 			return ago(d)
 		},
-		"ops":     ops,
+		"ops":    ops,
+		"uptime": uptime,
+		// since is how long ago t was, by this process's clock: an
+		// in-flight job's running time from its fetch time (Redis clock),
+		// off by the clocks' skew.
+		"since": func(t time.Time) time.Duration {
+			if t.IsZero() {
+				return 0
+			}
+			return time.Since(t)
+		},
+		"bytes":   bytesIEC,
 		"maxBulk": func() int { return MaxBulk },
 		"btn": func(v view, op, t, id string, state any, back, label string, danger bool) button {
 			return button{Base: v.Base, CSRF: v.CSRF, Op: op, T: t, ID: id, State: fmt.Sprint(state), Back: back, Label: label, Danger: danger}
 		},
 	}
 	out := map[string]*template.Template{}
-	for _, p := range []string{"overview.html", "topic.html", "job.html", "error.html", "confirm.html"} {
+	for _, p := range []string{"overview.html", "topic.html", "job.html", "error.html", "confirm.html", "consumers.html", "redis.html"} {
 		out[p] = template.Must(template.New(p).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/charts.html", "templates/"+p))
 	}
 	return out

@@ -26,7 +26,8 @@
 -- Returns {done, key, pos, member, id, envelope, score, extra, lasterr,
 -- id, ...}: done is 1 when the sources were read to their end; else key
 -- (1 for KEYS[5]), pos and member say where the next page starts (after
--- them). score is the ZSET score (false for ready and in flight); extra is
+-- them). score is the ZSET score (false for ready): the due time, when
+-- the job was parked, or, in flight, when its delivery was fetched; extra is
 -- a dead job's reason or an in-flight job's consumer, else false; lasterr
 -- the job's last handler error or false. It only reads: a rerun answers
 -- alike for the same data.
@@ -90,8 +91,7 @@ else
         elseif mode == 'inflight' then
           token, id = string.match(m, '^(%d+):(.*)$')
         end
-        -- A delivery's score is when it was fetched, not a due time.
-        local score = mode ~= 'inflight' and s
+        local score = s
         if id then cand[#cand + 1] = {k - first + 1, s, m, id, score, token} end
       end
       stop = {k - first + 1, s, m}

@@ -127,9 +127,10 @@ type Page struct {
 // Get gives it: its body, headers and retry settings, State, CreatedAt,
 // Attempt, Recoveries and LastError (the error of its last failed
 // delivery); RunAt is the due time of a scheduled or ready job (zero for a
-// ready job back from a crashed consumer), and when an un_acked or dead
-// job was parked; Reason says why
-// a dead job died; Consumer names the holder of an in-flight job.
+// ready job back from a crashed consumer), when an un_acked or dead job was
+// parked, and when the consumer holding an in-flight job fetched it (its
+// running time is measured from it; Get leaves that one zero); Reason says
+// why a dead job died; Consumer names the holder of an in-flight job.
 //
 // Jobs come bucket by bucket (scheduled jobs with DueOrder: in due order
 // across the buckets, each page reading a share of every bucket, at least

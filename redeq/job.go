@@ -28,8 +28,9 @@ type Job struct {
 	Delay time.Duration
 	// RunAt is the absolute due time, at most the year 9999. Get and the
 	// listings set it to the job's current due time (when it fell due, for
-	// a ready job; when it was parked, for an un_acked or dead one), or
-	// leave it zero when the job is in flight.
+	// a ready job; when it was parked, for an un_acked or dead one); the
+	// in-flight listing sets it to when its consumer fetched it, Get leaves
+	// it zero for a job in flight.
 	RunAt time.Time
 	// MaxRetries is how many times a failed job is retried: 0 means the
 	// listener's or the config's Retry, -1 never.

@@ -15,6 +15,8 @@ import (
 // built on them shows "no data" rather than a wrong zero.
 type asynqMetrics struct {
 	processed, failed *prometheus.CounterVec
+	// Under ModeExporter: the same names, read from Redis.
+	processedDesc, failedDesc *prometheus.Desc
 
 	enqueuedDesc, sizeDesc, latencyDesc, pausedDesc *prometheus.Desc
 }
@@ -29,20 +31,24 @@ const (
 	AsynqTasksFailed    = "asynq_tasks_failed_total"
 )
 
-func newAsynqMetrics() *asynqMetrics {
+func newAsynqMetrics(cl prometheus.Labels) *asynqMetrics {
 	return &asynqMetrics{
 		processed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: AsynqTasksProcessed, Help: "Handler runs that ended (succeeded or failed), by this client; asynq's name for redeq_jobs_processed_total without interrupted runs.",
+			Name: AsynqTasksProcessed, Help: "Handler runs that ended (succeeded or failed), by this client; asynq's name for redeq_jobs_processed_total without interrupted runs.", ConstLabels: cl,
 		}, []string{"queue"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: AsynqTasksFailed, Help: "Handler runs that failed (retry, dead, or a broadcast that failed), by this client; asynq's name.",
+			Name: AsynqTasksFailed, Help: "Handler runs that failed (retry, dead, or a broadcast that failed), by this client; asynq's name.", ConstLabels: cl,
 		}, []string{"queue"}),
+		processedDesc: prometheus.NewDesc(AsynqTasksProcessed,
+			"Deliveries whose outcome was applied, by every consumer, read from Redis (redeq_topic_processed_total); asynq's name.", []string{"queue"}, cl),
+		failedDesc: prometheus.NewDesc(AsynqTasksFailed,
+			"Processed deliveries that failed, by every consumer, read from Redis (redeq_topic_failed_total); asynq's name.", []string{"queue"}, cl),
 		enqueuedDesc: prometheus.NewDesc(AsynqTasksEnqueued,
 			"Jobs of a topic by asynq state: active = in_flight, pending = ready, scheduled = scheduled (retries included), archived = dead. A gauge, as in asynq.",
-			[]string{"queue", "state"}, nil),
-		sizeDesc:    prometheus.NewDesc(AsynqQueueSize, "Every job the topic holds (redeq Stats.Pool).", []string{"queue"}, nil),
-		latencyDesc: prometheus.NewDesc(AsynqQueueLatency, "redeq_oldest_overdue_seconds under asynq's name.", []string{"queue"}, nil),
-		pausedDesc:  prometheus.NewDesc(AsynqQueuePaused, "1 while the topic is paused, else 0.", []string{"queue"}, nil),
+			[]string{"queue", "state"}, cl),
+		sizeDesc:    prometheus.NewDesc(AsynqQueueSize, "Every job the topic holds (redeq Stats.Pool).", []string{"queue"}, cl),
+		latencyDesc: prometheus.NewDesc(AsynqQueueLatency, "redeq_oldest_overdue_seconds under asynq's name.", []string{"queue"}, cl),
+		pausedDesc:  prometheus.NewDesc(AsynqQueuePaused, "1 while the topic is paused, else 0.", []string{"queue"}, cl),
 	}
 }
 
@@ -56,18 +62,36 @@ func (a *asynqMetrics) done(ts *topicSeries, topic string, o redeq.Outcome, err 
 	ts.asynqProcessed.get(func() prometheus.Counter { return a.processed.WithLabelValues(topic) }).Inc()
 }
 
-func (a *asynqMetrics) describe(ch chan<- *prometheus.Desc) {
-	a.processed.Describe(ch)
-	a.failed.Describe(ch)
-	ch <- a.enqueuedDesc
-	ch <- a.sizeDesc
-	ch <- a.latencyDesc
-	ch <- a.pausedDesc
+// describe describes the observed counters when observed, else the ones
+// read from Redis, and the gauges when reads.
+func (a *asynqMetrics) describe(ch chan<- *prometheus.Desc, observed, reads bool) {
+	if observed {
+		a.processed.Describe(ch)
+		a.failed.Describe(ch)
+	} else {
+		ch <- a.processedDesc
+		ch <- a.failedDesc
+	}
+	if reads {
+		ch <- a.enqueuedDesc
+		ch <- a.sizeDesc
+		ch <- a.latencyDesc
+		ch <- a.pausedDesc
+	}
 }
 
-func (a *asynqMetrics) collect(ch chan<- prometheus.Metric, stats map[string]redeq.Stats, overdue map[string]time.Duration) {
+func (a *asynqMetrics) collectObserved(ch chan<- prometheus.Metric) {
 	a.processed.Collect(ch)
 	a.failed.Collect(ch)
+}
+
+func (a *asynqMetrics) collectTotals(ch chan<- prometheus.Metric, topic string, processed, failed float64) {
+	ch <- prometheus.MustNewConstMetric(a.processedDesc, prometheus.CounterValue, processed, topic)
+	ch <- prometheus.MustNewConstMetric(a.failedDesc, prometheus.CounterValue, failed, topic)
+}
+
+// collect exports the gauges.
+func (a *asynqMetrics) collect(ch chan<- prometheus.Metric, stats map[string]redeq.Stats, overdue map[string]time.Duration) {
 	for topic, st := range stats {
 		for _, s := range []struct {
 			state string

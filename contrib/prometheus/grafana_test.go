@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 
 	redeqprom "github.com/redeq-go/redeq/contrib/prometheus"
 	"github.com/redeq-go/redeq/redeq"
@@ -154,4 +155,35 @@ func TestGrafanaDashboardNamesOnlyExportedMetrics(t *testing.T) {
 	for _, n := range []string{"redeq_job_lateness_seconds_bucket", "redeq_jobs", "redeq_jobs_processed_total", "redeq_oldest_overdue_seconds"} {
 		require.True(t, used[n], "the dashboard shows %s", n)
 	}
+}
+
+// Every expression of alerts.yml selects only series the Collector
+// exports, and the rules cover the alerts docs/observability.md
+// recommends (promtool, in .ci/run, tests that each one fires).
+func TestAlertRulesNameOnlyExportedMetrics(t *testing.T) {
+	b, err := os.ReadFile("alerts.yml")
+	require.NoError(t, err)
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert string `yaml:"alert"`
+				Expr  string `yaml:"expr"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &rules))
+	names := registered(t)
+	var alerts []string
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			alerts = append(alerts, r.Alert)
+			got := metricNames(r.Expr)
+			require.NotEmpty(t, got, "%s selects no metric", r.Alert)
+			for _, n := range got {
+				require.True(t, names[n], "%s: %s is not exported by the collector", r.Alert, n)
+			}
+		}
+	}
+	require.ElementsMatch(t, []string{"RedeqJobsOverdue", "RedeqDueWorkWithoutConsumer", "RedeqLatenessHigh",
+		"RedeqDeadJobsRising", "RedeqJobsRecovered", "RedeqUnAckParked", "RedeqRetryRatioHigh", "RedeqScrapeErrors"}, alerts)
 }

@@ -122,7 +122,7 @@ func TestAsynqNames(t *testing.T) {
 		}
 		require.NoError(t, c.Shutdown(ctx))
 
-		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+		require.NoError(t, testutil.GatherAndCompare(reg, withPrefix(c, `
 # HELP asynq_tasks_enqueued_total Jobs of a topic by asynq state: active = in_flight, pending = ready, scheduled = scheduled (retries included), archived = dead. A gauge, as in asynq.
 # TYPE asynq_tasks_enqueued_total gauge
 asynq_tasks_enqueued_total{queue="q",state="active"} 0
@@ -143,9 +143,11 @@ asynq_queue_paused_total{queue="q"} 0
 asynq_queue_paused_total{queue="w"} 0
 # HELP asynq_tasks_processed_total Handler runs that ended (succeeded or failed), by this client; asynq's name for redeq_jobs_processed_total without interrupted runs.
 # TYPE asynq_tasks_processed_total counter
+asynq_tasks_processed_total{queue="q"} 0
 asynq_tasks_processed_total{queue="w"} 2
 # HELP asynq_tasks_failed_total Handler runs that failed (retry, dead, or a broadcast that failed), by this client; asynq's name.
 # TYPE asynq_tasks_failed_total counter
+asynq_tasks_failed_total{queue="q"} 0
 asynq_tasks_failed_total{queue="w"} 1
 `), redeqprom.AsynqTasksEnqueued, redeqprom.AsynqQueueSize, redeqprom.AsynqQueuePaused,
 			redeqprom.AsynqTasksProcessed, redeqprom.AsynqTasksFailed))

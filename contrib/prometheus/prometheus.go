@@ -4,7 +4,9 @@
 //
 //	col, err := redeqprom.Register(c, prometheus.DefaultRegisterer, redeqprom.Options{})
 //
-// Metrics (see docs/observability.md for what to alert on):
+// Every series carries a prefix label, the client's key prefix, so that
+// two deployments sharing one Prometheus do not merge. Metrics (see
+// docs/observability.md for what to alert on, alerts.yml for the rules):
 //
 //	redeq_jobs_added_total{topic}                      counter
 //	redeq_jobs_processed_total{topic,outcome}          counter
@@ -15,6 +17,14 @@
 //	redeq_consumers{topic}                             gauge, from Client.Stats at scrape
 //	redeq_oldest_overdue_seconds{topic}                gauge, from Client.OldestOverdue at scrape
 //	redeq_stats_errors_total                           counter: failed scrape-time reads
+//	redeq_topics_dropped                               gauge: topics past MaxTopics at the last read
+//	redeq_topic_processed_total{topic}                 counter, ModeExporter: from Redis (History)
+//	redeq_topic_failed_total{topic}                    counter, ModeExporter: from Redis (History)
+//
+// The counters of every topic the collector knows of, and of every
+// outcome, are exported from zero before the first event, so that
+// increase() sees that event. A fleet runs ModeObserved in every service
+// and one ModeExporter collector beside it (see Mode).
 //
 // With Options.AsynqNames it also exports the names of asynq's
 // x/metrics collector, so that dashboards built for asynq work (see
@@ -23,12 +33,14 @@ package redeqprom
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/internal/topiccache"
 	"github.com/redeq-go/redeq/redeq"
 )
@@ -40,14 +52,48 @@ var LatenessBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 
 // DurationBuckets are the handler duration histogram's upper bounds, seconds.
 var DurationBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 
+// Mode picks what a Collector exports.
+type Mode int
+
+const (
+	// ModeAll exports what this client observes (counters, histograms)
+	// and what a scrape reads from Redis (the gauges): one service, or
+	// a few. The default.
+	ModeAll Mode = iota
+	// ModeObserved exports only what this client observes and reads
+	// nothing from Redis at a scrape: for each instance of a fleet
+	// beside one ModeExporter collector, so that the gauges, the same
+	// from every instance, are exported once.
+	ModeObserved
+	// ModeExporter exports only what a scrape reads from Redis: the
+	// gauges, and the processed and failed counts every consumer
+	// records in Redis (Client.History), as the counters
+	// redeq_topic_processed_total and redeq_topic_failed_total (and
+	// asynq's processed and failed names, with AsynqNames). It observes
+	// nothing: Register does not make it the client's Observer. For a
+	// standalone exporter that serves a fleet.
+	ModeExporter
+)
+
+// DefaultMaxTopics is Options.MaxTopics's default.
+const DefaultMaxTopics = 1000
+
 // Options tunes a Collector. Zero values take the defaults.
 type Options struct {
+	// Mode picks what the Collector exports. Defaults to ModeAll.
+	Mode Mode
 	// Topics are the topics whose job counts a scrape reads. Defaults to
 	// every topic (Client.Topics), at most MaxTopics of them.
 	Topics []string
 	// MaxTopics bounds the topics a scrape reads, so that a scrape's cost
-	// does not grow with the topics ever used. Defaults to 100.
+	// does not grow with the topics ever used: the first MaxTopics by
+	// name are read, and redeq_topics_dropped says how many were not
+	// (with a log line when that number changes). Defaults to
+	// DefaultMaxTopics (1000).
 	MaxTopics int
+	// Logger receives a line when topics are dropped. Defaults to the
+	// client's (config.Config.Logger), else slog.Default().
+	Logger *slog.Logger
 	// CacheFor is how long job counts read at a scrape are reused.
 	// Defaults to 10s.
 	CacheFor time.Duration
@@ -70,25 +116,32 @@ type Collector struct {
 	lateness  *prometheus.HistogramVec
 	duration  *prometheus.HistogramVec
 	statsErrs prometheus.Counter
+	dropped   prometheus.Gauge
+	prefix    string
+	log       *slog.Logger
 
 	jobsDesc, consumersDesc, overdueDesc *prometheus.Desc
+	topicProcessedDesc, topicFailedDesc  *prometheus.Desc
 
 	asynq *asynqMetrics // nil unless Options.AsynqNames
 
 	topics topiccache.Cache[*topicSeries]
 
-	mu      sync.Mutex // serializes scrape-time reads
-	readAt  time.Time
-	stats   map[string]redeq.Stats
-	overdue map[string]time.Duration
-	now     func() time.Time
+	mu       sync.Mutex // serializes scrape-time reads
+	readAt   time.Time
+	stats    map[string]redeq.Stats
+	overdue  map[string]time.Duration
+	now      func() time.Time
+	zeroed   map[string]bool // topics whose counters were exported from zero at a scrape
+	lastDrop int
+	totals   *totals // ModeExporter: processed and failed counts read from Redis
 }
 
 // New returns a Collector of c's metrics. It observes nothing until it is
 // c's Observer (see Register, or redeq.Observers to combine it).
 func New(c *redeq.Client, opts Options) *Collector {
 	if opts.MaxTopics <= 0 {
-		opts.MaxTopics = 100
+		opts.MaxTopics = DefaultMaxTopics
 	}
 	if opts.CacheFor <= 0 {
 		opts.CacheFor = 10 * time.Second
@@ -96,43 +149,99 @@ func New(c *redeq.Client, opts Options) *Collector {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 2 * time.Second
 	}
+	prefix := config.Default().Prefix
+	log := opts.Logger
+	if c != nil {
+		prefix = c.Config().Prefix
+		if log == nil {
+			log = c.Config().Logger
+		}
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	cl := prometheus.Labels{"prefix": prefix}
 	x := &Collector{
-		c: c, opts: opts, now: time.Now,
+		c: c, opts: opts, now: time.Now, prefix: prefix, log: log, zeroed: map[string]bool{},
 		added: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redeq_jobs_added_total", Help: "Jobs stored by Add, AddBatch, AddTyped or a Put that added.",
+			Name: "redeq_jobs_added_total", Help: "Jobs stored by Add, AddBatch, AddTyped or a Put that added.", ConstLabels: cl,
 		}, []string{"topic"}),
 		processed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redeq_jobs_processed_total", Help: "Deliveries by outcome: ack, rejoin, retry, dead, unack, interrupted, broadcast.",
+			Name: "redeq_jobs_processed_total", Help: "Deliveries by outcome: ack, rejoin, retry, dead, unack, interrupted, broadcast.", ConstLabels: cl,
 		}, []string{"topic", "outcome"}),
 		returned: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redeq_jobs_returned_total", Help: "In-flight jobs returned unspent: recovered from a silent consumer, or rolled back at shutdown.",
+			Name: "redeq_jobs_returned_total", Help: "In-flight jobs returned unspent: recovered from a silent consumer, or rolled back at shutdown.", ConstLabels: cl,
 		}, []string{"topic", "reason"}),
 		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "redeq_job_lateness_seconds", Help: "Handler start minus the job's due time.", Buckets: LatenessBuckets,
+			Name: "redeq_job_lateness_seconds", Help: "Handler start minus the job's due time.", Buckets: LatenessBuckets, ConstLabels: cl,
 		}, []string{"topic", "first_attempt"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "redeq_job_duration_seconds", Help: "How long handlers ran.", Buckets: DurationBuckets,
+			Name: "redeq_job_duration_seconds", Help: "How long handlers ran.", Buckets: DurationBuckets, ConstLabels: cl,
 		}, []string{"topic"}),
 		statsErrs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "redeq_stats_errors_total", Help: "Scrape-time reads of job counts that failed; the last counts read are reported.",
+			Name: "redeq_stats_errors_total", Help: "Scrape-time reads of job counts that failed; the last counts read are reported.", ConstLabels: cl,
 		}),
-		jobsDesc:      prometheus.NewDesc("redeq_jobs", "Jobs of a topic by state, read from Redis at scrape (cached).", []string{"topic", "state"}, nil),
-		consumersDesc: prometheus.NewDesc("redeq_consumers", "Consumers that heartbeat for a topic, read at scrape (cached).", []string{"topic"}, nil),
+		dropped: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "redeq_topics_dropped", Help: "Topics not read at the last scrape-time read because there were more than MaxTopics; 0 when none.", ConstLabels: cl,
+		}),
+		jobsDesc:      prometheus.NewDesc("redeq_jobs", "Jobs of a topic by state, read from Redis at scrape (cached).", []string{"topic", "state"}, cl),
+		consumersDesc: prometheus.NewDesc("redeq_consumers", "Consumers that heartbeat for a topic, read at scrape (cached).", []string{"topic"}, cl),
 		overdueDesc: prometheus.NewDesc("redeq_oldest_overdue_seconds",
-			"How long ago the oldest job that is due and not started fell due; 0 when none waits. Read at scrape (cached).", []string{"topic"}, nil),
+			"How long ago the oldest job that is due and not started fell due; 0 when none waits. Read at scrape (cached).", []string{"topic"}, cl),
+		topicProcessedDesc: prometheus.NewDesc("redeq_topic_processed_total",
+			"Deliveries of a topic whose outcome was applied, by every consumer, as recorded in Redis; counted from this exporter's start.", []string{"topic"}, cl),
+		topicFailedDesc: prometheus.NewDesc("redeq_topic_failed_total",
+			"Processed deliveries of a topic that failed (retried or dead), by every consumer, as recorded in Redis; counted from this exporter's start.", []string{"topic"}, cl),
 	}
 	if opts.AsynqNames {
-		x.asynq = newAsynqMetrics()
+		x.asynq = newAsynqMetrics(cl)
+	}
+	if opts.Mode == ModeExporter {
+		x.totals = newTotals()
 	}
 	return x
 }
 
+// observes reports whether x exports what its client observes.
+func (x *Collector) observes() bool { return x.opts.Mode != ModeExporter }
+
+// reads reports whether x reads Redis at a scrape.
+func (x *Collector) reads() bool { return x.opts.Mode != ModeObserved }
+
+// zero makes the counters of topic exist at zero, for every outcome and
+// reason, so that the first event after a restart is a rise.
+func (x *Collector) zero(topic string) {
+	x.added.WithLabelValues(topic)
+	for _, o := range outcomes {
+		x.processed.WithLabelValues(topic, string(o))
+	}
+	x.returned.WithLabelValues(topic, "rollback")
+	x.returned.WithLabelValues(topic, "recovered")
+	if x.asynq != nil {
+		x.asynq.processed.WithLabelValues(topic)
+		x.asynq.failed.WithLabelValues(topic)
+	}
+}
+
+// series returns topic's cached series; a topic met for the first time
+// has its counters exported from zero.
+func (x *Collector) series(topic string) *topicSeries {
+	return x.topics.Get(topic, func(t string) *topicSeries {
+		x.zero(t)
+		return new(topicSeries)
+	})
+}
+
 // Register makes a Collector c's Observer and registers it with reg. When
-// either refuses it, it is neither: c can take another Observer.
+// either refuses it, it is neither: c can take another Observer. A
+// ModeExporter collector is registered only: it observes nothing.
 func Register(c *redeq.Client, reg prometheus.Registerer, opts Options) (*Collector, error) {
 	col := New(c, opts)
 	if err := reg.Register(col); err != nil {
 		return nil, err
+	}
+	if opts.Mode == ModeExporter {
+		return col, nil
 	}
 	if err := c.Observe(col); err != nil {
 		reg.Unregister(col)
@@ -143,7 +252,7 @@ func Register(c *redeq.Client, reg prometheus.Registerer, opts Options) (*Collec
 
 // JobAdded implements redeq.Observer.
 func (x *Collector) JobAdded(topic string) {
-	x.topics.Get(topic, newTopicSeries).added.get(func() prometheus.Counter { return x.added.WithLabelValues(topic) }).Inc()
+	x.series(topic).added.get(func() prometheus.Counter { return x.added.WithLabelValues(topic) }).Inc()
 }
 
 // JobDelivered implements redeq.Observer; an unknown lateness is no sample.
@@ -155,14 +264,14 @@ func (x *Collector) JobDelivered(job *redeq.Job, lateness time.Duration) {
 	if job.Attempt == 0 {
 		first = 1
 	}
-	x.topics.Get(job.Topic, newTopicSeries).lateness[first].get(func() prometheus.Observer {
+	x.series(job.Topic).lateness[first].get(func() prometheus.Observer {
 		return x.lateness.WithLabelValues(job.Topic, strconv.FormatBool(first == 1))
 	}).Observe(lateness.Seconds())
 }
 
 // JobDone implements redeq.Observer.
 func (x *Collector) JobDone(job *redeq.Job, o redeq.Outcome, took time.Duration, err error) {
-	ts := x.topics.Get(job.Topic, newTopicSeries)
+	ts := x.series(job.Topic)
 	processed := func() prometheus.Counter { return x.processed.WithLabelValues(job.Topic, string(o)) }
 	if i := outcomeIndex(o); i >= 0 {
 		ts.processed[i].get(processed).Inc()
@@ -181,24 +290,33 @@ func (x *Collector) JobsReturned(topic string, n int, recovered bool) {
 	if recovered {
 		i, reason = 1, "recovered"
 	}
-	x.topics.Get(topic, newTopicSeries).returned[i].get(func() prometheus.Counter {
+	x.series(topic).returned[i].get(func() prometheus.Counter {
 		return x.returned.WithLabelValues(topic, reason)
 	}).Add(float64(n))
 }
 
 // Describe implements prometheus.Collector.
 func (x *Collector) Describe(ch chan<- *prometheus.Desc) {
-	x.added.Describe(ch)
-	x.processed.Describe(ch)
-	x.returned.Describe(ch)
-	x.lateness.Describe(ch)
-	x.duration.Describe(ch)
-	x.statsErrs.Describe(ch)
-	ch <- x.jobsDesc
-	ch <- x.consumersDesc
-	ch <- x.overdueDesc
+	if x.observes() {
+		x.added.Describe(ch)
+		x.processed.Describe(ch)
+		x.returned.Describe(ch)
+		x.lateness.Describe(ch)
+		x.duration.Describe(ch)
+	}
+	if x.reads() {
+		x.statsErrs.Describe(ch)
+		x.dropped.Describe(ch)
+		ch <- x.jobsDesc
+		ch <- x.consumersDesc
+		ch <- x.overdueDesc
+	}
+	if x.totals != nil {
+		ch <- x.topicProcessedDesc
+		ch <- x.topicFailedDesc
+	}
 	if x.asynq != nil {
-		x.asynq.describe(ch)
+		x.asynq.describe(ch, x.observes(), x.reads())
 	}
 }
 
@@ -206,17 +324,35 @@ func (x *Collector) Describe(ch chan<- *prometheus.Desc) {
 // overdue job are read from Redis at most once per CacheFor: one Stats per
 // topic and one OldestOverdue for all of them.
 func (x *Collector) Collect(ch chan<- prometheus.Metric) {
-	x.added.Collect(ch)
-	x.processed.Collect(ch)
-	x.returned.Collect(ch)
-	x.lateness.Collect(ch)
-	x.duration.Collect(ch)
-	stats, overdue := x.read()
+	if !x.reads() {
+		x.collectObserved(ch)
+		if x.asynq != nil {
+			x.asynq.collectObserved(ch)
+		}
+		return
+	}
+	stats, overdue := x.read() // first: it exports the counters of the topics it reads from zero
+	if x.observes() {
+		x.collectObserved(ch)
+	}
 	x.statsErrs.Collect(ch)
+	x.dropped.Collect(ch)
 	for topic, d := range overdue {
 		ch <- prometheus.MustNewConstMetric(x.overdueDesc, prometheus.GaugeValue, d.Seconds(), topic)
 	}
+	if x.totals != nil {
+		for topic, n := range x.totals.snapshot() {
+			ch <- prometheus.MustNewConstMetric(x.topicProcessedDesc, prometheus.CounterValue, n.processed, topic)
+			ch <- prometheus.MustNewConstMetric(x.topicFailedDesc, prometheus.CounterValue, n.failed, topic)
+			if x.asynq != nil {
+				x.asynq.collectTotals(ch, topic, n.processed, n.failed)
+			}
+		}
+	}
 	if x.asynq != nil {
+		if x.observes() {
+			x.asynq.collectObserved(ch)
+		}
 		x.asynq.collect(ch, stats, overdue)
 	}
 	for topic, st := range stats {
@@ -231,6 +367,14 @@ func (x *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(x.consumersDesc, prometheus.GaugeValue, float64(st.Consumers), topic)
 	}
+}
+
+func (x *Collector) collectObserved(ch chan<- prometheus.Metric) {
+	x.added.Collect(ch)
+	x.processed.Collect(ch)
+	x.returned.Collect(ch)
+	x.lateness.Collect(ch)
+	x.duration.Collect(ch)
 }
 
 // read returns the job counts and the oldest overdue times, read again
@@ -255,21 +399,46 @@ func (x *Collector) read() (map[string]redeq.Stats, map[string]time.Duration) {
 			topics = append(topics, ti.Name)
 		}
 	}
-	if len(topics) > x.opts.MaxTopics {
+	drop := max(len(topics)-x.opts.MaxTopics, 0)
+	if drop > 0 {
 		topics = topics[:x.opts.MaxTopics]
 	}
+	x.dropped.Set(float64(drop))
+	if drop != x.lastDrop {
+		if drop > 0 {
+			x.log.Warn("redeqprom: more topics than MaxTopics; the rest are not exported",
+				"prefix", x.prefix, "max_topics", x.opts.MaxTopics, "dropped", drop, "first_dropped_after", topics[len(topics)-1])
+		} else {
+			x.log.Info("redeqprom: every topic is exported again", "prefix", x.prefix)
+		}
+		x.lastDrop = drop
+	}
+	if x.observes() {
+		for _, t := range topics {
+			if !x.zeroed[t] && len(x.zeroed) < x.opts.MaxTopics {
+				x.zero(t)
+				x.zeroed[t] = true
+			}
+		}
+	}
+	if x.totals != nil {
+		x.totals.read(ctx, x.c, topics, x.statsErrs)
+	}
 	fresh := make(map[string]redeq.Stats, len(topics))
-	for _, t := range topics {
+	var fmu sync.Mutex
+	each(topics, func(t string) {
 		st, err := x.c.Stats(ctx, t)
+		fmu.Lock()
+		defer fmu.Unlock()
 		if err != nil {
 			x.statsErrs.Inc()
 			if old, ok := x.stats[t]; ok {
 				fresh[t] = old
 			}
-			continue
+			return
 		}
 		fresh[t] = st
-	}
+	})
 	overdue, err := x.c.OldestOverdue(ctx, topics...)
 	if err != nil {
 		x.statsErrs.Inc()
@@ -282,6 +451,30 @@ func (x *Collector) read() (map[string]redeq.Stats, map[string]time.Duration) {
 	}
 	x.stats, x.overdue, x.readAt = fresh, overdue, x.now()
 	return fresh, overdue
+}
+
+// readers is how many topics a scrape reads at once: a topic's Stats is
+// three round trips, so 1000 topics read one after the other would take
+// seconds.
+const readers = 16
+
+// each runs f for every topic, readers at a time, and returns when all
+// have returned.
+func each(topics []string, f func(topic string)) {
+	next := make(chan string)
+	var wg sync.WaitGroup
+	for range min(readers, len(topics)) {
+		wg.Go(func() {
+			for t := range next {
+				f(t)
+			}
+		})
+	}
+	for _, t := range topics {
+		next <- t
+	}
+	close(next)
+	wg.Wait()
 }
 
 var _ redeq.ReturnObserver = (*Collector)(nil)

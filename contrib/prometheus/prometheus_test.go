@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -32,6 +34,12 @@ func backends(t *testing.T, f func(t *testing.T, rdb redis.UniversalClient)) {
 	for _, be := range rqtest.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) { f(t, be.New(t)) })
 	}
+}
+
+// withPrefix adds c's prefix label to every series of an expected
+// exposition text.
+func withPrefix(c *redeq.Client, text string) io.Reader {
+	return strings.NewReader(strings.ReplaceAll(text, "{", `{prefix="`+c.Config().Prefix+`",`))
 }
 
 func newClient(t *testing.T, rdb redis.UniversalClient) *redeq.Client {
@@ -94,7 +102,7 @@ func TestCountersMatchAScriptedRun(t *testing.T) {
 
 		// Every delivery came through the mover: 8 first attempts and 3
 		// retries have a lateness sample.
-		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+		require.NoError(t, testutil.GatherAndCompare(reg, withPrefix(c, `
 # HELP redeq_jobs Jobs of a topic by state, read from Redis at scrape (cached).
 # TYPE redeq_jobs gauge
 redeq_jobs{state="dead",topic="t"} 1
@@ -156,9 +164,9 @@ redeq_jobs{state="ready",topic="cached"} 0
 redeq_jobs{state="scheduled",topic="cached"} 1
 redeq_jobs{state="un_ack",topic="cached"} 0
 `
-		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "redeq_jobs"))
+		require.NoError(t, testutil.GatherAndCompare(reg, withPrefix(c, want), "redeq_jobs"))
 		require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "cached", ID: "2", Delay: time.Hour}))
-		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "redeq_jobs"), "read again within CacheFor")
+		require.NoError(t, testutil.GatherAndCompare(reg, withPrefix(c, want), "redeq_jobs"), "read again within CacheFor")
 	})
 }
 
@@ -191,7 +199,7 @@ func TestBroadcastRunsCount(t *testing.T) {
 		require.Equal(t, 3.0, broadcasts())
 		count, _ := histogram(t, reg, "redeq_job_duration_seconds", "topic", "bc")
 		require.Equal(t, uint64(3), count)
-		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+		require.NoError(t, testutil.GatherAndCompare(reg, withPrefix(c, `
 # HELP asynq_tasks_failed_total Handler runs that failed (retry, dead, or a broadcast that failed), by this client; asynq's name.
 # TYPE asynq_tasks_failed_total counter
 asynq_tasks_failed_total{queue="bc"} 1
@@ -201,3 +209,87 @@ asynq_tasks_processed_total{queue="bc"} 3
 `), "asynq_tasks_failed_total", "asynq_tasks_processed_total", "redeq_job_lateness_seconds"))
 	})
 }
+
+// Every counter of every topic a scrape reads exists at zero before the
+// topic's first event in this process, for each outcome and reason, so
+// that increase() over the first event after a restart sees it rise (a
+// series that appears at its first increment shows no increase).
+func TestCountersStartAtZero(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		c := newClient(t, rdb)
+		producer, err := redeq.New(rdb, c.Config())
+		require.NoError(t, err)
+		require.NoError(t, producer.Add(ctx, &redeq.Job{Topic: "quiet", ID: "1", Delay: time.Hour}))
+		reg := prometheus.NewPedanticRegistry()
+		col, err := redeqprom.Register(c, reg, redeqprom.Options{AsynqNames: true})
+		require.NoError(t, err)
+		for _, o := range []string{"ack", "rejoin", "retry", "dead", "unack", "interrupted", "broadcast"} {
+			v, ok := gauge(t, reg, "redeq_jobs_processed_total", map[string]string{"topic": "quiet", "outcome": o})
+			require.True(t, ok, "outcome %s exported", o)
+			require.Zero(t, v)
+		}
+		for _, r := range []string{"recovered", "rollback"} {
+			v, ok := gauge(t, reg, "redeq_jobs_returned_total", map[string]string{"topic": "quiet", "reason": r})
+			require.True(t, ok, "reason %s exported", r)
+			require.Zero(t, v)
+		}
+		for _, name := range []string{"redeq_jobs_added_total", redeqprom.AsynqTasksProcessed, redeqprom.AsynqTasksFailed} {
+			_, ok := gauge(t, reg, name, map[string]string{"topic": "quiet"})
+			if name != "redeq_jobs_added_total" {
+				_, ok = gauge(t, reg, name, map[string]string{"queue": "quiet"})
+			}
+			require.True(t, ok, name)
+		}
+		col.JobsReturned("quiet", 4, true)
+		v, _ := gauge(t, reg, "redeq_jobs_returned_total", map[string]string{"topic": "quiet", "reason": "recovered"})
+		require.Equal(t, 4.0, v, "the first recovery is a rise from zero")
+	})
+}
+
+// With more topics than MaxTopics a scrape reads the first MaxTopics by
+// name, and says so: redeq_topics_dropped counts the rest, and one log
+// line names the cap when that count changes.
+func TestTopicsPastMaxTopicsAreCountedAndLogged(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		c := newClient(t, rdb)
+		for _, topic := range []string{"a", "b", "c", "d"} {
+			require.NoError(t, c.Add(ctx, &redeq.Job{Topic: topic, ID: "1", Delay: time.Hour}))
+		}
+		var logs strings.Builder
+		var mu sync.Mutex
+		logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return logs.Write(p)
+		}), nil))
+		reg := prometheus.NewPedanticRegistry()
+		_, err := redeqprom.Register(c, reg, redeqprom.Options{MaxTopics: 3, CacheFor: time.Nanosecond, Logger: logger})
+		require.NoError(t, err)
+		for range 2 { // one line for the change, not one per scrape
+			dropped, ok := gauge(t, reg, "redeq_topics_dropped", nil)
+			require.True(t, ok)
+			require.Equal(t, 1.0, dropped)
+		}
+		for topic, want := range map[string]bool{"a": true, "b": true, "c": true, "d": false} {
+			_, ok := gauge(t, reg, "redeq_jobs", map[string]string{"topic": topic, "state": "scheduled"})
+			require.Equal(t, want, ok, "topic %s", topic)
+		}
+		mu.Lock()
+		require.Equal(t, 1, strings.Count(logs.String(), "more topics than MaxTopics"), logs.String())
+		require.Contains(t, logs.String(), "dropped=1")
+		mu.Unlock()
+
+		plenty := prometheus.NewPedanticRegistry()
+		_, err = redeqprom.Register(newClient(t, rdb), plenty, redeqprom.Options{})
+		require.NoError(t, err)
+		dropped, ok := gauge(t, plenty, "redeq_topics_dropped", nil)
+		require.True(t, ok)
+		require.Zero(t, dropped, "the default cap is far above a handful of topics")
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -9,8 +9,9 @@ import (
 )
 
 // series is one series of a vector, resolved on first use: WithLabelValues
-// hashes its labels on every call, and a series appears at a scrape only
-// once something was recorded into it, as without the cache.
+// hashes its labels on every call. (The counters of a topic exist at zero
+// from its first sight, Collector.zero; the histograms appear once
+// something was recorded into them.)
 type series[T any] struct{ p atomic.Pointer[T] }
 
 func (s *series[T]) get(resolve func() T) T {
@@ -32,9 +33,6 @@ type topicSeries struct {
 	// asynq's, with Options.AsynqNames
 	asynqProcessed, asynqFailed series[prometheus.Counter]
 }
-
-// newTopicSeries is a topic's series, none resolved yet.
-func newTopicSeries(string) *topicSeries { return new(topicSeries) }
 
 // outcomes are the outcomes whose processed series a topic caches.
 var outcomes = [...]redeq.Outcome{redeq.OutcomeAck, redeq.OutcomeRejoin, redeq.OutcomeRetry,

@@ -12,20 +12,24 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// A series is exported once something was recorded into it, as before
-// series were cached: one acked first attempt makes one series of each
-// histogram and of the processed counter, and none of the others.
-func TestSeriesAppearOnceRecorded(t *testing.T) {
+// A topic's counters exist from its first sight, at zero for every
+// outcome and reason, so that increase() sees the first of each; its
+// histograms appear once something was recorded into them.
+func TestCountersExistFromATopicsFirstSight(t *testing.T) {
 	col := New(nil, Options{AsynqNames: true})
 	job := &redeq.Job{Topic: "t", ID: "1"}
 	col.JobDelivered(job, time.Millisecond)
 	col.JobDone(job, redeq.OutcomeAck, time.Millisecond, nil)
 	require.Equal(t, 1, testutil.CollectAndCount(col.lateness))
 	require.Equal(t, 1, testutil.CollectAndCount(col.duration))
-	require.Equal(t, 1, testutil.CollectAndCount(col.processed))
-	require.Equal(t, 0, testutil.CollectAndCount(col.returned))
+	require.Equal(t, len(outcomes), testutil.CollectAndCount(col.processed))
+	require.Equal(t, 1.0, testutil.ToFloat64(col.processed.WithLabelValues("t", "ack")))
+	require.Zero(t, testutil.ToFloat64(col.processed.WithLabelValues("t", "dead")))
+	require.Equal(t, 2, testutil.CollectAndCount(col.returned))
+	require.Zero(t, testutil.ToFloat64(col.returned.WithLabelValues("t", "recovered")))
+	require.Equal(t, 1, testutil.CollectAndCount(col.added))
 	require.Equal(t, 1, testutil.CollectAndCount(col.asynq.processed))
-	require.Equal(t, 0, testutil.CollectAndCount(col.asynq.failed))
+	require.Equal(t, 1, testutil.CollectAndCount(col.asynq.failed))
 }
 
 // A service that uses ever new topics does not grow the cache of series

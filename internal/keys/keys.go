@@ -251,6 +251,12 @@ func AliveJoined(cid string) string { return cid + "#joined" }
 // lines pass over it.
 func AliveTimeout(cid string) string { return cid + "#timeout" }
 
+// AliveInfo is the field of AliveTopics that holds what names consumer
+// cid to a person: a JSON object (consumer.Info: client name, host, pid),
+// at most a few hundred bytes, written by each heartbeat. It ends in "}",
+// never an Address, so readers of the topics' lines pass over it.
+func AliveInfo(cid string) string { return cid + "#info" }
+
 // ReapLock is the STRING redsync uses as the mutex of reaping consumer
 // cid: one reaper at a time recovers a silent consumer's jobs.
 func ReapLock(prefix, cid string) string { return prefix + ":{alive}:reap:" + cid }
