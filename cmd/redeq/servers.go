@@ -24,7 +24,7 @@ type serverRow struct {
 	TimeoutSeconds   float64      `json:"timeout_seconds"`
 	Silent           bool         `json:"silent"`
 	Topics           []string     `json:"topics"`
-	InFlight         int64        `json:"in_flight"`
+	InFlight         int64        `json:"inflight"`
 	Running          []runningRow `json:"running"`
 }
 

@@ -44,7 +44,7 @@ func newAsynqMetrics(cl prometheus.Labels) *asynqMetrics {
 		failedDesc: prometheus.NewDesc(AsynqTasksFailed,
 			"Processed deliveries that failed, by every consumer, read from Redis (redeq_topic_failed_total); asynq's name.", []string{"queue"}, cl),
 		enqueuedDesc: prometheus.NewDesc(AsynqTasksEnqueued,
-			"Jobs of a topic by asynq state: active = in_flight, pending = ready, scheduled = scheduled (retries included), archived = dead. A gauge, as in asynq.",
+			"Jobs of a topic by asynq state: active = inflight, pending = ready, scheduled = scheduled (retries included), archived = dead. A gauge, as in asynq.",
 			[]string{"queue", "state"}, cl),
 		sizeDesc:    prometheus.NewDesc(AsynqQueueSize, "Every job the topic holds (redeq Stats.Pool).", []string{"queue"}, cl),
 		latencyDesc: prometheus.NewDesc(AsynqQueueLatency, "redeq_oldest_overdue_seconds under asynq's name.", []string{"queue"}, cl),

@@ -123,7 +123,7 @@ func TestAsynqNames(t *testing.T) {
 		require.NoError(t, c.Shutdown(ctx))
 
 		require.NoError(t, testutil.GatherAndCompare(reg, withPrefix(c, `
-# HELP asynq_tasks_enqueued_total Jobs of a topic by asynq state: active = in_flight, pending = ready, scheduled = scheduled (retries included), archived = dead. A gauge, as in asynq.
+# HELP asynq_tasks_enqueued_total Jobs of a topic by asynq state: active = inflight, pending = ready, scheduled = scheduled (retries included), archived = dead. A gauge, as in asynq.
 # TYPE asynq_tasks_enqueued_total gauge
 asynq_tasks_enqueued_total{queue="q",state="active"} 0
 asynq_tasks_enqueued_total{queue="q",state="archived"} 0

@@ -360,8 +360,8 @@ func (x *Collector) Collect(ch chan<- prometheus.Metric) {
 			state string
 			n     int64
 		}{
-			{"scheduled", st.Scheduled}, {"ready", st.Ready}, {"in_flight", st.InFlight},
-			{"un_ack", st.UnAck}, {"dead", st.Dead},
+			{"scheduled", st.Scheduled}, {"ready", st.Ready}, {"inflight", st.InFlight},
+			{"unack", st.UnAck}, {"dead", st.Dead},
 		} {
 			ch <- prometheus.MustNewConstMetric(x.jobsDesc, prometheus.GaugeValue, float64(s.n), topic, s.state)
 		}

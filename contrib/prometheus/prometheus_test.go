@@ -106,10 +106,10 @@ func TestCountersMatchAScriptedRun(t *testing.T) {
 # HELP redeq_jobs Jobs of a topic by state, read from Redis at scrape (cached).
 # TYPE redeq_jobs gauge
 redeq_jobs{state="dead",topic="t"} 1
-redeq_jobs{state="in_flight",topic="t"} 0
+redeq_jobs{state="inflight",topic="t"} 0
 redeq_jobs{state="ready",topic="t"} 0
 redeq_jobs{state="scheduled",topic="t"} 0
-redeq_jobs{state="un_ack",topic="t"} 0
+redeq_jobs{state="unack",topic="t"} 0
 `), "redeq_jobs"))
 		count, sum := histogram(t, reg, "redeq_job_lateness_seconds", "first_attempt", "true")
 		require.Equal(t, uint64(8), count)
@@ -159,10 +159,10 @@ func TestJobCountsAreCached(t *testing.T) {
 # HELP redeq_jobs Jobs of a topic by state, read from Redis at scrape (cached).
 # TYPE redeq_jobs gauge
 redeq_jobs{state="dead",topic="cached"} 0
-redeq_jobs{state="in_flight",topic="cached"} 0
+redeq_jobs{state="inflight",topic="cached"} 0
 redeq_jobs{state="ready",topic="cached"} 0
 redeq_jobs{state="scheduled",topic="cached"} 1
-redeq_jobs{state="un_ack",topic="cached"} 0
+redeq_jobs{state="unack",topic="cached"} 0
 `
 		require.NoError(t, testutil.GatherAndCompare(reg, withPrefix(c, want), "redeq_jobs"))
 		require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "cached", ID: "2", Delay: time.Hour}))
