@@ -26,12 +26,12 @@ func TestSubscribingAgainHangsButLooksGoOn(t *testing.T) {
 	t.Parallel()
 	addr := standaloneAddr(t)
 	ctx := context.Background()
-	p := startFaultProxy(t, addr)
+	p := testutil.StartProxy(t, addr)
 	topic, m, _, l, _ := proxiedListenerWith(t, p, addr, redis.Options{PoolSize: 16, MinIdleConns: 16})
 	within := 2 * 10 * testutil.Fast().ScanInterval
 
-	p.holdNew.Store(true)
-	p.deaf.Store(true)
+	p.HoldNew.Store(true)
+	p.Deaf.Store(true)
 	time.Sleep(time.Second) // a first attempt to subscribe again is under way
 	var worst time.Duration
 	for i := range 10 {

@@ -154,6 +154,20 @@ func (p *Proxy) Cut() {
 	p.conns = nil
 }
 
+// LocalAddrs returns the local address of every connection the proxy
+// holds open: among them, the client addresses the server sees for the
+// proxied connections (CLIENT LIST's addr=), so that a test can pick
+// those out.
+func (p *Proxy) LocalAddrs() map[string]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]bool, len(p.conns))
+	for _, c := range p.conns {
+		out[c.LocalAddr().String()] = true
+	}
+	return out
+}
+
 func (p *Proxy) track(c ...net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
