@@ -1016,7 +1016,7 @@ func TestLateAddRunAfterAckDoesNotReadd(t *testing.T) {
 					wg.Wait()
 				}
 				require.GreaterOrEqual(t, p.Faults(), int64(6), "the faults were not injected")
-				waitFor(t, 20*time.Second, "every job ran", func() bool {
+				testutil.Eventually(t, 20*time.Second, "every job ran", func() bool {
 					mu.Lock()
 					defer mu.Unlock()
 					for _, id := range ids {

@@ -68,7 +68,7 @@ func testHungNodeDelaysOnlyItsOwnBucketsRecovery(t *testing.T) {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: id}))
 	}
 	require.NoError(t, e.c.Start(ctx)) // the one client: it moves and reaps
-	waitFor(t, 10*time.Second, "all due", func() bool { return stats(t, e.c, "t").Ready == 64 })
+	testutil.Eventually(t, 10*time.Second, "all due", func() bool { return stats(t, e.c, "t").Ready == 64 })
 	for b := range 64 {
 		items, _, err := ready.Fetch(ctx, e.rdb, cfg.Prefix, "t", b, "c1", 10, true)
 		require.NoError(t, err)
@@ -119,7 +119,7 @@ func testHungNodeDelaysOnlyItsOwnBucketsRecovery(t *testing.T) {
 	// The hung node answers again, with the reaper's late calls queued:
 	// every job comes back once, counted once, none lost.
 	time.Sleep(time.Until(died.Add(12 * time.Second)))
-	waitFor(t, 20*time.Second, "all 64 back", func() bool { return stats(t, e.c, "t").Ready == 64 })
+	testutil.Eventually(t, 20*time.Second, "all 64 back", func() bool { return stats(t, e.c, "t").Ready == 64 })
 	for _, id := range ids {
 		j, err := e.c.Get(ctx, "t", id)
 		require.NoError(t, err)
@@ -261,7 +261,7 @@ func testHungNodeDelaysOnlyItsOwnRecovery(t *testing.T) {
 	require.NoError(t, e.c.Start(ctx)) // the one client: it moves and reaps
 	for _, topic := range []string{paused, healthy} {
 		k := keys.ForBucket(cfg.Prefix, topic, 0)
-		waitFor(t, 5*time.Second, "due", func() bool { return e.rdb.LLen(ctx, k.Ready()).Val() == n })
+		testutil.Eventually(t, 5*time.Second, "due", func() bool { return e.rdb.LLen(ctx, k.Ready()).Val() == n })
 	}
 	// Two consumers take the jobs (neither is in the alive set yet, so
 	// nobody reaps them).
@@ -332,7 +332,7 @@ func TestClusterKilledConsumerRecoveredThroughAliveNodePause(t *testing.T) {
 	if otherNode != "" {
 		pauseNode(t, otherNode, 2*time.Second, "ALL")
 	}
-	waitFor(t, 40*time.Second, "every job ran", func() bool { return runs.ranAll("j", n, nil) && runs.ranAll("k", 8, nil) })
+	testutil.Eventually(t, 40*time.Second, "every job ran", func() bool { return runs.ranAll("j", n, nil) && runs.ranAll("k", 8, nil) })
 	t.Logf("all ran %v after the kill", time.Since(killed))
 	got := runs.snapshot()
 	var bad []string
@@ -400,7 +400,7 @@ func TestHungAliveNodePausesFetchingWithoutDoubleRuns(t *testing.T) {
 	require.NoError(t, e.c.Start(ctx))
 	consumer := e.another(t, nil)
 	startWith(t, consumer, l)
-	waitFor(t, 10*time.Second, "the listener runs", func() bool { return ran.Load() >= 10 })
+	testutil.Eventually(t, 10*time.Second, "the listener runs", func() bool { return ran.Load() >= 10 })
 	from := ran.Load()
 	time.Sleep(2 * time.Second)
 	before := ran.Load() - from
@@ -479,7 +479,7 @@ func TestLateFetchAnswersGivenBackNeverRunTwice(t *testing.T) {
 		pauseNode(t, hung, 1500*time.Millisecond, "ALL")
 		time.Sleep(1500 * time.Millisecond)
 	}
-	waitFor(t, 40*time.Second, "all jobs ran", func() bool {
+	testutil.Eventually(t, 40*time.Second, "all jobs ran", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(runs) == len(jobs)

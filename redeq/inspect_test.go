@@ -51,7 +51,7 @@ func ids(jobs []*redeq.Job) []string {
 // waiting until want jobs are ready.
 func moveDue(t *testing.T, e *env, topic string, buckets, want int) {
 	t.Helper()
-	waitFor(t, 5*time.Second, "jobs ready", func() bool {
+	testutil.Eventually(t, 5*time.Second, "jobs ready", func() bool {
 		for n := range buckets {
 			_, err := bucket.Move(context.Background(), e.rdb, e.cfg.Prefix, topic, n, 1000)
 			require.NoError(t, err)
@@ -84,7 +84,7 @@ func TestListEveryStateAcrossBuckets(t *testing.T) {
 				}
 				return nil // neither ack nor rejoin: parked
 			}))
-			waitFor(t, 10*time.Second, "parked and dead", func() bool {
+			testutil.Eventually(t, 10*time.Second, "parked and dead", func() bool {
 				st := stats(t, e.c, topic)
 				return st.UnAck == 5 && st.Dead == 5
 			})
@@ -281,7 +281,7 @@ func TestListBoundedCost(t *testing.T) {
 			stale[i] = fmt.Sprint("gone", i)
 		}
 		require.NoError(t, rdb.RPush(ctx, k.Ready(), stale...).Err())
-		waitFor(t, 5*time.Second, "real ready", func() bool {
+		testutil.Eventually(t, 5*time.Second, "real ready", func() bool {
 			_, err := bucket.Move(ctx, rdb, cfg.Prefix, "stale", 0, 10)
 			require.NoError(t, err)
 			return state(t, one, "stale", "real") == redeq.StateReady
@@ -382,7 +382,7 @@ func TestTopics(t *testing.T) {
 		require.NoError(t, wide.Add(ctx, &redeq.Job{Topic: "a", ID: "1"}))
 		require.NoError(t, e.c.Pause(ctx, "b"))
 		startWith(t, e.another(t, nil), newListener("b", nil))
-		waitFor(t, 5*time.Second, "consumer heartbeat", func() bool { return stats(t, e.c, "b").Consumers == 1 })
+		testutil.Eventually(t, 5*time.Second, "consumer heartbeat", func() bool { return stats(t, e.c, "b").Consumers == 1 })
 		got, err = e.c.Topics(ctx)
 		require.NoError(t, err)
 		require.Equal(t, []redeq.TopicInfo{

@@ -38,7 +38,7 @@ func TestSubscribingAgainHangsButLooksGoOn(t *testing.T) {
 		id := fmt.Sprint("held", i)
 		start := time.Now()
 		require.NoError(t, m.Add(ctx, &redeq.Job{Topic: topic, ID: id}))
-		waitFor(t, within, fmt.Sprintf("job %d of 10, added while subscribing again hangs, ran", i+1), func() bool { return l.byID()[id] == 1 })
+		testutil.Eventually(t, within, fmt.Sprintf("job %d of 10, added while subscribing again hangs, ran", i+1), func() bool { return l.byID()[id] == 1 })
 		worst = max(worst, time.Since(start))
 		time.Sleep(500 * time.Millisecond)
 	}

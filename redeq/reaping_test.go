@@ -13,6 +13,7 @@ import (
 
 	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -108,7 +109,7 @@ func TestFetchLandingAfterDeclarationRecovered(t *testing.T) {
 		m.dead.Store(true) // from now on silent
 		// A reaper declares it dead, and at once forgets it when it holds
 		// nothing: either way the fetch that lands now is "after".
-		waitFor(t, 10*e.cfg.ConsumerTimeout, "silent or forgotten", func() bool {
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout, "silent or forgotten", func() bool {
 			s, err := e.rdb.ZScore(ctx, keys.Alive(e.cfg.Prefix), m.c.ConsumerID()).Result()
 			if !errors.Is(err, redis.Nil) {
 				require.NoError(t, err)
@@ -118,8 +119,8 @@ func TestFetchLandingAfterDeclarationRecovered(t *testing.T) {
 		time.Sleep(e.cfg.ConsumerTimeout / 2) // reapers looked since
 		m.hold.Store(false)
 		close(m.release) // the fetch lands
-		waitFor(t, 10*time.Second, "fetched", func() bool { return m.l.count() == 1 })
-		waitFor(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
+		testutil.Eventually(t, 10*time.Second, "fetched", func() bool { return m.l.count() == 1 })
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
 			return state(t, e.c, "t", "j") == redeq.StateReady
 		})
 	})
@@ -137,7 +138,7 @@ func TestBucketClockAheadStillRecovered(t *testing.T) {
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
 		m := newMortal(t, e, "t")
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 10*time.Second, "fetched", func() bool { return m.l.count() == 1 })
+		testutil.Eventually(t, 10*time.Second, "fetched", func() bool { return m.l.count() == 1 })
 		m.dead.Store(true)
 		b := inFlightBucket(t, e, "t", m.c.ConsumerID())
 		require.GreaterOrEqual(t, b, 0)
@@ -149,7 +150,7 @@ func TestBucketClockAheadStillRecovered(t *testing.T) {
 			z.Score += float64(e.cfg.ConsumerTimeout.Milliseconds())
 			require.NoError(t, e.rdb.ZAddXX(ctx, k, z).Err())
 		}
-		waitFor(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
 			return state(t, e.c, "t", "j") == redeq.StateReady
 		})
 	})
@@ -172,9 +173,9 @@ func TestManyStuckSilentConsumersDoNotStarveOthers(t *testing.T) {
 			require.NoError(t, e.rdb.ZAdd(ctx, keys.ForBucket(e.cfg.Prefix, "t", 0).InFlight(cid), redis.Z{Score: 3000, Member: "1:gone"}).Err())
 		}
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 10*time.Second, "fetched", func() bool { return m.l.count() == 1 })
+		testutil.Eventually(t, 10*time.Second, "fetched", func() bool { return m.l.count() == 1 })
 		m.dead.Store(true)
-		waitFor(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
 			return state(t, e.c, "t", "j") == redeq.StateReady
 		})
 	})
@@ -191,16 +192,16 @@ func TestLostTopicMetaStrandsNothing(t *testing.T) {
 		ctx := context.Background()
 		m := newMortal(t, e, "t") // moves; the only consumer
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 10*time.Second, "fetched", func() bool { return m.l.count() == 1 })
+		testutil.Eventually(t, 10*time.Second, "fetched", func() bool { return m.l.count() == 1 })
 		m.dead.Store(true)
 		require.NoError(t, e.rdb.Del(ctx, keys.ForTopic(e.cfg.Prefix, "t").Meta()).Err())
 		r := e.another(t, nil)
 		require.NoError(t, r.Start(ctx)) // reaps; has never used the topic
-		waitFor(t, 10*e.cfg.ConsumerTimeout, "forgotten", func() bool {
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout, "forgotten", func() bool {
 			return errors.Is(e.rdb.ZScore(ctx, keys.Alive(e.cfg.Prefix), m.c.ConsumerID()).Err(), redis.Nil)
 		})
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "k"})) // the topic is in use again
-		waitFor(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
 			return state(t, e.c, "t", "j") == redeq.StateReady
 		})
 	})
@@ -256,7 +257,7 @@ func TestFetchLandingAfterShutdownRecovered(t *testing.T) {
 		close(release)
 		require.NoError(t, <-landed)
 		require.Equal(t, redeq.StateInFlight, state(t, e.c, "t", "j"))
-		waitFor(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
 			return state(t, e.c, "t", "j") == redeq.StateReady
 		})
 		close(stop)

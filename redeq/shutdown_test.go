@@ -174,7 +174,7 @@ func TestFinalRetryRunsOnceAcrossShutdown(t *testing.T) {
 				a := e.another(t, mod)
 				startWith(t, a, la)
 				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "f", MaxRetries: -1}))
-				waitFor(t, 5*time.Second, "FinalRetry runs", func() bool {
+				testutil.Eventually(t, 5*time.Second, "FinalRetry runs", func() bool {
 					la.mu.Lock()
 					defer la.mu.Unlock()
 					return len(la.finals) == 1
@@ -273,7 +273,7 @@ func TestConcurrentShutdownsReturnAndLeaveNoGoroutine(t *testing.T) {
 	for _, id := range []string{"never", "x", "y"} {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: id}))
 	}
-	waitFor(t, 5*time.Second, "three run", func() bool { return l.count() == 3 })
+	testutil.Eventually(t, 5*time.Second, "three run", func() bool { return l.count() == 3 })
 	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	type res struct {
@@ -334,14 +334,14 @@ func TestRetryCountSurvivesRollbackAndGiveBack(t *testing.T) {
 				a := e.another(t, mod)
 				startWith(t, a, l)
 				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "r", MaxRetries: 1, RetryIntervals: []time.Duration{50 * time.Millisecond}}))
-				waitFor(t, 5*time.Second, "the second attempt runs", func() bool { return runs.Load() == 2 })
+				testutil.Eventually(t, 5*time.Second, "the second attempt runs", func() bool { return runs.Load() == 2 })
 				time.Sleep(50 * time.Millisecond)
 				sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 				defer cancel()
 				err := a.Shutdown(sctx)
 				b := e.another(t, mod)
 				startWith(t, b, l)
-				waitFor(t, 5*time.Second, "the job ends", func() bool { return l.finalCount() >= 1 })
+				testutil.Eventually(t, 5*time.Second, "the job ends", func() bool { return l.finalCount() >= 1 })
 				time.Sleep(500 * time.Millisecond)
 				var attempts []int
 				for _, d := range l.deliveries() {
@@ -467,7 +467,7 @@ func TestFailuresAtCancelMomentCountedOnce(t *testing.T) {
 		for i := range n {
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: fmt.Sprintf("r%d-%d", k, i)}))
 		}
-		waitFor(t, 10*time.Second, "64 handlers run", func() bool { return entered.Load() == n })
+		testutil.Eventually(t, 10*time.Second, "64 handlers run", func() bool { return entered.Load() == n })
 		d := time.Now().Add(300 * time.Millisecond)
 		deadline.Store(&d)
 		sctx, cancel := context.WithDeadline(ctx, d)
@@ -487,7 +487,7 @@ func TestFailuresAtCancelMomentCountedOnce(t *testing.T) {
 		b := e.another(t, nil)
 		startWith(t, b, lb)
 		time.Sleep(3500 * time.Millisecond) // the retries' 3 s
-		waitFor(t, 10*time.Second, "nothing left but the dead", func() bool {
+		testutil.Eventually(t, 10*time.Second, "nothing left but the dead", func() bool {
 			st := stats(t, e.c, topic)
 			return st.Ready+st.Scheduled+st.InFlight == 0
 		})
@@ -612,7 +612,7 @@ func TestOutcomesDuringSettleDrainAppliedOnce(t *testing.T) {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: id}))
 	}
 	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "final", MaxRetries: -1}))
-	waitFor(t, 5*time.Second, "four run", func() bool {
+	testutil.Eventually(t, 5*time.Second, "four run", func() bool {
 		return r.count("early")+r.count("late")+r.count("rejoin") == 3 && r.finalCount("final") == 1
 	})
 	time.Sleep(100 * time.Millisecond)
@@ -683,7 +683,7 @@ func TestAcksAroundGraceEndAppliedOnce(t *testing.T) {
 			for i := range n {
 				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", cycle*n+i)}))
 			}
-			waitFor(t, 5*time.Second, "16 run", func() bool { return r.runningNow() == n })
+			testutil.Eventually(t, 5*time.Second, "16 run", func() bool { return r.runningNow() == n })
 			sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 			err := a.Shutdown(sctx)
 			cancel()

@@ -87,7 +87,7 @@ func subSetup(t *testing.T, withM bool, opts redis.Options) *subEnv {
 		startWith(t, lc, e.l)
 		require.NoError(t, e.direct.Ping(ctx).Err())
 		require.NoError(t, lc.Add(ctx, &redeq.Job{Topic: e.topic, ID: "before"}))
-		waitFor(t, 10*time.Second, "the job added before the fault ran (setup works)", func() bool { return e.l.byID()["before"] == 1 })
+		testutil.Eventually(t, 10*time.Second, "the job added before the fault ran (setup works)", func() bool { return e.l.byID()["before"] == 1 })
 		return e
 	}
 	m, err := redeq.New(e.direct, cfg)
@@ -103,8 +103,8 @@ func subSetup(t *testing.T, withM bool, opts redis.Options) *subEnv {
 	require.NoError(t, m.Start(ctx))
 	e.l = newListener(e.topic, nil)
 	startWith(t, lc, e.l)
-	waitFor(t, 10*time.Second, "the job added before the fault ran (setup works)", func() bool { return e.l.byID()["before"] == 1 })
-	waitFor(t, 10*time.Second, "both clients announced", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the job added before the fault ran (setup works)", func() bool { return e.l.byID()["before"] == 1 })
+	testutil.Eventually(t, 10*time.Second, "both clients announced", func() bool {
 		return e.direct.ZCard(ctx, keys.Movers(cfg.Prefix)).Val() == 2
 	})
 	time.Sleep(3 * cfg.ScanInterval)
@@ -453,7 +453,7 @@ func TestCutDuringHungResubscribeRecovers(t *testing.T) {
 	for k := range 5 {
 		e.p.HoldNew.Store(true)
 		e.p.Deaf.Store(true)
-		waitFor(t, 10*time.Second, "a resubscription hangs in its handshake", func() bool { return e.heldHandshakes() > 0 })
+		testutil.Eventually(t, 10*time.Second, "a resubscription hangs in its handshake", func() bool { return e.heldHandshakes() > 0 })
 		time.Sleep(time.Duration(100+200*k) * time.Millisecond)
 		subFaultOff(e)
 		e.p.Cut()
@@ -521,8 +521,8 @@ func proxiedListenerWith(t *testing.T, p *testutil.Proxy, addr string, opts redi
 	require.NoError(t, m.Start(ctx))
 	l := newListener(topic, nil)
 	startWith(t, lc, l)
-	waitFor(t, 10*time.Second, "the job added before the fault ran (setup works)", func() bool { return l.byID()["before"] == 1 })
-	waitFor(t, 10*time.Second, "both clients announced", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the job added before the fault ran (setup works)", func() bool { return l.byID()["before"] == 1 })
+	testutil.Eventually(t, 10*time.Second, "both clients announced", func() bool {
 		return direct.ZCard(ctx, keys.Movers(cfg.Prefix)).Val() == 2
 	})
 	time.Sleep(3 * cfg.ScanInterval)
@@ -612,7 +612,7 @@ func TestDeafSubscriptionLeaksNothingAndShutsDownPromptly(t *testing.T) {
 	require.LessOrEqualf(t, g2, g1+15, "goroutines grew from %d to %d", g1, g2)
 
 	require.NoError(t, m.Add(ctx, &redeq.Job{Topic: topic, ID: "late"}))
-	waitFor(t, 4*time.Second, "a job added while deaf ran within 2 x 10 ScanIntervals", func() bool { return l.byID()["late"] == 1 })
+	testutil.Eventually(t, 4*time.Second, "a job added while deaf ran within 2 x 10 ScanIntervals", func() bool { return l.byID()["late"] == 1 })
 
 	start := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -761,8 +761,8 @@ func TestSilentSubscriptionStrandsNoJob(t *testing.T) {
 	require.NoError(t, m.Start(ctx))
 	l := newListener(topic, nil)
 	startWith(t, lc, l)
-	waitFor(t, 10*time.Second, "the job added before the cut ran (setup works)", func() bool { return l.byID()["before"] == 1 })
-	waitFor(t, 10*time.Second, "both clients announced", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the job added before the cut ran (setup works)", func() bool { return l.byID()["before"] == 1 })
+	testutil.Eventually(t, 10*time.Second, "both clients announced", func() bool {
 		return direct.ZCard(ctx, keys.Movers(cfg.Prefix)).Val() == 2
 	})
 	time.Sleep(3 * cfg.ScanInterval) // M's loop for the bucket runs
