@@ -539,6 +539,7 @@ func TestConcurrentAddsEachGetTheirOwnResult(t *testing.T) {
 // handful, not one per Add), and none is left 50 ms after the last Add
 // returned.
 func TestAddsWithTheirOwnTimeoutsPileUpNoGoroutine(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -1157,6 +1158,8 @@ func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // return context.DeadlineExceeded within 26 s, also on the client without
 // a read timeout.
 func TestAddGivesUpAfterItsWindow(t *testing.T) {
+	// It runs for seconds: the fault tier.
+	testutil.FaultTier(t)
 	t.Parallel() // counts no goroutines: beside the other parallel tests
 	var real []testutil.Backend
 	for _, be := range testutil.RealBackends(t) {

@@ -125,6 +125,7 @@ func TestForgottenConsumerComesBack(t *testing.T) {
 // in-flight set nobody watches. Once a heartbeat gets through again, it
 // joins its topics again and runs the job.
 func TestNoFetchWhileHeartbeatsFail(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")

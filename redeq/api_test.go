@@ -347,6 +347,7 @@ func TestOutageLogsAHandful(t *testing.T) {
 // rollback and leave steps run within its context's budget, not on
 // timeouts of their own (about 20 s past a 1 s context). The job is not lost: the reaper recovers it.
 func TestShutdownBoundedWhenRedisHangs(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			ctx := context.Background()

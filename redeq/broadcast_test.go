@@ -22,6 +22,7 @@ import (
 // subscriber disconnected and lose all of them. Every client must receive
 // every job once, body intact.
 func TestBroadcastBurstReachesEveryClient(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()

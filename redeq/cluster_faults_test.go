@@ -537,6 +537,7 @@ func (b *bcastCounter) OnBroadcast(ctx context.Context, job *redeq.Job) {
 // RetireAfter of 1 s (topics retire and come back), pause and resume, jobs
 // that fail and retry, a client that leaves and one that joins.
 func TestClusterBackgroundLoopsLogNoError(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	be := testutil.Cluster(t)
 	ctx := context.Background()
 	logs := &warnLog{}

@@ -509,6 +509,7 @@ func TestOutcomeOfOldDeliverySparesReaddedJob(t *testing.T) {
 // the consumer set: the reaper does not drop it from the set while it holds
 // a job, so that job is recovered if it dies later.
 func TestReaperSparesAConsumerThatCameBack(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
@@ -545,6 +546,7 @@ func TestReaperSparesAConsumerThatCameBack(t *testing.T) {
 // no reaper may take the live consumer for dead before its heartbeat gets
 // through: the job must not run twice.
 func TestOutageLongerThanConsumerTimeout(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			e := setup(t, be, testutil.Config(t))

@@ -136,6 +136,7 @@ func giveBack(t *testing.T, e *env, topic string, b int, cid string, members []s
 // included), moved out when due, deleted (the page's last job too); jobs
 // parked and dead set trimmed; deliveries made and given back.
 func TestListPagesAJobThatStaysOnce(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		one := e.another(t, func(c *config.Config) { c.Concurrency = 1 })

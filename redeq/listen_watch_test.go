@@ -23,6 +23,7 @@ import (
 // must each run within 2 x 10 ScanIntervals: the client keeps looking at
 // the ready lists whatever its subscription does.
 func TestSubscribingAgainHangsButLooksGoOn(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	addr := standaloneAddr(t)
 	ctx := context.Background()

@@ -263,6 +263,7 @@ func TestReaperPausedBeforeRecoverSparesConsumerThatCameBack(t *testing.T) {
 // heartbeat must not take a missing entry for a consumer silent for
 // longer than ConsumerTimeout.
 func TestLostAliveEntrySparesLiveConsumer(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
@@ -376,6 +377,7 @@ func TestDeadConsumerRecoveredAmongManyLive(t *testing.T) {
 // consumer's job once (one recovery counted, one run) and forgets it, and
 // spares a live consumer holding a job for longer than ConsumerTimeout.
 func TestReaperScriptsSurviveRerun(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		for _, id := range []string{"dead", "long"} {
@@ -477,6 +479,7 @@ func (h *livenessReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // the clients' reaper passes) must not grow with clients x topics: four
 // times the topics may not cost four times as much.
 func TestIdleLivenessCostLinearInClients(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		measure := func(clients, topics int) float64 {

@@ -97,6 +97,7 @@ func topicConsumers(t *testing.T, c *redeq.Client, topic string) int64 {
 // from it runs again under a new delivery, and the stalled handler's ack
 // is dropped by the fence.
 func TestResumedConsumerIsVisibleAgain(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")

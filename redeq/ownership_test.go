@@ -133,6 +133,7 @@ func (c dropConn) Write(b []byte) (int, error) {
 // pipeline over every bucket, so every master) waits on that master: it
 // never goes silent for as long as the others take to count it dead.
 func TestHungMasterKeepsClientAnnouncing(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	be := testutil.Cluster(t)
 	probe := be.New(t)
 	const topic = "t"
@@ -331,6 +332,7 @@ func hookedWith(t *testing.T, e *env, cfg config.Config, hook redis.Hook) *redeq
 // that Y stops at its next read of the topic set: X looks at the topic
 // once more a little after it retired it, and records it again.
 func TestAddAsTopicRetiresIsMoved(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		xcfg, ycfg := e.cfg, e.cfg

@@ -94,6 +94,7 @@ func inFlightBucket(t *testing.T, e *env, topic, cid string) int {
 // heartbeat. Its delivery is newer than the declaration, or belongs to a
 // consumer no longer in the alive set: the job must still run again.
 func TestFetchLandingAfterDeclarationRecovered(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
@@ -133,6 +134,7 @@ func TestFetchLandingAfterDeclarationRecovered(t *testing.T) {
 // clock, is later than the reaper's declaration by the alive node's
 // clock; the job must still run again.
 func TestBucketClockAheadStillRecovered(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
@@ -162,6 +164,7 @@ func TestBucketClockAheadStillRecovered(t *testing.T) {
 // tests above leave behind; or its topic's node is down), a consumer that
 // dies afterwards must still have its job run again.
 func TestManyStuckSilentConsumersDoNotStarveOthers(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
@@ -215,6 +218,7 @@ func TestLostTopicMetaStrandsNothing(t *testing.T) {
 // does: Shutdown spends its budget waiting for the fetch, so its rollback
 // fails and it stays in the alive set, for a reaper to recover.)
 func TestFetchLandingAfterShutdownRecovered(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing

@@ -69,6 +69,7 @@ func TestKillNineLosesNothing(t *testing.T) {
 // TestPoisonJobGoesDead: a job whose consumer keeps dying is recovered
 // MaxRecoveries times, then moved to the dead set instead of looping.
 func TestPoisonJobGoesDead(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -172,6 +173,7 @@ func TestShutdownWaitsForHandlers(t *testing.T) {
 // race detector on a busy machine can cause); such a second run must show
 // the recovery in the job's Recoveries.
 func TestManyClientsExactlyOnce(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -376,6 +378,7 @@ func TestLockLoss(t *testing.T) {
 // 80 here); the test allows 2,000, a tenth of the bulk, so that a slow
 // machine does not fail it while a starved topic still does.
 func TestBulkDueDoesNotStarveOthers(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			e := setup(t, be, testutil.Config(t))

@@ -137,6 +137,7 @@ func TestStartShutdownCyclesLoseNoJob(t *testing.T) {
 // no job lost, none ran twice at once, no attempt spent, nothing dead or
 // parked, each listener at most 8 handlers at once.
 func TestRestartsAmidMixedWindDownsLoseNothing(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -214,6 +215,7 @@ func TestRestartsAmidMixedWindDownsLoseNothing(t *testing.T) {
 // the same listener at once. The Workers bound holds per client only (a
 // documented limit, logged here); no job runs twice at once.
 func TestRestartRunsNoJobTwiceAtOnce(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()

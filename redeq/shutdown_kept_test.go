@@ -27,6 +27,7 @@ import (
 // handler finally returns, its worker's give-back finds the job taken and
 // leaves it: it runs once more, not twice.
 func TestShutdownKeepsJobOfHandlerThatNeverReturns(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -78,6 +79,7 @@ func TestShutdownKeepsJobOfHandlerThatNeverReturns(t *testing.T) {
 // ConsumerTimeout (3 s, heartbeat 1 s). Another instance runs throughout.
 // The job does not start there before the first handler returned.
 func TestAbandonedHandlersJobWaitsForIt(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -152,6 +154,7 @@ func TestAbandonedHandlersJobWaitsForIt(t *testing.T) {
 // ConsumerTimeout (2 s), on a server and on a cluster; when the handler
 // finally returns, the job does not run a third time.
 func TestNeverReturningHandlerOfOpenClientRecoveredOnce(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -419,6 +422,7 @@ func TestKeptJobWaitsForItsHandlerWhileReplicaLags(t *testing.T) {
 // Shutdown on. The new del-rejoin runs once; the deleted del-cancel and
 // the acked upd never run again.
 func TestDeleteAndUpdateOfKeptJobs(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -568,6 +572,7 @@ func TestKeptQuarantinedJobHoldsProcessQuarantine(t *testing.T) {
 // Client C starts in the same process right after Shutdown. The job runs
 // once on A and once on B, never on C, and Shutdown returns soon.
 func TestKeptBroadcastJobRunsOncePerClient(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()

@@ -164,6 +164,7 @@ func (l *finalListener) FinalRetry(ctx context.Context, job *redeq.Job) {
 // job ends dead, whether the callback returns at once when canceled or
 // winds down for 300 ms.
 func TestFinalRetryRunsOnceAcrossShutdown(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	for _, wind := range []time.Duration{0, 300 * time.Millisecond} {
 		t.Run(fmt.Sprint("wind", wind), func(t *testing.T) {
@@ -414,6 +415,7 @@ func newCancelMomentRecorder() *cancelMomentRecorder {
 // context canceled first returns ctx.Err() (given back unspent). Then
 // another client runs what comes back. Several rounds.
 func TestFailuresAtCancelMomentCountedOnce(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	be := testutil.RealBackends(t)[0]
 	cfg := testutil.Config(t)
@@ -658,6 +660,7 @@ func TestOutcomesDuringSettleDrainAppliedOnce(t *testing.T) {
 // Six cycles, a new client A each; then client B drains what was rolled
 // back. Every job was acked by its only handler on A: none runs again.
 func TestAcksAroundGraceEndAppliedOnce(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()

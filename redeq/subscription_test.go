@@ -437,6 +437,7 @@ func subFaultOff(e *subEnv) {
 // fault; once it ends the client stops resubscribing and pub/sub delivers
 // again within 250 ms (subFault.run).
 func TestHungHandshakesAndCutSubscriptionsStrandNoJob(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	subFault{on: func(e *subEnv) { e.p.HoldNew.Store(true) }, off: subFaultOff, pool: true, window: 10 * time.Second,
 		every: time.Second, step: func(e *subEnv, _ int, _ *rand.Rand) { e.cutSubs() }}.run(t)
 }
@@ -447,6 +448,7 @@ func TestHungHandshakesAndCutSubscriptionsStrandNoJob(t *testing.T) {
 // handshake too) and the fault ends at once. Each time L soon stops making
 // new subscriptions, and a job added 1 s after the cut runs promptly.
 func TestCutDuringHungResubscribeRecovers(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	e := subSetup(t, true, redis.Options{PoolSize: 16, MinIdleConns: 16})
 	var fails, figs []string
@@ -589,6 +591,7 @@ var _ = runtime.NumGoroutine
 // checks that a job added at the end is still delivered, then times
 // Shutdown.
 func TestDeafSubscriptionLeaksNothingAndShutsDownPromptly(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	if !isolated(t) {
 		return // it counts goroutines or takes the quarantine slot: a process of its own
 	}
@@ -628,6 +631,7 @@ func TestDeafSubscriptionLeaksNothingAndShutsDownPromptly(t *testing.T) {
 // while the subscription drops messages but answers PINGs, and while it
 // delays every frame by 3 s.
 func TestShutdownPromptWhileSubscriptionMisbehaves(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	addr := standaloneAddr(t)
 	for _, mode := range []string{"dropMsgs", "delay"} {
 		t.Run(mode, func(t *testing.T) {
@@ -657,6 +661,7 @@ func TestShutdownPromptWhileSubscriptionMisbehaves(t *testing.T) {
 // pass) or delays every frame by 5 s, and another topic of the deployment
 // keeps producing (so the subscription is never silent).
 func TestSubscriptionLosingOrDelayingMessagesDelaysJobsLittle(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	addr := standaloneAddr(t)
 	for _, mode := range []string{"drop90", "delay5s"} {

@@ -42,6 +42,7 @@ func bucketCountSetup(t *testing.T, be testutil.Backend) (config.Config, redis.U
 // Then B, configured with 2 buckets, starts a listener on the topic and
 // adds to it: it gets ErrBucketMismatch, and the count stays 4.
 func TestLostBucketCountRestoredUnchanged(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			ctx := context.Background()
@@ -164,6 +165,7 @@ func TestLostBucketCountStrandsNoJobOnANewClient(t *testing.T) {
 // and a producer that recorded the topic before keeps adding due jobs,
 // each job runs within 3 s of being added (A listens).
 func TestTopicSetEntryDeletedRepeatedlyDelaysNoJob(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
@@ -223,6 +225,7 @@ func TestTopicSetEntryDeletedRepeatedlyDelaysNoJob(t *testing.T) {
 // period of the Fast config), without any Add-driven way back (a wake-up
 // naming an unknown topic, a producer re-recording after RecordEvery).
 func TestLostTopicSetEntryStrandsNoJob(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		const topic = "orders"
