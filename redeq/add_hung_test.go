@@ -729,6 +729,7 @@ func TestAddsLeaveNoGoroutine(t *testing.T) {
 //   - reads without a timeout (ReadTimeout -1): they end once the server
 //     answers.
 func TestShutdownAfterHungAddsLeavesNoGoroutine(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	for _, be := range standaloneBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			for _, tc := range []struct {

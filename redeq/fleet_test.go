@@ -71,6 +71,7 @@ func TestKilledOwnerHandsItsBucketsOver(t *testing.T) {
 // the ready list holds it. The owner is another client than the
 // listener's, so only pub/sub can tell the listener.
 func TestLostNotificationsStrandNothing(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		mover := e.another(t, nil)
@@ -137,6 +138,7 @@ func TestResubscribeLooksEverywhere(t *testing.T) {
 // a loop not stopped yet, the next look at the retired topics) makes the
 // movers record the topic again, and the job is moved.
 func TestIdleTopicRetires(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		cfg := e.cfg

@@ -608,6 +608,7 @@ func TestStoppedConsumerKeepsJobsFetchedAfterContinue(t *testing.T) {
 // on another slot, go on. When that consumer dies later holding a job of
 // the topic, the job must run again.
 func TestLostConsumerEntryStillRecovered(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")

@@ -176,6 +176,7 @@ func TestResumedConsumerIsVisibleAgain(t *testing.T) {
 // topics' consumer sets stays in them: its heartbeat joined again, and the
 // reaper takes out only a membership older than the heartbeat it forgot.
 func TestComebackWhileForgottenKeepsMembership(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")

@@ -19,6 +19,7 @@ import (
 // ready list while it keeps polling), other topics run on, Stats and
 // Topics say paused; once Resume returns it runs them.
 func TestPauseStopsRunningClients(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)

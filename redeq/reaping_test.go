@@ -191,6 +191,7 @@ func TestManyStuckSilentConsumersDoNotStarveOthers(t *testing.T) {
 // still run again: a reaper must not forget a consumer whose buckets it
 // could not count.
 func TestLostTopicMetaStrandsNothing(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		m := newMortal(t, e, "t") // moves; the only consumer

@@ -511,6 +511,7 @@ func TestDeleteAndUpdateOfKeptJobs(t *testing.T) {
 // q1's handler returned (one quarantined job at a time in the process).
 // o1's wait is logged.
 func TestKeptQuarantinedJobHoldsProcessQuarantine(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	if !isolated(t) {
 		return // it takes the process's quarantine slot
 	}

@@ -250,6 +250,7 @@ func (r *runRecorder) slow(bound string) func(ctx context.Context, job *redeq.Jo
 // them (one waiting for the workers, one freeing the process's quarantine
 // slot), and once the handler returned none is left.
 func TestConcurrentShutdownsReturnAndLeaveNoGoroutine(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	if !isolated(t) {
 		return
 	}
@@ -313,6 +314,7 @@ func TestConcurrentShutdownsReturnAndLeaveNoGoroutine(t *testing.T) {
 // Attempt 1, FinalRetry runs once, after that third run, and the job ends
 // dead.
 func TestRetryCountSurvivesRollbackAndGiveBack(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	for _, wind := range []time.Duration{0, 300 * time.Millisecond} {
 		t.Run(fmt.Sprint("wind", wind), func(t *testing.T) {
