@@ -876,7 +876,8 @@ func TestAddRerunAfterLostReplyStoresOnce(t *testing.T) {
 				faults, runs := p.Faults()-faults0, p.Matched()-runs0
 				t.Logf("%s: %d faults injected, %d add requests reached the proxy", fault, faults, runs)
 				require.GreaterOrEqual(t, faults, int64(6), "the faults were not injected")
-				time.Sleep(600 * time.Millisecond) // late requests reach the server
+				testutil.Eventually(t, 10*time.Second, "every held request reached the server", func() bool { return p.Held() == 0 })
+				require.NoError(t, admin.Ping(ctx).Err()) // a round trip: the server ran what reached it before
 				got := storedJobs(t, c, admin, cfg.Prefix, "t", cfg.Concurrency)
 				require.Len(t, got, len(want))
 				for id, body := range want {
@@ -1035,7 +1036,10 @@ func TestLateAddRunAfterAckDoesNotReadd(t *testing.T) {
 					}
 					return true
 				})
-				time.Sleep(1500 * time.Millisecond) // the held runs reach the server; a job stored again runs again
+				testutil.Eventually(t, 10*time.Second, "every held request reached the server", func() bool { return p.Held() == 0 })
+				// A window, not a wait: a job a late run stored again would
+				// run within it.
+				time.Sleep(10 * cfg.ScanInterval)
 				t.Logf("%s: %d faults, %d held requests written to the server late", fault, p.Faults(), p.LateWritten())
 				mu.Lock()
 				defer mu.Unlock()
@@ -1274,6 +1278,6 @@ func testAddReturnsAtDeadlineWhileServerBusy(t *testing.T) {
 		cancel()
 		t.Logf("%s: %v after %v", tc.name, err, took.Round(time.Millisecond))
 		assert.Less(t, took, 800*time.Millisecond, "%s: the caller's 300 ms deadline was not honoured", tc.name)
-		time.Sleep(2 * time.Second) // let the server wake
+		require.NoError(t, admin.Ping(ctx).Err()) // answered once the server wakes
 	}
 }
