@@ -33,7 +33,9 @@ func TestSubscribingAgainHangsButLooksGoOn(t *testing.T) {
 
 	p.HoldNew.Store(true)
 	p.Deaf.Store(true)
-	time.Sleep(time.Second) // a first attempt to subscribe again is under way
+	// The listener gives up on its deaf subscription: a first attempt to
+	// subscribe again is under way, and hangs.
+	testutil.Eventually(t, 10*time.Second, "the deaf subscription closed", func() bool { return p.SubscriptionsOpen() == 0 })
 	var worst time.Duration
 	for i := range 10 {
 		id := fmt.Sprint("held", i)
@@ -41,7 +43,7 @@ func TestSubscribingAgainHangsButLooksGoOn(t *testing.T) {
 		require.NoError(t, m.Add(ctx, &redeq.Job{Topic: topic, ID: id}))
 		testutil.Eventually(t, within, fmt.Sprintf("job %d of 10, added while subscribing again hangs, ran", i+1), func() bool { return l.byID()[id] == 1 })
 		worst = max(worst, time.Since(start))
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // a pace, not a wait: the jobs come over seconds of the hang
 	}
 	t.Logf("the latest of 10 jobs ran %v after its Add", worst)
 }
