@@ -206,7 +206,7 @@ func TestRetrySchedule(t *testing.T) {
 			require.Equal(t, i, d.job.Attempt)
 		}
 		require.Equal(t, 4, l.finals[0].Attempt)
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(400 * time.Millisecond) // a window, not a wait: a fifth delivery would show in it
 		require.Len(t, l.deliveries(), 4)
 		require.Equal(t, 1, l.finalCount())
 
@@ -345,7 +345,7 @@ func TestDeleteInFlight(t *testing.T) {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "none", Body: []byte("new"), Delay: time.Hour}))
 		close(release)
 		testutil.Eventually(t, 3*time.Second, "outcomes settled", func() bool { return stats(t, e.c, "t").InFlight == 0 })
-		time.Sleep(3 * e.cfg.ScanInterval)
+		time.Sleep(3 * e.cfg.ScanInterval) // a window, not a wait: a late outcome would show in it
 		st := stats(t, e.c, "t")
 		require.EqualValues(t, 1, st.Pool, "only the new job")
 		require.EqualValues(t, 1, st.Scheduled)

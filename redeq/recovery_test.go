@@ -288,7 +288,7 @@ func TestDeleteAndRescheduleBeforeDue(t *testing.T) {
 		require.Equal(t, "later", ds[1].job.ID)
 		// By the wall clock the server schedules by (see earlyBy).
 		require.False(t, ds[1].at.Round(0).Before(laterAt.Round(0)), "later ran early")
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // a window, not a wait: the deleted job would run in it
 		require.NotContains(t, l.byID(), "deleted")
 	})
 }
@@ -316,7 +316,7 @@ func TestBroadcastReachesEveryClient(t *testing.T) {
 			testutil.Eventually(t, 3*time.Second, "broadcast received", func() bool { return bl.count() == 1 })
 		}
 		testutil.Eventually(t, time.Second, "removed after delivery", func() bool { return stats(t, e.c, "cache").Pool == 0 })
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // a window, not a wait: a second delivery would show in it
 		for _, bl := range bls {
 			require.Equal(t, 1, bl.count())
 			require.Equal(t, []byte("users"), bl.jobs[0].Body)
