@@ -202,12 +202,16 @@ func testHungNodeLeavesHealthyNodesRunning(t *testing.T) {
 	}
 	wg.Go(func() { stream(stop, healthyIDs) })
 	wg.Go(func() { stream(stopHung, hungIDs) })
-	defer func() { close(stop); wg.Wait() }()
-	time.Sleep(3 * time.Second)
+	var hungStopped sync.Once
+	stopHungStream := func() { hungStopped.Do(func() { close(stopHung) }) }
+	// Both streams end however the test ends: a failure before the hang
+	// must not leave wg.Wait waiting for the hung node's stream.
+	defer func() { close(stop); stopHungStream(); wg.Wait() }()
+	time.Sleep(3 * time.Second) // the streams run for 3 s before the hang
 	before := healthyRuns.Load()
 	require.Greater(t, before, int64(100), "the listener runs")
 
-	close(stopHung)
+	stopHungStream()
 	pauseNode(t, hung, 12*time.Second, "ALL")
 	perSec := perSecond(&healthyRuns, 10*time.Second)
 	t.Logf("%d of 64 buckets on the hung node %s; runs of jobs on healthy nodes: %d in the 3 s before, per second while it hangs: %v",
