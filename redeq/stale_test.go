@@ -21,7 +21,8 @@ import (
 // for long: neither in a backlog with many workers nor behind a run of
 // them with Workers 1.
 func TestStaleReadyEntriesDelayNoLiveJob(t *testing.T) {
-	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
+	testutil.FaultTier(t) // every case starts a server of its own
+	t.Parallel()          // so do its cases: it runs beside the other parallel tests
 	t.Run("deleted_in_backlog", testDeletedJobsInBacklogDelayNoLiveJob)
 	t.Run("one_worker", testStaleEntriesDelayNoLiveJobWithOneWorker)
 }
