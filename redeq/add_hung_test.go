@@ -1,6 +1,7 @@
 package redeq_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,21 @@ import (
 // addSlack is how long past its ctx's end an Add may take to return
 // ("within a few ms"; -race on a shared 2-core machine).
 const addSlack = 25 * time.Millisecond
+
+// startAddProxy starts a testutil.Proxy in front of upstream whose
+// CutReply, DelayReply and DelayRequest faults pick the runs of add.lua.
+func startAddProxy(t *testing.T, upstream string) *testutil.Proxy {
+	t.Helper()
+	p := testutil.StartProxy(t, upstream)
+	p.Match(isAddRun)
+	return p
+}
+
+// isAddRun reports whether a request a client wrote is a run of add.lua:
+// an EVALSHA naming an add run's op key.
+func isAddRun(b []byte) bool {
+	return bytes.Contains(bytes.ToLower(b), []byte("evalsha")) && bytes.Contains(b, []byte(":op:"))
+}
 
 // standaloneBackends returns the single-server backends (a proxy can stand in
 // front of them): miniredis and the real server.
@@ -190,7 +206,7 @@ func TestAddReturnsAtCtxEndWhileRedisHangs(t *testing.T) {
 func testAddReturnsAtCtxEndWhileServerHangs(t *testing.T) {
 	for _, be := range standaloneBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
-			p := startFaultProxy(t, be.Addrs[0])
+			p := startAddProxy(t, be.Addrs[0])
 			cfg := testutil.Config(t)
 			c := addClient(t, redisVia(t, p.Addr(), nil), cfg)
 			admin := be.New(t)
@@ -235,15 +251,15 @@ func testAddReturnsAtCtxEndWhileServerHangs(t *testing.T) {
 				mu.Unlock()
 			}
 
-			p.stall.Store(true)
+			p.Stall.Store(true)
 			// a) The first Add of a topic: recording the topic hangs.
 			add("first Add of a topic", "t", "first", 40*time.Millisecond, false)
 			add("first Add of a topic, canceled", "t", "first2", 40*time.Millisecond, true)
-			p.stall.Store(false)
+			p.Stall.Store(false)
 			require.NoError(t, c.Add(context.Background(), &redeq.Job{Topic: "t", ID: "warm", Delay: time.Hour}))
 
 			// b) A lone Add on the wire.
-			p.stall.Store(true)
+			p.Stall.Store(true)
 			add("lone Add", "t", "lone", 40*time.Millisecond, false)
 			add("lone Add, canceled", "t", "lone2", 40*time.Millisecond, true)
 
@@ -274,7 +290,7 @@ func testAddReturnsAtCtxEndWhileServerHangs(t *testing.T) {
 				t.Fatalf("an Add with context.Background returned while the server was hung: %v", err)
 			default:
 			}
-			p.stall.Store(false)
+			p.Stall.Store(false)
 			for range 4 {
 				select {
 				case err := <-bgDone:
@@ -360,6 +376,7 @@ func addCtx(k int, rng *rand.Rand) (context.Context, context.CancelFunc) {
 // "added" is one whose call gave up; a ctx that cannot end never yields a
 // ctx error; nothing is stored twice.
 func TestConcurrentAddsEachGetTheirOwnResult(t *testing.T) {
+	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -523,6 +540,10 @@ func TestConcurrentAddsEachGetTheirOwnResult(t *testing.T) {
 // handful, not one per Add), and none is left 50 ms after the last Add
 // returned.
 func TestAddsWithTheirOwnTimeoutsPileUpNoGoroutine(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	if !isolated(t) {     // it counts goroutines: in a process of its own, beside the others
+		return
+	}
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -637,7 +658,7 @@ func TestAddsWithTheirOwnTimeoutsPileUpNoGoroutine(t *testing.T) {
 func TestAddsLeaveNoGoroutine(t *testing.T) {
 	for _, be := range standaloneBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
-			p := startFaultProxy(t, be.Addrs[0])
+			p := startAddProxy(t, be.Addrs[0])
 			cfg := testutil.Config(t)
 			rdb := redisVia(t, p.Addr(), nil)
 			c := addClient(t, rdb, cfg)
@@ -661,8 +682,8 @@ func TestAddsLeaveNoGoroutine(t *testing.T) {
 			requireNoAddGoroutines(t, 50*time.Millisecond, "after a burst")
 
 			// Canceled mid-call: every add reply 30 ms late.
-			p.addDelay.Store(int64(30 * time.Millisecond))
-			p.delayReply.Store(1 << 30)
+			p.FaultDelay.Store(int64(30 * time.Millisecond))
+			p.DelayReply.Store(1 << 30)
 			for g := range 16 {
 				wg.Go(func() {
 					for i := range 5 {
@@ -678,14 +699,14 @@ func TestAddsLeaveNoGoroutine(t *testing.T) {
 			wg.Wait()
 			// The round trips on the wire end with their late replies.
 			requireNoAddGoroutines(t, 30*time.Millisecond+100*time.Millisecond, "after Adds canceled mid-call")
-			p.delayReply.Store(0)
+			p.DelayReply.Store(0)
 
 			// A topic not recorded yet, its recording canceled mid-call.
-			p.stall.Store(true)
+			p.Stall.Store(true)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 			require.ErrorIs(t, c.Add(ctx, &redeq.Job{Topic: "fresh", ID: "x"}), context.DeadlineExceeded)
 			cancel()
-			p.stall.Store(false)
+			p.Stall.Store(false)
 			requireNoAddGoroutines(t, 100*time.Millisecond, "after the recording of a topic was canceled")
 
 			// Adds, then Shutdown.
@@ -712,6 +733,10 @@ func TestAddsLeaveNoGoroutine(t *testing.T) {
 //   - reads without a timeout (ReadTimeout -1): they end once the server
 //     answers.
 func TestShutdownAfterHungAddsLeavesNoGoroutine(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	if !isolated(t) {     // it counts goroutines: in a process of its own, beside the others
+		return
+	}
 	for _, be := range standaloneBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			for _, tc := range []struct {
@@ -723,7 +748,7 @@ func TestShutdownAfterHungAddsLeavesNoGoroutine(t *testing.T) {
 					if tc.readTimeout < 0 && be.Mini != nil {
 						t.Skip("once is enough")
 					}
-					p := startFaultProxy(t, be.Addrs[0])
+					p := startAddProxy(t, be.Addrs[0])
 					cfg := testutil.Config(t)
 					// Reads with a timeout (1 s, to keep the test short),
 					// or without one.
@@ -732,8 +757,8 @@ func TestShutdownAfterHungAddsLeavesNoGoroutine(t *testing.T) {
 					c, err := redeq.New(rdb, cfg)
 					require.NoError(t, err)
 					require.NoError(t, c.Add(context.Background(), &redeq.Job{Topic: "t", ID: "warm", Delay: time.Hour}))
-					p.stall.Store(true)
-					defer p.stall.Store(false)
+					p.Stall.Store(true)
+					defer p.Stall.Store(false)
 					for i := range 3 {
 						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 						require.ErrorIs(t, c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("hung", i), Delay: time.Hour}), context.DeadlineExceeded)
@@ -750,7 +775,7 @@ func TestShutdownAfterHungAddsLeavesNoGoroutine(t *testing.T) {
 					default:
 						time.Sleep(time.Second)
 						require.NotEmpty(t, addGoroutines(), "a read without a timeout on a server that does not answer ended")
-						p.stall.Store(false)
+						p.Stall.Store(false)
 						requireNoAddGoroutines(t, 2*time.Second, "the server answers again, reads without a timeout")
 					}
 				})
@@ -774,8 +799,8 @@ func TestAddRerunAfterLostReplyStoresOnce(t *testing.T) {
 	for _, be := range standaloneBackends(t) {
 		for _, fault := range []string{"cut", "late reply", "late request"} {
 			t.Run(be.Name+"/"+fault, func(t *testing.T) {
-				p := startFaultProxy(t, be.Addrs[0])
-				p.addDelay.Store(int64(400 * time.Millisecond))
+				p := startAddProxy(t, be.Addrs[0])
+				p.FaultDelay.Store(int64(400 * time.Millisecond))
 				rt := 150 * time.Millisecond
 				if be.Mini != nil {
 					rt = 250 * time.Millisecond // miniredis runs Lua slowly under -race
@@ -792,18 +817,18 @@ func TestAddRerunAfterLostReplyStoresOnce(t *testing.T) {
 				arm := func(n int64) {
 					switch fault {
 					case "cut":
-						p.cutReply.Store(n)
+						p.CutReply.Store(n)
 					case "late reply":
-						p.delayReply.Store(n)
+						p.DelayReply.Store(n)
 					default:
-						p.delayRequest.Store(n)
+						p.DelayRequest.Store(n)
 					}
 				}
 				want := map[string]string{"seed": "seed"}
-				runs0, faults0 := p.addRequests.Load(), p.faults.Load()
+				runs0, faults0 := p.Matched(), p.Faults()
 				check := func(what, id string, err error) {
 					t.Helper()
-					require.NoError(t, err, "%s: %s, its own first add (%d faults, %d add requests so far)", what, id, p.faults.Load()-faults0, p.addRequests.Load()-runs0)
+					require.NoError(t, err, "%s: %s, its own first add (%d faults, %d add requests so far)", what, id, p.Faults()-faults0, p.Matched()-runs0)
 				}
 				for i := range 3 {
 					arm(1)
@@ -848,10 +873,11 @@ func TestAddRerunAfterLostReplyStoresOnce(t *testing.T) {
 						check("16 at once", fmt.Sprint("many", round, "-", i), err)
 					}
 				}
-				faults, runs := p.faults.Load()-faults0, p.addRequests.Load()-runs0
+				faults, runs := p.Faults()-faults0, p.Matched()-runs0
 				t.Logf("%s: %d faults injected, %d add requests reached the proxy", fault, faults, runs)
 				require.GreaterOrEqual(t, faults, int64(6), "the faults were not injected")
-				time.Sleep(600 * time.Millisecond) // late requests reach the server
+				testutil.Eventually(t, 10*time.Second, "every held request reached the server", func() bool { return p.Held() == 0 })
+				require.NoError(t, admin.Ping(ctx).Err()) // a round trip: the server ran what reached it before
 				got := storedJobs(t, c, admin, cfg.Prefix, "t", cfg.Concurrency)
 				require.Len(t, got, len(want))
 				for id, body := range want {
@@ -870,9 +896,9 @@ func TestAddRerunAfterLostReplyStoresOnce(t *testing.T) {
 func TestAddKeepsBodyReusedAfterCtxEnd(t *testing.T) {
 	for _, be := range standaloneBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
-			p := startFaultProxy(t, be.Addrs[0])
-			p.addDelay.Store(int64(5 * time.Millisecond))
-			p.delayReply.Store(1 << 30)
+			p := startAddProxy(t, be.Addrs[0])
+			p.FaultDelay.Store(int64(5 * time.Millisecond))
+			p.DelayReply.Store(1 << 30)
 			cfg := testutil.Config(t)
 			cfg.MaxPool = 1 << 20
 			c := addClient(t, redisVia(t, p.Addr(), nil), cfg)
@@ -910,7 +936,7 @@ func TestAddKeepsBodyReusedAfterCtxEnd(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			p.delayReply.Store(0)
+			p.DelayReply.Store(0)
 			time.Sleep(200 * time.Millisecond)
 			t.Logf("%d added, %d gave up", added.Load(), gave.Load())
 			got := storedJobs(t, c, be.New(t), cfg.Prefix, "t", cfg.Concurrency)
@@ -943,8 +969,8 @@ func TestLateAddRunAfterAckDoesNotReadd(t *testing.T) {
 	for _, be := range standaloneBackends(t) {
 		for _, fault := range []string{"late reply", "late request"} {
 			t.Run(be.Name+"/"+fault, func(t *testing.T) {
-				p := startFaultProxy(t, be.Addrs[0])
-				p.addDelay.Store(int64(600 * time.Millisecond))
+				p := startAddProxy(t, be.Addrs[0])
+				p.FaultDelay.Store(int64(600 * time.Millisecond))
 				rt := 150 * time.Millisecond
 				if be.Mini != nil {
 					rt = 250 * time.Millisecond
@@ -969,9 +995,9 @@ func TestLateAddRunAfterAckDoesNotReadd(t *testing.T) {
 				require.NoError(t, producer.Add(ctx, &redeq.Job{Topic: "t", ID: "warm", Delay: time.Hour}))
 				arm := func(n int64) {
 					if fault == "late reply" {
-						p.delayReply.Store(n)
+						p.DelayReply.Store(n)
 					} else {
-						p.delayRequest.Store(n)
+						p.DelayRequest.Store(n)
 					}
 				}
 				var ids []string
@@ -999,8 +1025,8 @@ func TestLateAddRunAfterAckDoesNotReadd(t *testing.T) {
 					}
 					wg.Wait()
 				}
-				require.GreaterOrEqual(t, p.faults.Load(), int64(6), "the faults were not injected")
-				waitFor(t, 20*time.Second, "every job ran", func() bool {
+				require.GreaterOrEqual(t, p.Faults(), int64(6), "the faults were not injected")
+				testutil.Eventually(t, 20*time.Second, "every job ran", func() bool {
 					mu.Lock()
 					defer mu.Unlock()
 					for _, id := range ids {
@@ -1010,8 +1036,11 @@ func TestLateAddRunAfterAckDoesNotReadd(t *testing.T) {
 					}
 					return true
 				})
-				time.Sleep(1500 * time.Millisecond) // the held runs reach the server; a job stored again runs again
-				t.Logf("%s: %d faults, %d held requests written to the server late", fault, p.faults.Load(), p.lateWritten.Load())
+				testutil.Eventually(t, 10*time.Second, "every held request reached the server", func() bool { return p.Held() == 0 })
+				// A window, not a wait: a job a late run stored again would
+				// run within it.
+				time.Sleep(10 * cfg.ScanInterval)
+				t.Logf("%s: %d faults, %d held requests written to the server late", fault, p.Faults(), p.LateWritten())
 				mu.Lock()
 				defer mu.Unlock()
 				for _, id := range ids {
@@ -1141,6 +1170,8 @@ func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // return context.DeadlineExceeded within 26 s, also on the client without
 // a read timeout.
 func TestAddGivesUpAfterItsWindow(t *testing.T) {
+	// It runs for seconds: the fault tier.
+	testutil.FaultTier(t)
 	t.Parallel() // counts no goroutines: beside the other parallel tests
 	var real []testutil.Backend
 	for _, be := range testutil.RealBackends(t) {
@@ -1152,7 +1183,7 @@ func TestAddGivesUpAfterItsWindow(t *testing.T) {
 		t.Skip("no standalone redis-server")
 	}
 	be := real[0]
-	p := startFaultProxy(t, be.Addrs[0])
+	p := startAddProxy(t, be.Addrs[0])
 	cfg := testutil.Config(t)
 	type result struct {
 		what string
@@ -1166,8 +1197,8 @@ func TestAddGivesUpAfterItsWindow(t *testing.T) {
 		require.NoError(t, c.Add(context.Background(), &redeq.Job{Topic: "t", ID: fmt.Sprint("warm", rt), Delay: time.Hour}))
 		clients = append(clients, c)
 	}
-	p.stall.Store(true)
-	defer p.stall.Store(false)
+	p.Stall.Store(true)
+	defer p.Stall.Store(false)
 	n := 0
 	for k, rt := range []time.Duration{16 * time.Second, -1} {
 		for _, ctxKind := range []string{"context.Background", "a ctx that does not end"} {
@@ -1202,7 +1233,7 @@ func TestAddGivesUpAfterItsWindow(t *testing.T) {
 			got = n
 		}
 	}
-	p.stall.Store(false)
+	p.Stall.Store(false)
 	require.Empty(t, failures)
 }
 
@@ -1247,6 +1278,6 @@ func testAddReturnsAtDeadlineWhileServerBusy(t *testing.T) {
 		cancel()
 		t.Logf("%s: %v after %v", tc.name, err, took.Round(time.Millisecond))
 		assert.Less(t, took, 800*time.Millisecond, "%s: the caller's 300 ms deadline was not honoured", tc.name)
-		time.Sleep(2 * time.Second) // let the server wake
+		require.NoError(t, admin.Ping(ctx).Err()) // answered once the server wakes
 	}
 }

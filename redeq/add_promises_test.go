@@ -329,7 +329,7 @@ func TestReaddedReadyJobNotEarly(t *testing.T) {
 			for _, id := range []string{"a", "p", "now"} {
 				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: id}))
 			}
-			waitFor(t, 10*time.Second, "ready", func() bool { return stats(t, e.c, "t").Ready == 3 })
+			testutil.Eventually(t, 10*time.Second, "ready", func() bool { return stats(t, e.c, "t").Ready == 3 })
 			_, err := e.c.Delete(ctx, "t", "a")
 			require.NoError(t, err)
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "a", Delay: time.Hour}))

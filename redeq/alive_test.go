@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -83,7 +84,7 @@ func TestHeartbeatCostsOneCallWhateverTheTopics(t *testing.T) {
 		joined := writes.n.Load()
 		require.Equal(t, int64(topics), joined, "joining writes each topic's consumer set once")
 		start := beats.Load()
-		waitFor(t, 20*e.cfg.HeartbeatInterval+5*time.Second, "heartbeats", func() bool { return beats.Load() >= start+5 })
+		testutil.Eventually(t, 20*e.cfg.HeartbeatInterval+5*time.Second, "heartbeats", func() bool { return beats.Load() >= start+5 })
 		require.Equal(t, joined, writes.n.Load(), "a heartbeat wrote the topics' consumer sets")
 		for i := range topics {
 			require.NoError(t, e.rdb.ZScore(ctx, keys.ForTopic(e.cfg.Prefix, fmt.Sprintf("t%d", i)).Consumers(), c.ConsumerID()).Err())
@@ -111,7 +112,7 @@ func TestForgottenConsumerComesBack(t *testing.T) {
 		// What a reaper does to a consumer it forgets.
 		require.NoError(t, e.rdb.ZRem(ctx, alive, cid).Err())
 		require.NoError(t, e.rdb.HDel(ctx, topics, cid).Err())
-		waitFor(t, 10*e.cfg.HeartbeatInterval+5*time.Second, "back", func() bool {
+		testutil.Eventually(t, 10*e.cfg.HeartbeatInterval+5*time.Second, "back", func() bool {
 			return e.rdb.ZScore(ctx, alive, cid).Err() == nil && e.rdb.HGet(ctx, topics, cid).Val() == line
 		})
 	})
@@ -124,6 +125,8 @@ func TestForgottenConsumerComesBack(t *testing.T) {
 // in-flight set nobody watches. Once a heartbeat gets through again, it
 // joins its topics again and runs the job.
 func TestNoFetchWhileHeartbeatsFail(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
@@ -153,7 +156,7 @@ func TestNoFetchWhileHeartbeatsFail(t *testing.T) {
 		// (two thirds of ConsumerTimeout after it was sent).
 		time.Sleep(e.cfg.ConsumerTimeout)
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 5*time.Second, "due", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+		testutil.Eventually(t, 5*time.Second, "due", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
 		deadline := time.Now().Add(2 * e.cfg.ConsumerTimeout)
 		for time.Now().Before(deadline) {
 			select {

@@ -52,7 +52,7 @@ func TestTypedListener(t *testing.T) {
 		_, err = redeq.AddTyped(ctx, e.c, "orders", "2", order{ID: 2}, 0)
 		require.NoError(t, err)
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "orders", ID: "bad", Body: []byte("not json")}))
-		waitFor(t, 5*time.Second, "all handled", func() bool {
+		testutil.Eventually(t, 5*time.Second, "all handled", func() bool {
 			st := stats(t, e.c, "orders")
 			return st.Pool == 1 && st.Dead == 1
 		})
@@ -96,7 +96,7 @@ func TestMiddlewareOrderAndHeaders(t *testing.T) {
 		}, redeq.WithMiddleware(mark("l1")))
 		startWith(t, e.c, l)
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j", Headers: map[string]string{"tenant": "acme"}}))
-		waitFor(t, 5*time.Second, "ran", func() bool { return state(t, e.c, "t", "j") == "" })
+		testutil.Eventually(t, 5*time.Second, "ran", func() bool { return state(t, e.c, "t", "j") == "" })
 		mu.Lock()
 		defer mu.Unlock()
 		require.Equal(t, []string{"c1:acme", "c2:acme", "l1:acme", "handler"}, trail)
@@ -132,7 +132,7 @@ func TestHeadersSurviveEveryPath(t *testing.T) {
 		}, redeq.WithRetry(1, 10*time.Millisecond))
 		a := e.another(t, func(c *config.Config) { c.ShutdownTimeout = 50 * time.Millisecond })
 		startWith(t, a, l)
-		waitFor(t, 5*time.Second, "third run", func() bool { return runs.Load() == 3 })
+		testutil.Eventually(t, 5*time.Second, "third run", func() bool { return runs.Load() == 3 })
 		require.Error(t, a.Shutdown(ctx), "a handler was canceled")
 		job, err := e.c.Get(ctx, "t", "j")
 		require.NoError(t, err)
@@ -140,12 +140,12 @@ func TestHeadersSurviveEveryPath(t *testing.T) {
 		require.Equal(t, "retry me", job.LastError)
 		// Crash recovery: a consumer takes it and dies.
 		require.NoError(t, e.c.Start(ctx))
-		waitFor(t, 5*time.Second, "due", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+		testutil.Eventually(t, 5*time.Second, "due", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
 		items := crash(t, e, "t", "dies", 1)
 		require.Contains(t, items[0].Envelope, "traceparent")
-		waitFor(t, 10*time.Second, "recovered", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+		testutil.Eventually(t, 10*time.Second, "recovered", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
 		startWith(t, e.another(t, nil), l)
-		waitFor(t, 5*time.Second, "done", func() bool { return state(t, e.c, "t", "j") == "" })
+		testutil.Eventually(t, 5*time.Second, "done", func() bool { return state(t, e.c, "t", "j") == "" })
 		require.Nil(t, bad.Load())
 	})
 }
@@ -197,7 +197,7 @@ func TestListenerPolicy(t *testing.T) {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "listener"}))
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "own", RetryIntervals: []time.Duration{
 			10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond}}))
-		waitFor(t, 10*time.Second, "both dead", func() bool { return stats(t, e.c, "t").Dead == 2 })
+		testutil.Eventually(t, 10*time.Second, "both dead", func() bool { return stats(t, e.c, "t").Dead == 2 })
 		mu.Lock()
 		defer mu.Unlock()
 		require.Equal(t, 3, runs["listener"], "the listener's 2 retries, not the config's 3")
@@ -238,7 +238,7 @@ func TestShutdownReportsAbandonedHandlers(t *testing.T) {
 		})
 		startWith(t, c, l)
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
+		testutil.Eventually(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
 		err := c.Shutdown(ctx)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		job, err := e.c.Get(ctx, "t", "j")
@@ -272,7 +272,7 @@ func TestRunStopsOnContext(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- e.c.Run(ctx) }()
 		require.NoError(t, e.c.Add(context.Background(), &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 5*time.Second, "ran", func() bool { return l.count() == 1 })
+		testutil.Eventually(t, 5*time.Second, "ran", func() bool { return l.count() == 1 })
 		cancel()
 		require.NoError(t, <-done)
 		require.ErrorIs(t, e.c.Start(context.Background()), redeq.ErrClientClosed)
@@ -292,7 +292,7 @@ func TestUnAckedIsWarned(t *testing.T) {
 		for i := range 5 {
 			require.NoError(t, e.c.Add(context.Background(), &redeq.Job{Topic: "t", ID: fmt.Sprint(i)}))
 		}
-		waitFor(t, 5*time.Second, "parked", func() bool { return stats(t, e.c, "t").UnAck == 5 })
+		testutil.Eventually(t, 5*time.Second, "parked", func() bool { return stats(t, e.c, "t").UnAck == 5 })
 		out := buf.String()
 		require.Contains(t, out, "parked in un_ack")
 		require.Equal(t, 1, strings.Count(out, "parked in un_ack"), "rate-limited: %s", out)
@@ -320,6 +320,7 @@ func (s *syncBuffer) String() string {
 // of many buckets, fetchers, reaper, heartbeat) log a handful of lines,
 // not one per bucket per retry.
 func TestOutageLogsAHandful(t *testing.T) {
+	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	srv := testutil.StartServer(t)
 	ctx := context.Background()
 	var buf syncBuffer
@@ -349,6 +350,7 @@ func TestOutageLogsAHandful(t *testing.T) {
 // rollback and leave steps run within its context's budget, not on
 // timeouts of their own (about 20 s past a 1 s context). The job is not lost: the reaper recovers it.
 func TestShutdownBoundedWhenRedisHangs(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			ctx := context.Background()
@@ -362,7 +364,7 @@ func TestShutdownBoundedWhenRedisHangs(t *testing.T) {
 			})
 			startWith(t, c, l)
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "hang", ID: "1"}))
-			waitFor(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
+			testutil.Eventually(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
 			admin := be.New(t)
 			pauseAll(t, admin, 5*time.Second)
 			t.Cleanup(func() { unpauseAll(admin) })
@@ -377,7 +379,7 @@ func TestShutdownBoundedWhenRedisHangs(t *testing.T) {
 			// Nothing lost: the job is acked, or recovered and run by another client.
 			tl := newTally()
 			startWith(t, e.another(t, nil), newListener("hang", tl.handle))
-			waitFor(t, 20*time.Second, "done", func() bool { return state(t, e.c, "hang", "1") == "" })
+			testutil.Eventually(t, 20*time.Second, "done", func() bool { return state(t, e.c, "hang", "1") == "" })
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/config"
+	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -95,14 +96,14 @@ func TestBroadcastUnderMisbehavingMiddleware(t *testing.T) {
 			{Topic: "bc", ID: "refuse", Body: []byte("refuse"), Broadcast: true},
 			{Topic: "bc", ID: "panic", Body: []byte("panic"), Broadcast: true},
 		}))
-		waitFor(t, 10*time.Second, "four runs observed", func() bool { return rec.done() == 4 })
+		testutil.Eventually(t, 10*time.Second, "four runs observed", func() bool { return rec.done() == 4 })
 		// A broadcast after the panic still runs: the listener lives on. A
 		// normal job may take the id of a broadcast that left its pool.
 		require.NoError(t, e.c.AddBatch(ctx, []*redeq.Job{
 			{Topic: "bc", ID: "answer", Body: []byte("normal")},
 			{Topic: "bc", ID: "after", Body: []byte("fine"), Broadcast: true},
 		}))
-		waitFor(t, 10*time.Second, "the later broadcast observed", func() bool { return rec.done() == 6 })
+		testutil.Eventually(t, 10*time.Second, "the later broadcast observed", func() bool { return rec.done() == 6 })
 		require.Equal(t, "answer", <-normal)
 
 		rec.mu.Lock()
@@ -121,7 +122,7 @@ func TestBroadcastUnderMisbehavingMiddleware(t *testing.T) {
 		require.Equal(t, want, plain.dones)
 		plain.mu.Unlock()
 
-		waitFor(t, 10*time.Second, "nothing of the topic left: nothing rejoined or parked", func() bool {
+		testutil.Eventually(t, 10*time.Second, "nothing of the topic left: nothing rejoined or parked", func() bool {
 			st, err := e.c.Stats(ctx, "bc")
 			return err == nil && st.Pool == 0 && st.Scheduled == 0 && st.UnAck == 0 && st.Dead == 0
 		})
@@ -171,7 +172,7 @@ func TestStuckBroadcastIsDoneOnceWhenItReturns(t *testing.T) {
 		require.ErrorIs(t, c.Shutdown(ctx), context.DeadlineExceeded)
 		require.Zero(t, rec.done(), "the handler still runs")
 		s.unblock()
-		waitFor(t, 10*time.Second, "Done once the handler returned", func() bool { return rec.done() == 1 })
+		testutil.Eventually(t, 10*time.Second, "Done once the handler returned", func() bool { return rec.done() == 1 })
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
 		require.Equal(t, map[redeq.Outcome]int{redeq.OutcomeBroadcast: 1}, rec.outcomes)
@@ -210,7 +211,7 @@ func TestBroadcastPanicLoggedOnce(t *testing.T) {
 			{Topic: "bc", ID: "handler", Broadcast: true},
 			{Topic: "bc", ID: "refuse", Broadcast: true},
 		}))
-		waitFor(t, 10*time.Second, "three runs observed", func() bool { return rec.done() == 3 })
+		testutil.Eventually(t, 10*time.Second, "three runs observed", func() bool { return rec.done() == 3 })
 		out := logs.String()
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		require.Len(t, lines, 3, "one line per run: %s", out)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -21,6 +22,7 @@ import (
 // subscriber disconnected and lose all of them. Every client must receive
 // every job once, body intact.
 func TestBroadcastBurstReachesEveryClient(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -44,7 +46,7 @@ func TestBroadcastBurstReachesEveryClient(t *testing.T) {
 		}
 		require.NoError(t, e.c.AddBatch(ctx, jobs))
 		for i, bl := range bls {
-			waitFor(t, 30*time.Second, fmt.Sprintf("client %d received all %d", i, n), func() bool { return bl.distinct() == n })
+			testutil.Eventually(t, 30*time.Second, fmt.Sprintf("client %d received all %d", i, n), func() bool { return bl.distinct() == n })
 		}
 		for _, bl := range bls {
 			bl.mu.Lock()
@@ -164,9 +166,9 @@ func TestFullBroadcastQueueKeepsWakeUps(t *testing.T) {
 			jobs[i] = &redeq.Job{Topic: "cache", ID: fmt.Sprint("b-", i), Broadcast: true}
 		}
 		require.NoError(t, c.AddBatch(ctx, jobs))
-		waitFor(t, 60*time.Second, "broadcast jobs moved", func() bool { return stats(t, c, "cache").Pool == 0 })
+		testutil.Eventually(t, 60*time.Second, "broadcast jobs moved", func() bool { return stats(t, c, "cache").Pool == 0 })
 		require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "orders", ID: "o-1", Delay: 50 * time.Millisecond}))
-		waitFor(t, 20*time.Second, "plain job ran while broadcasts were stuck", func() bool { return l.count() == 1 })
+		testutil.Eventually(t, 20*time.Second, "plain job ran while broadcasts were stuck", func() bool { return l.count() == 1 })
 	})
 }
 
@@ -192,7 +194,7 @@ func TestRegisterBroadcastRefusesDuplicates(t *testing.T) {
 		require.NoError(t, e.c.RegisterBroadcast(other))
 		require.NoError(t, e.c.Start(ctx))
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "cache", ID: "once", Broadcast: true}))
-		waitFor(t, 5*time.Second, "both listeners ran", func() bool { return bl.count() == 1 && other.count() == 1 })
+		testutil.Eventually(t, 5*time.Second, "both listeners ran", func() bool { return bl.count() == 1 && other.count() == 1 })
 		require.Zero(t, twice.count(), "a refused listener ran")
 	})
 }
@@ -227,7 +229,7 @@ func TestBroadcastFunc(t *testing.T) {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "cache", ID: "a", Body: []byte("1"), Broadcast: true}))
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "prices", ID: "b", Body: []byte("2"), Broadcast: true}))
 		want := map[string]int{"cache/a/1": 1, "prices/b/2": 1}
-		waitFor(t, 5*time.Second, "both broadcasts ran", func() bool {
+		testutil.Eventually(t, 5*time.Second, "both broadcasts ran", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return len(got) == len(want)
@@ -251,7 +253,7 @@ func TestBroadcastNoticeMustMatchItsJob(t *testing.T) {
 		require.NoError(t, e.c.RegisterBroadcast(bl))
 		require.NoError(t, e.c.Start(ctx))
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "cache", ID: "x", Body: []byte("first"), Broadcast: true}))
-		waitFor(t, 5*time.Second, "first delivered", func() bool { return bl.count() == 1 })
+		testutil.Eventually(t, 5*time.Second, "first delivered", func() bool { return bl.count() == 1 })
 		first := bl.jobs[0]
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "cache", ID: "x", Body: []byte("second"), Broadcast: true, Delay: time.Hour}))
 
@@ -269,7 +271,7 @@ func TestBroadcastNoticeMustMatchItsJob(t *testing.T) {
 		}
 		// A last, valid job: once it arrives, the forged notices were handled.
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "cache", ID: "last", Broadcast: true}))
-		waitFor(t, 5*time.Second, "last delivered", func() bool { return bl.count() == 2 })
+		testutil.Eventually(t, 5*time.Second, "last delivered", func() bool { return bl.count() == 2 })
 		require.Equal(t, "last", bl.jobs[1].ID)
 		got, err := e.c.Get(ctx, "cache", "x")
 		require.NoError(t, err)

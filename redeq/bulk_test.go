@@ -34,7 +34,7 @@ func parkAll(t *testing.T, e *env, ids ...string) {
 		}
 		return nil
 	}))
-	waitFor(t, 10*time.Second, "parked", func() bool {
+	testutil.Eventually(t, 10*time.Second, "parked", func() bool {
 		for _, id := range ids {
 			j, err := e.c.Get(ctx, "t", id)
 			if err != nil || (j.State != redeq.StateDead && j.State != redeq.StateUnAck) {

@@ -366,7 +366,7 @@ func runChaos(t *testing.T, size chaosSize, be testutil.Backend, rdb redis.Unive
 
 	// Wait until every job that was not deleted ran to success or is dead.
 	var st redeq.Stats
-	waitEvery(t, 3*time.Minute, 100*time.Millisecond, "jobs still pending", func() bool {
+	testutil.EventuallyEvery(t, 3*time.Minute, 100*time.Millisecond, "jobs still pending", func() bool {
 		st, err = producer.Stats(ctx, "chaos")
 		return err == nil && st.Pool == st.Dead
 	})
@@ -383,7 +383,7 @@ func runChaos(t *testing.T, size chaosSize, be testutil.Backend, rdb redis.Unive
 		alive[p] = true
 	}
 	var unseen []string
-	waitEvery(t, 30*time.Second, 50*time.Millisecond, "runs of live consumers whose outcome the settle probe never saw applied "+
+	testutil.EventuallyEvery(t, 30*time.Second, 50*time.Millisecond, "runs of live consumers whose outcome the settle probe never saw applied "+
 		"(does the outcome script still take the pool key and the ids?)", func() bool {
 		mu.Lock()
 		defer mu.Unlock()

@@ -68,7 +68,7 @@ func testHungNodeDelaysOnlyItsOwnBucketsRecovery(t *testing.T) {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: id}))
 	}
 	require.NoError(t, e.c.Start(ctx)) // the one client: it moves and reaps
-	waitFor(t, 10*time.Second, "all due", func() bool { return stats(t, e.c, "t").Ready == 64 })
+	testutil.Eventually(t, 10*time.Second, "all due", func() bool { return stats(t, e.c, "t").Ready == 64 })
 	for b := range 64 {
 		items, _, err := ready.Fetch(ctx, e.rdb, cfg.Prefix, "t", b, "c1", 10, true)
 		require.NoError(t, err)
@@ -119,7 +119,7 @@ func testHungNodeDelaysOnlyItsOwnBucketsRecovery(t *testing.T) {
 	// The hung node answers again, with the reaper's late calls queued:
 	// every job comes back once, counted once, none lost.
 	time.Sleep(time.Until(died.Add(12 * time.Second)))
-	waitFor(t, 20*time.Second, "all 64 back", func() bool { return stats(t, e.c, "t").Ready == 64 })
+	testutil.Eventually(t, 20*time.Second, "all 64 back", func() bool { return stats(t, e.c, "t").Ready == 64 })
 	for _, id := range ids {
 		j, err := e.c.Get(ctx, "t", id)
 		require.NoError(t, err)
@@ -202,12 +202,16 @@ func testHungNodeLeavesHealthyNodesRunning(t *testing.T) {
 	}
 	wg.Go(func() { stream(stop, healthyIDs) })
 	wg.Go(func() { stream(stopHung, hungIDs) })
-	defer func() { close(stop); wg.Wait() }()
-	time.Sleep(3 * time.Second)
+	var hungStopped sync.Once
+	stopHungStream := func() { hungStopped.Do(func() { close(stopHung) }) }
+	// Both streams end however the test ends: a failure before the hang
+	// must not leave wg.Wait waiting for the hung node's stream.
+	defer func() { close(stop); stopHungStream(); wg.Wait() }()
+	time.Sleep(3 * time.Second) // the streams run for 3 s before the hang
 	before := healthyRuns.Load()
 	require.Greater(t, before, int64(100), "the listener runs")
 
-	close(stopHung)
+	stopHungStream()
 	pauseNode(t, hung, 12*time.Second, "ALL")
 	perSec := perSecond(&healthyRuns, 10*time.Second)
 	t.Logf("%d of 64 buckets on the hung node %s; runs of jobs on healthy nodes: %d in the 3 s before, per second while it hangs: %v",
@@ -261,7 +265,7 @@ func testHungNodeDelaysOnlyItsOwnRecovery(t *testing.T) {
 	require.NoError(t, e.c.Start(ctx)) // the one client: it moves and reaps
 	for _, topic := range []string{paused, healthy} {
 		k := keys.ForBucket(cfg.Prefix, topic, 0)
-		waitFor(t, 5*time.Second, "due", func() bool { return e.rdb.LLen(ctx, k.Ready()).Val() == n })
+		testutil.Eventually(t, 5*time.Second, "due", func() bool { return e.rdb.LLen(ctx, k.Ready()).Val() == n })
 	}
 	// Two consumers take the jobs (neither is in the alive set yet, so
 	// nobody reaps them).
@@ -332,7 +336,7 @@ func TestClusterKilledConsumerRecoveredThroughAliveNodePause(t *testing.T) {
 	if otherNode != "" {
 		pauseNode(t, otherNode, 2*time.Second, "ALL")
 	}
-	waitFor(t, 40*time.Second, "every job ran", func() bool { return runs.ranAll("j", n, nil) && runs.ranAll("k", 8, nil) })
+	testutil.Eventually(t, 40*time.Second, "every job ran", func() bool { return runs.ranAll("j", n, nil) && runs.ranAll("k", 8, nil) })
 	t.Logf("all ran %v after the kill", time.Since(killed))
 	got := runs.snapshot()
 	var bad []string
@@ -400,7 +404,7 @@ func TestHungAliveNodePausesFetchingWithoutDoubleRuns(t *testing.T) {
 	require.NoError(t, e.c.Start(ctx))
 	consumer := e.another(t, nil)
 	startWith(t, consumer, l)
-	waitFor(t, 10*time.Second, "the listener runs", func() bool { return ran.Load() >= 10 })
+	testutil.Eventually(t, 10*time.Second, "the listener runs", func() bool { return ran.Load() >= 10 })
 	from := ran.Load()
 	time.Sleep(2 * time.Second)
 	before := ran.Load() - from
@@ -479,7 +483,7 @@ func TestLateFetchAnswersGivenBackNeverRunTwice(t *testing.T) {
 		pauseNode(t, hung, 1500*time.Millisecond, "ALL")
 		time.Sleep(1500 * time.Millisecond)
 	}
-	waitFor(t, 40*time.Second, "all jobs ran", func() bool {
+	testutil.Eventually(t, 40*time.Second, "all jobs ran", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(runs) == len(jobs)
@@ -537,6 +541,9 @@ func (b *bcastCounter) OnBroadcast(ctx context.Context, job *redeq.Job) {
 // RetireAfter of 1 s (topics retire and come back), pause and resume, jobs
 // that fail and retry, a client that leaves and one that joins.
 func TestClusterBackgroundLoopsLogNoError(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	// Not parallel: under the load of the fault tests beside it, fetch
+	// replies come late and the loops rightly warn of it.
 	be := testutil.Cluster(t)
 	ctx := context.Background()
 	logs := &warnLog{}

@@ -26,12 +26,12 @@ func TestDeliveredOnTimeNeverEarly(t *testing.T) {
 		for i := range 30 {
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint(i), Delay: time.Duration(i*17) * time.Millisecond}))
 		}
-		waitFor(t, 5*time.Second, "all delivered", func() bool { return l.count() >= 30 })
+		testutil.Eventually(t, 5*time.Second, "all delivered", func() bool { return l.count() >= 30 })
 		for _, d := range l.deliveries() {
 			due := d.job.CreatedAt.Add(time.Duration(atoi(d.job.ID)*17) * time.Millisecond)
 			require.False(t, d.at.Before(due), "job %s ran %v early", d.job.ID, due.Sub(d.at))
 		}
-		waitFor(t, 2*time.Second, "acked jobs leave the pool", func() bool { return stats(t, e.c, "t").Pool == 0 })
+		testutil.Eventually(t, 2*time.Second, "acked jobs leave the pool", func() bool { return stats(t, e.c, "t").Pool == 0 })
 		require.Equal(t, 30, len(l.byID()))
 	})
 }
@@ -78,26 +78,26 @@ func TestOutcomes(t *testing.T) {
 
 		// Ack: removed from pool and in-flight.
 		run("ack")
-		waitFor(t, 3*time.Second, "acked", func() bool { return l.byID()["ack-job"] == 1 && stats(t, e.c, "t").Pool == 0 })
+		testutil.Eventually(t, 3*time.Second, "acked", func() bool { return l.byID()["ack-job"] == 1 && stats(t, e.c, "t").Pool == 0 })
 		require.Zero(t, stats(t, e.c, "t").InFlight)
 
 		// Rejoin: runs again after the delay, attempts unchanged.
 		run("rejoin")
-		waitFor(t, 3*time.Second, "rejoined and run again", func() bool { return l.byID()["rejoin-job"] == 2 && stats(t, e.c, "t").Pool == 0 })
+		testutil.Eventually(t, 3*time.Second, "rejoined and run again", func() bool { return l.byID()["rejoin-job"] == 2 && stats(t, e.c, "t").Pool == 0 })
 		ds := filter(l.deliveries(), "rejoin-job")
 		require.GreaterOrEqual(t, ds[1].at.Sub(ds[0].at), 50*time.Millisecond)
 		require.Zero(t, ds[1].job.Attempt)
 
 		// Ack and rejoin: added again fresh.
 		run("ack+rejoin")
-		waitFor(t, 3*time.Second, "re-added and run again", func() bool { return l.byID()["ack+rejoin-job"] == 2 && stats(t, e.c, "t").Pool == 0 })
+		testutil.Eventually(t, 3*time.Second, "re-added and run again", func() bool { return l.byID()["ack+rejoin-job"] == 2 && stats(t, e.c, "t").Pool == 0 })
 		ds = filter(l.deliveries(), "ack+rejoin-job")
 		require.True(t, ds[1].job.CreatedAt.After(ds[0].job.CreatedAt) || ds[1].job.CreatedAt.Equal(ds[0].job.CreatedAt))
 		require.GreaterOrEqual(t, ds[1].at.Sub(ds[0].at), 50*time.Millisecond)
 
 		// Neither: parked in un_ack, not redelivered.
 		run("none")
-		waitFor(t, 3*time.Second, "parked", func() bool { return stats(t, e.c, "t").UnAck == 1 })
+		testutil.Eventually(t, 3*time.Second, "parked", func() bool { return stats(t, e.c, "t").UnAck == 1 })
 		st := stats(t, e.c, "t")
 		require.EqualValues(t, 1, st.Pool)
 		require.Zero(t, st.InFlight)
@@ -113,8 +113,8 @@ func TestOutcomes(t *testing.T) {
 
 		// Requeue: delivered again; then parked again, ProcessUnAck takes it.
 		require.NoError(t, e.c.RequeueUnAck(ctx, "t", "none-job", 0))
-		waitFor(t, 3*time.Second, "requeued job runs", func() bool { return l.byID()["none-job"] == 2 })
-		waitFor(t, 3*time.Second, "parked again", func() bool { return stats(t, e.c, "t").UnAck == 1 })
+		testutil.Eventually(t, 3*time.Second, "requeued job runs", func() bool { return l.byID()["none-job"] == 2 })
+		testutil.Eventually(t, 3*time.Second, "parked again", func() bool { return stats(t, e.c, "t").UnAck == 1 })
 		job, err := e.c.ProcessUnAck(ctx, "t", "none-job")
 		require.NoError(t, err)
 		require.Equal(t, []byte("none"), job.Body)
@@ -146,7 +146,7 @@ func TestAutoAck(t *testing.T) {
 			l := newListener("t", func(context.Context, *redeq.Job, *redeq.Channel) error { return nil })
 			startWith(t, e.c, l)
 			require.NoError(t, e.c.Add(context.Background(), &redeq.Job{Topic: "t", ID: "a"}))
-			waitFor(t, 3*time.Second, "auto-acked", func() bool { return l.count() == 1 && stats(t, e.c, "t").Pool == 0 })
+			testutil.Eventually(t, 3*time.Second, "auto-acked", func() bool { return l.count() == 1 && stats(t, e.c, "t").Pool == 0 })
 			require.Zero(t, stats(t, e.c, "t").UnAck)
 		})
 	}
@@ -181,7 +181,7 @@ func TestRetrySchedule(t *testing.T) {
 		want := []time.Duration{time.Hour, 2 * time.Hour, 2 * time.Hour}
 		for i, w := range want {
 			var job *redeq.Job
-			waitFor(t, 5*time.Second, fmt.Sprintf("retry %d scheduled", i+1), func() bool {
+			testutil.Eventually(t, 5*time.Second, fmt.Sprintf("retry %d scheduled", i+1), func() bool {
 				var err error
 				job, err = e.c.Get(ctx, "t", "cb")
 				require.NoError(t, err)
@@ -198,15 +198,15 @@ func TestRetrySchedule(t *testing.T) {
 			require.False(t, job.RunAt.After(seen.Add(w+time.Millisecond)), "retry %d due %v, more than %v after it was seen at %v", i+1, job.RunAt, w, seen)
 			require.NoError(t, e.c.Reschedule(ctx, "t", "cb", time.Now()))
 		}
-		waitFor(t, 5*time.Second, "final retry", func() bool { return l.finalCount() == 1 })
-		waitFor(t, 2*time.Second, "dead", func() bool { return stats(t, e.c, "t").Dead == 1 })
+		testutil.Eventually(t, 5*time.Second, "final retry", func() bool { return l.finalCount() == 1 })
+		testutil.Eventually(t, 2*time.Second, "dead", func() bool { return stats(t, e.c, "t").Dead == 1 })
 		ds := l.deliveries()
 		require.Len(t, ds, 4) // the first delivery and 3 retries
 		for i, d := range ds {
 			require.Equal(t, i, d.job.Attempt)
 		}
 		require.Equal(t, 4, l.finals[0].Attempt)
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(400 * time.Millisecond) // a window, not a wait: a fifth delivery would show in it
 		require.Len(t, l.deliveries(), 4)
 		require.Equal(t, 1, l.finalCount())
 
@@ -222,7 +222,7 @@ func TestRetrySchedule(t *testing.T) {
 
 		// Requeued from dead: a fresh set of attempts.
 		require.NoError(t, e.c.RequeueDead(ctx, "t", "cb", 0))
-		waitFor(t, 3*time.Second, "requeued dead job runs", func() bool { return l.count() == 5 })
+		testutil.Eventually(t, 3*time.Second, "requeued dead job runs", func() bool { return l.count() == 5 })
 		require.Zero(t, l.deliveries()[4].job.Attempt)
 		got, err = e.c.Get(ctx, "t", "cb")
 		if err == nil {
@@ -260,7 +260,7 @@ func TestFailuresAreRetried(t *testing.T) {
 			for _, b := range []string{"panic", "timeout", "slow-nil"} {
 				require.NoError(t, e.c.Add(context.Background(), &redeq.Job{Topic: "t", ID: b, Body: []byte(b)}))
 			}
-			waitFor(t, 5*time.Second, "each retried once and acked", func() bool { return n.Load() == 3 && stats(t, e.c, "t").Pool == 0 })
+			testutil.Eventually(t, 5*time.Second, "each retried once and acked", func() bool { return n.Load() == 3 && stats(t, e.c, "t").Pool == 0 })
 			for _, b := range []string{"panic", "timeout", "slow-nil"} {
 				require.Equal(t, 2, l.byID()[b], b)
 			}
@@ -280,7 +280,7 @@ func TestNoRetryAndSkipRetry(t *testing.T) {
 		startWith(t, e.c, l)
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "never", MaxRetries: -1}))
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "skip", Body: []byte("skip"), MaxRetries: 5}))
-		waitFor(t, 3*time.Second, "both dead", func() bool { return stats(t, e.c, "t").Dead == 2 })
+		testutil.Eventually(t, 3*time.Second, "both dead", func() bool { return stats(t, e.c, "t").Dead == 2 })
 		require.Equal(t, map[string]int{"never": 1, "skip": 1}, l.byID())
 		require.Equal(t, 2, l.finalCount())
 	})
@@ -297,8 +297,8 @@ func TestDeadRetention(t *testing.T) {
 			for i := range 5 {
 				require.NoError(t, e.c.Add(context.Background(), &redeq.Job{Topic: "t", ID: fmt.Sprint(i), MaxRetries: -1, Delay: time.Duration(i*30) * time.Millisecond}))
 			}
-			waitFor(t, 3*time.Second, "all failed", func() bool { return l.finalCount() == 5 })
-			waitFor(t, 3*time.Second, "dead set trimmed", func() bool {
+			testutil.Eventually(t, 3*time.Second, "all failed", func() bool { return l.finalCount() == 5 })
+			testutil.Eventually(t, 3*time.Second, "dead set trimmed", func() bool {
 				st := stats(t, e.c, "t")
 				return st.Dead == 3 && st.Pool == 3
 			})
@@ -333,7 +333,7 @@ func TestDeleteInFlight(t *testing.T) {
 		for _, b := range bodies {
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: b, Body: []byte(b)}))
 		}
-		waitFor(t, 3*time.Second, "all in flight", func() bool { return l.count() == 4 })
+		testutil.Eventually(t, 3*time.Second, "all in flight", func() bool { return l.count() == 4 })
 		for _, b := range bodies {
 			got, err := e.c.Get(ctx, "t", b)
 			require.NoError(t, err)
@@ -346,8 +346,8 @@ func TestDeleteInFlight(t *testing.T) {
 		// One id comes back as a new job while the old one is still in flight.
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "none", Body: []byte("new"), Delay: time.Hour}))
 		close(release)
-		waitFor(t, 3*time.Second, "outcomes settled", func() bool { return stats(t, e.c, "t").InFlight == 0 })
-		time.Sleep(3 * e.cfg.ScanInterval)
+		testutil.Eventually(t, 3*time.Second, "outcomes settled", func() bool { return stats(t, e.c, "t").InFlight == 0 })
+		time.Sleep(3 * e.cfg.ScanInterval) // a window, not a wait: a late outcome would show in it
 		st := stats(t, e.c, "t")
 		require.EqualValues(t, 1, st.Pool, "only the new job")
 		require.EqualValues(t, 1, st.Scheduled)
@@ -403,14 +403,14 @@ func TestAddsDoNotRereadTopics(t *testing.T) {
 			hook := &countSMembers{}
 			c := e.hooked(t, hook)
 			require.NoError(t, c.Start(ctx))
-			waitFor(t, 5*time.Second, "the mover's first read of the topic set", func() bool { return hook.n.Load() == 1 })
+			testutil.Eventually(t, 5*time.Second, "the mover's first read of the topic set", func() bool { return hook.n.Load() == 1 })
 			for i := range 500 {
 				require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint(i), Delay: time.Hour}))
 			}
 			// A job of a second new topic, due now: once it is moved, the
 			// mover has reread the topic set for it, and for "t" before.
 			require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "u", ID: "due"}))
-			waitFor(t, 5*time.Second, "the new topic moved", func() bool { return stats(t, c, "u").Ready == 1 })
+			testutil.Eventually(t, 5*time.Second, "the new topic moved", func() bool { return stats(t, c, "u").Ready == 1 })
 			// A new topic costs at most two rereads: the Add asks for one,
 			// and its wake message asks for another if it arrives before
 			// the mover knows the topic. The other 499 adds cost none.
@@ -456,7 +456,7 @@ func TestBacklogKeepsWorkersBusy(t *testing.T) {
 				jobs = append(jobs, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)})
 			}
 			require.NoError(t, e.c.AddBatch(ctx, jobs))
-			waitFor(t, 10*time.Second, "all ready", func() bool { return stats(t, e.c, "t").Ready == n })
+			testutil.Eventually(t, 10*time.Second, "all ready", func() bool { return stats(t, e.c, "t").Ready == n })
 			var ran atomic.Int64
 			l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 				time.Sleep(5 * time.Millisecond)
@@ -468,7 +468,7 @@ func TestBacklogKeepsWorkersBusy(t *testing.T) {
 			consumer := e.another(t, nil)
 			start := time.Now()
 			startWith(t, consumer, l)
-			waitFor(t, 30*time.Second, "drained", func() bool { return ran.Load() == n })
+			testutil.Eventually(t, 30*time.Second, "drained", func() bool { return ran.Load() == n })
 			took := time.Since(start)
 			ideal := time.Duration(n) * 5 * time.Millisecond / 8
 			t.Logf("buckets %d: %d jobs in %v, ideal %v: %.0f%% busy", buckets, n, took, ideal, 100*float64(ideal)/float64(took))

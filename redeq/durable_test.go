@@ -51,7 +51,7 @@ func asleep(t *testing.T, srv *testutil.Server, d time.Duration) <-chan error {
 	}()
 	probe := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 20 * time.Millisecond, MaxRetries: -1})
 	defer probe.Close()
-	waitFor(t, 5*time.Second, "replica asleep", func() bool { return probe.Ping(context.Background()).Err() != nil })
+	testutil.Eventually(t, 5*time.Second, "replica asleep", func() bool { return probe.Ping(context.Background()).Err() != nil })
 	return slept
 }
 
@@ -193,7 +193,7 @@ func TestDurableSettleWaitsForReplica(t *testing.T) {
 
 	pair.Replica.Kill()
 	close(release)
-	waitFor(t, 10*time.Second, "the ack settled again", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the ack settled again", func() bool {
 		out := logs.String()
 		return strings.Contains(out, "settle failed") && strings.Contains(out, "not acknowledged by enough replicas")
 	})

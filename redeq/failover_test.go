@@ -23,6 +23,7 @@ import (
 // TestClusterFailover: a 3-master + 3-replica cluster; under load, one
 // master hands over to its replica with CLUSTER FAILOVER. Every job runs.
 func TestClusterFailover(t *testing.T) {
+	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	var nodes []*testutil.Server
 	for range 6 {
 		// The bus port is named: port+10000 may be taken or out of range.
@@ -41,7 +42,7 @@ func TestClusterFailover(t *testing.T) {
 	out, err := exec.Command("redis-cli", append(args, "--cluster-replicas", "1", "--cluster-yes")...).CombinedOutput()
 	require.NoError(t, err, string(out))
 	ctx := context.Background()
-	waitFor(t, 30*time.Second, "cluster ok with 3 replicas", func() bool {
+	testutil.Eventually(t, 30*time.Second, "cluster ok with 3 replicas", func() bool {
 		for _, n := range nodes {
 			c := redis.NewClient(&redis.Options{Addr: n.Addr})
 			info, err := c.ClusterInfo(ctx).Result()
@@ -170,7 +171,7 @@ func TestClusterFailover(t *testing.T) {
 			require.ErrorContains(t, err, "CLUSTERDOWN", "the only Add errors while the cluster reported itself down")
 		}
 		for _, i := range failed {
-			waitFor(t, 10*time.Second, "a failed Add succeeds again", func() bool {
+			testutil.Eventually(t, 10*time.Second, "a failed Add succeeds again", func() bool {
 				err := clients[0].Add(ctx, job(i))
 				return err == nil || errors.Is(err, redeq.ErrJobExists)
 			})
@@ -180,7 +181,7 @@ func TestClusterFailover(t *testing.T) {
 		require.Empty(t, addErrs, "a coordinated failover pauses writes, it does not fail them")
 	}
 	mu.Unlock()
-	waitFor(t, 60*time.Second, "every job ran", func() bool { return ran.distinct() == n })
-	waitFor(t, 10*time.Second, "pool empty", func() bool { return stats(t, clients[0], "orders").Pool == 0 })
+	testutil.Eventually(t, 60*time.Second, "every job ran", func() bool { return ran.distinct() == n })
+	testutil.Eventually(t, 10*time.Second, "pool empty", func() bool { return stats(t, clients[0], "orders").Pool == 0 })
 	t.Logf("failover of %s to %s under load: %d jobs, lost 0, duplicates %d", master.Options().Addr, replica, n, ran.extra())
 }

@@ -361,8 +361,8 @@ func poisonBesideB1(t *testing.T, kind string, maxRecoveries int) *env {
 		<-c.drained // it dies by the poison job
 		c.kill()
 		crashes++
-		waitFor(t, 10*time.Second, "poison recovered", func() bool { return state(t, e.c, "a", "poison") != redeq.StateInFlight })
-		waitFor(t, 10*time.Second, "b1 recovered", func() bool { return state(t, e.c, "b", "b1") != redeq.StateInFlight })
+		testutil.Eventually(t, 10*time.Second, "poison recovered", func() bool { return state(t, e.c, "a", "poison") != redeq.StateInFlight })
+		testutil.Eventually(t, 10*time.Second, "b1 recovered", func() bool { return state(t, e.c, "b", "b1") != redeq.StateInFlight })
 	}
 	mu.Lock()
 	t.Logf("%d crashes; handler starts: %v", crashes, starts)

@@ -30,8 +30,8 @@ func TestCorruptEntryGoesDead(t *testing.T) {
 		l := newListener("t", nil)
 		l.workers = 1
 		startWith(t, e.c, l)
-		waitFor(t, 3*time.Second, "good job ran", func() bool { return l.byID()["good"] == 1 })
-		waitFor(t, 3*time.Second, "corrupt job dead", func() bool { return stats(t, e.c, "t").Dead == 1 })
+		testutil.Eventually(t, 3*time.Second, "good job ran", func() bool { return l.byID()["good"] == 1 })
+		testutil.Eventually(t, 3*time.Second, "corrupt job dead", func() bool { return stats(t, e.c, "t").Dead == 1 })
 		require.NotContains(t, l.byID(), "bad")
 		dead, err := e.c.DeadJobs(ctx, "t", 10)
 		require.NoError(t, err)
@@ -145,7 +145,7 @@ func TestRedisOutage(t *testing.T) {
 		ran := l.byID()[id] > 0
 		require.True(t, !inPool || ran || srv.Client(nil).ZScore(ctx, k.Scheduled(), id).Err() == nil, id)
 	}
-	waitFor(t, 10*time.Second, "pool drained", func() bool { return stats(t, c, "t").Pool == 0 })
+	testutil.Eventually(t, 10*time.Second, "pool drained", func() bool { return stats(t, c, "t").Pool == 0 })
 }
 
 // loseFirstFetchReply lets the first fetch script run on the server and
@@ -185,7 +185,7 @@ func TestLostFetchReply(t *testing.T) {
 		}
 		l := newListener("t", nil)
 		startWith(t, c, l)
-		waitFor(t, 5*time.Second, "every job ran", func() bool { return len(l.byID()) == 5 && stats(t, e.c, "t").Pool == 0 })
+		testutil.Eventually(t, 5*time.Second, "every job ran", func() bool { return len(l.byID()) == 5 && stats(t, e.c, "t").Pool == 0 })
 		require.True(t, hook.done.Load(), "a fetch reply was lost")
 		require.Zero(t, stats(t, e.c, "t").InFlight)
 	})
@@ -242,7 +242,7 @@ func TestHiddenLostFetch(t *testing.T) {
 		l := newListener("t", nil)
 		l.workers = 2 // the first fetch takes some jobs, the hidden retry others
 		startWith(t, c, l)
-		waitFor(t, 10*time.Second, "every job ran", func() bool { return len(l.byID()) == 6 && stats(t, e.c, "t").Pool == 0 })
+		testutil.Eventually(t, 10*time.Second, "every job ran", func() bool { return len(l.byID()) == 6 && stats(t, e.c, "t").Pool == 0 })
 		require.True(t, hook.done.Load(), "a fetch was run twice")
 		require.Zero(t, stats(t, e.c, "t").InFlight)
 	})

@@ -61,10 +61,10 @@ func TestManyInFlightNotLost(t *testing.T) {
 			})
 			c := e.another(t, nil)
 			startWith(t, c, l)
-			waitFor(t, 60*time.Second, "every job held at once", func() bool { return started.Load() == jobs })
+			testutil.Eventually(t, 60*time.Second, "every job held at once", func() bool { return started.Load() == jobs })
 			require.EqualValues(t, jobs, stats(t, e.c, "t").InFlight)
 			close(release)
-			waitFor(t, 60*time.Second, "the acks applied", func() bool { return stats(t, e.c, "t").Pool == jobs/2 })
+			testutil.Eventually(t, 60*time.Second, "the acks applied", func() bool { return stats(t, e.c, "t").Pool == jobs/2 })
 			// Handlers are canceled after ShutdownTimeout; the rollback of
 			// 4,500 deliveries gets until the deadline of Shutdown's ctx,
 			// which a busy machine under the race detector may need.
@@ -108,14 +108,14 @@ func TestRollbackDoesNotDoubleAReaddedJob(t *testing.T) {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
 		// The new job falls due and waits in the ready list: the old
 		// consumer's only worker is busy.
-		waitFor(t, 5*time.Second, "the new job ready", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+		testutil.Eventually(t, 5*time.Second, "the new job ready", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
 		require.ErrorIs(t, a.Shutdown(ctx), context.DeadlineExceeded, "the old handler was canceled")
 
 		tl := newTally()
 		fresh := newListener("t", tl.handle)
 		fresh.workers = 4
 		startWith(t, e.another(t, nil), fresh)
-		waitFor(t, 5*time.Second, "the new job ran", func() bool { return tl.distinct() == 1 && stats(t, e.c, "t").Pool == 0 })
+		testutil.Eventually(t, 5*time.Second, "the new job ran", func() bool { return tl.distinct() == 1 && stats(t, e.c, "t").Pool == 0 })
 		settle(t, e, "t")
 		require.Zero(t, tl.extra(), "the re-added job ran twice")
 	})
@@ -129,20 +129,20 @@ func TestRecoveryDoesNotDoubleAReaddedJob(t *testing.T) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps
-		waitFor(t, 5*time.Second, "due", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+		testutil.Eventually(t, 5*time.Second, "due", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
 		crash(t, e, "t", "crashed", 1)
 		_, err := e.c.Delete(ctx, "t", "j")
 		require.NoError(t, err)
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 5*time.Second, "the new job ready", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+		testutil.Eventually(t, 5*time.Second, "the new job ready", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
 		// The reaper handles the crashed consumer's set.
-		waitFor(t, 10*time.Second, "crashed consumer reaped", func() bool { return stats(t, e.c, "t").Consumers == 0 })
+		testutil.Eventually(t, 10*time.Second, "crashed consumer reaped", func() bool { return stats(t, e.c, "t").Consumers == 0 })
 
 		tl := newTally()
 		l := newListener("t", tl.handle)
 		l.workers = 4
 		startWith(t, e.another(t, nil), l)
-		waitFor(t, 5*time.Second, "the new job ran", func() bool { return tl.distinct() == 1 && stats(t, e.c, "t").Pool == 0 })
+		testutil.Eventually(t, 5*time.Second, "the new job ran", func() bool { return tl.distinct() == 1 && stats(t, e.c, "t").Pool == 0 })
 		settle(t, e, "t")
 		require.Zero(t, tl.extra(), "the re-added job ran twice")
 	})
@@ -191,7 +191,7 @@ func state(t *testing.T, c *redeq.Client, topic, id string) redeq.State {
 // stale entries included: whatever was going to run has run.
 func settle(t *testing.T, e *env, topic string) {
 	t.Helper()
-	waitFor(t, 10*time.Second, "quiet", func() bool {
+	testutil.Eventually(t, 10*time.Second, "quiet", func() bool {
 		st := stats(t, e.c, topic)
 		return st.InFlight == 0 && st.Ready == 0
 	})
@@ -228,7 +228,7 @@ func TestHugeDelaysNeverRunEarly(t *testing.T) {
 			return nil // "park" goes to un_ack
 		})
 		startWith(t, e.c, l)
-		waitFor(t, 5*time.Second, "both handled", func() bool {
+		testutil.Eventually(t, 5*time.Second, "both handled", func() bool {
 			return state(t, e.c, "t", "rejoin") == redeq.StateScheduled && state(t, e.c, "t", "park") == redeq.StateUnAck
 		})
 		require.NoError(t, e.c.RequeueUnAck(ctx, "t", "park", math.MaxInt64))
@@ -301,9 +301,9 @@ func TestStaleOutcomeAfterRefetch(t *testing.T) {
 		l.workers = 2
 		startWith(t, c, l)
 		require.NoError(t, e.c.Start(ctx)) // another client, to reap
-		waitFor(t, 10*time.Second, "second delivery", func() bool { return runs.Load() >= 2 })
+		testutil.Eventually(t, 10*time.Second, "second delivery", func() bool { return runs.Load() >= 2 })
 		<-staleSettled
-		waitFor(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
+		testutil.Eventually(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
 		settle(t, e, "t")
 		require.EqualValues(t, 2, runs.Load(), "the stale failure rescheduled the job")
 	})
@@ -343,7 +343,7 @@ func TestAdminCallsSurviveARerun(t *testing.T) {
 			return nil // parked in un_ack
 		})
 		startWith(t, e.c, l)
-		waitFor(t, 5*time.Second, "parked", func() bool {
+		testutil.Eventually(t, 5*time.Second, "parked", func() bool {
 			st := stats(t, e.c, "t")
 			return st.UnAck == 2 && st.Dead == 1
 		})
@@ -391,7 +391,7 @@ func TestAddSurvivesARerun(t *testing.T) {
 			args := fmt.Sprint(cmd.Args())
 			for _, id := range []string{"now", "b1", "b2"} {
 				if strings.Contains(args, " "+id+" ") {
-					waitFor(t, 10*time.Second, "ran before the rerun", func() bool { return gone(id) })
+					testutil.Eventually(t, 10*time.Second, "ran before the rerun", func() bool { return gone(id) })
 				}
 			}
 			return next()
@@ -436,7 +436,7 @@ func TestFailedStartCanBeRetried(t *testing.T) {
 		hb.set(nil)
 		require.NoError(t, c.Start(ctx))
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 5*time.Second, "ran", func() bool { return l.count() == 1 })
+		testutil.Eventually(t, 5*time.Second, "ran", func() bool { return l.count() == 1 })
 	})
 }
 
@@ -457,18 +457,18 @@ func TestDeletedWaitingJobNeverStarts(t *testing.T) {
 		l.workers = 1
 		startWith(t, e.c, l)
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "a"}))
-		waitFor(t, 5*time.Second, "a running", func() bool { return l.count() == 1 })
+		testutil.Eventually(t, 5*time.Second, "a running", func() bool { return l.count() == 1 })
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "b"}))
-		waitFor(t, 5*time.Second, "b due", func() bool {
+		testutil.Eventually(t, 5*time.Second, "b due", func() bool {
 			s := state(t, e.c, "t", "b")
 			return s == redeq.StateReady || s == redeq.StateInFlight
 		})
 		_, err := e.c.Delete(ctx, "t", "b")
 		require.NoError(t, err)
 		close(release)
-		waitFor(t, 5*time.Second, "a done", func() bool { return state(t, e.c, "t", "a") == "" })
+		testutil.Eventually(t, 5*time.Second, "a done", func() bool { return state(t, e.c, "t", "a") == "" })
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "c"}))
-		waitFor(t, 5*time.Second, "c ran", func() bool { return l.byID()["c"] == 1 })
+		testutil.Eventually(t, 5*time.Second, "c ran", func() bool { return l.byID()["c"] == 1 })
 		settle(t, e, "t")
 		require.Zero(t, l.byID()["b"], "the deleted job started")
 	})
@@ -509,11 +509,14 @@ func TestOutcomeOfOldDeliverySparesReaddedJob(t *testing.T) {
 // the consumer set: the reaper does not drop it from the set while it holds
 // a job, so that job is recovered if it dies later.
 func TestReaperSparesAConsumerThatCameBack(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	// Not parallel: beside the parallel fault tests its reapers and
+	// heartbeats fall behind the ConsumerTimeouts it counts on.
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps
-		waitFor(t, 5*time.Second, "due", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+		testutil.Eventually(t, 5*time.Second, "due", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
 		// Silent (no heartbeat, joined at time 0), but it has just fetched.
 		crash(t, e, "t", "back", 1)
 		consumers := keys.ForTopic(e.cfg.Prefix, "t").Consumers()
@@ -536,7 +539,7 @@ func TestReaperSparesAConsumerThatCameBack(t *testing.T) {
 		}
 		require.NoError(t, e.rdb.ZScore(ctx, consumers, "back").Err())
 		// When it dies after all, its job is recovered.
-		waitFor(t, 10*time.Second, "recovered", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+		testutil.Eventually(t, 10*time.Second, "recovered", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
 	})
 }
 
@@ -545,6 +548,7 @@ func TestReaperSparesAConsumerThatCameBack(t *testing.T) {
 // no reaper may take the live consumer for dead before its heartbeat gets
 // through: the job must not run twice.
 func TestOutageLongerThanConsumerTimeout(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			e := setup(t, be, testutil.Config(t))
@@ -567,7 +571,7 @@ func TestOutageLongerThanConsumerTimeout(t *testing.T) {
 			startWith(t, a, l)
 			require.NoError(t, e.c.Start(ctx)) // the reaper of another service
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-			waitFor(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
+			testutil.Eventually(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
 
 			hb.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
 				<-held
@@ -582,7 +586,7 @@ func TestOutageLongerThanConsumerTimeout(t *testing.T) {
 			hb.set(nil)
 			time.Sleep(3 * e.cfg.ConsumerTimeout) // the window in which a wrong reap would strike
 			close(release)
-			waitFor(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
+			testutil.Eventually(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
 			settle(t, e, "t")
 			require.Equal(t, 1, l.count(), "a live consumer's job was recovered after the outage")
 		})
@@ -652,7 +656,7 @@ func TestReaperTopicsIndependent(t *testing.T) {
 		for _, topic := range []string{"down", "up"} {
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: "j"}))
 		}
-		waitFor(t, 5*time.Second, "due", func() bool {
+		testutil.Eventually(t, 5*time.Second, "due", func() bool {
 			res, err := bucket.Move(ctx, e.rdb, e.cfg.Prefix, "up", 0, 10)
 			require.NoError(t, err)
 			return res.Moved == 1
@@ -660,7 +664,7 @@ func TestReaperTopicsIndependent(t *testing.T) {
 		crash(t, e, "up", "crashed", 1)
 		reaper := e.hooked(t, failTopic{tag: "{down"})
 		require.NoError(t, reaper.Start(ctx))
-		waitFor(t, 10*time.Second, "recovered on the healthy node", func() bool { return state(t, e.c, "up", "j") == redeq.StateReady })
+		testutil.Eventually(t, 10*time.Second, "recovered on the healthy node", func() bool { return state(t, e.c, "up", "j") == redeq.StateReady })
 	})
 }
 
@@ -695,7 +699,7 @@ func TestPoisonSparesBystanders(t *testing.T) {
 				c := startChildKind(t, "poison", be, e.cfg.Prefix, "t", onLine)
 				<-c.drained // it dies by the poison job
 				c.kill()
-				waitFor(t, 10*time.Second, "poison recovered", func() bool { return state(t, e.c, "t", "poison") != redeq.StateInFlight })
+				testutil.Eventually(t, 10*time.Second, "poison recovered", func() bool { return state(t, e.c, "t", "poison") != redeq.StateInFlight })
 			}
 			job, err := e.c.Get(ctx, "t", "poison")
 			require.NoError(t, err)
@@ -703,7 +707,7 @@ func TestPoisonSparesBystanders(t *testing.T) {
 			// The bystanders run to the end on a healthy consumer.
 			l := newListener("t", nil)
 			startWith(t, e.another(t, nil), l)
-			waitFor(t, 10*time.Second, "bystanders done", func() bool {
+			testutil.Eventually(t, 10*time.Second, "bystanders done", func() bool {
 				st := stats(t, e.c, "t")
 				return st.Pool == 1 && st.Dead == 1
 			})

@@ -53,14 +53,14 @@ func TestKilledOwnerHandsItsBucketsOver(t *testing.T) {
 		l := newListener(topic, nil)
 		startWith(t, survivor, l)
 		lockKey := keys.ForBucket(e.cfg.Prefix, topic, 0).Lock()
-		waitFor(t, 10*time.Second, "the child owns the bucket and holds its lock", func() bool {
+		testutil.Eventually(t, 10*time.Second, "the child owns the bucket and holds its lock", func() bool {
 			return e.rdb.Exists(ctx, lockKey).Val() == 1 && e.rdb.PTTL(ctx, lockKey).Val() > 20*time.Second
 		})
 		owner.kill()
 		for i := range 10 {
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: fmt.Sprint(i), Delay: 100 * time.Millisecond}))
 		}
-		waitFor(t, 10*time.Second, "due jobs moved by the new owner", func() bool { return len(l.byID()) == 10 })
+		testutil.Eventually(t, 10*time.Second, "due jobs moved by the new owner", func() bool { return len(l.byID()) == 10 })
 		require.Greater(t, e.rdb.PTTL(ctx, lockKey).Val(), time.Duration(0), "the dead owner's lock was still there")
 	})
 }
@@ -71,6 +71,8 @@ func TestKilledOwnerHandsItsBucketsOver(t *testing.T) {
 // the ready list holds it. The owner is another client than the
 // listener's, so only pub/sub can tell the listener.
 func TestLostNotificationsStrandNothing(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		mover := e.another(t, nil)
@@ -84,10 +86,10 @@ func TestLostNotificationsStrandNothing(t *testing.T) {
 		require.NoError(t, mover.Start(ctx))
 		l := newListener(topic, nil)
 		startWith(t, e.c, l)
-		waitFor(t, 5*time.Second, "the first job", func() bool { return len(l.byID()) == 1 })
-		waitFor(t, 5*time.Second, "settled", func() bool { return stats(t, e.c, topic).Pool == 0 })
+		testutil.Eventually(t, 5*time.Second, "the first job", func() bool { return len(l.byID()) == 1 })
+		testutil.Eventually(t, 5*time.Second, "settled", func() bool { return stats(t, e.c, topic).Pool == 0 })
 		lockKey := keys.ForBucket(e.cfg.Prefix, topic, 0).Lock()
-		waitFor(t, 5*time.Second, "the other client owns the bucket", func() bool {
+		testutil.Eventually(t, 5*time.Second, "the other client owns the bucket", func() bool {
 			return e.rdb.Exists(ctx, lockKey).Val() == 1 &&
 				e.rdb.ZCard(ctx, keys.Movers(e.cfg.Prefix)).Val() == 2
 		})
@@ -100,10 +102,10 @@ func TestLostNotificationsStrandNothing(t *testing.T) {
 		require.NoError(t, e.rdb.HSet(ctx, k.Pool(), "notified", env).Err())
 		require.NoError(t, e.rdb.HSet(ctx, k.State(), "notified", "r").Err())
 		require.NoError(t, e.rdb.RPush(ctx, k.Ready(), "notified").Err())
-		waitFor(t, 10*time.Second, "the job whose notification was lost ran", func() bool { return len(l.byID()) == 2 })
+		testutil.Eventually(t, 10*time.Second, "the job whose notification was lost ran", func() bool { return len(l.byID()) == 2 })
 		require.NoError(t, e.rdb.HSet(ctx, k.Pool(), "woken", env).Err())
 		require.NoError(t, e.rdb.ZAdd(ctx, k.Scheduled(), redisZ("woken")).Err())
-		waitFor(t, 10*time.Second, "the job whose wake-up was lost ran", func() bool { return len(l.byID()) == 3 })
+		testutil.Eventually(t, 10*time.Second, "the job whose wake-up was lost ran", func() bool { return len(l.byID()) == 3 })
 	})
 }
 
@@ -120,12 +122,12 @@ func TestResubscribeLooksEverywhere(t *testing.T) {
 			l := newListener("t", nil)
 			startWith(t, e.c, l)
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "first"}))
-			waitFor(t, 5*time.Second, "the first job", func() bool { return len(l.byID()) == 1 })
+			testutil.Eventually(t, 5*time.Second, "the first job", func() bool { return len(l.byID()) == 1 })
 			for i := range 3 {
 				require.NoError(t, e.rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err())
 				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint(i)}))
 			}
-			waitFor(t, 10*time.Second, "the jobs added meanwhile ran", func() bool { return len(l.byID()) == 4 })
+			testutil.Eventually(t, 10*time.Second, "the jobs added meanwhile ran", func() bool { return len(l.byID()) == 4 })
 		})
 	}
 }
@@ -137,6 +139,8 @@ func TestResubscribeLooksEverywhere(t *testing.T) {
 // a loop not stopped yet, the next look at the retired topics) makes the
 // movers record the topic again, and the job is moved.
 func TestIdleTopicRetires(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		cfg := e.cfg
@@ -152,15 +156,15 @@ func TestIdleTopicRetires(t *testing.T) {
 		require.NoError(t, mover.Start(ctx))
 
 		topics := keys.Topics(e.cfg.Prefix)
-		waitFor(t, 10*time.Second, "the idle topic retired", func() bool {
+		testutil.Eventually(t, 10*time.Second, "the idle topic retired", func() bool {
 			return !e.rdb.SIsMember(ctx, topics, "idle").Val()
 		})
 		require.True(t, e.rdb.SIsMember(ctx, topics, "busy").Val(), "a topic holding a job retired")
 
 		// e.c recorded "idle" moments ago: this Add does not record it.
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "idle", ID: "late"}))
-		waitFor(t, 10*time.Second, "the late job moved", func() bool { return stats(t, e.c, "idle").Ready == 1 })
-		waitFor(t, 10*time.Second, "the topic recorded again", func() bool { return e.rdb.SIsMember(ctx, topics, "idle").Val() })
+		testutil.Eventually(t, 10*time.Second, "the late job moved", func() bool { return stats(t, e.c, "idle").Ready == 1 })
+		testutil.Eventually(t, 10*time.Second, "the topic recorded again", func() bool { return e.rdb.SIsMember(ctx, topics, "idle").Val() })
 	})
 }
 
@@ -169,6 +173,8 @@ func TestIdleTopicRetires(t *testing.T) {
 // killed, a consumer that died meanwhile holding a job is still recovered:
 // the next client in line starts to look once the fleet has dropped them.
 func TestReapersKilledThirdClientRecovers(t *testing.T) {
+	// Not parallel: beside the parallel fault tests its reapers and
+	// heartbeats fall behind the ConsumerTimeouts it counts on.
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var children []*child
@@ -208,12 +214,12 @@ func TestReapersKilledThirdClientRecovers(t *testing.T) {
 		require.Zero(t, calls.Load(), "the third client looked for silent consumers while both children were live")
 
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 5*time.Second, "due", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+		testutil.Eventually(t, 5*time.Second, "due", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
 		for _, ch := range children {
 			ch.kill()
 		}
 		crash(t, e, "t", "crashed", 1)
-		waitFor(t, 10*e.cfg.ConsumerTimeout, "recovered by the third client", func() bool {
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout, "recovered by the third client", func() bool {
 			return state(t, e.c, "t", "j") == redeq.StateReady
 		})
 		require.Positive(t, calls.Load())
@@ -264,7 +270,7 @@ func TestKilledAndStoppedClientsLeaveTheLiveSet(t *testing.T) {
 			// 8 clients that are killed one after another.
 			for i := range 8 {
 				c, id := start()
-				waitFor(t, 5*time.Second, "child announced", func() bool { return contains(liveMovers(t, rdb, cfg.Prefix, live), id) })
+				testutil.Eventually(t, 5*time.Second, "child announced", func() bool { return contains(liveMovers(t, rdb, cfg.Prefix, live), id) })
 				killed := c.kill()
 				ok := false
 				for time.Since(killed) < 2*live+cfg.ScanInterval {
@@ -282,13 +288,13 @@ func TestKilledAndStoppedClientsLeaveTheLiveSet(t *testing.T) {
 
 			// SIGSTOP, then SIGCONT.
 			c, id := start()
-			waitFor(t, 5*time.Second, "child announced", func() bool { return contains(liveMovers(t, rdb, cfg.Prefix, live), id) })
+			testutil.Eventually(t, 5*time.Second, "child announced", func() bool { return contains(liveMovers(t, rdb, cfg.Prefix, live), id) })
 			require.NoError(t, c.cmd.Process.Signal(syscall.SIGSTOP))
-			waitFor(t, 2*live+cfg.ScanInterval+500*time.Millisecond, "stopped client dropped", func() bool { return !contains(liveMovers(t, rdb, cfg.Prefix, live), id) })
+			testutil.Eventually(t, 2*live+cfg.ScanInterval+500*time.Millisecond, "stopped client dropped", func() bool { return !contains(liveMovers(t, rdb, cfg.Prefix, live), id) })
 			time.Sleep(2 * time.Second)
 			require.NoError(t, c.cmd.Process.Signal(syscall.SIGCONT))
 			cont := time.Now()
-			waitFor(t, 2*time.Second, "continued client rejoined", func() bool { return contains(liveMovers(t, rdb, cfg.Prefix, live), id) })
+			testutil.Eventually(t, 2*time.Second, "continued client rejoined", func() bool { return contains(liveMovers(t, rdb, cfg.Prefix, live), id) })
 			t.Logf("rejoined %v after SIGCONT", time.Since(cont))
 			// and stays
 			time.Sleep(1 * time.Second)
@@ -373,7 +379,7 @@ func TestJobsRecoveredWhenReapersAndHoldersDieAtOnce(t *testing.T) {
 
 	l := newListener("t", nil)
 	startWith(t, e.c, l) // joins late
-	waitFor(t, 20*time.Second, "every lost job ran again", func() bool {
+	testutil.Eventually(t, 20*time.Second, "every lost job ran again", func() bool {
 		got := l.byID()
 		for id := range lost {
 			if got[id] == 0 {

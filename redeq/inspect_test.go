@@ -51,7 +51,7 @@ func ids(jobs []*redeq.Job) []string {
 // waiting until want jobs are ready.
 func moveDue(t *testing.T, e *env, topic string, buckets, want int) {
 	t.Helper()
-	waitFor(t, 5*time.Second, "jobs ready", func() bool {
+	testutil.Eventually(t, 5*time.Second, "jobs ready", func() bool {
 		for n := range buckets {
 			_, err := bucket.Move(context.Background(), e.rdb, e.cfg.Prefix, topic, n, 1000)
 			require.NoError(t, err)
@@ -64,6 +64,7 @@ func moveDue(t *testing.T, e *env, topic string, buckets, want int) {
 // job of each state once, with its fields, and skip stale entries: a
 // deleted or rescheduled job's ready entry, a deleted job's delivery.
 func TestListEveryStateAcrossBuckets(t *testing.T) {
+	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -84,7 +85,7 @@ func TestListEveryStateAcrossBuckets(t *testing.T) {
 				}
 				return nil // neither ack nor rejoin: parked
 			}))
-			waitFor(t, 10*time.Second, "parked and dead", func() bool {
+			testutil.Eventually(t, 10*time.Second, "parked and dead", func() bool {
 				st := stats(t, e.c, topic)
 				return st.UnAck == 5 && st.Dead == 5
 			})
@@ -233,6 +234,7 @@ func (h *countCmds) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // reads a bounded number of entries: 3,000 stale ready entries ahead of
 // the one real job take several pages, not one read of the whole list.
 func TestListBoundedCost(t *testing.T) {
+	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hook := &countCmds{}
@@ -281,7 +283,7 @@ func TestListBoundedCost(t *testing.T) {
 			stale[i] = fmt.Sprint("gone", i)
 		}
 		require.NoError(t, rdb.RPush(ctx, k.Ready(), stale...).Err())
-		waitFor(t, 5*time.Second, "real ready", func() bool {
+		testutil.Eventually(t, 5*time.Second, "real ready", func() bool {
 			_, err := bucket.Move(ctx, rdb, cfg.Prefix, "stale", 0, 10)
 			require.NoError(t, err)
 			return state(t, one, "stale", "real") == redeq.StateReady
@@ -382,7 +384,7 @@ func TestTopics(t *testing.T) {
 		require.NoError(t, wide.Add(ctx, &redeq.Job{Topic: "a", ID: "1"}))
 		require.NoError(t, e.c.Pause(ctx, "b"))
 		startWith(t, e.another(t, nil), newListener("b", nil))
-		waitFor(t, 5*time.Second, "consumer heartbeat", func() bool { return stats(t, e.c, "b").Consumers == 1 })
+		testutil.Eventually(t, 5*time.Second, "consumer heartbeat", func() bool { return stats(t, e.c, "b").Consumers == 1 })
 		got, err = e.c.Topics(ctx)
 		require.NoError(t, err)
 		require.Equal(t, []redeq.TopicInfo{

@@ -93,7 +93,7 @@ func addReady(t *testing.T, e *env, c *redeq.Client, topic, prefix string, n, bu
 		require.NoError(t, c.Add(ctx, &redeq.Job{Topic: topic, ID: fmt.Sprintf("%s%03d", prefix, i)}))
 	}
 	// A job due in this very ms may not be due yet for the mover: poll.
-	waitFor(t, 5*time.Second, "jobs ready", func() bool {
+	testutil.Eventually(t, 5*time.Second, "jobs ready", func() bool {
 		for b := range buckets {
 			_, err := bucket.Move(ctx, e.rdb, e.cfg.Prefix, topic, b, 1000)
 			require.NoError(t, err)
@@ -136,6 +136,8 @@ func giveBack(t *testing.T, e *env, topic string, b int, cid string, members []s
 // included), moved out when due, deleted (the page's last job too); jobs
 // parked and dead set trimmed; deliveries made and given back.
 func TestListPagesAJobThatStaysOnce(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		one := e.another(t, func(c *config.Config) { c.Concurrency = 1 })
@@ -197,7 +199,7 @@ func TestListPagesAJobThatStaysOnce(t *testing.T) {
 			defer cancel()
 			_ = worker.Shutdown(sctx)
 			close(release) // canceled, it returns: its job goes back to the head
-			waitFor(t, 5*time.Second, "the running job given back", func() bool {
+			testutil.Eventually(t, 5*time.Second, "the running job given back", func() bool {
 				got, err := one.Get(ctx, topic, first)
 				require.NoError(t, err)
 				return got.State == redeq.StateReady
@@ -301,7 +303,7 @@ func TestListPagesAJobThatStaysOnce(t *testing.T) {
 				require.NoError(t, one.Add(ctx, &redeq.Job{Topic: topic, ID: fmt.Sprintf("u%03d", i)}))
 				require.NoError(t, one.Add(ctx, &redeq.Job{Topic: topic, ID: fmt.Sprintf("d%03d", i)}))
 			}
-			waitFor(t, 20*time.Second, "parked and dead", func() bool {
+			testutil.Eventually(t, 20*time.Second, "parked and dead", func() bool {
 				st := stats(t, one, topic)
 				return st.UnAck == 150 && st.Dead == 150
 			})
@@ -324,7 +326,7 @@ func TestListPagesAJobThatStaysOnce(t *testing.T) {
 				require.NoError(t, one.Add(ctx, &redeq.Job{Topic: topic, ID: fmt.Sprintf("d2-%03d", i)}))
 				require.NoError(t, one.Add(ctx, &redeq.Job{Topic: topic, ID: fmt.Sprintf("u2-%03d", i)}))
 			}
-			waitFor(t, 20*time.Second, "more parked and dead", func() bool {
+			testutil.Eventually(t, 20*time.Second, "more parked and dead", func() bool {
 				for _, id := range []string{"d2-059", "u2-059"} {
 					if j, err := one.Get(ctx, topic, id); err != nil || (j.State != redeq.StateDead && j.State != redeq.StateUnAck) {
 						return false
@@ -416,7 +418,7 @@ func TestListJobsHaveGetsFields(t *testing.T) {
 			require.NoError(t, e.c.Add(ctx, j))
 		}
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: "p", Delay: time.Hour, Body: []byte("plain")}))
-		waitFor(t, 20*time.Second, "failed once, parked, dead", func() bool {
+		testutil.Eventually(t, 20*time.Second, "failed once, parked, dead", func() bool {
 			st := stats(t, e.c, topic)
 			return st.Scheduled == 4 && st.UnAck == 1 && st.Dead == 1
 		})

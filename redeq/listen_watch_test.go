@@ -23,24 +23,27 @@ import (
 // must each run within 2 x 10 ScanIntervals: the client keeps looking at
 // the ready lists whatever its subscription does.
 func TestSubscribingAgainHangsButLooksGoOn(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	addr := standaloneAddr(t)
 	ctx := context.Background()
-	p := startFaultProxy(t, addr)
+	p := testutil.StartProxy(t, addr)
 	topic, m, _, l, _ := proxiedListenerWith(t, p, addr, redis.Options{PoolSize: 16, MinIdleConns: 16})
 	within := 2 * 10 * testutil.Fast().ScanInterval
 
-	p.holdNew.Store(true)
-	p.deaf.Store(true)
-	time.Sleep(time.Second) // a first attempt to subscribe again is under way
+	p.HoldNew.Store(true)
+	p.Deaf.Store(true)
+	// The listener gives up on its deaf subscription: a first attempt to
+	// subscribe again is under way, and hangs.
+	testutil.Eventually(t, 10*time.Second, "the deaf subscription closed", func() bool { return p.SubscriptionsOpen() == 0 })
 	var worst time.Duration
 	for i := range 10 {
 		id := fmt.Sprint("held", i)
 		start := time.Now()
 		require.NoError(t, m.Add(ctx, &redeq.Job{Topic: topic, ID: id}))
-		waitFor(t, within, fmt.Sprintf("job %d of 10, added while subscribing again hangs, ran", i+1), func() bool { return l.byID()[id] == 1 })
+		testutil.Eventually(t, within, fmt.Sprintf("job %d of 10, added while subscribing again hangs, ran", i+1), func() bool { return l.byID()[id] == 1 })
 		worst = max(worst, time.Since(start))
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // a pace, not a wait: the jobs come over seconds of the hang
 	}
 	t.Logf("the latest of 10 jobs ran %v after its Add", worst)
 }

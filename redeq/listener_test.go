@@ -92,40 +92,6 @@ func (l *listener) byID() map[string]int {
 	return out
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-//
-// The server schedules jobs by its wall clock, and this machine's wall
-// clock is stepped now and then: a step back delays every job by as much,
-// rightly (they are never early by the server's clock). So the wait is
-// extended by any step back of the wall clock since it began.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	waitEvery(t, within, 5*time.Millisecond, what, cond)
-}
-
-// waitEvery is waitFor polling every `every`, for a cond that costs Redis
-// a round trip or more.
-func waitEvery(t *testing.T, within, every time.Duration, what string, cond func() bool) {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start)-wallBack(start) >= within {
-			if cond() {
-				return
-			}
-			require.Failf(t, "condition never satisfied", "%s (waited %v, the wall clock went back %v meanwhile)", what, time.Since(start), wallBack(start))
-		}
-		time.Sleep(every)
-	}
-}
-
-// wallBack is how far the wall clock went back since start: the elapsed
-// monotonic time beyond the elapsed wall time.
-func wallBack(start time.Time) time.Duration {
-	now := time.Now()
-	return max(0, now.Sub(start)-now.Round(0).Sub(start.Round(0)))
-}
-
 // startWith registers ls on c and starts it.
 func startWith(t *testing.T, c *redeq.Client, ls ...redeq.Listener) {
 	t.Helper()

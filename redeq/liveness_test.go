@@ -43,6 +43,7 @@ func blockingListener(topic string, release chan struct{}) *listener {
 // topics again, or a job it fetches afterwards is never recovered when it
 // dies.
 func TestForgottenConsumerRejoinsAfterHeartbeatRerun(t *testing.T) {
+	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
@@ -80,14 +81,14 @@ func TestForgottenConsumerRejoinsAfterHeartbeatRerun(t *testing.T) {
 		require.NoError(t, e.rdb.ZRem(ctx, alive, cid).Err())
 		require.NoError(t, e.rdb.ZRem(ctx, consumers, cid).Err())
 		before := beats.Load()
-		waitFor(t, 5*time.Second, "heartbeats", func() bool { return beats.Load() >= before+3 })
+		testutil.Eventually(t, 5*time.Second, "heartbeats", func() bool { return beats.Load() >= before+3 })
 
 		// It fetches a job, then dies.
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
+		testutil.Eventually(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
 		mode.Store(2)
 		member := e.rdb.ZScore(ctx, consumers, cid).Err()
-		waitFor(t, 10*e.cfg.ConsumerTimeout+5*time.Second, fmt.Sprintf("recovered (consumer-set lookup: %v)", member), func() bool {
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout+5*time.Second, fmt.Sprintf("recovered (consumer-set lookup: %v)", member), func() bool {
 			return state(t, e.c, "t", "j") != redeq.StateInFlight
 		})
 	})
@@ -157,6 +158,7 @@ func (o *outage) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 // heartbeat since the outage ended. The job must run once.
 func TestReaperWaitsAfterOutageEnds(t *testing.T) {
 	testutil.FaultTier(t) // an outage of several ConsumerTimeouts
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		out := newOutage()
@@ -180,7 +182,7 @@ func TestReaperWaitsAfterOutageEnds(t *testing.T) {
 		require.NoError(t, r.Start(ctx)) // moves and reaps, consumes nothing
 
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
+		testutil.Eventually(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
 
 		out.down.Store(true)
 		out.liftAfter.Store(time.Now().Add(4 * e.cfg.ConsumerTimeout).UnixNano())
@@ -191,9 +193,9 @@ func TestReaperWaitsAfterOutageEnds(t *testing.T) {
 		}
 		// Give the reaper ample passes after the outage: two ConsumerTimeouts.
 		after := passes.Load()
-		waitFor(t, 20*e.cfg.ConsumerTimeout+5*time.Second, "reaper passes", func() bool { return passes.Load() >= after+10 })
+		testutil.Eventually(t, 20*e.cfg.ConsumerTimeout+5*time.Second, "reaper passes", func() bool { return passes.Load() >= after+10 })
 		close(release)
-		waitFor(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
+		testutil.Eventually(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
 		settle(t, e, "t")
 		require.Equal(t, 1, l.count(), "the reaper took a live consumer's job as soon as Redis came back")
 	})
@@ -208,6 +210,7 @@ func TestReaperWaitsAfterOutageEnds(t *testing.T) {
 // consumer after the reaper's look.
 func TestReaperPausedBeforeRecoverSparesConsumerThatCameBack(t *testing.T) {
 	testutil.FaultTier(t) // a reaper paused for several ConsumerTimeouts
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
@@ -240,17 +243,17 @@ func TestReaperPausedBeforeRecoverSparesConsumerThatCameBack(t *testing.T) {
 
 		// The consumer comes back, fetches a job and holds it, alive.
 		hb.set(nil)
-		waitFor(t, 5*time.Second, "heartbeat", func() bool {
+		testutil.Eventually(t, 5*time.Second, "heartbeat", func() bool {
 			s, err := e.rdb.ZScore(ctx, alive, a.ConsumerID()).Result()
 			return err == nil && s > float64(time.Now().Add(-e.cfg.ConsumerTimeout/2).UnixMilli())
 		})
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
+		testutil.Eventually(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
 		time.Sleep(2 * e.cfg.ConsumerTimeout) // a long handler, heartbeating all along
 		close(resume)
 		time.Sleep(2 * e.cfg.ConsumerTimeout) // the window in which a wrong recovery would strike
 		close(release)
-		waitFor(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
+		testutil.Eventually(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
 		settle(t, e, "t")
 		require.Equal(t, 1, l.count(), "a reaper that resumed took the job of a consumer that came back")
 	})
@@ -263,6 +266,8 @@ func TestReaperPausedBeforeRecoverSparesConsumerThatCameBack(t *testing.T) {
 // heartbeat must not take a missing entry for a consumer silent for
 // longer than ConsumerTimeout.
 func TestLostAliveEntrySparesLiveConsumer(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
@@ -276,7 +281,7 @@ func TestLostAliveEntrySparesLiveConsumer(t *testing.T) {
 		require.NoError(t, r.Start(ctx)) // moves and reaps, consumes nothing
 
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
+		testutil.Eventually(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
 		time.Sleep(e.cfg.ConsumerTimeout) // a long handler
 
 		// The alive set is lost; the consumer's next heartbeat reaches the
@@ -289,12 +294,12 @@ func TestLostAliveEntrySparesLiveConsumer(t *testing.T) {
 		require.NoError(t, e.rdb.Del(ctx, keys.Alive(e.cfg.Prefix)).Err())
 		before := passes.n.Load()
 		// Two passes started: the first one after the loss is complete.
-		waitFor(t, 10*e.cfg.ConsumerTimeout, "reaper looked", func() bool { return passes.n.Load() >= before+2 })
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout, "reaper looked", func() bool { return passes.n.Load() >= before+2 })
 		close(held)
 		hb.set(nil)
 		time.Sleep(2 * e.cfg.ConsumerTimeout) // the window in which a wrong recovery would strike
 		close(release)
-		waitFor(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
+		testutil.Eventually(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
 		settle(t, e, "t")
 		require.Equal(t, 1, l.count(), "a live consumer's job was taken after its heartbeat entry was lost")
 	})
@@ -330,7 +335,7 @@ func TestDeadConsumerRecoveredAmongManyLive(t *testing.T) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps
-		waitFor(t, 5*time.Second, "due", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+		testutil.Eventually(t, 5*time.Second, "due", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
 
 		consumers, alive := keys.ForTopic(e.cfg.Prefix, "t").Consumers(), keys.Alive(e.cfg.Prefix)
 		const live = 1000
@@ -367,7 +372,7 @@ func TestDeadConsumerRecoveredAmongManyLive(t *testing.T) {
 		// The last to join takes the job and dies.
 		require.NoError(t, e.rdb.ZAdd(ctx, consumers, redis.Z{Score: float64(time.Now().UnixMilli()), Member: "late"}).Err())
 		crash(t, e, "t", "late", 1)
-		waitFor(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool { return state(t, e.c, "t", "j") == redeq.StateReady })
 	})
 }
 
@@ -376,6 +381,8 @@ func TestDeadConsumerRecoveredAmongManyLive(t *testing.T) {
 // consumer's job once (one recovery counted, one run) and forgets it, and
 // spares a live consumer holding a job for longer than ConsumerTimeout.
 func TestReaperScriptsSurviveRerun(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		for _, id := range []string{"dead", "long"} {
@@ -391,7 +398,7 @@ func TestReaperScriptsSurviveRerun(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = r.Shutdown(context.Background()) })
 		require.NoError(t, r.Start(ctx)) // moves and reaps
-		waitFor(t, 5*time.Second, "due", func() bool { return stats(t, e.c, "t").Ready == 2 })
+		testutil.Eventually(t, 5*time.Second, "due", func() bool { return stats(t, e.c, "t").Ready == 2 })
 		items := crash(t, e, "t", "crashed", 1)
 		dead := items[0].ID
 
@@ -407,8 +414,8 @@ func TestReaperScriptsSurviveRerun(t *testing.T) {
 		release := make(chan struct{})
 		l := blockingListener("t", release)
 		startWith(t, a, l)
-		waitFor(t, 5*time.Second, "running", func() bool { return l.count() >= 1 })
-		waitFor(t, 10*e.cfg.ConsumerTimeout, "dead consumer's job recovered and run", func() bool {
+		testutil.Eventually(t, 5*time.Second, "running", func() bool { return l.count() >= 1 })
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout, "dead consumer's job recovered and run", func() bool {
 			return l.byID()[dead] == 1
 		})
 		time.Sleep(3 * e.cfg.ConsumerTimeout)
@@ -477,6 +484,9 @@ func (h *livenessReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // the clients' reaper passes) must not grow with clients x topics: four
 // times the topics may not cost four times as much.
 func TestIdleLivenessCostLinearInClients(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	// Not parallel: beside the parallel fault tests its reapers and
+	// heartbeats fall behind the ConsumerTimeouts it counts on.
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		measure := func(clients, topics int) float64 {
@@ -498,7 +508,7 @@ func TestIdleLivenessCostLinearInClients(t *testing.T) {
 				hooks, cs = append(hooks, h), append(cs, c)
 			}
 			// Every client has seen the whole fleet and joined every topic.
-			waitFor(t, 10*time.Second, "fleet", func() bool {
+			testutil.Eventually(t, 10*time.Second, "fleet", func() bool {
 				for i := range topics {
 					if stats(t, cs[0], fmt.Sprintf("t%d", i)).Consumers != int64(clients) {
 						return false
@@ -512,7 +522,7 @@ func TestIdleLivenessCostLinearInClients(t *testing.T) {
 				p0, r0 = append(p0, h.passes.Load()), append(r0, h.members.Load()+h.looks.Load())
 			}
 			// Two clients of the fleet look for silent consumers.
-			waitFor(t, 20*time.Second, "passes", func() bool {
+			testutil.Eventually(t, 20*time.Second, "passes", func() bool {
 				n := 0
 				for i, h := range hooks {
 					if h.passes.Load() >= p0[i]+10 {
@@ -556,13 +566,13 @@ func TestDeadReaperLockDoesNotDelayRecovery(t *testing.T) {
 		c := e.another(t, func(c *config.Config) { *c = cfg })
 		require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
 		require.NoError(t, c.Start(ctx)) // moves and reaps
-		waitFor(t, 5*time.Second, "due", func() bool { return state(t, c, "t", "j") == redeq.StateReady })
+		testutil.Eventually(t, 5*time.Second, "due", func() bool { return state(t, c, "t", "j") == redeq.StateReady })
 		// The lock a reaper killed while it reaped this consumer left
 		// behind: it lives a third of ConsumerTimeout, whatever LockExpiry.
 		lock := keys.ReapLock(cfg.Prefix, "crashed")
 		require.NoError(t, e.rdb.Set(ctx, lock, "killed-reaper", cfg.ConsumerTimeout/3).Err())
 		crash(t, e, "t", "crashed", 1)
-		waitFor(t, 10*cfg.ConsumerTimeout, "recovered", func() bool { return state(t, c, "t", "j") == redeq.StateReady })
+		testutil.Eventually(t, 10*cfg.ConsumerTimeout, "recovered", func() bool { return state(t, c, "t", "j") == redeq.StateReady })
 	})
 }
 
@@ -571,6 +581,7 @@ func TestDeadReaperLockDoesNotDelayRecovery(t *testing.T) {
 // to the reaper. Continued, it joins its topics again before it fetches:
 // the jobs it takes then are recovered when it is killed afterwards.
 func TestStoppedConsumerKeepsJobsFetchedAfterContinue(t *testing.T) {
+	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
@@ -587,13 +598,13 @@ func TestStoppedConsumerKeepsJobsFetchedAfterContinue(t *testing.T) {
 		}
 		require.Equal(t, "a", next())
 		require.NoError(t, ch.cmd.Process.Signal(syscall.SIGSTOP))
-		waitFor(t, 10*e.cfg.ConsumerTimeout, "recovered while stopped", func() bool { return state(t, e.c, "t", "a") == redeq.StateReady })
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout, "recovered while stopped", func() bool { return state(t, e.c, "t", "a") == redeq.StateReady })
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "b"}))
 		require.NoError(t, ch.cmd.Process.Signal(syscall.SIGCONT))
 		got := map[string]bool{next(): true, next(): true}
 		require.Equal(t, map[string]bool{"a": true, "b": true}, got)
 		ch.kill()
-		waitFor(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered after the kill", func() bool {
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered after the kill", func() bool {
 			return state(t, e.c, "t", "a") == redeq.StateReady && state(t, e.c, "t", "b") == redeq.StateReady
 		})
 	})
@@ -605,6 +616,8 @@ func TestStoppedConsumerKeepsJobsFetchedAfterContinue(t *testing.T) {
 // on another slot, go on. When that consumer dies later holding a job of
 // the topic, the job must run again.
 func TestLostConsumerEntryStillRecovered(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
@@ -631,11 +644,11 @@ func TestLostConsumerEntryStillRecovered(t *testing.T) {
 
 		require.NoError(t, e.rdb.ZRem(ctx, keys.ForTopic(e.cfg.Prefix, "t").Consumers(), a.ConsumerID()).Err())
 		before := beats.Load()
-		waitFor(t, 5*time.Second, "heartbeats", func() bool { return beats.Load() >= before+3 })
+		testutil.Eventually(t, 5*time.Second, "heartbeats", func() bool { return beats.Load() >= before+3 })
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
+		testutil.Eventually(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
 		dead.Store(true)
-		waitFor(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
 			return state(t, e.c, "t", "j") != redeq.StateInFlight
 		})
 	})
@@ -672,7 +685,7 @@ func TestStallWithinToleranceKeepsJob(t *testing.T) {
 	alive := keys.Alive(cfg.Prefix)
 	last := e.rdb.ZScore(ctx, alive, cid).Val()
 	require.NotZero(t, last, "child heartbeats")
-	waitFor(t, 3*time.Second, "a fresh heartbeat", func() bool { return e.rdb.ZScore(ctx, alive, cid).Val() != last })
+	testutil.Eventually(t, 3*time.Second, "a fresh heartbeat", func() bool { return e.rdb.ZScore(ctx, alive, cid).Val() != last })
 	time.Sleep(cfg.HeartbeatInterval - 50*time.Millisecond)
 	stall := (cfg.ConsumerTimeout - cfg.HeartbeatInterval) * 95 / 100
 	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGSTOP))

@@ -222,7 +222,7 @@ func runMasterKill(t *testing.T, cl *testutil.ReplCluster, jobs, replicas int) {
 		t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
 		require.NoError(t, c.Register(redeq.ListenerFunc("orders", handle)))
 		// The cluster may still be settling from the last run.
-		waitEvery(t, 30*time.Second, 100*time.Millisecond, "a consumer starts", func() bool { return c.Start(ctx) == nil })
+		testutil.EventuallyEvery(t, 30*time.Second, 100*time.Millisecond, "a consumer starts", func() bool { return c.Start(ctx) == nil })
 		consumers = append(consumers, c)
 	}
 	producer, err := redeq.New(newClient(), cfg)
@@ -312,18 +312,18 @@ func runMasterKill(t *testing.T, cl *testutil.ReplCluster, jobs, replicas int) {
 	time.Sleep(300 * time.Millisecond) // the length of the fault, not a wait for an event
 	killTime = time.Now()
 	victim.Kill()
-	waitFor(t, 30*time.Second, "replica promoted, cluster ok", func() bool { return cl.Promoted(heir.Addr, victim) })
+	testutil.Eventually(t, 30*time.Second, "replica promoted, cluster ok", func() bool { return cl.Promoted(heir.Addr, victim) })
 	require.NoError(t, hc.ConfigSet(ctx, "masterauth", "").Err())
 	promoted := time.Since(killTime)
 	// The crashed node comes back (empty) as the new master's replica.
 	victim.Start()
-	waitFor(t, 30*time.Second, "old master back as a replica, in sync", func() bool {
+	testutil.Eventually(t, 30*time.Second, "old master back as a replica, in sync", func() bool {
 		return cl.ReplicaOf(heir.Addr) == victim && cl.InSync(victim.Addr)
 	})
 	pw.Wait()
 
 	// Drain: every stored job runs and is acked.
-	waitFor(t, 60*time.Second, "pool empty", func() bool {
+	testutil.Eventually(t, 60*time.Second, "pool empty", func() bool {
 		st, err := consumers[0].Stats(ctx, "orders")
 		return err == nil && st.Pool == 0 && st.InFlight == 0
 	})

@@ -97,6 +97,8 @@ func topicConsumers(t *testing.T, c *redeq.Client, topic string) int64 {
 // from it runs again under a new delivery, and the stalled handler's ack
 // is dropped by the fence.
 func TestResumedConsumerIsVisibleAgain(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
@@ -117,14 +119,14 @@ func TestResumedConsumerIsVisibleAgain(t *testing.T) {
 
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "a"}))
 		stale := next(t, runs, "first delivery of a")
-		waitFor(t, 5*time.Second, "counted", func() bool {
+		testutil.Eventually(t, 5*time.Second, "counted", func() bool {
 			st := stats(t, e.c, "t")
 			return st.Consumers == 1 && st.InFlight == 1
 		})
 
 		// The consumer stops: its job is recovered and it is forgotten.
 		stopped.Store(true)
-		waitFor(t, 20*e.cfg.ConsumerTimeout, "reaped and forgotten", func() bool {
+		testutil.Eventually(t, 20*e.cfg.ConsumerTimeout, "reaped and forgotten", func() bool {
 			return stats(t, e.c, "t").Consumers == 0 && state(t, e.c, "t", "a") == redeq.StateReady &&
 				e.rdb.ZScore(ctx, keys.Alive(e.cfg.Prefix), cid).Err() == redis.Nil
 		})
@@ -136,7 +138,7 @@ func TestResumedConsumerIsVisibleAgain(t *testing.T) {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "b"}))
 		fresh := next(t, runs, "delivery of b")
 		require.Equal(t, "b", fresh.job.ID)
-		waitFor(t, 10*e.cfg.HeartbeatInterval+5*time.Second, "visible again", func() bool {
+		testutil.Eventually(t, 10*e.cfg.HeartbeatInterval+5*time.Second, "visible again", func() bool {
 			st := stats(t, e.c, "t")
 			return st.Consumers == 1 && st.InFlight == 2 && topicConsumers(t, e.c, "t") == 1
 		})
@@ -150,13 +152,13 @@ func TestResumedConsumerIsVisibleAgain(t *testing.T) {
 		// The stalled handler acks: dropped, the new delivery keeps a.
 		before := settled.Load()
 		close(stale.done)
-		waitFor(t, 5*time.Second, "stale outcome settled", func() bool { return settled.Load() > before })
+		testutil.Eventually(t, 5*time.Second, "stale outcome settled", func() bool { return settled.Load() > before })
 		require.Equal(t, redeq.StateInFlight, state(t, e.c, "t", "a"), "the stale ack acted on the new delivery")
 		require.Equal(t, []string{"a", "b"}, inFlightIDs(t, e.c, "t"))
 
 		close(again.done)
 		close(fresh.done)
-		waitFor(t, 5*time.Second, "both acked", func() bool {
+		testutil.Eventually(t, 5*time.Second, "both acked", func() bool {
 			return state(t, e.c, "t", "a") == "" && state(t, e.c, "t", "b") == ""
 		})
 		st := stats(t, e.c, "t")
@@ -175,6 +177,8 @@ func TestResumedConsumerIsVisibleAgain(t *testing.T) {
 // topics' consumer sets stays in them: its heartbeat joined again, and the
 // reaper takes out only a membership older than the heartbeat it forgot.
 func TestComebackWhileForgottenKeepsMembership(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
@@ -198,7 +202,7 @@ func TestComebackWhileForgottenKeepsMembership(t *testing.T) {
 				// Forgotten: the consumer resumes and joins again before
 				// the reaper goes on.
 				stopped.Store(false)
-				waitFor(t, 10*time.Second, "joined again", func() bool {
+				testutil.Eventually(t, 10*time.Second, "joined again", func() bool {
 					at, err := e.rdb.HGet(ctx, keys.AliveTopics(e.cfg.Prefix), joinedField).Float64()
 					return err == nil && e.rdb.ZScore(ctx, consumers, cid).Val() == at
 				})
@@ -209,7 +213,7 @@ func TestComebackWhileForgottenKeepsMembership(t *testing.T) {
 		reaper := e.hooked(t, gone, forgets)
 		require.NoError(t, reaper.Start(ctx))
 		stopped.Store(true)
-		waitFor(t, 20*e.cfg.ConsumerTimeout, "forgotten and back", func() bool { return forgot.Load() > 0 })
+		testutil.Eventually(t, 20*e.cfg.ConsumerTimeout, "forgotten and back", func() bool { return forgot.Load() > 0 })
 		require.NoError(t, e.rdb.ZScore(ctx, consumers, cid).Err(), "the reaper took a consumer that came back out of its topic")
 		require.Equal(t, int64(1), stats(t, e.c, "t").Consumers)
 	})
@@ -233,7 +237,7 @@ func TestForgottenConsumerRejoinsThroughARerun(t *testing.T) {
 		require.NoError(t, e.rdb.ZRem(ctx, keys.Alive(e.cfg.Prefix), cid).Err())
 		require.NoError(t, e.rdb.HDel(ctx, keys.AliveTopics(e.cfg.Prefix), cid, cid+"#timeout", cid+"#joined").Err())
 		require.NoError(t, e.rdb.ZRem(ctx, consumers, cid).Err())
-		waitFor(t, 10*e.cfg.HeartbeatInterval+5*time.Second, "joined again", func() bool {
+		testutil.Eventually(t, 10*e.cfg.HeartbeatInterval+5*time.Second, "joined again", func() bool {
 			return e.rdb.ZScore(ctx, consumers, cid).Err() == nil
 		})
 		require.Equal(t, int64(1), stats(t, e.c, "t").Consumers)
@@ -246,6 +250,7 @@ func TestForgottenConsumerRejoinsThroughARerun(t *testing.T) {
 // it runs (the one taken from it, under a new delivery, and a new one).
 func TestStoppedConsumerProcessIsVisibleAfterResume(t *testing.T) {
 	testutil.FaultTier(t)
+	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps
@@ -262,20 +267,20 @@ func TestStoppedConsumerProcessIsVisibleAfterResume(t *testing.T) {
 		}
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "a"}))
 		require.Equal(t, "a", holding("first delivery of a"))
-		waitFor(t, 10*time.Second, "counted", func() bool {
+		testutil.Eventually(t, 10*time.Second, "counted", func() bool {
 			st := stats(t, e.c, "t")
 			return st.Consumers == 1 && st.InFlight == 1
 		})
 
 		require.NoError(t, ch.cmd.Process.Signal(syscall.SIGSTOP))
-		waitFor(t, 20*e.cfg.ConsumerTimeout, "reaped and forgotten", func() bool {
+		testutil.Eventually(t, 20*e.cfg.ConsumerTimeout, "reaped and forgotten", func() bool {
 			return stats(t, e.c, "t").Consumers == 0 && state(t, e.c, "t", "a") == redeq.StateReady
 		})
 		require.NoError(t, ch.cmd.Process.Signal(syscall.SIGCONT))
 		require.Equal(t, "a", holding("second delivery of a"))
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "b"}))
 		require.Equal(t, "b", holding("delivery of b"))
-		waitFor(t, 10*time.Second, "visible again", func() bool {
+		testutil.Eventually(t, 10*time.Second, "visible again", func() bool {
 			st := stats(t, e.c, "t")
 			return st.Consumers == 1 && st.InFlight == 2 && topicConsumers(t, e.c, "t") == 1
 		})

@@ -112,7 +112,7 @@ func TestMixedConfigFleetSparesStalledAndRecoversKilled(t *testing.T) {
 	// A stall within the child's tolerance.
 	alive := keys.Alive(cfg.Prefix)
 	last := e.rdb.ZScore(ctx, alive, cid).Val()
-	waitFor(t, 3*time.Second, "a fresh heartbeat", func() bool { return e.rdb.ZScore(ctx, alive, cid).Val() != last })
+	testutil.Eventually(t, 3*time.Second, "a fresh heartbeat", func() bool { return e.rdb.ZScore(ctx, alive, cid).Val() != last })
 	time.Sleep(900 * time.Millisecond)
 	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGSTOP))
 	time.Sleep(1800 * time.Millisecond)
@@ -121,11 +121,11 @@ func TestMixedConfigFleetSparesStalledAndRecoversKilled(t *testing.T) {
 	require.Zerof(t, live.count(), "a consumer stalled within its own ConsumerTimeout lost %d jobs to another", live.count())
 
 	// Now it dies.
-	waitFor(t, 3*time.Second, "a fresh heartbeat", func() bool { return e.rdb.ZScore(ctx, alive, cid).Val() != last })
+	testutil.Eventually(t, 3*time.Second, "a fresh heartbeat", func() bool { return e.rdb.ZScore(ctx, alive, cid).Val() != last })
 	beat := e.rdb.ZScore(ctx, alive, cid).Val()
 	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGKILL))
 	killed := time.Now()
-	waitFor(t, 12*time.Second, "the four jobs ran again", func() bool { return len(live.byID()) == 4 })
+	testutil.Eventually(t, 12*time.Second, "the four jobs ran again", func() bool { return len(live.byID()) == 4 })
 	took := time.Since(killed)
 	first := live.deliveries()[0].at
 	silent := time.Duration(first.UnixMilli()-int64(beat)) * time.Millisecond

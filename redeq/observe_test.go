@@ -218,7 +218,7 @@ func TestBroadcastIsObservedAndWrapped(t *testing.T) {
 			{Topic: "bc", ID: "bad", Body: []byte("panic"), Broadcast: true},
 		}))
 		for i, cl := range clients {
-			waitFor(t, 10*time.Second, fmt.Sprintf("client %d observed both broadcasts", i), func() bool { return cl.rec.done() == 2 })
+			testutil.Eventually(t, 10*time.Second, fmt.Sprintf("client %d observed both broadcasts", i), func() bool { return cl.rec.done() == 2 })
 		}
 		for i, cl := range clients {
 			cl.rec.mu.Lock()

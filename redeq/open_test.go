@@ -84,6 +84,8 @@ func TestOpenFromEnv(t *testing.T) {
 // TestOpenUnreachable: a closed port is a prompt error naming the address,
 // not a hang and not a client that fails later.
 func TestOpenUnreachable(t *testing.T) {
+	// It runs for seconds: the fault tier.
+	testutil.FaultTier(t)
 	t.Parallel() // it waits on dial retries, not on anything shared
 	addr := closedAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -97,7 +97,7 @@ func TestOutageOfManyBucketsRunsEachJobOnceAfter(t *testing.T) {
 	require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
 	contAt := time.Now()
 
-	waitFor(t, 40*time.Second, "every job ran", func() bool {
+	testutil.Eventually(t, 40*time.Second, "every job ran", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(runs) == n
@@ -188,11 +188,11 @@ func TestServerRestartRecoversConsumerKilledWhileDown(t *testing.T) {
 						held[l[6:]] = true
 					}
 				}
-				waitFor(t, 20*time.Second, "every new job ran", func() bool { return runs.ranAll("n", 30, nil) })
+				testutil.Eventually(t, 20*time.Second, "every new job ran", func() bool { return runs.ranAll("n", 30, nil) })
 				t.Logf("after a restart without persistence, %d+ jobs of a killed consumer and all new jobs ran within %v", len(held), time.Since(restarted))
 				return
 			}
-			waitFor(t, 30*time.Second, "every job ran", func() bool { return runs.ranAll("j", n, held) })
+			testutil.Eventually(t, 30*time.Second, "every job ran", func() bool { return runs.ranAll("j", n, held) })
 			t.Logf("all ran %v after the restart", time.Since(restarted))
 			var bad []string
 			for id, js := range runs.snapshot() {
@@ -245,7 +245,7 @@ func TestRedisTroubleRecoversOnlyKilledConsumersJobs(t *testing.T) {
 	require.NoError(t, admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err())
 	require.NoError(t, admin.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err())
 
-	waitFor(t, 30*time.Second, "every job ran", func() bool { return runs.ranAll("j", n, held) })
+	testutil.Eventually(t, 30*time.Second, "every job ran", func() bool { return runs.ranAll("j", n, held) })
 	got := runs.snapshot()
 	runs.mu.Lock()
 	var lastRecovered time.Time

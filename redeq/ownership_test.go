@@ -133,6 +133,8 @@ func (c dropConn) Write(b []byte) (int, error) {
 // pipeline over every bucket, so every master) waits on that master: it
 // never goes silent for as long as the others take to count it dead.
 func TestHungMasterKeepsClientAnnouncing(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	be := testutil.Cluster(t)
 	probe := be.New(t)
 	const topic = "t"
@@ -167,7 +169,7 @@ func TestHungMasterKeepsClientAnnouncing(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
 	require.NoError(t, a.Start(ctx))
-	waitFor(t, 5*time.Second, "A announced", func() bool { return e.rdb.ZCard(ctx, movers).Val() == 1 })
+	testutil.Eventually(t, 5*time.Second, "A announced", func() bool { return e.rdb.ZCard(ctx, movers).Val() == 1 })
 	liveFor := cfg.ScanInterval * 5 / 2
 	// go-redis gives up on the hung master after its 3 s read timeout.
 	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
@@ -185,6 +187,7 @@ func TestHungMasterKeepsClientAnnouncing(t *testing.T) {
 // moves them: every job runs soon after it is due, though A keeps
 // announcing itself and owns its share of the other buckets.
 func TestOwnerCutOffFromMasterHandsItsBucketsOver(t *testing.T) {
+	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	be := testutil.Cluster(t)
 	probe := be.New(t)
 	const topic = "t"
@@ -210,7 +213,7 @@ func TestOwnerCutOffFromMasterHandsItsBucketsOver(t *testing.T) {
 	l := newListener(topic, runs.handler(0))
 	l.workers = 8
 	startWith(t, e.c, l)
-	waitFor(t, 5*time.Second, "both clients announced", func() bool {
+	testutil.Eventually(t, 5*time.Second, "both clients announced", func() bool {
 		return e.rdb.ZCard(ctx, keys.Movers(prefix)).Val() == 2
 	})
 
@@ -220,7 +223,7 @@ func TestOwnerCutOffFromMasterHandsItsBucketsOver(t *testing.T) {
 	}
 	// Due in 1 s; then UnreachableAfter (3 scans) and two announcements
 	// pass before B moves what A could not.
-	waitFor(t, time.Second+40*cfg.ScanInterval, "every job ran", func() bool { return runs.ranAll("j", jobs, nil) })
+	testutil.Eventually(t, time.Second+40*cfg.ScanInterval, "every job ran", func() bool { return runs.ranAll("j", jobs, nil) })
 	for id, r := range runs.snapshot() {
 		require.Len(t, r, 1, "job %s ran more than once", id)
 	}
@@ -234,6 +237,7 @@ func TestOwnerCutOffFromMasterHandsItsBucketsOver(t *testing.T) {
 // own jobs, and a job of another topic, all of whose keys live on the
 // healthy masters, runs as soon as it is due.
 func TestMoverWorksBesideTopicOnDeadMaster(t *testing.T) {
+	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	cl := testutil.StartCluster(t, 3, time.Second)
 	ctx := context.Background()
 	for _, addr := range cl.Addrs {
@@ -271,7 +275,7 @@ func TestMoverWorksBesideTopicOnDeadMaster(t *testing.T) {
 	l := newListener(t2, nil)
 	startWith(t, c, l)
 	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: t2, ID: "now"}))
-	waitFor(t, 50*cfg.ScanInterval, "the job of the healthy topic ran", func() bool { return l.count() > 0 })
+	testutil.Eventually(t, 50*cfg.ScanInterval, "the job of the healthy topic ran", func() bool { return l.count() > 0 })
 }
 
 // cmdHook calls after with each command, alone or in a pipeline, once
@@ -331,6 +335,8 @@ func hookedWith(t *testing.T, e *env, cfg config.Config, hook redis.Hook) *redeq
 // that Y stops at its next read of the topic set: X looks at the topic
 // once more a little after it retired it, and records it again.
 func TestAddAsTopicRetiresIsMoved(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		xcfg, ycfg := e.cfg, e.cfg
@@ -408,9 +414,9 @@ func TestAddAsTopicRetiresIsMoved(t *testing.T) {
 		mu.Unlock()
 
 		require.NoError(t, y.Start(ctx))
-		waitFor(t, 5*time.Second, "Y announced", func() bool { return e.rdb.ZCard(ctx, keys.Movers(e.cfg.Prefix)).Val() == 1 })
+		testutil.Eventually(t, 5*time.Second, "Y announced", func() bool { return e.rdb.ZCard(ctx, keys.Movers(e.cfg.Prefix)).Val() == 1 })
 		require.NoError(t, x.Start(ctx))
-		waitFor(t, 10*time.Second, "the job added as the topic retired", func() bool {
+		testutil.Eventually(t, 10*time.Second, "the job added as the topic retired", func() bool {
 			select {
 			case <-added:
 				return true
@@ -419,7 +425,7 @@ func TestAddAsTopicRetiresIsMoved(t *testing.T) {
 			}
 		})
 		// Due 3 s after its Add.
-		waitFor(t, 3*time.Second+30*e.cfg.ScanInterval, "the late job moved", func() bool { return stats(t, e.c, tp).Ready == 1 })
+		testutil.Eventually(t, 3*time.Second+30*e.cfg.ScanInterval, "the late job moved", func() bool { return stats(t, e.c, tp).Ready == 1 })
 	})
 }
 
@@ -453,9 +459,9 @@ func TestTopicsListsTopicsInUse(t *testing.T) {
 		}
 		require.Equal(t, []string{"busy", "idle"}, names())
 		require.NoError(t, mover.Start(ctx))
-		waitFor(t, 10*time.Second, "the idle topic left out", func() bool { return slices.Equal(names(), []string{"busy"}) })
+		testutil.Eventually(t, 10*time.Second, "the idle topic left out", func() bool { return slices.Equal(names(), []string{"busy"}) })
 
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "idle", ID: "again"}))
-		waitFor(t, 10*time.Second, "the topic listed again", func() bool { return slices.Equal(names(), []string{"busy", "idle"}) })
+		testutil.Eventually(t, 10*time.Second, "the topic listed again", func() bool { return slices.Equal(names(), []string{"busy", "idle"}) })
 	})
 }

@@ -19,6 +19,8 @@ import (
 // ready list while it keeps polling), other topics run on, Stats and
 // Topics say paused; once Resume returns it runs them.
 func TestPauseStopsRunningClients(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -42,19 +44,19 @@ func TestPauseStopsRunningClients(t *testing.T) {
 			other := newListener("other", nil)
 			startWith(t, consumer, l, other)
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "before"}))
-			waitFor(t, 5*time.Second, "the consumer runs", func() bool { return l.count() == 1 })
+			testutil.Eventually(t, 5*time.Second, "the consumer runs", func() bool { return l.count() == 1 })
 
 			require.NoError(t, e.c.Pause(ctx, "t"))
 			for i := range 8 {
 				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("p", i)}))
 			}
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "other", ID: "o"}))
-			waitFor(t, 5*time.Second, "due jobs moved to ready", func() bool { return stats(t, e.c, "t").Ready == 8 })
-			waitFor(t, 5*time.Second, "another topic runs", func() bool { return other.count() == 1 })
+			testutil.Eventually(t, 5*time.Second, "due jobs moved to ready", func() bool { return stats(t, e.c, "t").Ready == 8 })
+			testutil.Eventually(t, 5*time.Second, "another topic runs", func() bool { return other.count() == 1 })
 			// Every bucket is polled each PollTimeout: many fetches later,
 			// still nothing ran.
 			tried := fetches.Load()
-			waitFor(t, 10*time.Second, "the consumer polls", func() bool { return fetches.Load() >= tried+3*4 })
+			testutil.Eventually(t, 10*time.Second, "the consumer polls", func() bool { return fetches.Load() >= tried+3*4 })
 			require.Equal(t, 1, l.count(), "a job of a paused topic ran")
 			st := stats(t, e.c, "t")
 			require.True(t, st.Paused)
@@ -63,7 +65,7 @@ func TestPauseStopsRunningClients(t *testing.T) {
 
 			require.NoError(t, e.c.Resume(ctx, "t"))
 			require.False(t, stats(t, e.c, "t").Paused)
-			waitFor(t, 5*time.Second, "resumed jobs run", func() bool { return l.count() == 9 })
+			testutil.Eventually(t, 5*time.Second, "resumed jobs run", func() bool { return l.count() == 9 })
 		})
 	}
 }
@@ -84,6 +86,6 @@ func TestPauseLastCallWins(t *testing.T) {
 		require.False(t, stats(t, e.c, "t").Paused)
 		l := newListener("t", nil)
 		startWith(t, e.c, l)
-		waitFor(t, 5*time.Second, "runs after resume", func() bool { return l.count() == 1 })
+		testutil.Eventually(t, 5*time.Second, "runs after resume", func() bool { return l.count() == 1 })
 	})
 }

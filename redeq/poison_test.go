@@ -117,8 +117,8 @@ func testPoisonSparesBystanderDuringGracefulShutdown(t *testing.T) {
 	}
 	c.kill()
 	t.Logf("child printed after the poison started: %q; exit %v", lines, c.cmd.ProcessState)
-	waitFor(t, 20*time.Second, "poison recovered", func() bool { return state(t, e.c, "a", "poison") != redeq.StateInFlight })
-	waitFor(t, 20*time.Second, "b1 settled or recovered", func() bool { return state(t, e.c, "b", "b1") != redeq.StateInFlight })
+	testutil.Eventually(t, 20*time.Second, "poison recovered", func() bool { return state(t, e.c, "a", "poison") != redeq.StateInFlight })
+	testutil.Eventually(t, 20*time.Second, "b1 settled or recovered", func() bool { return state(t, e.c, "b", "b1") != redeq.StateInFlight })
 	p, err := e.c.Get(ctx, "a", "poison")
 	require.NoError(t, err)
 	b1, err := e.c.Get(ctx, "b", "b1")

@@ -34,7 +34,7 @@ func TestPurgeDeadEmptiesTheDeadSet(t *testing.T) {
 			startWith(t, e.c, newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 				return redeq.SkipRetry(errors.New("bad " + job.ID))
 			}))
-			waitFor(t, 10*time.Second, "dead", func() bool { return stats(t, e.c, "t").Dead == 4 })
+			testutil.Eventually(t, 10*time.Second, "dead", func() bool { return stats(t, e.c, "t").Dead == 4 })
 			require.NoError(t, e.c.Shutdown(ctx))
 
 			// More than one call's worth (500) in one bucket.

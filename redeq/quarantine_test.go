@@ -82,7 +82,7 @@ func testQuarantineWaitLeavesOtherTopicsRunning(t *testing.T) {
 	defer func() { close(stop); wg.Wait() }()
 
 	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "slow", ID: "s"}))
-	waitFor(t, 5*time.Second, "slow handler running", func() bool { return cnt.of("slow").Load() == 1 })
+	testutil.Eventually(t, 5*time.Second, "slow handler running", func() bool { return cnt.of("slow").Load() == 1 })
 	time.Sleep(time.Second)
 	before := cnt.of("a").Load()
 	require.Greater(t, before, int64(10), "topic a runs while the slow handler runs")
@@ -129,7 +129,7 @@ func testQuarantinedJobsOfTwoTopicsBothRun(t *testing.T) {
 			}
 			require.NoError(t, e.c.AddBatch(ctx, jobs))
 		}
-		waitFor(t, 5*time.Second, "all due", func() bool {
+		testutil.Eventually(t, 5*time.Second, "all due", func() bool {
 			return stats(t, e.c, x).Ready == 301 && stats(t, e.c, y).Ready == 301
 		})
 		// Streams keep both topics busy.
@@ -266,7 +266,7 @@ func testQuarantineWaitersRunAfterShutdownPauseAndDelete(t *testing.T) {
 	add("y", "qy", 2)
 	c1 := e.another(t, nil)
 	startWith(t, c1, mk()...)
-	waitFor(t, 5*time.Second, "qy running", func() bool { return cnt.of("y").Load() == 1 })
+	testutil.Eventually(t, 5*time.Second, "qy running", func() bool { return cnt.of("y").Load() == 1 })
 	require.NoError(t, e.c.Pause(ctx, "p"))
 	// x and w are paused while their jobs are added and marked: the idle
 	// listener of a topic may fetch a job due at once before the test
@@ -289,12 +289,12 @@ func testQuarantineWaitersRunAfterShutdownPauseAndDelete(t *testing.T) {
 	c2 := e.another(t, nil)
 	startWith(t, c2, mk()...)
 	add("x", "x2", 0)
-	waitFor(t, 15*time.Second, "w and x done", func() bool {
+	testutil.Eventually(t, 15*time.Second, "w and x done", func() bool {
 		return state(t, e.c, "w", "qw") == redeq.State("") && state(t, e.c, "w", "w1") == redeq.State("") &&
 			state(t, e.c, "x", "x1") == redeq.State("") && state(t, e.c, "x", "x2") == redeq.State("")
 	})
 	require.NoError(t, e.c.Resume(ctx, "p"))
-	waitFor(t, 10*time.Second, "p's quarantined job after resume", func() bool { return state(t, e.c, "p", "qp") == redeq.State("") })
+	testutil.Eventually(t, 10*time.Second, "p's quarantined job after resume", func() bool { return state(t, e.c, "p", "qp") == redeq.State("") })
 }
 
 // quarantineWatch records, across every client of the test process, how
@@ -385,7 +385,7 @@ func TestGracefulShutdownHoldsProcessQuarantineUntilHandlerEnds(t *testing.T) {
 	case <-time.After(5 * time.Second):
 	}
 	require.NoError(t, <-shut)
-	waitFor(t, 5*time.Second, "qb done", func() bool { return state(t, e.c, "b", "qb") != redeq.StateInFlight && w.now.Load() == 0 })
+	testutil.Eventually(t, 5*time.Second, "qb done", func() bool { return state(t, e.c, "b", "qb") != redeq.StateInFlight && w.now.Load() == 0 })
 	w.mu.Lock()
 	t.Logf("quarantined runs:\n%v", w.log)
 	w.mu.Unlock()
@@ -493,7 +493,7 @@ func TestQuarantinedJobWaitsForUnheldDelivery(t *testing.T) {
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: qID}))
 			quarantine(t, e.rdb, e.cfg, "t", qID, 2)
 			require.NoError(t, e.c.Start(ctx)) // moves, consumes nothing
-			waitFor(t, 5*time.Second, "both ready", func() bool { return stats(t, e.c, "t").Ready == 2 })
+			testutil.Eventually(t, 5*time.Second, "both ready", func() bool { return stats(t, e.c, "t").Ready == 2 })
 
 			raw := srv.Client(nil)
 			hook := &fetchReplyLost{raw: raw, ready: hb.Ready(), mode: mode}
@@ -534,7 +534,7 @@ func TestQuarantinedJobWaitsForUnheldDelivery(t *testing.T) {
 			})
 			l.workers = 4
 			startWith(t, x, l)
-			waitFor(t, 10*time.Second, "q and h ran", func() bool {
+			testutil.Eventually(t, 10*time.Second, "q and h ran", func() bool {
 				n := l.byID()
 				return n[qID] == 1 && n[hID] == 1
 			})

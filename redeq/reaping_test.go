@@ -13,6 +13,7 @@ import (
 
 	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -93,6 +94,9 @@ func inFlightBucket(t *testing.T, e *env, topic, cid string) int {
 // heartbeat. Its delivery is newer than the declaration, or belongs to a
 // consumer no longer in the alive set: the job must still run again.
 func TestFetchLandingAfterDeclarationRecovered(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	// Not parallel: beside the parallel fault tests, miniredis under -race
+	// answers the reapers too slowly for the recovery to come in time.
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
@@ -108,7 +112,7 @@ func TestFetchLandingAfterDeclarationRecovered(t *testing.T) {
 		m.dead.Store(true) // from now on silent
 		// A reaper declares it dead, and at once forgets it when it holds
 		// nothing: either way the fetch that lands now is "after".
-		waitFor(t, 10*e.cfg.ConsumerTimeout, "silent or forgotten", func() bool {
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout, "silent or forgotten", func() bool {
 			s, err := e.rdb.ZScore(ctx, keys.Alive(e.cfg.Prefix), m.c.ConsumerID()).Result()
 			if !errors.Is(err, redis.Nil) {
 				require.NoError(t, err)
@@ -118,8 +122,8 @@ func TestFetchLandingAfterDeclarationRecovered(t *testing.T) {
 		time.Sleep(e.cfg.ConsumerTimeout / 2) // reapers looked since
 		m.hold.Store(false)
 		close(m.release) // the fetch lands
-		waitFor(t, 10*time.Second, "fetched", func() bool { return m.l.count() == 1 })
-		waitFor(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
+		testutil.Eventually(t, 10*time.Second, "fetched", func() bool { return m.l.count() == 1 })
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
 			return state(t, e.c, "t", "j") == redeq.StateReady
 		})
 	})
@@ -132,12 +136,15 @@ func TestFetchLandingAfterDeclarationRecovered(t *testing.T) {
 // clock, is later than the reaper's declaration by the alive node's
 // clock; the job must still run again.
 func TestBucketClockAheadStillRecovered(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	// Not parallel: beside the parallel fault tests, miniredis under -race
+	// answers the reapers too slowly for the recovery to come in time.
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
 		m := newMortal(t, e, "t")
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 10*time.Second, "fetched", func() bool { return m.l.count() == 1 })
+		testutil.Eventually(t, 10*time.Second, "fetched", func() bool { return m.l.count() == 1 })
 		m.dead.Store(true)
 		b := inFlightBucket(t, e, "t", m.c.ConsumerID())
 		require.GreaterOrEqual(t, b, 0)
@@ -149,7 +156,7 @@ func TestBucketClockAheadStillRecovered(t *testing.T) {
 			z.Score += float64(e.cfg.ConsumerTimeout.Milliseconds())
 			require.NoError(t, e.rdb.ZAddXX(ctx, k, z).Err())
 		}
-		waitFor(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
 			return state(t, e.c, "t", "j") == redeq.StateReady
 		})
 	})
@@ -161,6 +168,9 @@ func TestBucketClockAheadStillRecovered(t *testing.T) {
 // tests above leave behind; or its topic's node is down), a consumer that
 // dies afterwards must still have its job run again.
 func TestManyStuckSilentConsumersDoNotStarveOthers(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	// Not parallel: beside the parallel fault tests, miniredis under -race
+	// answers the reapers too slowly for the recovery to come in time.
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
@@ -172,9 +182,9 @@ func TestManyStuckSilentConsumersDoNotStarveOthers(t *testing.T) {
 			require.NoError(t, e.rdb.ZAdd(ctx, keys.ForBucket(e.cfg.Prefix, "t", 0).InFlight(cid), redis.Z{Score: 3000, Member: "1:gone"}).Err())
 		}
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 10*time.Second, "fetched", func() bool { return m.l.count() == 1 })
+		testutil.Eventually(t, 10*time.Second, "fetched", func() bool { return m.l.count() == 1 })
 		m.dead.Store(true)
-		waitFor(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
 			return state(t, e.c, "t", "j") == redeq.StateReady
 		})
 	})
@@ -187,20 +197,22 @@ func TestManyStuckSilentConsumersDoNotStarveOthers(t *testing.T) {
 // still run again: a reaper must not forget a consumer whose buckets it
 // could not count.
 func TestLostTopicMetaStrandsNothing(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		m := newMortal(t, e, "t") // moves; the only consumer
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 10*time.Second, "fetched", func() bool { return m.l.count() == 1 })
+		testutil.Eventually(t, 10*time.Second, "fetched", func() bool { return m.l.count() == 1 })
 		m.dead.Store(true)
 		require.NoError(t, e.rdb.Del(ctx, keys.ForTopic(e.cfg.Prefix, "t").Meta()).Err())
 		r := e.another(t, nil)
 		require.NoError(t, r.Start(ctx)) // reaps; has never used the topic
-		waitFor(t, 10*e.cfg.ConsumerTimeout, "forgotten", func() bool {
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout, "forgotten", func() bool {
 			return errors.Is(e.rdb.ZScore(ctx, keys.Alive(e.cfg.Prefix), m.c.ConsumerID()).Err(), redis.Nil)
 		})
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "k"})) // the topic is in use again
-		waitFor(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
 			return state(t, e.c, "t", "j") == redeq.StateReady
 		})
 	})
@@ -214,6 +226,8 @@ func TestLostTopicMetaStrandsNothing(t *testing.T) {
 // does: Shutdown spends its budget waiting for the fetch, so its rollback
 // fails and it stays in the alive set, for a reaper to recover.)
 func TestFetchLandingAfterShutdownRecovered(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
@@ -256,7 +270,7 @@ func TestFetchLandingAfterShutdownRecovered(t *testing.T) {
 		close(release)
 		require.NoError(t, <-landed)
 		require.Equal(t, redeq.StateInFlight, state(t, e.c, "t", "j"))
-		waitFor(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
 			return state(t, e.c, "t", "j") == redeq.StateReady
 		})
 		close(stop)

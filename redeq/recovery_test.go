@@ -27,6 +27,7 @@ import (
 // SIGKILL; another client then runs every one of them, without spending an
 // attempt, and the jobs count the recovery.
 func TestKillNineLosesNothing(t *testing.T) {
+	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		const n = 20
@@ -45,13 +46,13 @@ func TestKillNineLosesNothing(t *testing.T) {
 				t.Fatalf("child holds %d jobs", len(held))
 			}
 		}
-		waitFor(t, 5*time.Second, "child holds jobs in flight", func() bool { return stats(t, e.c, "t").InFlight >= 4 })
+		testutil.Eventually(t, 5*time.Second, "child holds jobs in flight", func() bool { return stats(t, e.c, "t").InFlight >= 4 })
 		ch.kill()
 
 		l := newListener("t", nil)
 		other := e.another(t, nil)
 		startWith(t, other, l)
-		waitFor(t, 10*time.Second, "every job ran after the kill", func() bool {
+		testutil.Eventually(t, 10*time.Second, "every job ran after the kill", func() bool {
 			return len(l.byID()) == n && stats(t, e.c, "t").Pool == 0
 		})
 		for _, d := range l.deliveries() {
@@ -62,13 +63,14 @@ func TestKillNineLosesNothing(t *testing.T) {
 		}
 		require.Zero(t, stats(t, e.c, "t").InFlight)
 		// Forgotten once silent for two ConsumerTimeouts.
-		waitFor(t, 10*time.Second, "the dead consumer was removed", func() bool { return stats(t, e.c, "t").Consumers == 1 })
+		testutil.Eventually(t, 10*time.Second, "the dead consumer was removed", func() bool { return stats(t, e.c, "t").Consumers == 1 })
 	})
 }
 
 // TestPoisonJobGoesDead: a job whose consumer keeps dying is recovered
 // MaxRecoveries times, then moved to the dead set instead of looping.
 func TestPoisonJobGoesDead(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -78,7 +80,7 @@ func TestPoisonJobGoesDead(t *testing.T) {
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "poison"}))
 			require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
 			k := keys.ForBucket(e.cfg.Prefix, "t", 0)
-			waitFor(t, 3*time.Second, "due", func() bool { return e.rdb.LLen(ctx, k.Ready()).Val() == 1 })
+			testutil.Eventually(t, 3*time.Second, "due", func() bool { return e.rdb.LLen(ctx, k.Ready()).Val() == 1 })
 			for round := 1; round <= 3; round++ {
 				// A consumer takes the job and dies without a word.
 				dead := fmt.Sprintf("crashed-%d", round)
@@ -88,14 +90,14 @@ func TestPoisonJobGoesDead(t *testing.T) {
 				require.Equal(t, "poison", items[0].ID)
 				silentConsumer(t, e, dead, "t")
 				if round <= 2 {
-					waitFor(t, 5*time.Second, "recovered to ready", func() bool { return e.rdb.LLen(ctx, k.Ready()).Val() == 1 })
+					testutil.Eventually(t, 5*time.Second, "recovered to ready", func() bool { return e.rdb.LLen(ctx, k.Ready()).Val() == 1 })
 					job, err := e.c.Get(ctx, "t", "poison")
 					require.NoError(t, err)
 					require.Equal(t, round, job.Recoveries)
 					require.Zero(t, job.Attempt)
 				}
 			}
-			waitFor(t, 5*time.Second, "poison job dead", func() bool { return stats(t, e.c, "t").Dead == 1 })
+			testutil.Eventually(t, 5*time.Second, "poison job dead", func() bool { return stats(t, e.c, "t").Dead == 1 })
 			job, err := e.c.Get(ctx, "t", "poison")
 			require.NoError(t, err)
 			require.Equal(t, "recovered 3 times: its consumers kept dying (poison job)", job.Reason)
@@ -118,7 +120,7 @@ func TestShutdownRollsBack(t *testing.T) {
 		for i := range 10 {
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint(i)}))
 		}
-		waitFor(t, 3*time.Second, "handlers running", func() bool { return l.count() == 4 })
+		testutil.Eventually(t, 3*time.Second, "handlers running", func() bool { return l.count() == 4 })
 		sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
 		err := e.c.Shutdown(sctx)
@@ -131,7 +133,7 @@ func TestShutdownRollsBack(t *testing.T) {
 		l2 := newListener("t", nil)
 		other := e.another(t, nil)
 		startWith(t, other, l2)
-		waitFor(t, 5*time.Second, "all run elsewhere", func() bool { return len(l2.byID()) == 10 && stats(t, other, "t").Pool == 0 })
+		testutil.Eventually(t, 5*time.Second, "all run elsewhere", func() bool { return len(l2.byID()) == 10 && stats(t, other, "t").Pool == 0 })
 		for _, d := range l2.deliveries() {
 			require.Zero(t, d.job.Attempt)
 			require.Zero(t, d.job.Recoveries)
@@ -154,7 +156,7 @@ func TestShutdownWaitsForHandlers(t *testing.T) {
 		for i := range 3 {
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint(i)}))
 		}
-		waitFor(t, 3*time.Second, "running", func() bool { return l.count() == 3 })
+		testutil.Eventually(t, 3*time.Second, "running", func() bool { return l.count() == 3 })
 		go func() {
 			time.Sleep(100 * time.Millisecond)
 			close(release)
@@ -172,6 +174,7 @@ func TestShutdownWaitsForHandlers(t *testing.T) {
 // race detector on a busy machine can cause); such a second run must show
 // the recovery in the job's Recoveries.
 func TestManyClientsExactlyOnce(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -220,8 +223,8 @@ func TestManyClientsExactlyOnce(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		waitFor(t, 60*time.Second, "all run", func() bool { return runs.distinct() == 3*perClient })
-		waitFor(t, 5*time.Second, "pool empty", func() bool { return stats(t, cs[0], "bulk").Pool == 0 })
+		testutil.Eventually(t, 60*time.Second, "all run", func() bool { return runs.distinct() == 3*perClient })
+		testutil.Eventually(t, 5*time.Second, "pool empty", func() bool { return stats(t, cs[0], "bulk").Pool == 0 })
 		for i, l := range ls {
 			t.Logf("client %d ran %d jobs", i, l.count())
 		}
@@ -255,17 +258,18 @@ func TestProducerAndConsumerApart(t *testing.T) {
 
 		mover := e.another(t, nil) // started, listens to nothing
 		require.NoError(t, mover.Start(ctx))
-		waitFor(t, 3*time.Second, "moved by a client without listeners", func() bool { return stats(t, producer, "t").Ready == 1 })
+		testutil.Eventually(t, 3*time.Second, "moved by a client without listeners", func() bool { return stats(t, producer, "t").Ready == 1 })
 
 		l := newListener("t", nil)
 		consumer := e.another(t, nil)
 		startWith(t, consumer, l)
 		require.NoError(t, producer.Add(ctx, &redeq.Job{Topic: "t", ID: "late", Delay: 100 * time.Millisecond}))
-		waitFor(t, 3*time.Second, "both run", func() bool { return len(l.byID()) == 2 && stats(t, producer, "t").Pool == 0 })
+		testutil.Eventually(t, 3*time.Second, "both run", func() bool { return len(l.byID()) == 2 && stats(t, producer, "t").Pool == 0 })
 	})
 }
 
 func TestDeleteAndRescheduleBeforeDue(t *testing.T) {
+	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		l := newListener("t", nil)
@@ -278,13 +282,13 @@ func TestDeleteAndRescheduleBeforeDue(t *testing.T) {
 		require.NoError(t, e.c.Reschedule(ctx, "t", "sooner", time.Now().Add(150*time.Millisecond)))
 		laterAt := time.Now().Add(600 * time.Millisecond)
 		require.NoError(t, e.c.Reschedule(ctx, "t", "later", laterAt))
-		waitFor(t, 3*time.Second, "rescheduled jobs ran", func() bool { return len(l.byID()) == 2 })
+		testutil.Eventually(t, 3*time.Second, "rescheduled jobs ran", func() bool { return len(l.byID()) == 2 })
 		ds := l.deliveries()
 		require.Equal(t, "sooner", ds[0].job.ID)
 		require.Equal(t, "later", ds[1].job.ID)
 		// By the wall clock the server schedules by (see earlyBy).
 		require.False(t, ds[1].at.Round(0).Before(laterAt.Round(0)), "later ran early")
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // a window, not a wait: the deleted job would run in it
 		require.NotContains(t, l.byID(), "deleted")
 	})
 }
@@ -309,10 +313,10 @@ func TestBroadcastReachesEveryClient(t *testing.T) {
 		require.True(t, got.Broadcast)
 		require.Equal(t, redeq.StateScheduled, got.State)
 		for _, bl := range bls {
-			waitFor(t, 3*time.Second, "broadcast received", func() bool { return bl.count() == 1 })
+			testutil.Eventually(t, 3*time.Second, "broadcast received", func() bool { return bl.count() == 1 })
 		}
-		waitFor(t, time.Second, "removed after delivery", func() bool { return stats(t, e.c, "cache").Pool == 0 })
-		time.Sleep(200 * time.Millisecond)
+		testutil.Eventually(t, time.Second, "removed after delivery", func() bool { return stats(t, e.c, "cache").Pool == 0 })
+		time.Sleep(200 * time.Millisecond) // a window, not a wait: a second delivery would show in it
 		for _, bl := range bls {
 			require.Equal(t, 1, bl.count())
 			require.Equal(t, []byte("users"), bl.jobs[0].Body)
@@ -363,8 +367,8 @@ func TestLockLoss(t *testing.T) {
 				require.NoError(t, e.rdb.Del(ctx, lockKey).Err()) // as if it expired
 			}
 		}
-		waitFor(t, 10*time.Second, "all ran", func() bool { return runs.distinct() == n })
-		waitFor(t, 3*time.Second, "pool empty", func() bool { return stats(t, e.c, "t").Pool == 0 })
+		testutil.Eventually(t, 10*time.Second, "all ran", func() bool { return runs.distinct() == n })
+		testutil.Eventually(t, 3*time.Second, "pool empty", func() bool { return stats(t, e.c, "t").Pool == 0 })
 		require.Zero(t, runs.extra(), "jobs run more than once")
 	})
 }
@@ -376,6 +380,7 @@ func TestLockLoss(t *testing.T) {
 // 80 here); the test allows 2,000, a tenth of the bulk, so that a slow
 // machine does not fail it while a starved topic still does.
 func TestBulkDueDoesNotStarveOthers(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			e := setup(t, be, testutil.Config(t))
@@ -394,10 +399,10 @@ func TestBulkDueDoesNotStarveOthers(t *testing.T) {
 				return nil
 			})
 			startWith(t, e.c, bulk, urgent)
-			waitFor(t, 30*time.Second, "bulk draining", func() bool { return bulk.count() >= 1000 })
+			testutil.Eventually(t, 30*time.Second, "bulk draining", func() bool { return bulk.count() >= 1000 })
 			atAdd := bulk.count()
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "urgent", ID: "u"}))
-			waitFor(t, 60*time.Second, "bulk drained", func() bool { return bulk.count() >= n })
+			testutil.Eventually(t, 60*time.Second, "bulk drained", func() bool { return bulk.count() >= n })
 			require.Equal(t, 1, urgent.count())
 			t.Logf("urgent job added when %d of %d bulk jobs had run, ran when %d had", atAdd, n, atRun.Load())
 			require.Less(t, atRun.Load()-int64(atAdd), int64(2000), "bulk jobs run between the urgent job's add and its run")
@@ -425,7 +430,7 @@ func TestDeadLockHolderStrandsNothing(t *testing.T) {
 			t.Fatal("mover process did not start")
 		}
 		lockKey := keys.ForBucket(e.cfg.Prefix, "t", 0).Lock()
-		waitFor(t, 5*time.Second, "the child holds the lock", func() bool { return e.rdb.Exists(ctx, lockKey).Val() == 1 })
+		testutil.Eventually(t, 5*time.Second, "the child holds the lock", func() bool { return e.rdb.Exists(ctx, lockKey).Val() == 1 })
 
 		l := newListener("t", nil)
 		survivor := e.another(t, func(c *config.Config) { c.LockExpiry = 30 * time.Second })
@@ -434,7 +439,7 @@ func TestDeadLockHolderStrandsNothing(t *testing.T) {
 		for i := range 10 {
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint(i), Delay: 100 * time.Millisecond}))
 		}
-		waitFor(t, 10*time.Second, "due jobs moved despite the dead holder's lock", func() bool { return len(l.byID()) == 10 })
+		testutil.Eventually(t, 10*time.Second, "due jobs moved despite the dead holder's lock", func() bool { return len(l.byID()) == 10 })
 		ttl := e.rdb.PTTL(ctx, lockKey).Val()
 		require.Greater(t, ttl, time.Duration(0), "the dead holder's lock was still there")
 		t.Logf("all 10 jobs ran while the dead holder's lock had %v left", ttl.Round(time.Second))
@@ -602,7 +607,7 @@ func TestRecoveryKeepsScheduleHeadersAndAttempts(t *testing.T) {
 	})
 	b := e.another(t, nil)
 	startWith(t, b, lb)
-	waitFor(t, 10*time.Second, "recovered j ran on b", func() bool { return got.Load() != nil })
+	testutil.Eventually(t, 10*time.Second, "recovered j ran on b", func() bool { return got.Load() != nil })
 	rj := got.Load()
 	require.Equal(t, 2, rj.Attempt)
 	require.Equal(t, 1, rj.Recoveries)
@@ -610,7 +615,7 @@ func TestRecoveryKeepsScheduleHeadersAndAttempts(t *testing.T) {
 	require.Equal(t, intervals, rj.RetryIntervals)
 	require.Equal(t, "abc", rj.Headers["trace"])
 	failedAt := time.Now()
-	waitFor(t, 3*time.Second, "j scheduled", func() bool { return state(t, e.c, "t", "j") == redeq.StateScheduled })
+	testutil.Eventually(t, 3*time.Second, "j scheduled", func() bool { return state(t, e.c, "t", "j") == redeq.StateScheduled })
 	j, err := e.c.Get(ctx, "t", "j")
 	require.NoError(t, err)
 	require.Equal(t, 3, j.Attempt)

@@ -45,7 +45,7 @@ func TestRestartBesideWindingDownHandlerRunsNoJobTwiceAtOnce(t *testing.T) {
 	a := e.another(t, nil)
 	startWith(t, a, l)
 	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-	waitFor(t, 5*time.Second, "j runs", func() bool { return l.count() == 1 })
+	testutil.Eventually(t, 5*time.Second, "j runs", func() bool { return l.count() == 1 })
 
 	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
@@ -55,7 +55,7 @@ func TestRestartBesideWindingDownHandlerRunsNoJobTwiceAtOnce(t *testing.T) {
 
 	b := e.another(t, nil) // the service restarts its consumer
 	startWith(t, b, l)
-	waitFor(t, 10*time.Second, "j acked", func() bool {
+	testutil.Eventually(t, 10*time.Second, "j acked", func() bool {
 		_, err := e.c.Get(ctx, "t", "j")
 		return errors.Is(err, redeq.ErrJobNotFound)
 	})
@@ -111,7 +111,7 @@ func TestStartShutdownCyclesLoseNoJob(t *testing.T) {
 	}
 	last := e.another(t, nil)
 	startWith(t, last, l)
-	waitFor(t, 20*time.Second, "every job gone", func() bool { return stats(t, e.c, "t").Pool == 0 })
+	testutil.Eventually(t, 20*time.Second, "every job gone", func() bool { return stats(t, e.c, "t").Pool == 0 })
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	missing := 0
@@ -137,6 +137,7 @@ func TestStartShutdownCyclesLoseNoJob(t *testing.T) {
 // no job lost, none ran twice at once, no attempt spent, nothing dead or
 // parked, each listener at most 8 handlers at once.
 func TestRestartsAmidMixedWindDownsLoseNothing(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -214,6 +215,7 @@ func TestRestartsAmidMixedWindDownsLoseNothing(t *testing.T) {
 // the same listener at once. The Workers bound holds per client only (a
 // documented limit, logged here); no job runs twice at once.
 func TestRestartRunsNoJobTwiceAtOnce(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -236,7 +238,7 @@ func TestRestartRunsNoJobTwiceAtOnce(t *testing.T) {
 		for i := range 6 {
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("w", i)}))
 		}
-		waitFor(t, 5*time.Second, "two run", func() bool { return l.count() == 2 })
+		testutil.Eventually(t, 5*time.Second, "two run", func() bool { return l.count() == 2 })
 		sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
 		began := time.Now()

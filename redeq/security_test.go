@@ -32,7 +32,7 @@ func roundTrip(t *testing.T, c *redeq.Client) {
 	l := newListener("secure", nil)
 	startWith(t, c, l)
 	require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "secure", ID: "a", Body: []byte("x"), Delay: 20 * time.Millisecond}))
-	waitFor(t, 5*time.Second, "job ran", func() bool { return l.count() == 1 && stats(t, c, "secure").Pool == 0 })
+	testutil.Eventually(t, 5*time.Second, "job ran", func() bool { return l.count() == 1 && stats(t, c, "secure").Pool == 0 })
 }
 
 // TestACLUser: a user allowed only redeq's keys and channels under one

@@ -128,7 +128,7 @@ func TestSickBucketsHoldUpNoOtherBucket(t *testing.T) {
 	l2.workers = 4
 	startWith(t, b, l2)
 	all := append(append([]string(nil), sickIDs...), healthyIDs...)
-	waitFor(t, 20*time.Second, "every job acked", func() bool { return acked(all) == len(all) })
+	testutil.Eventually(t, 20*time.Second, "every job acked", func() bool { return acked(all) == len(all) })
 
 	require.Less(t, took, 2*time.Second, "Shutdown overran its ctx by more than a grace")
 	require.Equal(t, len(healthyIDs), hAcked, "healthy buckets' outcomes held up by the sick node's lane")
@@ -237,7 +237,7 @@ func TestOutcomesAppliedOnceDespiteLostSettleReplies(t *testing.T) {
 			require.NoError(t, e.c.Add(ctx, j))
 		}
 	}
-	waitFor(t, 15*time.Second, "all settled", func() bool {
+	testutil.Eventually(t, 15*time.Second, "all settled", func() bool {
 		st := stats(t, e.c, "t")
 		return st.Pool == st.Dead && st.Dead >= 10 && st.InFlight == 0
 	})

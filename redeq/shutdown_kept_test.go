@@ -27,6 +27,7 @@ import (
 // handler finally returns, its worker's give-back finds the job taken and
 // leaves it: it runs once more, not twice.
 func TestShutdownKeepsJobOfHandlerThatNeverReturns(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -49,7 +50,7 @@ func TestShutdownKeepsJobOfHandlerThatNeverReturns(t *testing.T) {
 			return nil
 		}))
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 5*time.Second, "the job runs on the first client", func() bool { return first.Load() == 1 })
+		testutil.Eventually(t, 5*time.Second, "the job runs on the first client", func() bool { return first.Load() == 1 })
 
 		sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		defer cancel()
@@ -63,7 +64,7 @@ func TestShutdownKeepsJobOfHandlerThatNeverReturns(t *testing.T) {
 		startWith(t, b, l)
 		time.Sleep(timeout / 2)
 		require.Zero(t, l.count(), "the job ran on another client beside its handler, %v after Shutdown returned", time.Since(stopped))
-		waitFor(t, 4*timeout, "the reaper recovers the job of the handler that never returned", func() bool { return l.count() == 1 })
+		testutil.Eventually(t, 4*timeout, "the reaper recovers the job of the handler that never returned", func() bool { return l.count() == 1 })
 		t.Logf("ran again %v after Shutdown returned (ConsumerTimeout %v)", time.Since(stopped), timeout)
 
 		close(release) // the first handler returns at last; its give-back finds the job gone
@@ -78,6 +79,7 @@ func TestShutdownKeepsJobOfHandlerThatNeverReturns(t *testing.T) {
 // ConsumerTimeout (3 s, heartbeat 1 s). Another instance runs throughout.
 // The job does not start there before the first handler returned.
 func TestAbandonedHandlersJobWaitsForIt(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -95,7 +97,7 @@ func TestAbandonedHandlersJobWaitsForIt(t *testing.T) {
 		})
 		startWith(t, a, la)
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 5*time.Second, "j runs on a", func() bool { return la.count() == 1 })
+		testutil.Eventually(t, 5*time.Second, "j runs on a", func() bool { return la.count() == 1 })
 		b := e.another(t, mod)
 		lb := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 			bStart.CompareAndSwap(0, time.Now().UnixNano())
@@ -112,7 +114,7 @@ func TestAbandonedHandlersJobWaitsForIt(t *testing.T) {
 			return s
 		}
 		b0 := beat()
-		waitFor(t, 3*time.Second, "a beats", func() bool { return beat() != b0 })
+		testutil.Eventually(t, 3*time.Second, "a beats", func() bool { return beat() != b0 })
 		time.Sleep(700 * time.Millisecond) // Shutdown begins 0.7 s after a heartbeat
 		sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
@@ -120,10 +122,10 @@ func TestAbandonedHandlersJobWaitsForIt(t *testing.T) {
 		err := a.Shutdown(sctx)
 		returned := time.Now()
 		t.Logf("Shutdown took %v: %v", returned.Sub(began).Round(time.Millisecond), err)
-		waitFor(t, 6*time.Second, "a's handler returns", func() bool { return aReturn.Load() != 0 })
+		testutil.Eventually(t, 6*time.Second, "a's handler returns", func() bool { return aReturn.Load() != 0 })
 		// a's handler acks when it returns, and its worker applies the ack
 		// itself: the job is done, or b ran it, not both.
-		waitFor(t, 6*time.Second, "the job runs on b, or a's ack is applied", func() bool {
+		testutil.Eventually(t, 6*time.Second, "the job runs on b, or a's ack is applied", func() bool {
 			_, err := e.c.Get(ctx, "t", "j")
 			return bStart.Load() != 0 || errors.Is(err, redeq.ErrJobNotFound)
 		})
@@ -152,6 +154,7 @@ func TestAbandonedHandlersJobWaitsForIt(t *testing.T) {
 // ConsumerTimeout (2 s), on a server and on a cluster; when the handler
 // finally returns, the job does not run a third time.
 func TestNeverReturningHandlerOfOpenClientRecoveredOnce(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -169,7 +172,7 @@ func TestNeverReturningHandlerOfOpenClientRecoveredOnce(t *testing.T) {
 		})
 		startWith(t, a, la)
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 5*time.Second, "j runs on a", func() bool { return la.count() == 1 })
+		testutil.Eventually(t, 5*time.Second, "j runs on a", func() bool { return la.count() == 1 })
 		time.Sleep(300 * time.Millisecond)
 		sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		defer cancel()
@@ -180,7 +183,7 @@ func TestNeverReturningHandlerOfOpenClientRecoveredOnce(t *testing.T) {
 		b := e.another(t, func(c *config.Config) { c.ConsumerTimeout, c.HeartbeatInterval = timeout, 500*time.Millisecond })
 		lb := newListener("t", nil)
 		startWith(t, b, lb)
-		waitFor(t, 5*timeout, "another client recovers the job", func() bool { return lb.count() == 1 })
+		testutil.Eventually(t, 5*timeout, "another client recovers the job", func() bool { return lb.count() == 1 })
 		d := lb.deliveries()[0]
 		t.Logf("recovered %v after Shutdown returned (ConsumerTimeout %v): Attempt %d, Recoveries %d",
 			d.at.Sub(stopped).Round(time.Millisecond), timeout, d.job.Attempt, d.job.Recoveries)
@@ -246,7 +249,7 @@ func beatAfter(t *testing.T, e *env, c *redeq.Client) time.Time {
 		return s
 	}
 	b0 := beat()
-	waitFor(t, 5*time.Second, "a heartbeat", func() bool { return beat() != b0 })
+	testutil.Eventually(t, 5*time.Second, "a heartbeat", func() bool { return beat() != b0 })
 	return time.Now()
 }
 
@@ -289,7 +292,7 @@ func testLateAckAppliedWithCrashRollbackOff(t *testing.T) {
 		a := e.another(t, func(c *config.Config) { mod(c); c.CrashRollback = &off })
 		startWith(t, a, la)
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 5*time.Second, "j runs on A", func() bool { return r.count("j") == 1 })
+		testutil.Eventually(t, 5*time.Second, "j runs on A", func() bool { return r.count("j") == 1 })
 		b := e.another(t, mod)
 		startWith(t, b, lb)
 		time.Sleep(3500 * time.Millisecond) // b's reaper healthy for a ConsumerTimeout
@@ -307,7 +310,7 @@ func testLateAckAppliedWithCrashRollbackOff(t *testing.T) {
 		t.Logf("right after: Get j: state %s, consumer is A: %v; stats %+v", job.State, job.Consumer == a.ConsumerID(), st)
 		time.Sleep(2900*time.Millisecond - time.Since(returned))
 		once.Do(func() { close(release) })
-		waitFor(t, 3*time.Second, "A's handler returns", func() bool { return len(r.get("j")) > 0 && !r.get("j")[0].end.IsZero() })
+		testutil.Eventually(t, 3*time.Second, "A's handler returns", func() bool { return len(r.get("j")) > 0 && !r.get("j")[0].end.IsZero() })
 		time.Sleep(4 * time.Second) // a later recovery, if the ack was dropped
 		runs := r.get("j")
 		t.Logf("runs of j, from Shutdown's return: %s", r.describe("j", returned))
@@ -364,7 +367,7 @@ func TestKeptJobWaitsForItsHandlerWhileReplicaLags(t *testing.T) {
 	for _, id := range []string{"acker", "kept"} {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: id}))
 	}
-	waitFor(t, 10*time.Second, "both run on A", func() bool { return r.runningNow() == 2 })
+	testutil.Eventually(t, 10*time.Second, "both run on A", func() bool { return r.runningNow() == 2 })
 	b := e.another(t, mod)
 	startWith(t, b, lb)
 	master := bucketNodes(t, e, "t", 1)[0]
@@ -419,6 +422,7 @@ func TestKeptJobWaitsForItsHandlerWhileReplicaLags(t *testing.T) {
 // Shutdown on. The new del-rejoin runs once; the deleted del-cancel and
 // the acked upd never run again.
 func TestDeleteAndUpdateOfKeptJobs(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -451,7 +455,7 @@ func TestDeleteAndUpdateOfKeptJobs(t *testing.T) {
 		for _, id := range ids {
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: id, Body: []byte("old")}))
 		}
-		waitFor(t, 5*time.Second, "three run on A", func() bool { return r.runningNow() == 3 })
+		testutil.Eventually(t, 5*time.Second, "three run on A", func() bool { return r.runningNow() == 3 })
 		sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
 		err := a.Shutdown(sctx)
@@ -507,6 +511,7 @@ func TestDeleteAndUpdateOfKeptJobs(t *testing.T) {
 // q1's handler returned (one quarantined job at a time in the process).
 // o1's wait is logged.
 func TestKeptQuarantinedJobHoldsProcessQuarantine(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	if !isolated(t) {
 		return // it takes the process's quarantine slot
 	}
@@ -537,7 +542,7 @@ func TestKeptQuarantinedJobHoldsProcessQuarantine(t *testing.T) {
 	quarantine(t, e.rdb, e.cfg, "t", "q1", 2)
 	a := e.another(t, mod)
 	startWith(t, a, la)
-	waitFor(t, 5*time.Second, "q1 runs on A", func() bool { return r.count("q1") == 1 })
+	testutil.Eventually(t, 5*time.Second, "q1 runs on A", func() bool { return r.count("q1") == 1 })
 	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "q2", Delay: 500 * time.Millisecond}))
 	quarantine(t, e.rdb, e.cfg, "t", "q2", 2)
 	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "o1", Delay: 500 * time.Millisecond}))
@@ -550,7 +555,7 @@ func TestKeptQuarantinedJobHoldsProcessQuarantine(t *testing.T) {
 	startWith(t, b, lb)
 	time.Sleep(1500*time.Millisecond - time.Since(returned))
 	once.Do(func() { close(release) })
-	waitFor(t, 10*time.Second, "q2 and o1 run", func() bool { return r.count("q2") == 1 && r.count("o1") == 1 })
+	testutil.Eventually(t, 10*time.Second, "q2 and o1 run", func() bool { return r.count("q2") == 1 && r.count("o1") == 1 })
 	time.Sleep(time.Second)
 	t.Logf("Shutdown: %v", err)
 	for _, id := range []string{"q1", "q2", "o1"} {
@@ -568,6 +573,7 @@ func TestKeptQuarantinedJobHoldsProcessQuarantine(t *testing.T) {
 // Client C starts in the same process right after Shutdown. The job runs
 // once on A and once on B, never on C, and Shutdown returns soon.
 func TestKeptBroadcastJobRunsOncePerClient(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -592,7 +598,7 @@ func TestKeptBroadcastJobRunsOncePerClient(t *testing.T) {
 		require.NoError(t, a.Start(ctx))
 		require.NoError(t, b.Start(ctx))
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "b", ID: "x", Broadcast: true}))
-		waitFor(t, 5*time.Second, "A and B run it", func() bool {
+		testutil.Eventually(t, 5*time.Second, "A and B run it", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return runs["A"] == 1 && runs["B"] == 1
@@ -644,7 +650,7 @@ func testLateAckAppliedOnOpenClient(t *testing.T) {
 		}}))
 		require.NoError(t, a.Start(ctx))
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
-		waitFor(t, 5*time.Second, "j runs on A", func() bool { return r.count("j") == 1 })
+		testutil.Eventually(t, 5*time.Second, "j runs on A", func() bool { return r.count("j") == 1 })
 		sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		defer cancel()
 		err := a.Shutdown(sctx)

@@ -55,7 +55,7 @@ func testShutdownWhileRedisStoppedAsHandlersWindDown(t *testing.T) {
 	for i := range n {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("s", i)}))
 	}
-	waitFor(t, 5*time.Second, "eight run", func() bool { return l.count() >= 8 })
+	testutil.Eventually(t, 5*time.Second, "eight run", func() bool { return l.count() >= 8 })
 	time.Sleep(100 * time.Millisecond)
 	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
 	time.Sleep(100 * time.Millisecond)
@@ -71,7 +71,7 @@ func testShutdownWhileRedisStoppedAsHandlersWindDown(t *testing.T) {
 	require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
 	b := e.another(t, mod)
 	startWith(t, b, l)
-	waitFor(t, 25*time.Second, "every job done", func() bool { return stats(t, e.c, "t").Pool == 0 })
+	testutil.Eventually(t, 25*time.Second, "every job done", func() bool { return stats(t, e.c, "t").Pool == 0 })
 	lost, spent, recovered, runs := r.summary("s", n)
 	r.mu.Lock()
 	maxL, twice := r.max["L"], r.twice
@@ -109,7 +109,7 @@ func TestShutdownWhileClusterNodePausedLosesNothing(t *testing.T) {
 	for i := range n {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("p", i)}))
 	}
-	waitFor(t, 10*time.Second, "eight run", func() bool { return l.count() >= 8 })
+	testutil.Eventually(t, 10*time.Second, "eight run", func() bool { return l.count() >= 8 })
 	time.Sleep(100 * time.Millisecond)
 	nodes := bucketNodes(t, e, "t", 4)
 	pauseNode(t, nodes[0], 1500*time.Millisecond, "ALL")
@@ -122,7 +122,7 @@ func TestShutdownWhileClusterNodePausedLosesNothing(t *testing.T) {
 	after := r.runningIn("L")
 	b := e.another(t, mod)
 	startWith(t, b, l)
-	waitFor(t, 30*time.Second, "every job done", func() bool { return stats(t, e.c, "t").Pool == 0 })
+	testutil.Eventually(t, 30*time.Second, "every job done", func() bool { return stats(t, e.c, "t").Pool == 0 })
 	lost, spent, recovered, runs := r.summary("p", n)
 	r.mu.Lock()
 	maxL, twice := r.max["L"], r.twice
@@ -225,7 +225,7 @@ func testShutdownWhileRedisStoppedCtxWithoutDeadline(t *testing.T) {
 	for i := range 4 {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))
 	}
-	waitFor(t, 5*time.Second, "each client runs two", func() bool { return ld.count() == 2 && lc.count() == 2 })
+	testutil.Eventually(t, 5*time.Second, "each client runs two", func() bool { return ld.count() == 2 && lc.count() == 2 })
 	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
 	time.Sleep(100 * time.Millisecond)
 
@@ -297,7 +297,7 @@ func testShutdownWhileRedisStoppedDuringJobs(t *testing.T) {
 			for i := range 4 {
 				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))
 			}
-			waitFor(t, 5*time.Second, "a holds all four", func() bool { return la.count() == 4 })
+			testutil.Eventually(t, 5*time.Second, "a holds all four", func() bool { return la.count() == 4 })
 			time.Sleep(2 * cfg.ConsumerTimeout)
 
 			if mode == "reset-then-sigstop" {
@@ -343,7 +343,7 @@ func testShutdownWhileRedisStoppedDuringJobs(t *testing.T) {
 			// What a could not roll back runs again, unspent, on another client.
 			lb := newListener("t", nil)
 			startWith(t, e.c, lb)
-			waitFor(t, 15*time.Second, "all four ran again", func() bool { return len(lb.byID()) == 4 })
+			testutil.Eventually(t, 15*time.Second, "all four ran again", func() bool { return len(lb.byID()) == 4 })
 			for _, d := range lb.deliveries() {
 				require.Zerof(t, d.job.Attempt, "job %s ran again with an attempt spent", d.job.ID)
 			}
@@ -378,7 +378,7 @@ func TestShutdownWhileRedisPausedLosesNothing(t *testing.T) {
 	for i := range 2 {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))
 	}
-	waitFor(t, 5*time.Second, "a holds both", func() bool { return la.count() == 2 })
+	testutil.Eventually(t, 5*time.Second, "a holds both", func() bool { return la.count() == 2 })
 	lb := newListener("t", nil)
 	startWith(t, e.c, lb)
 	time.Sleep(2 * cfg.ConsumerTimeout)
@@ -399,7 +399,7 @@ func TestShutdownWhileRedisPausedLosesNothing(t *testing.T) {
 		require.Lessf(t, took, 3*time.Second, "Shutdown(ctx with a 1 s deadline) overran its budget while Redis was paused")
 	}()
 
-	waitFor(t, 15*time.Second, "both jobs ran on the other client", func() bool { return lb.count() >= 2 })
+	testutil.Eventually(t, 15*time.Second, "both jobs ran on the other client", func() bool { return lb.count() >= 2 })
 	t.Logf("jobs ran again %v after the pause began (pause 4 s)", time.Since(paused))
 	for _, d := range lb.deliveries() {
 		require.Zero(t, d.job.Attempt)

@@ -164,6 +164,7 @@ func (l *finalListener) FinalRetry(ctx context.Context, job *redeq.Job) {
 // job ends dead, whether the callback returns at once when canceled or
 // winds down for 300 ms.
 func TestFinalRetryRunsOnceAcrossShutdown(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	for _, wind := range []time.Duration{0, 300 * time.Millisecond} {
 		t.Run(fmt.Sprint("wind", wind), func(t *testing.T) {
@@ -174,7 +175,7 @@ func TestFinalRetryRunsOnceAcrossShutdown(t *testing.T) {
 				a := e.another(t, mod)
 				startWith(t, a, la)
 				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "f", MaxRetries: -1}))
-				waitFor(t, 5*time.Second, "FinalRetry runs", func() bool {
+				testutil.Eventually(t, 5*time.Second, "FinalRetry runs", func() bool {
 					la.mu.Lock()
 					defer la.mu.Unlock()
 					return len(la.finals) == 1
@@ -249,6 +250,7 @@ func (r *runRecorder) slow(bound string) func(ctx context.Context, job *redeq.Jo
 // them (one waiting for the workers, one freeing the process's quarantine
 // slot), and once the handler returned none is left.
 func TestConcurrentShutdownsReturnAndLeaveNoGoroutine(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	if !isolated(t) {
 		return
 	}
@@ -273,7 +275,7 @@ func TestConcurrentShutdownsReturnAndLeaveNoGoroutine(t *testing.T) {
 	for _, id := range []string{"never", "x", "y"} {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: id}))
 	}
-	waitFor(t, 5*time.Second, "three run", func() bool { return l.count() == 3 })
+	testutil.Eventually(t, 5*time.Second, "three run", func() bool { return l.count() == 3 })
 	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	type res struct {
@@ -312,6 +314,7 @@ func TestConcurrentShutdownsReturnAndLeaveNoGoroutine(t *testing.T) {
 // Attempt 1, FinalRetry runs once, after that third run, and the job ends
 // dead.
 func TestRetryCountSurvivesRollbackAndGiveBack(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	for _, wind := range []time.Duration{0, 300 * time.Millisecond} {
 		t.Run(fmt.Sprint("wind", wind), func(t *testing.T) {
@@ -334,14 +337,14 @@ func TestRetryCountSurvivesRollbackAndGiveBack(t *testing.T) {
 				a := e.another(t, mod)
 				startWith(t, a, l)
 				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "r", MaxRetries: 1, RetryIntervals: []time.Duration{50 * time.Millisecond}}))
-				waitFor(t, 5*time.Second, "the second attempt runs", func() bool { return runs.Load() == 2 })
+				testutil.Eventually(t, 5*time.Second, "the second attempt runs", func() bool { return runs.Load() == 2 })
 				time.Sleep(50 * time.Millisecond)
 				sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 				defer cancel()
 				err := a.Shutdown(sctx)
 				b := e.another(t, mod)
 				startWith(t, b, l)
-				waitFor(t, 5*time.Second, "the job ends", func() bool { return l.finalCount() >= 1 })
+				testutil.Eventually(t, 5*time.Second, "the job ends", func() bool { return l.finalCount() >= 1 })
 				time.Sleep(500 * time.Millisecond)
 				var attempts []int
 				for _, d := range l.deliveries() {
@@ -414,6 +417,7 @@ func newCancelMomentRecorder() *cancelMomentRecorder {
 // context canceled first returns ctx.Err() (given back unspent). Then
 // another client runs what comes back. Several rounds.
 func TestFailuresAtCancelMomentCountedOnce(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	be := testutil.RealBackends(t)[0]
 	cfg := testutil.Config(t)
@@ -467,7 +471,7 @@ func TestFailuresAtCancelMomentCountedOnce(t *testing.T) {
 		for i := range n {
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: fmt.Sprintf("r%d-%d", k, i)}))
 		}
-		waitFor(t, 10*time.Second, "64 handlers run", func() bool { return entered.Load() == n })
+		testutil.Eventually(t, 10*time.Second, "64 handlers run", func() bool { return entered.Load() == n })
 		d := time.Now().Add(300 * time.Millisecond)
 		deadline.Store(&d)
 		sctx, cancel := context.WithDeadline(ctx, d)
@@ -487,7 +491,7 @@ func TestFailuresAtCancelMomentCountedOnce(t *testing.T) {
 		b := e.another(t, nil)
 		startWith(t, b, lb)
 		time.Sleep(3500 * time.Millisecond) // the retries' 3 s
-		waitFor(t, 10*time.Second, "nothing left but the dead", func() bool {
+		testutil.Eventually(t, 10*time.Second, "nothing left but the dead", func() bool {
 			st := stats(t, e.c, topic)
 			return st.Ready+st.Scheduled+st.InFlight == 0
 		})
@@ -612,7 +616,7 @@ func TestOutcomesDuringSettleDrainAppliedOnce(t *testing.T) {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: id}))
 	}
 	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "final", MaxRetries: -1}))
-	waitFor(t, 5*time.Second, "four run", func() bool {
+	testutil.Eventually(t, 5*time.Second, "four run", func() bool {
 		return r.count("early")+r.count("late")+r.count("rejoin") == 3 && r.finalCount("final") == 1
 	})
 	time.Sleep(100 * time.Millisecond)
@@ -658,6 +662,7 @@ func TestOutcomesDuringSettleDrainAppliedOnce(t *testing.T) {
 // Six cycles, a new client A each; then client B drains what was rolled
 // back. Every job was acked by its only handler on A: none runs again.
 func TestAcksAroundGraceEndAppliedOnce(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -683,7 +688,7 @@ func TestAcksAroundGraceEndAppliedOnce(t *testing.T) {
 			for i := range n {
 				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", cycle*n+i)}))
 			}
-			waitFor(t, 5*time.Second, "16 run", func() bool { return r.runningNow() == n })
+			testutil.Eventually(t, 5*time.Second, "16 run", func() bool { return r.runningNow() == n })
 			sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 			err := a.Shutdown(sctx)
 			cancel()

@@ -21,6 +21,8 @@ import (
 // for long: neither in a backlog with many workers nor behind a run of
 // them with Workers 1.
 func TestStaleReadyEntriesDelayNoLiveJob(t *testing.T) {
+	testutil.FaultTier(t) // every case starts a server of its own
+	t.Parallel()          // so do its cases: it runs beside the other parallel tests
 	t.Run("deleted_in_backlog", testDeletedJobsInBacklogDelayNoLiveJob)
 	t.Run("one_worker", testStaleEntriesDelayNoLiveJobWithOneWorker)
 }
@@ -45,7 +47,7 @@ func testDeletedJobsInBacklogDelayNoLiveJob(t *testing.T) {
 	for i := range n {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))
 	}
-	waitFor(t, 5*time.Second, "all ready", func() bool { return stats(t, e.c, "t").Ready == n })
+	testutil.Eventually(t, 5*time.Second, "all ready", func() bool { return stats(t, e.c, "t").Ready == n })
 	// Paid orders: every other job is deleted while it waits in ready.
 	kept := map[string]bool{}
 	for i := range n {
@@ -111,7 +113,7 @@ func testStaleEntriesDelayNoLiveJobWithOneWorker(t *testing.T) {
 			}
 			require.NoError(t, e.c.AddBatch(ctx, jobs))
 			require.NoError(t, e.c.Start(ctx)) // moves, consumes nothing
-			waitFor(t, 20*time.Second, "all ready", func() bool { return stats(t, e.c, "t").Ready == n })
+			testutil.Eventually(t, 20*time.Second, "all ready", func() bool { return stats(t, e.c, "t").Ready == n })
 			var wg sync.WaitGroup
 			for g := range 16 {
 				wg.Go(func() {
@@ -123,14 +125,14 @@ func testStaleEntriesDelayNoLiveJobWithOneWorker(t *testing.T) {
 			}
 			wg.Wait()
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "live"}))
-			waitFor(t, 5*time.Second, "live ready", func() bool { return state(t, e.c, "t", "live") == redeq.StateReady })
+			testutil.Eventually(t, 5*time.Second, "live ready", func() bool { return state(t, e.c, "t", "live") == redeq.StateReady })
 
 			x := e.another(t, nil)
 			l := newListener("t", nil)
 			l.workers = workers
 			start := time.Now()
 			startWith(t, x, l)
-			waitFor(t, 60*time.Second, "live ran", func() bool { return l.count() == 1 })
+			testutil.Eventually(t, 60*time.Second, "live ran", func() bool { return l.count() == 1 })
 			wait := l.deliveries()[0].at.Sub(start)
 			t.Logf("workers %d: the live job behind %d stale entries started %v after the listener started", workers, n, wait.Round(time.Millisecond))
 			require.Less(t, wait, 2*time.Second, "stale entries of deleted jobs held up the live job")

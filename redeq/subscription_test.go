@@ -26,7 +26,7 @@ import (
 )
 
 // The subscription tests run a listening client whose pub/sub connection
-// misbehaves (through faultProxy): it drops every message, goes deaf,
+// misbehaves (through testutil.Proxy): it drops every message, goes deaf,
 // delays every frame, drops a fraction, is cut again and again, or
 // subscribing again hangs. A due job still reaches the client, late by at
 // most about 10 x ScanInterval, never stranded, never twice, never early;
@@ -43,7 +43,7 @@ import (
 // no mover client) and L (the only listener, through the proxy).
 type subEnv struct {
 	t      *testing.T
-	p      *faultProxy
+	p      *testutil.Proxy
 	addr   string
 	prefix string
 	topic  string
@@ -64,7 +64,7 @@ func subSetup(t *testing.T, withM bool, opts redis.Options) *subEnv {
 	addr := standaloneAddr(t)
 	ctx := context.Background()
 	e := &subEnv{t: t, addr: addr, due: map[string][2]time.Time{}}
-	e.p = startFaultProxy(t, addr)
+	e.p = testutil.StartProxy(t, addr)
 	cfg := testutil.Config(t)
 	e.prefix = cfg.Prefix
 	e.direct = redis.NewClient(&redis.Options{Addr: addr})
@@ -87,7 +87,7 @@ func subSetup(t *testing.T, withM bool, opts redis.Options) *subEnv {
 		startWith(t, lc, e.l)
 		require.NoError(t, e.direct.Ping(ctx).Err())
 		require.NoError(t, lc.Add(ctx, &redeq.Job{Topic: e.topic, ID: "before"}))
-		waitFor(t, 10*time.Second, "the job added before the fault ran (setup works)", func() bool { return e.l.byID()["before"] == 1 })
+		testutil.Eventually(t, 10*time.Second, "the job added before the fault ran (setup works)", func() bool { return e.l.byID()["before"] == 1 })
 		return e
 	}
 	m, err := redeq.New(e.direct, cfg)
@@ -103,8 +103,8 @@ func subSetup(t *testing.T, withM bool, opts redis.Options) *subEnv {
 	require.NoError(t, m.Start(ctx))
 	e.l = newListener(e.topic, nil)
 	startWith(t, lc, e.l)
-	waitFor(t, 10*time.Second, "the job added before the fault ran (setup works)", func() bool { return e.l.byID()["before"] == 1 })
-	waitFor(t, 10*time.Second, "both clients announced", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the job added before the fault ran (setup works)", func() bool { return e.l.byID()["before"] == 1 })
+	testutil.Eventually(t, 10*time.Second, "both clients announced", func() bool {
 		return e.direct.ZCard(ctx, keys.Movers(cfg.Prefix)).Val() == 2
 	})
 	time.Sleep(3 * cfg.ScanInterval)
@@ -215,12 +215,7 @@ func (e *subEnv) judge(ids []string) subFigures {
 // cutSubs closes, from the server's side, every subscribed connection that
 // goes through the proxy (L's subscription only): a reset, not a silence.
 func (e *subEnv) cutSubs() int {
-	e.p.mu.Lock()
-	ours := map[string]bool{}
-	for _, c := range e.p.conns {
-		ours[c.LocalAddr().String()] = true
-	}
-	e.p.mu.Unlock()
+	ours := e.p.LocalAddrs()
 	ctx := context.Background()
 	list, err := e.direct.Do(ctx, "CLIENT", "LIST", "TYPE", "pubsub").Text()
 	if err != nil {
@@ -271,7 +266,7 @@ func (e *subEnv) clientSockets() int {
 
 // heldHandshakes is how many of L's connections the proxy holds in their
 // handshake (holdNew) and L has not given up yet.
-func (e *subEnv) heldHandshakes() int64 { return int64(e.clientSockets()) - e.p.open.Load() }
+func (e *subEnv) heldHandshakes() int64 { return int64(e.clientSockets()) - e.p.Open() }
 
 // subSampler samples the subscription connections every 20 ms.
 type subSampler struct {
@@ -293,9 +288,9 @@ func (e *subEnv) sample() *subSampler {
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
-			so := e.p.subOpen.Load()
+			so := e.p.SubscriptionsOpen()
 			socks := int64(e.clientSockets())
-			held := socks - e.p.open.Load()
+			held := socks - e.p.Open()
 			s.samples.Add(1)
 			if so > s.maxSubOpen.Load() {
 				s.maxSubOpen.Store(so)
@@ -356,7 +351,7 @@ func (f subFault) run(t *testing.T) {
 	t.Logf("healthy:   %v", fb)
 
 	// Under the fault.
-	s0, d0 := e.p.subs.Load(), e.dials.Load()
+	s0, d0 := e.p.Subscriptions(), e.dials.Load()
 	g0 := runtime.NumGoroutine()
 	smp := e.sample()
 	f.on(e)
@@ -387,7 +382,7 @@ func (f subFault) run(t *testing.T) {
 	sm := smp.end()
 	t.Logf("fault:     %v", ff)
 	t.Logf("fault:     %s; subscriptions made=%d, dials=%d, goroutines %d -> %d, proxy dropped %d frames",
-		sm, e.p.subs.Load()-s0, e.dials.Load()-d0, g0, runtime.NumGoroutine(), e.p.dropped.Load())
+		sm, e.p.Subscriptions()-s0, e.dials.Load()-d0, g0, runtime.NumGoroutine(), e.p.Dropped())
 	if ff.missing > 0 || ff.twice > 0 || ff.early > 0 || ff.over2s > 0 {
 		fails = append(fails, "under the fault: "+ff.String())
 	}
@@ -395,11 +390,11 @@ func (f subFault) run(t *testing.T) {
 	// After the fault: how long until L stops making new subscriptions
 	// (none for 3 s; at most 15 s watched).
 	offAt := time.Now()
-	sOff := e.p.subs.Load()
+	sOff := e.p.Subscriptions()
 	seen, changed := sOff, offAt
 	for time.Since(changed) < 3*time.Second && time.Since(offAt) < 15*time.Second {
 		time.Sleep(20 * time.Millisecond)
-		if n := e.p.subs.Load(); n != seen {
+		if n := e.p.Subscriptions(); n != seen {
 			seen, changed = n, time.Now()
 		}
 	}
@@ -408,12 +403,12 @@ func (f subFault) run(t *testing.T) {
 	if time.Since(changed) < 3*time.Second {
 		fails = append(fails, fmt.Sprintf("still making new subscriptions %v after the fault ended", time.Since(offAt).Round(time.Millisecond)))
 	}
-	s1, d1, h1 := e.p.subs.Load(), e.dials.Load(), e.p.subOpen.Load()
+	s1, d1, h1 := e.p.Subscriptions(), e.dials.Load(), e.p.SubscriptionsOpen()
 	recStart := time.Now()
 	rec, last := e.feed(rng, "r", 15, 200*time.Millisecond, time.Second)
 	time.Sleep(time.Until(last) + 1500*time.Millisecond)
 	fr := e.judge(rec)
-	s2, d2, h2 := e.p.subs.Load(), e.dials.Load(), e.p.subOpen.Load()
+	s2, d2, h2 := e.p.Subscriptions(), e.dials.Load(), e.p.SubscriptionsOpen()
 	t.Logf("recovered: %v", fr)
 	t.Logf("recovered: over the %v of these jobs: new subscriptions=%d, new dials=%d, subscribed conns open %d -> %d",
 		time.Since(recStart).Round(time.Millisecond), s2-s1, d2-d1, h1, h2)
@@ -428,11 +423,11 @@ func (f subFault) run(t *testing.T) {
 }
 
 func subFaultOff(e *subEnv) {
-	e.p.deaf.Store(false)
-	e.p.dropMsgs.Store(false)
-	e.p.setDropRate(0)
-	e.p.delay.Store(0)
-	e.p.holdNew.Store(false)
+	e.p.Deaf.Store(false)
+	e.p.DropMessages.Store(false)
+	e.p.SetDropRate(0)
+	e.p.SubDelay.Store(0)
+	e.p.HoldNew.Store(false)
 }
 
 // TestHungHandshakesAndCutSubscriptionsStrandNoJob: every new connection
@@ -442,7 +437,8 @@ func subFaultOff(e *subEnv) {
 // fault; once it ends the client stops resubscribing and pub/sub delivers
 // again within 250 ms (subFault.run).
 func TestHungHandshakesAndCutSubscriptionsStrandNoJob(t *testing.T) {
-	subFault{on: func(e *subEnv) { e.p.holdNew.Store(true) }, off: subFaultOff, pool: true, window: 10 * time.Second,
+	testutil.FaultTier(t) // it runs for seconds
+	subFault{on: func(e *subEnv) { e.p.HoldNew.Store(true) }, off: subFaultOff, pool: true, window: 10 * time.Second,
 		every: time.Second, step: func(e *subEnv, _ int, _ *rand.Rand) { e.cutSubs() }}.run(t)
 }
 
@@ -452,23 +448,24 @@ func TestHungHandshakesAndCutSubscriptionsStrandNoJob(t *testing.T) {
 // handshake too) and the fault ends at once. Each time L soon stops making
 // new subscriptions, and a job added 1 s after the cut runs promptly.
 func TestCutDuringHungResubscribeRecovers(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	e := subSetup(t, true, redis.Options{PoolSize: 16, MinIdleConns: 16})
 	var fails, figs []string
 	for k := range 5 {
-		e.p.holdNew.Store(true)
-		e.p.deaf.Store(true)
-		waitFor(t, 10*time.Second, "a resubscription hangs in its handshake", func() bool { return e.heldHandshakes() > 0 })
+		e.p.HoldNew.Store(true)
+		e.p.Deaf.Store(true)
+		testutil.Eventually(t, 10*time.Second, "a resubscription hangs in its handshake", func() bool { return e.heldHandshakes() > 0 })
 		time.Sleep(time.Duration(100+200*k) * time.Millisecond)
 		subFaultOff(e)
-		e.p.cutAll()
+		e.p.Cut()
 		cut := time.Now()
-		seen, changed := e.p.subs.Load(), cut
+		seen, changed := e.p.Subscriptions(), cut
 		added := false
 		id := fmt.Sprint("cut", k)
 		for time.Since(changed) < 2*time.Second && time.Since(cut) < 10*time.Second {
 			time.Sleep(20 * time.Millisecond)
-			if n := e.p.subs.Load(); n != seen {
+			if n := e.p.Subscriptions(); n != seen {
 				seen, changed = n, time.Now()
 			}
 			if !added && time.Since(cut) > time.Second {
@@ -482,8 +479,8 @@ func TestCutDuringHungResubscribeRecovers(t *testing.T) {
 		}
 		f := e.judge([]string{id})
 		figs = append(figs, fmt.Sprintf("cycle %d: last new subscription %v after the cut, job lateness %v, subscribed conns open %d",
-			k, changed.Sub(cut).Round(time.Millisecond), f.max, e.p.subOpen.Load()))
-		if f.missing > 0 || f.twice > 0 || f.max > 250*time.Millisecond || time.Since(changed) < 2*time.Second || e.p.subOpen.Load() != 1 {
+			k, changed.Sub(cut).Round(time.Millisecond), f.max, e.p.SubscriptionsOpen()))
+		if f.missing > 0 || f.twice > 0 || f.max > 250*time.Millisecond || time.Since(changed) < 2*time.Second || e.p.SubscriptionsOpen() != 1 {
 			fails = append(fails, figs[len(figs)-1])
 		}
 	}
@@ -494,14 +491,14 @@ func TestCutDuringHungResubscribeRecovers(t *testing.T) {
 // proxiedListener starts M (direct; owns the topic's only bucket) and L (the only
 // listener, through proxy p). It returns the topic, M, L's listener and a
 // direct client.
-func proxiedListener(t *testing.T, p *faultProxy, addr string) (string, *redeq.Client, *redeq.Client, *listener, *redis.Client) {
+func proxiedListener(t *testing.T, p *testutil.Proxy, addr string) (string, *redeq.Client, *redeq.Client, *listener, *redis.Client) {
 	t.Helper()
 	return proxiedListenerWith(t, p, addr, redis.Options{})
 }
 
 // proxiedListenerWith is proxiedListener with L's client built from opts (its Addr set
 // to the proxy's).
-func proxiedListenerWith(t *testing.T, p *faultProxy, addr string, opts redis.Options) (string, *redeq.Client, *redeq.Client, *listener, *redis.Client) {
+func proxiedListenerWith(t *testing.T, p *testutil.Proxy, addr string, opts redis.Options) (string, *redeq.Client, *redeq.Client, *listener, *redis.Client) {
 	t.Helper()
 	ctx := context.Background()
 	cfg := testutil.Config(t)
@@ -526,8 +523,8 @@ func proxiedListenerWith(t *testing.T, p *faultProxy, addr string, opts redis.Op
 	require.NoError(t, m.Start(ctx))
 	l := newListener(topic, nil)
 	startWith(t, lc, l)
-	waitFor(t, 10*time.Second, "the job added before the fault ran (setup works)", func() bool { return l.byID()["before"] == 1 })
-	waitFor(t, 10*time.Second, "both clients announced", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the job added before the fault ran (setup works)", func() bool { return l.byID()["before"] == 1 })
+	testutil.Eventually(t, 10*time.Second, "both clients announced", func() bool {
 		return direct.ZCard(ctx, keys.Movers(cfg.Prefix)).Val() == 2
 	})
 	time.Sleep(3 * cfg.ScanInterval)
@@ -554,11 +551,11 @@ func standaloneAddr(t *testing.T) string {
 func TestSubscriptionDroppingMessagesStrandsNoJob(t *testing.T) {
 	addr := standaloneAddr(t)
 	ctx := context.Background()
-	p := startFaultProxy(t, addr)
+	p := testutil.StartProxy(t, addr)
 	topic, m, _, l, _ := proxiedListener(t, p, addr)
 	scan := testutil.Fast().ScanInterval
 
-	p.dropMsgs.Store(os.Getenv("REDEQ_CONTROL") == "")
+	p.DropMessages.Store(os.Getenv("REDEQ_CONTROL") == "")
 	start := time.Now()
 	for i := range 5 {
 		require.NoError(t, m.Add(ctx, &redeq.Job{Topic: topic, ID: fmt.Sprint("after", i), Delay: time.Duration(i) * 100 * time.Millisecond}))
@@ -580,7 +577,7 @@ func TestSubscriptionDroppingMessagesStrandsNoJob(t *testing.T) {
 	}
 	st := stats(t, m, topic)
 	require.Truef(t, ok, "after %v with a subscription that drops messages but answers PINGs (%d pushes dropped), %d of 5 due jobs ran; stats: ready=%d scheduled=%d inflight=%d",
-		time.Since(start), p.dropped.Load(), len(l.byID())-1, st.Ready, st.Scheduled, st.InFlight)
+		time.Since(start), p.Dropped(), len(l.byID())-1, st.Ready, st.Scheduled, st.InFlight)
 	t.Logf("all delivered %v after the fault", time.Since(start))
 }
 
@@ -594,30 +591,31 @@ var _ = runtime.NumGoroutine
 // checks that a job added at the end is still delivered, then times
 // Shutdown.
 func TestDeafSubscriptionLeaksNothingAndShutsDownPromptly(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	if !isolated(t) {
 		return // it counts goroutines or takes the quarantine slot: a process of its own
 	}
 	addr := standaloneAddr(t)
 	ctx := context.Background()
-	p := startFaultProxy(t, addr)
+	p := testutil.StartProxy(t, addr)
 	topic, m, lc, l, _ := proxiedListener(t, p, addr)
 	total := 40 * time.Second
 	if d, err := time.ParseDuration(os.Getenv("REDEQ_DEAF_FOR")); err == nil {
 		total = d
 	}
-	p.deaf.Store(true)
+	p.Deaf.Store(true)
 	time.Sleep(10 * time.Second)
-	g1, s1, o1 := runtime.NumGoroutine(), p.subOpen.Load(), p.open.Load()
+	g1, s1, o1 := runtime.NumGoroutine(), p.SubscriptionsOpen(), p.Open()
 	time.Sleep(total - 10*time.Second)
-	g2, s2, o2 := runtime.NumGoroutine(), p.subOpen.Load(), p.open.Load()
+	g2, s2, o2 := runtime.NumGoroutine(), p.SubscriptionsOpen(), p.Open()
 	t.Logf("at 10s: goroutines=%d subscribed conns open=%d all conns open=%d; at %v: goroutines=%d subscribed open=%d all open=%d; subscriptions made=%d",
-		g1, s1, o1, total, g2, s2, o2, p.subs.Load())
+		g1, s1, o1, total, g2, s2, o2, p.Subscriptions())
 	require.LessOrEqualf(t, s2, int64(3), "subscribed connections left open after %v deaf", total)
 	require.LessOrEqualf(t, o2, o1+3, "open connections grew from %d to %d", o1, o2)
 	require.LessOrEqualf(t, g2, g1+15, "goroutines grew from %d to %d", g1, g2)
 
 	require.NoError(t, m.Add(ctx, &redeq.Job{Topic: topic, ID: "late"}))
-	waitFor(t, 4*time.Second, "a job added while deaf ran within 2 x 10 ScanIntervals", func() bool { return l.byID()["late"] == 1 })
+	testutil.Eventually(t, 4*time.Second, "a job added while deaf ran within 2 x 10 ScanIntervals", func() bool { return l.byID()["late"] == 1 })
 
 	start := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -633,15 +631,16 @@ func TestDeafSubscriptionLeaksNothingAndShutsDownPromptly(t *testing.T) {
 // while the subscription drops messages but answers PINGs, and while it
 // delays every frame by 3 s.
 func TestShutdownPromptWhileSubscriptionMisbehaves(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	addr := standaloneAddr(t)
 	for _, mode := range []string{"dropMsgs", "delay"} {
 		t.Run(mode, func(t *testing.T) {
-			p := startFaultProxy(t, addr)
+			p := testutil.StartProxy(t, addr)
 			_, _, lc, _, _ := proxiedListener(t, p, addr)
 			if mode == "dropMsgs" {
-				p.dropMsgs.Store(true)
+				p.DropMessages.Store(true)
 			} else {
-				p.delay.Store(int64(3 * time.Second))
+				p.SubDelay.Store(int64(3 * time.Second))
 			}
 			time.Sleep(2500 * time.Millisecond)
 			start := time.Now()
@@ -662,12 +661,13 @@ func TestShutdownPromptWhileSubscriptionMisbehaves(t *testing.T) {
 // pass) or delays every frame by 5 s, and another topic of the deployment
 // keeps producing (so the subscription is never silent).
 func TestSubscriptionLosingOrDelayingMessagesDelaysJobsLittle(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	addr := standaloneAddr(t)
 	for _, mode := range []string{"drop90", "delay5s"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx := context.Background()
-			p := startFaultProxy(t, addr)
+			p := testutil.StartProxy(t, addr)
 			topic, m, _, l, _ := proxiedListener(t, p, addr)
 			scan := testutil.Fast().ScanInterval
 			stop := make(chan struct{})
@@ -685,9 +685,9 @@ func TestSubscriptionLosingOrDelayingMessagesDelaysJobsLittle(t *testing.T) {
 			}()
 			defer func() { close(stop); <-done }()
 			if mode == "drop90" {
-				p.setDropRate(0.9)
+				p.SetDropRate(0.9)
 			} else {
-				p.delay.Store(int64(5 * time.Second))
+				p.SubDelay.Store(int64(5 * time.Second))
 			}
 			time.Sleep(6 * time.Second) // the fault is established
 			due := map[string]time.Time{}
@@ -718,7 +718,7 @@ func TestSubscriptionLosingOrDelayingMessagesDelaysJobsLittle(t *testing.T) {
 					bad = append(bad, fmt.Sprintf("%s late by %v", id, got.Sub(at).Round(time.Millisecond)))
 				}
 			}
-			require.Emptyf(t, bad, "mode %s: bound %v (2 x 10 ScanIntervals); dropped pushes %d", mode, bound, p.dropped.Load())
+			require.Emptyf(t, bad, "mode %s: bound %v (2 x 10 ScanIntervals); dropped pushes %d", mode, bound, p.Dropped())
 		})
 	}
 }
@@ -742,7 +742,7 @@ func TestSilentSubscriptionStrandsNoJob(t *testing.T) {
 	}
 	ctx := context.Background()
 	cfg := testutil.Config(t)
-	proxy := startFaultProxy(t, addr)
+	proxy := testutil.StartProxy(t, addr)
 
 	direct := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { direct.Close() })
@@ -766,13 +766,13 @@ func TestSilentSubscriptionStrandsNoJob(t *testing.T) {
 	require.NoError(t, m.Start(ctx))
 	l := newListener(topic, nil)
 	startWith(t, lc, l)
-	waitFor(t, 10*time.Second, "the job added before the cut ran (setup works)", func() bool { return l.byID()["before"] == 1 })
-	waitFor(t, 10*time.Second, "both clients announced", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the job added before the cut ran (setup works)", func() bool { return l.byID()["before"] == 1 })
+	testutil.Eventually(t, 10*time.Second, "both clients announced", func() bool {
 		return direct.ZCard(ctx, keys.Movers(cfg.Prefix)).Val() == 2
 	})
 	time.Sleep(3 * cfg.ScanInterval) // M's loop for the bucket runs
 
-	proxy.deaf.Store(os.Getenv("REDEQ_CONTROL") == "") // L's subscription goes silent
+	proxy.Deaf.Store(os.Getenv("REDEQ_CONTROL") == "") // L's subscription goes silent
 	start := time.Now()
 	for i := range 5 {
 		require.NoError(t, m.Add(ctx, &redeq.Job{Topic: topic, ID: fmt.Sprint("after", i), Delay: time.Duration(i) * 100 * time.Millisecond}))

@@ -54,7 +54,7 @@ func checkOutcomeAfterDataLoss(t *testing.T, c *redeq.Client, settled *atomic.In
 	require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "t", ID: "x", Headers: map[string]string{"run": "old"}}))
 	stale := next(t, runs, "first delivery of x")
 	lose()
-	waitFor(t, 10*time.Second, "x added again", func() bool {
+	testutil.Eventually(t, 10*time.Second, "x added again", func() bool {
 		return c.Add(ctx, &redeq.Job{Topic: "t", ID: "x", Headers: map[string]string{"run": "new"}}) == nil
 	})
 	again := next(t, runs, "delivery of the re-added x")
@@ -66,11 +66,11 @@ func checkOutcomeAfterDataLoss(t *testing.T, c *redeq.Client, settled *atomic.In
 
 	before := settled.Load()
 	close(stale.done)
-	waitFor(t, 5*time.Second, "stale outcome settled", func() bool { return settled.Load() > before })
+	testutil.Eventually(t, 5*time.Second, "stale outcome settled", func() bool { return settled.Load() > before })
 	require.Equal(t, redeq.StateInFlight, state(t, c, "t", "x"), "the old delivery's ack acted on the new one")
 
 	close(again.done)
-	waitFor(t, 5*time.Second, "new outcome applied", func() bool { return state(t, c, "t", "x") == redeq.StateScheduled })
+	testutil.Eventually(t, 5*time.Second, "new outcome applied", func() bool { return state(t, c, "t", "x") == redeq.StateScheduled })
 	job, err = c.Get(ctx, "t", "x")
 	require.NoError(t, err)
 	require.Equal(t, "new", job.Headers["run"])

@@ -42,6 +42,8 @@ func bucketCountSetup(t *testing.T, be testutil.Backend) (config.Config, redis.U
 // Then B, configured with 2 buckets, starts a listener on the topic and
 // adds to it: it gets ErrBucketMismatch, and the count stays 4.
 func TestLostBucketCountRestoredUnchanged(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			ctx := context.Background()
@@ -52,7 +54,7 @@ func TestLostBucketCountRestoredUnchanged(t *testing.T) {
 			for i := range 8 {
 				require.NoError(t, a.Add(ctx, &redeq.Job{Topic: topic, ID: fmt.Sprint("a", i)}))
 			}
-			waitFor(t, 10*time.Second, "A ran its jobs", func() bool { return len(la.byID()) == 8 })
+			testutil.Eventually(t, 10*time.Second, "A ran its jobs", func() bool { return len(la.byID()) == 8 })
 
 			meta := keys.ForTopic(cfg.Prefix, topic).Meta()
 			require.NoError(t, rdb.Del(ctx, meta).Err()) // the count is lost
@@ -100,7 +102,7 @@ func TestLostBucketCountStrandsNoJobOnANewClient(t *testing.T) {
 			la := newListener(topic, nil)
 			startWith(t, a, la)
 			require.NoError(t, p.Add(ctx, &redeq.Job{Topic: topic, ID: "first"}))
-			waitFor(t, 10*time.Second, "A ran the first job", func() bool { return la.byID()["first"] == 1 })
+			testutil.Eventually(t, 10*time.Second, "A ran the first job", func() bool { return la.byID()["first"] == 1 })
 
 			require.NoError(t, rdb.Del(ctx, keys.ForTopic(cfg.Prefix, topic).Meta()).Err())
 			// C must own a bucket of the topic beside A (ids are random:
@@ -118,7 +120,7 @@ func TestLostBucketCountStrandsNoJobOnANewClient(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
 			require.NoError(t, c.Start(ctx))
-			waitFor(t, 10*time.Second, "A and C announced", func() bool {
+			testutil.Eventually(t, 10*time.Second, "A and C announced", func() bool {
 				return rdb.ZCard(ctx, keys.Movers(cfg.Prefix)).Val() == 2
 			})
 			time.Sleep(5 * cfg.ScanInterval)
@@ -164,6 +166,7 @@ func TestLostBucketCountStrandsNoJobOnANewClient(t *testing.T) {
 // and a producer that recorded the topic before keeps adding due jobs,
 // each job runs within 3 s of being added (A listens).
 func TestTopicSetEntryDeletedRepeatedlyDelaysNoJob(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
 	t.Parallel()
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
@@ -223,6 +226,8 @@ func TestTopicSetEntryDeletedRepeatedlyDelaysNoJob(t *testing.T) {
 // period of the Fast config), without any Add-driven way back (a wake-up
 // naming an unknown topic, a producer re-recording after RecordEvery).
 func TestLostTopicSetEntryStrandsNoJob(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		const topic = "orders"
@@ -230,7 +235,7 @@ func TestLostTopicSetEntryStrandsNoJob(t *testing.T) {
 		startWith(t, e.c, l)
 		producer := e.another(t, nil) // never started: writes only
 		require.NoError(t, producer.Add(ctx, &redeq.Job{Topic: topic, ID: "first"}))
-		waitFor(t, 10*time.Second, "setup: the first job ran", func() bool { return l.byID()["first"] == 1 })
+		testutil.Eventually(t, 10*time.Second, "setup: the first job ran", func() bool { return l.byID()["first"] == 1 })
 
 		require.NoError(t, producer.Add(ctx, &redeq.Job{Topic: topic, ID: "late", Delay: 2 * time.Second}))
 		// The failover loses the topic's record (its SADD was the set's
@@ -250,7 +255,7 @@ func TestLostTopicSetEntryStrandsNoJob(t *testing.T) {
 		require.NoError(t, producer.Add(ctx, &redeq.Job{Topic: topic, ID: "later", Delay: time.Second}))
 		require.NoError(t, e.rdb.SRem(ctx, keys.Topics(e.cfg.Prefix), topic).Err())
 		require.NoError(t, e.rdb.Del(ctx, keys.ForTopic(e.cfg.Prefix, topic).Meta()).Err())
-		waitFor(t, 15*time.Second, "the job whose topic lost its record and bucket count ran", func() bool { return l.byID()["later"] == 1 })
+		testutil.Eventually(t, 15*time.Second, "the job whose topic lost its record and bucket count ran", func() bool { return l.byID()["later"] == 1 })
 		require.Equal(t, fmt.Sprint(e.cfg.Concurrency), e.rdb.HGet(ctx, keys.ForTopic(e.cfg.Prefix, topic).Meta(), "buckets").Val())
 	})
 }

@@ -74,7 +74,7 @@ func TestUpdateRefusalsWriteNothing(t *testing.T) {
 		startWith(t, parker, newListener("u", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 			return nil // parked in un_ack
 		}))
-		waitFor(t, 5*time.Second, "parked", func() bool { return state(t, e.c, "u", "parked") == redeq.StateUnAck })
+		testutil.Eventually(t, 5*time.Second, "parked", func() bool { return state(t, e.c, "u", "parked") == redeq.StateUnAck })
 		require.NoError(t, parker.Shutdown(ctx)) // its reaper would recover "held"
 		moveDue(t, e, "t", 1, 1)
 		crash(t, e, "t", "c1", 1)
@@ -214,9 +214,9 @@ func TestPutReplacesOrAdds(t *testing.T) {
 			ch.Ack()
 			return nil
 		}))
-		waitFor(t, 5*time.Second, "dead", func() bool { return state(t, e.c, "d", "j") == redeq.StateDead })
+		testutil.Eventually(t, 5*time.Second, "dead", func() bool { return state(t, e.c, "d", "j") == redeq.StateDead })
 		require.NoError(t, e.c.Put(ctx, &redeq.Job{Topic: "d", ID: "j", Body: []byte("again")}))
-		waitFor(t, 5*time.Second, "the new job ran", func() bool { return stats(t, e.c, "d").Pool == 0 })
+		testutil.Eventually(t, 5*time.Second, "the new job ran", func() bool { return stats(t, e.c, "d").Pool == 0 })
 		require.Zero(t, stats(t, e.c, "d").Dead)
 
 	})

@@ -14,12 +14,12 @@ import (
 // extended by any step back of the wall clock since it began.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	poll(t, timeout, 5*time.Millisecond, what, cond)
+	EventuallyEvery(t, timeout, 5*time.Millisecond, what, cond)
 }
 
-// poll is Eventually with a poll interval, for conditions that cost a
-// round trip or more to check.
-func poll(t testing.TB, timeout, every time.Duration, what string, cond func() bool) {
+// EventuallyEvery is Eventually polling every `every`, for conditions
+// that cost a round trip or more to check.
+func EventuallyEvery(t testing.TB, timeout, every time.Duration, what string, cond func() bool) {
 	t.Helper()
 	start := time.Now()
 	for !cond() {

@@ -73,6 +73,7 @@ type Proxy struct {
 	matched     atomic.Int64
 	faults      atomic.Int64
 	lateWritten atomic.Int64
+	held        atomic.Int64
 
 	stop   chan struct{}
 	mu     sync.Mutex
@@ -128,6 +129,11 @@ func (p *Proxy) Faults() int64 { return p.faults.Load() }
 // LateWritten is the number of held requests written to the server, late.
 func (p *Proxy) LateWritten() int64 { return p.lateWritten.Load() }
 
+// Held is the number of requests DelayRequest holds back now, not yet
+// written to the server: a test waits for it to reach 0 to know that every
+// late request reached the server.
+func (p *Proxy) Held() int64 { return p.held.Load() }
+
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() {
 	p.mu.Lock()
@@ -152,6 +158,20 @@ func (p *Proxy) Cut() {
 		_ = c.Close()
 	}
 	p.conns = nil
+}
+
+// LocalAddrs returns the local address of every connection the proxy
+// holds open: among them, the client addresses the server sees for the
+// proxied connections (CLIENT LIST's addr=), so that a test can pick
+// those out.
+func (p *Proxy) LocalAddrs() map[string]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]bool, len(p.conns))
+	for _, c := range p.conns {
+		out[c.LocalAddr().String()] = true
+	}
+	return out
 }
 
 func (p *Proxy) track(c ...net.Conn) bool {
@@ -272,7 +292,9 @@ func (p *Proxy) pipe(c, u net.Conn) {
 							defer held.Done()
 							time.Sleep(d)
 							for b := range hold {
-								if _, err := u.Write(b); err == nil {
+								_, err := u.Write(b)
+								p.held.Add(-1)
+								if err == nil {
 									p.lateWritten.Add(1)
 								}
 							}
@@ -280,6 +302,7 @@ func (p *Proxy) pipe(c, u net.Conn) {
 					}
 				}
 				if hold != nil {
+					p.held.Add(1)
 					hold <- bytes.Clone(chunk)
 					continue
 				}

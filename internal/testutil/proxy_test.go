@@ -96,6 +96,7 @@ func TestProxy(t *testing.T) {
 		require.Error(t, c.Set(ctx, "marked", "late", 0).Err())
 		require.Zero(t, plain.Exists(ctx, "marked").Val(), "held")
 		testutil.Eventually(t, 5*time.Second, "the held request written", func() bool { return p.LateWritten() == 1 })
+		require.Zero(t, p.Held(), "nothing held once written")
 		testutil.Eventually(t, 5*time.Second, "the held request ran", func() bool { return plain.Get(ctx, "marked").Val() == "late" })
 	})
 	subscribe := func(t *testing.T, c *redis.Client) *redis.PubSub {

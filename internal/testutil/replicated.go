@@ -86,7 +86,7 @@ func StartPair(t testing.TB, args ...string) *Pair {
 	m := startLow(t, args...)
 	r := startLow(t, append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(m.Port)}, args...)...)
 	p := &Pair{Master: m, Replica: r}
-	poll(t, 20*time.Second, 50*time.Millisecond, "replica in sync", func() bool { return linkUp(r.Addr) })
+	EventuallyEvery(t, 20*time.Second, 50*time.Millisecond, "replica in sync", func() bool { return linkUp(r.Addr) })
 	return p
 }
 
@@ -126,7 +126,7 @@ func StartCluster(t testing.TB, masters int, nodeTimeout time.Duration) *ReplClu
 	if err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
-	poll(t, 60*time.Second, 50*time.Millisecond, "cluster ok, every replica in sync", func() bool {
+	EventuallyEvery(t, 60*time.Second, 50*time.Millisecond, "cluster ok, every replica in sync", func() bool {
 		replicas := 0
 		for _, n := range c.Nodes {
 			role, ok := c.state(n.Addr)

@@ -20,7 +20,8 @@ import (
 const RequireServerEnv = "REDEQ_REQUIRE_SERVER"
 
 // FaultTierEnv switches on the fault tier: tests that start redis-servers
-// or child processes of their own, kill or stop them, or run for minutes.
+// or child processes of their own, kill or stop them, or run for more than
+// a second or two.
 // `go test ./...` without it is the fast tier a newcomer runs; .ci/run
 // sets it.
 const FaultTierEnv = "REDEQ_FAULT"
