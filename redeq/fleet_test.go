@@ -173,8 +173,7 @@ func TestIdleTopicRetires(t *testing.T) {
 // killed, a consumer that died meanwhile holding a job is still recovered:
 // the next client in line starts to look once the fleet has dropped them.
 func TestReapersKilledThirdClientRecovers(t *testing.T) {
-	// Not parallel: beside the parallel fault tests its reapers and
-	// heartbeats fall behind the ConsumerTimeouts it counts on.
+	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var children []*child

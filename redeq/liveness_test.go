@@ -485,8 +485,7 @@ func (h *livenessReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // times the topics may not cost four times as much.
 func TestIdleLivenessCostLinearInClients(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	// Not parallel: beside the parallel fault tests its reapers and
-	// heartbeats fall behind the ConsumerTimeouts it counts on.
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		measure := func(clients, topics int) float64 {
