@@ -95,8 +95,7 @@ func inFlightBucket(t *testing.T, e *env, topic, cid string) int {
 // consumer no longer in the alive set: the job must still run again.
 func TestFetchLandingAfterDeclarationRecovered(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	// Not parallel: beside the parallel fault tests, miniredis under -race
-	// answers the reapers too slowly for the recovery to come in time.
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
@@ -137,8 +136,7 @@ func TestFetchLandingAfterDeclarationRecovered(t *testing.T) {
 // clock; the job must still run again.
 func TestBucketClockAheadStillRecovered(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	// Not parallel: beside the parallel fault tests, miniredis under -race
-	// answers the reapers too slowly for the recovery to come in time.
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
@@ -169,8 +167,7 @@ func TestBucketClockAheadStillRecovered(t *testing.T) {
 // dies afterwards must still have its job run again.
 func TestManyStuckSilentConsumersDoNotStarveOthers(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	// Not parallel: beside the parallel fault tests, miniredis under -race
-	// answers the reapers too slowly for the recovery to come in time.
+	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
