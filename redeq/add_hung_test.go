@@ -376,7 +376,6 @@ func addCtx(k int, rng *rand.Rand) (context.Context, context.CancelFunc) {
 // "added" is one whose call gave up; a ctx that cannot end never yields a
 // ctx error; nothing is stored twice.
 func TestConcurrentAddsEachGetTheirOwnResult(t *testing.T) {
-	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -541,9 +540,6 @@ func TestConcurrentAddsEachGetTheirOwnResult(t *testing.T) {
 // returned.
 func TestAddsWithTheirOwnTimeoutsPileUpNoGoroutine(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	if !isolated(t) {     // it counts goroutines: in a process of its own, beside the others
-		return
-	}
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -734,9 +730,6 @@ func TestAddsLeaveNoGoroutine(t *testing.T) {
 //     answers.
 func TestShutdownAfterHungAddsLeavesNoGoroutine(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	if !isolated(t) {     // it counts goroutines: in a process of its own, beside the others
-		return
-	}
 	for _, be := range standaloneBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			for _, tc := range []struct {

@@ -126,7 +126,6 @@ func TestForgottenConsumerComesBack(t *testing.T) {
 // joins its topics again and runs the job.
 func TestNoFetchWhileHeartbeatsFail(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")

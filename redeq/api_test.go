@@ -320,7 +320,6 @@ func (s *syncBuffer) String() string {
 // of many buckets, fetchers, reaper, heartbeat) log a handful of lines,
 // not one per bucket per retry.
 func TestOutageLogsAHandful(t *testing.T) {
-	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	srv := testutil.StartServer(t)
 	ctx := context.Background()
 	var buf syncBuffer

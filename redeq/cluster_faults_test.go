@@ -542,7 +542,6 @@ func (b *bcastCounter) OnBroadcast(ctx context.Context, job *redeq.Job) {
 // that fail and retry, a client that leaves and one that joins.
 func TestClusterBackgroundLoopsLogNoError(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	be := testutil.Cluster(t)
 	ctx := context.Background()
 	logs := &warnLog{}

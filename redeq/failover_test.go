@@ -23,7 +23,6 @@ import (
 // TestClusterFailover: a 3-master + 3-replica cluster; under load, one
 // master hands over to its replica with CLUSTER FAILOVER. Every job runs.
 func TestClusterFailover(t *testing.T) {
-	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	var nodes []*testutil.Server
 	for range 6 {
 		// The bus port is named: port+10000 may be taken or out of range.

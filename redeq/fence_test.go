@@ -510,7 +510,6 @@ func TestOutcomeOfOldDeliverySparesReaddedJob(t *testing.T) {
 // a job, so that job is recovered if it dies later.
 func TestReaperSparesAConsumerThatCameBack(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))

@@ -72,7 +72,6 @@ func TestKilledOwnerHandsItsBucketsOver(t *testing.T) {
 // listener's, so only pub/sub can tell the listener.
 func TestLostNotificationsStrandNothing(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		mover := e.another(t, nil)
@@ -140,7 +139,6 @@ func TestResubscribeLooksEverywhere(t *testing.T) {
 // movers record the topic again, and the job is moved.
 func TestIdleTopicRetires(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		cfg := e.cfg
@@ -173,7 +171,6 @@ func TestIdleTopicRetires(t *testing.T) {
 // killed, a consumer that died meanwhile holding a job is still recovered:
 // the next client in line starts to look once the fleet has dropped them.
 func TestReapersKilledThirdClientRecovers(t *testing.T) {
-	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var children []*child

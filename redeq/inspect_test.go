@@ -64,7 +64,6 @@ func moveDue(t *testing.T, e *env, topic string, buckets, want int) {
 // job of each state once, with its fields, and skip stale entries: a
 // deleted or rescheduled job's ready entry, a deleted job's delivery.
 func TestListEveryStateAcrossBuckets(t *testing.T) {
-	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -234,7 +233,6 @@ func (h *countCmds) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // reads a bounded number of entries: 3,000 stale ready entries ahead of
 // the one real job take several pages, not one read of the whole list.
 func TestListBoundedCost(t *testing.T) {
-	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hook := &countCmds{}

@@ -137,7 +137,6 @@ func giveBack(t *testing.T, e *env, topic string, b int, cid string, members []s
 // parked and dead set trimmed; deliveries made and given back.
 func TestListPagesAJobThatStaysOnce(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		one := e.another(t, func(c *config.Config) { c.Concurrency = 1 })

@@ -43,7 +43,6 @@ func blockingListener(topic string, release chan struct{}) *listener {
 // topics again, or a job it fetches afterwards is never recovered when it
 // dies.
 func TestForgottenConsumerRejoinsAfterHeartbeatRerun(t *testing.T) {
-	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
@@ -158,7 +157,6 @@ func (o *outage) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 // heartbeat since the outage ended. The job must run once.
 func TestReaperWaitsAfterOutageEnds(t *testing.T) {
 	testutil.FaultTier(t) // an outage of several ConsumerTimeouts
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		out := newOutage()
@@ -210,7 +208,6 @@ func TestReaperWaitsAfterOutageEnds(t *testing.T) {
 // consumer after the reaper's look.
 func TestReaperPausedBeforeRecoverSparesConsumerThatCameBack(t *testing.T) {
 	testutil.FaultTier(t) // a reaper paused for several ConsumerTimeouts
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
@@ -267,7 +264,6 @@ func TestReaperPausedBeforeRecoverSparesConsumerThatCameBack(t *testing.T) {
 // longer than ConsumerTimeout.
 func TestLostAliveEntrySparesLiveConsumer(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
@@ -382,7 +378,6 @@ func TestDeadConsumerRecoveredAmongManyLive(t *testing.T) {
 // spares a live consumer holding a job for longer than ConsumerTimeout.
 func TestReaperScriptsSurviveRerun(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		for _, id := range []string{"dead", "long"} {
@@ -485,7 +480,6 @@ func (h *livenessReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // times the topics may not cost four times as much.
 func TestIdleLivenessCostLinearInClients(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		measure := func(clients, topics int) float64 {
@@ -580,7 +574,6 @@ func TestDeadReaperLockDoesNotDelayRecovery(t *testing.T) {
 // to the reaper. Continued, it joins its topics again before it fetches:
 // the jobs it takes then are recovered when it is killed afterwards.
 func TestStoppedConsumerKeepsJobsFetchedAfterContinue(t *testing.T) {
-	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
@@ -616,7 +609,6 @@ func TestStoppedConsumerKeepsJobsFetchedAfterContinue(t *testing.T) {
 // the topic, the job must run again.
 func TestLostConsumerEntryStillRecovered(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")

@@ -98,7 +98,6 @@ func topicConsumers(t *testing.T, c *redeq.Client, topic string) int64 {
 // is dropped by the fence.
 func TestResumedConsumerIsVisibleAgain(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
@@ -178,7 +177,6 @@ func TestResumedConsumerIsVisibleAgain(t *testing.T) {
 // reaper takes out only a membership older than the heartbeat it forgot.
 func TestComebackWhileForgottenKeepsMembership(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
@@ -250,7 +248,6 @@ func TestForgottenConsumerRejoinsThroughARerun(t *testing.T) {
 // it runs (the one taken from it, under a new delivery, and a new one).
 func TestStoppedConsumerProcessIsVisibleAfterResume(t *testing.T) {
 	testutil.FaultTier(t)
-	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps

@@ -134,7 +134,6 @@ func (c dropConn) Write(b []byte) (int, error) {
 // never goes silent for as long as the others take to count it dead.
 func TestHungMasterKeepsClientAnnouncing(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	be := testutil.Cluster(t)
 	probe := be.New(t)
 	const topic = "t"
@@ -187,7 +186,6 @@ func TestHungMasterKeepsClientAnnouncing(t *testing.T) {
 // moves them: every job runs soon after it is due, though A keeps
 // announcing itself and owns its share of the other buckets.
 func TestOwnerCutOffFromMasterHandsItsBucketsOver(t *testing.T) {
-	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	be := testutil.Cluster(t)
 	probe := be.New(t)
 	const topic = "t"
@@ -237,7 +235,6 @@ func TestOwnerCutOffFromMasterHandsItsBucketsOver(t *testing.T) {
 // own jobs, and a job of another topic, all of whose keys live on the
 // healthy masters, runs as soon as it is due.
 func TestMoverWorksBesideTopicOnDeadMaster(t *testing.T) {
-	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	cl := testutil.StartCluster(t, 3, time.Second)
 	ctx := context.Background()
 	for _, addr := range cl.Addrs {
@@ -336,7 +333,6 @@ func hookedWith(t *testing.T, e *env, cfg config.Config, hook redis.Hook) *redeq
 // once more a little after it retired it, and records it again.
 func TestAddAsTopicRetiresIsMoved(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		xcfg, ycfg := e.cfg, e.cfg

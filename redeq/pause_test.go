@@ -20,7 +20,6 @@ import (
 // Topics say paused; once Resume returns it runs them.
 func TestPauseStopsRunningClients(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)

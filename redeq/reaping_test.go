@@ -95,7 +95,6 @@ func inFlightBucket(t *testing.T, e *env, topic, cid string) int {
 // consumer no longer in the alive set: the job must still run again.
 func TestFetchLandingAfterDeclarationRecovered(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
@@ -136,7 +135,6 @@ func TestFetchLandingAfterDeclarationRecovered(t *testing.T) {
 // clock; the job must still run again.
 func TestBucketClockAheadStillRecovered(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
@@ -167,7 +165,6 @@ func TestBucketClockAheadStillRecovered(t *testing.T) {
 // dies afterwards must still have its job run again.
 func TestManyStuckSilentConsumersDoNotStarveOthers(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
@@ -195,7 +192,6 @@ func TestManyStuckSilentConsumersDoNotStarveOthers(t *testing.T) {
 // could not count.
 func TestLostTopicMetaStrandsNothing(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		m := newMortal(t, e, "t") // moves; the only consumer
@@ -224,7 +220,6 @@ func TestLostTopicMetaStrandsNothing(t *testing.T) {
 // fails and it stays in the alive set, for a reaper to recover.)
 func TestFetchLandingAfterShutdownRecovered(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing

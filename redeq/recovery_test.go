@@ -27,7 +27,6 @@ import (
 // SIGKILL; another client then runs every one of them, without spending an
 // attempt, and the jobs count the recovery.
 func TestKillNineLosesNothing(t *testing.T) {
-	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		const n = 20
@@ -269,7 +268,6 @@ func TestProducerAndConsumerApart(t *testing.T) {
 }
 
 func TestDeleteAndRescheduleBeforeDue(t *testing.T) {
-	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		l := newListener("t", nil)

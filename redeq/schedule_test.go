@@ -76,7 +76,6 @@ func startSched(t *testing.T, c *redeq.Client, l redeq.Listener) {
 // job exactly once, skip none, and never deliver one before its instant.
 func TestScheduleTicksOnceAcrossClients(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		s := redeq.Schedule{Name: "sweep", Topic: "sweeps", Spec: "@every 1s", Body: []byte("go")}
@@ -458,7 +457,6 @@ func TestScheduleCallsRerun(t *testing.T) {
 // exactly once and none is skipped.
 func TestScheduleOwnerKilled(t *testing.T) {
 	testutil.FaultTier(t)
-	t.Parallel() // its own prefix and clients: it runs beside the other parallel tests
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		s := redeq.Schedule{Name: "sweep", Topic: "sweeps", Spec: "@every 1s"}

@@ -22,7 +22,6 @@ import (
 // them with Workers 1.
 func TestStaleReadyEntriesDelayNoLiveJob(t *testing.T) {
 	testutil.FaultTier(t) // every case starts a server of its own
-	t.Parallel()          // so do its cases: it runs beside the other parallel tests
 	t.Run("deleted_in_backlog", testDeletedJobsInBacklogDelayNoLiveJob)
 	t.Run("one_worker", testStaleEntriesDelayNoLiveJobWithOneWorker)
 }

@@ -43,7 +43,6 @@ func bucketCountSetup(t *testing.T, be testutil.Backend) (config.Config, redis.U
 // adds to it: it gets ErrBucketMismatch, and the count stays 4.
 func TestLostBucketCountRestoredUnchanged(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			ctx := context.Background()
@@ -227,7 +226,6 @@ func TestTopicSetEntryDeletedRepeatedlyDelaysNoJob(t *testing.T) {
 // naming an unknown topic, a producer re-recording after RecordEvery).
 func TestLostTopicSetEntryStrandsNoJob(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	t.Parallel()          // its own prefix and clients: it runs beside the other parallel tests
 	eachReal(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		const topic = "orders"
