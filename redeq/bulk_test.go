@@ -167,7 +167,7 @@ func seedStates(t *testing.T, e *env, ids ...string) {
 		}
 		return nil
 	}))
-	waitFor(t, 10*time.Second, "seeded", func() bool {
+	testutil.Eventually(t, 10*time.Second, "seeded", func() bool {
 		for _, j := range jobs {
 			want := map[byte]redeq.State{'r': redeq.StateScheduled, 'd': redeq.StateDead, 'u': redeq.StateUnAck}[j.ID[0]]
 			got, err := e.c.Get(ctx, "t", j.ID)
@@ -254,7 +254,7 @@ func TestBulkOnEveryState(t *testing.T) {
 				require.Equal(t, redeq.StateDead, stateOf(t, e.c, "d1"))
 				mover := e.another(t, nil) // no listener: it moves due jobs to ready
 				require.NoError(t, mover.Start(ctx))
-				waitFor(t, 10*time.Second, "ready", func() bool {
+				testutil.Eventually(t, 10*time.Second, "ready", func() bool {
 					return stateOf(t, e.c, "s1") == redeq.StateReady && stateOf(t, e.c, "s2") == redeq.StateReady
 				})
 				require.NoError(t, mover.Shutdown(ctx))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -145,7 +146,7 @@ func TestReapedConsumerLeavesNoInfo(t *testing.T) {
 		require.NoError(t, e.rdb.HSet(ctx, topics, "dead", keys.Address("t", e.cfg.Concurrency), keys.AliveTimeout("dead"), 1000,
 			keys.AliveInfo("dead"), `{"name":"web-1","host":"pod-9","pid":42}`).Err())
 		startWith(t, e.c, newListener("t", nil))
-		waitFor(t, 20*time.Second, "the dead consumer forgotten", func() bool {
+		testutil.Eventually(t, 20*time.Second, "the dead consumer forgotten", func() bool {
 			return e.rdb.HExists(ctx, topics, keys.AliveInfo("dead")).Val() == false
 		})
 		require.Equal(t, redis.Nil, e.rdb.ZScore(ctx, alive, "dead").Err())

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -44,13 +45,13 @@ func TestDeleteSaysWhereTheJobWas(t *testing.T) {
 		add("parked", "park", 0)
 		add("dead", "die", 0)
 		require.Equal(t, "running", <-running)
-		waitFor(t, 5*time.Second, "parked and dead", func() bool {
+		testutil.Eventually(t, 5*time.Second, "parked and dead", func() bool {
 			st := stats(t, e.c, "del")
 			return st.UnAck == 1 && st.Dead == 1
 		})
 		require.NoError(t, e.c.Pause(ctx, "del"))
 		add("ready", "run", 0)
-		waitFor(t, 5*time.Second, "ready", func() bool { return stats(t, e.c, "del").Ready == 1 })
+		testutil.Eventually(t, 5*time.Second, "ready", func() bool { return stats(t, e.c, "del").Ready == 1 })
 
 		for id, want := range map[string]redeq.State{
 			"later": redeq.StateScheduled, "ready": redeq.StateReady, "running": redeq.StateInFlight,

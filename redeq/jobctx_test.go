@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -88,7 +89,7 @@ func TestJobFromContext(t *testing.T) {
 		for _, topic := range []string{"jc.typed", "jc.channel", "jc.func", "jc.typedfinal", "jc.own"} {
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: "j-" + topic, Body: []byte(`{"id":7}`), Headers: hdr}))
 		}
-		waitFor(t, 10*time.Second, "every handler ran", func() bool {
+		testutil.Eventually(t, 10*time.Second, "every handler ran", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return len(got["typed"]) == 2 && len(got["channel"]) == 1 && len(got["final"]) == 1 &&

@@ -314,7 +314,7 @@ func TestDeadJobKeepsItsID(t *testing.T) {
 		startWith(t, e.c, l)
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "deadid", ID: "j", Body: []byte("fails")}))
 		require.Equal(t, "fails", <-runs)
-		waitFor(t, 5*time.Second, "dead", func() bool { return stats(t, e.c, "deadid").Dead == 1 })
+		testutil.Eventually(t, 5*time.Second, "dead", func() bool { return stats(t, e.c, "deadid").Dead == 1 })
 
 		err := e.c.Add(ctx, &redeq.Job{Topic: "deadid", ID: "j", Body: []byte("again")})
 		require.ErrorIs(t, err, redeq.ErrJobExists, "a dead job keeps its id")
@@ -326,7 +326,7 @@ func TestDeadJobKeepsItsID(t *testing.T) {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "deadid", ID: "j", Body: []byte("again")}, redeq.ReplaceDead(),
 			redeq.WithHeader("v", "2")))
 		require.Equal(t, "again", <-runs, "the replacement runs")
-		waitFor(t, 5*time.Second, "acked", func() bool { return stats(t, e.c, "deadid").Pool == 0 })
+		testutil.Eventually(t, 5*time.Second, "acked", func() bool { return stats(t, e.c, "deadid").Pool == 0 })
 
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "deadid", ID: "w", Delay: time.Hour}))
 		err = e.c.Add(ctx, &redeq.Job{Topic: "deadid", ID: "w", Body: []byte("x")}, redeq.ReplaceDead())
