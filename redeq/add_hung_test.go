@@ -24,9 +24,12 @@ import (
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// addSlack is how long past its ctx's end an Add may take to return
-// ("within a few ms"; -race on a shared 2-core machine).
-const addSlack = 25 * time.Millisecond
+// addSlack is how long past its ctx's end an Add may take to return. It
+// is far below the 10 s ReadTimeout of these clients, so an Add that
+// waited for go-redis to give up fails, while the scheduler of a loaded
+// 2-core machine under -race (tens of ms) does not. How soon Add returns
+// is measured by the bench, not asserted here.
+const addSlack = 500 * time.Millisecond
 
 // startAddProxy starts a testutil.Proxy in front of upstream whose
 // CutReply, DelayReply and DelayRequest faults pick the runs of add.lua.
