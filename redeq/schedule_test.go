@@ -80,6 +80,15 @@ func TestScheduleTicksOnceAcrossClients(t *testing.T) {
 		s := redeq.Schedule{Name: "sweep", Topic: "sweeps", Spec: "@every 1s", Body: []byte("go")}
 		l := newTickCounter("sweeps")
 		clients := []*redeq.Client{e.c, e.another(t, nil), e.another(t, nil)}
+		var obs []*tickObserver
+		observe := func(c *redeq.Client) {
+			o := newTickObserver()
+			require.NoError(t, c.Observe(o))
+			obs = append(obs, o)
+		}
+		for _, c := range clients {
+			observe(c)
+		}
 		var wg sync.WaitGroup
 		for _, c := range clients {
 			wg.Go(func() { require.NoError(t, c.PutSchedule(ctx, s)) })
@@ -92,9 +101,29 @@ func TestScheduleTicksOnceAcrossClients(t *testing.T) {
 		require.NoError(t, clients[1].Shutdown(ctx))
 		waitTicks(t, l, 5)
 		joined := e.another(t, nil)
+		observe(joined)
 		require.NoError(t, joined.PutSchedule(ctx, s))
 		startSched(t, joined, nil)
 		waitTicks(t, l, 7)
+		defer func() {
+			// Every tick's job was reported added once, by one client: the
+			// ticks delivered and those still waiting.
+			for _, c := range append(clients, joined) {
+				if err := c.Shutdown(ctx); !errors.Is(err, redeq.ErrClientClosed) {
+					require.NoError(t, err)
+				}
+			}
+			ticks, _ := l.ticks()
+			st, err := e.another(t, nil).Stats(ctx, "sweeps")
+			require.NoError(t, err)
+			sum := 0
+			for _, o := range obs {
+				n, skipped := o.counts("sweep/sweeps")
+				require.Zero(t, skipped)
+				sum += n
+			}
+			require.Equal(t, len(ticks)+int(st.Pool), sum, "ticks reported added: %d delivered, %d waiting", len(ticks), st.Pool)
+		}()
 
 		infos, err := e.c.Schedules(ctx)
 		require.NoError(t, err)
@@ -513,4 +542,86 @@ func TestScheduleOwnerKilled(t *testing.T) {
 			}
 		}
 	})
+}
+
+// tickObserver counts what a ScheduleObserver hears.
+type tickObserver struct {
+	mu      sync.Mutex
+	added   map[string]int
+	skipped map[string]int64
+}
+
+func newTickObserver() *tickObserver {
+	return &tickObserver{added: map[string]int{}, skipped: map[string]int64{}}
+}
+
+func (o *tickObserver) JobAdded(string)                                         {}
+func (o *tickObserver) JobDelivered(*redeq.Job, time.Duration)                  {}
+func (o *tickObserver) JobDone(*redeq.Job, redeq.Outcome, time.Duration, error) {}
+
+func (o *tickObserver) TicksAdded(schedule, topic string, n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.added[schedule+"/"+topic] += n
+}
+
+func (o *tickObserver) TicksSkipped(schedule, topic string, n int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.skipped[schedule+"/"+topic] += n
+}
+
+func (o *tickObserver) counts(key string) (int, int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.added[key], o.skipped[key]
+}
+
+var _ redeq.ScheduleObserver = (*tickObserver)(nil)
+
+// TestScheduleObserverAndLag: a client's ScheduleObserver hears each tick
+// it adds and each missed tick its catch-up drops, once; ScheduleInfo.Lag
+// reads 0 while the next tick waits ahead and, while no client runs, how
+// long ago the first tick not added fell due.
+func TestScheduleObserverAndLag(t *testing.T) {
+	be := testutil.Backends(t)[0] // the clock moves on miniredis only
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	t0 := time.Date(2026, 3, 1, 12, 0, 10, 0, time.UTC)
+	minute := func(m int) time.Time { return t0.Truncate(time.Minute).Add(time.Duration(m) * time.Minute) }
+	frozen(e, t0)
+	require.NoError(t, e.c.PutSchedule(ctx, redeq.Schedule{Name: "digest", Topic: "digests", Spec: "@every 1m"}))
+	first := newTickObserver()
+	require.NoError(t, e.c.Observe(redeq.Observers(first)), "a fan-out passes the ticks on")
+	startSched(t, e.c, nil)
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "digests", "digest", minute(1)) }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { n, _ := first.counts("digest/digests"); return n == 1 }, 5*time.Second, 10*time.Millisecond)
+	in := waitSchedule(t, e.c, "digest", func(redeq.ScheduleInfo) bool { return true })
+	require.Zero(t, in.Lag, "the next tick waits ahead")
+	require.NoError(t, e.c.Shutdown(ctx))
+
+	// Down from 12:00:10 to 12:10:30: 12:01 was added, 12:02 is the
+	// first tick not added.
+	frozen(e, minute(10).Add(30*time.Second))
+	in = waitSchedule(t, e.c, "digest", func(redeq.ScheduleInfo) bool { return true })
+	require.Equal(t, 8*time.Minute+30*time.Second, in.Lag)
+
+	back := e.another(t, nil)
+	second := newTickObserver()
+	require.NoError(t, back.Observe(second))
+	startSched(t, back, nil)
+	require.Eventually(t, func() bool { return hasTick(t, back, "digests", "digest", minute(11)) }, 5*time.Second, 10*time.Millisecond)
+	// CatchUpLatest: 12:10 runs, 12:11 waits ahead, 12:02..12:09 skipped.
+	require.Eventually(t, func() bool { n, s := second.counts("digest/digests"); return n == 2 && s == 8 }, 5*time.Second, 10*time.Millisecond)
+	in = waitSchedule(t, back, "digest", func(in redeq.ScheduleInfo) bool { return in.Skipped == 8 })
+	require.Zero(t, in.Lag)
+	n, s := first.counts("digest/digests")
+	require.Equal(t, 1, n, "a stopped client hears nothing more")
+	require.Zero(t, s)
+	frozen(e, minute(11).Add(time.Second))
+	require.Eventually(t, func() bool { return hasTick(t, back, "digests", "digest", minute(12)) }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { n, _ := second.counts("digest/digests"); return n == 3 }, 5*time.Second, 10*time.Millisecond)
+	n, s = second.counts("digest/digests")
+	require.Equal(t, 3, n, "one report per tick")
+	require.Equal(t, int64(8), s)
 }
