@@ -15,6 +15,9 @@
 //	redeq_consumers{topic}                             gauge, from Client.Stats at scrape
 //	redeq_oldest_overdue_seconds{topic}                gauge, from Client.OldestOverdue at scrape
 //	redeq_stats_errors_total                           counter: failed scrape-time reads
+//	redeq_schedule_ticks_total{schedule,outcome}       counter: run | skipped, ticks this client handled
+//	redeq_schedule_lag_seconds{schedule}               gauge, from Client.Schedules at scrape
+//	redeq_schedule_last_tick_timestamp_seconds{schedule} gauge, from Client.Schedules at scrape
 //
 // With Options.AsynqNames it also exports the names of asynq's
 // x/metrics collector, so that dashboards built for asynq work (see
@@ -59,7 +62,8 @@ type Options struct {
 	AsynqNames bool
 }
 
-// Collector is a prometheus.Collector and a redeq.ReturnObserver.
+// Collector is a prometheus.Collector, a redeq.ReturnObserver and a
+// redeq.ScheduleObserver.
 type Collector struct {
 	c    *redeq.Client
 	opts Options
@@ -70,8 +74,10 @@ type Collector struct {
 	lateness  *prometheus.HistogramVec
 	duration  *prometheus.HistogramVec
 	statsErrs prometheus.Counter
+	ticks     *prometheus.CounterVec
 
 	jobsDesc, consumersDesc, overdueDesc *prometheus.Desc
+	lagDesc, lastTickDesc                *prometheus.Desc
 
 	asynq *asynqMetrics // nil unless Options.AsynqNames
 
@@ -81,6 +87,7 @@ type Collector struct {
 	readAt  time.Time
 	stats   map[string]redeq.Stats
 	overdue map[string]time.Duration
+	sched   []redeq.ScheduleInfo
 	now     func() time.Time
 }
 
@@ -116,6 +123,14 @@ func New(c *redeq.Client, opts Options) *Collector {
 		statsErrs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "redeq_stats_errors_total", Help: "Scrape-time reads of job counts that failed; the last counts read are reported.",
 		}),
+		ticks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redeq_schedule_ticks_total",
+			Help: "Ticks of a periodic schedule this client handled: run (its job added) or skipped (missed while no client ran, dropped by the catch-up policy). Summed over the fleet, each tick counts once.",
+		}, []string{"schedule", "outcome"}),
+		lagDesc: prometheus.NewDesc("redeq_schedule_lag_seconds",
+			"How long ago the first tick of a schedule whose job was not added yet fell due (the server's clock); 0 while each tick waits ahead and while paused. Read at scrape (cached).", []string{"schedule"}, nil),
+		lastTickDesc: prometheus.NewDesc("redeq_schedule_last_tick_timestamp_seconds",
+			"Unix time of the latest tick of a schedule, at or before now, whose job was added; 0 when none was. Read at scrape (cached).", []string{"schedule"}, nil),
 		jobsDesc:      prometheus.NewDesc("redeq_jobs", "Jobs of a topic by state, read from Redis at scrape (cached).", []string{"topic", "state"}, nil),
 		consumersDesc: prometheus.NewDesc("redeq_consumers", "Consumers that heartbeat for a topic, read at scrape (cached).", []string{"topic"}, nil),
 		overdueDesc: prometheus.NewDesc("redeq_oldest_overdue_seconds",
@@ -186,6 +201,16 @@ func (x *Collector) JobsReturned(topic string, n int, recovered bool) {
 	}).Add(float64(n))
 }
 
+// TicksAdded implements redeq.ScheduleObserver.
+func (x *Collector) TicksAdded(schedule, _ string, n int) {
+	x.ticks.WithLabelValues(schedule, "run").Add(float64(n))
+}
+
+// TicksSkipped implements redeq.ScheduleObserver.
+func (x *Collector) TicksSkipped(schedule, _ string, n int64) {
+	x.ticks.WithLabelValues(schedule, "skipped").Add(float64(n))
+}
+
 // Describe implements prometheus.Collector.
 func (x *Collector) Describe(ch chan<- *prometheus.Desc) {
 	x.added.Describe(ch)
@@ -194,6 +219,9 @@ func (x *Collector) Describe(ch chan<- *prometheus.Desc) {
 	x.lateness.Describe(ch)
 	x.duration.Describe(ch)
 	x.statsErrs.Describe(ch)
+	x.ticks.Describe(ch)
+	ch <- x.lagDesc
+	ch <- x.lastTickDesc
 	ch <- x.jobsDesc
 	ch <- x.consumersDesc
 	ch <- x.overdueDesc
@@ -204,15 +232,27 @@ func (x *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector. Job counts and the oldest
 // overdue job are read from Redis at most once per CacheFor: one Stats per
-// topic and one OldestOverdue for all of them.
+// topic, one OldestOverdue for all of them, and Schedules. Each schedule
+// read has its two ticks series, at 0 until this client counts a tick.
 func (x *Collector) Collect(ch chan<- prometheus.Metric) {
 	x.added.Collect(ch)
 	x.processed.Collect(ch)
 	x.returned.Collect(ch)
 	x.lateness.Collect(ch)
 	x.duration.Collect(ch)
-	stats, overdue := x.read()
+	stats, overdue, sched := x.read()
 	x.statsErrs.Collect(ch)
+	for _, in := range sched {
+		x.ticks.WithLabelValues(in.Name, "run")
+		x.ticks.WithLabelValues(in.Name, "skipped")
+		ch <- prometheus.MustNewConstMetric(x.lagDesc, prometheus.GaugeValue, in.Lag.Seconds(), in.Name)
+		last := 0.0
+		if !in.LastTick.IsZero() {
+			last = float64(in.LastTick.UnixMilli()) / 1000
+		}
+		ch <- prometheus.MustNewConstMetric(x.lastTickDesc, prometheus.GaugeValue, last, in.Name)
+	}
+	x.ticks.Collect(ch)
 	for topic, d := range overdue {
 		ch <- prometheus.MustNewConstMetric(x.overdueDesc, prometheus.GaugeValue, d.Seconds(), topic)
 	}
@@ -233,23 +273,28 @@ func (x *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// read returns the job counts and the oldest overdue times, read again
-// when older than CacheFor. A failed read keeps the last values of that
-// topic.
-func (x *Collector) read() (map[string]redeq.Stats, map[string]time.Duration) {
+// read returns the job counts, the oldest overdue times and the
+// schedules, read again when older than CacheFor. A failed read keeps the
+// last values of that topic, or the last schedules.
+func (x *Collector) read() (map[string]redeq.Stats, map[string]time.Duration, []redeq.ScheduleInfo) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.stats != nil && x.now().Sub(x.readAt) < x.opts.CacheFor {
-		return x.stats, x.overdue
+		return x.stats, x.overdue, x.sched
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), x.opts.Timeout)
 	defer cancel()
+	if sched, err := x.c.Schedules(ctx); err != nil {
+		x.statsErrs.Inc()
+	} else {
+		x.sched = sched
+	}
 	topics := x.opts.Topics
 	if topics == nil {
 		infos, err := x.c.Topics(ctx)
 		if err != nil {
 			x.statsErrs.Inc()
-			return x.stats, x.overdue
+			return x.stats, x.overdue, x.sched
 		}
 		for _, ti := range infos {
 			topics = append(topics, ti.Name)
@@ -281,10 +326,13 @@ func (x *Collector) read() (map[string]redeq.Stats, map[string]time.Duration) {
 		}
 	}
 	x.stats, x.overdue, x.readAt = fresh, overdue, x.now()
-	return fresh, overdue
+	return fresh, overdue, x.sched
 }
 
-var _ redeq.ReturnObserver = (*Collector)(nil)
+var (
+	_ redeq.ReturnObserver   = (*Collector)(nil)
+	_ redeq.ScheduleObserver = (*Collector)(nil)
+)
 
 // Added is redeq_jobs_added_total, for tests and custom views. The
 // Collector keeps counting into the series it has resolved: deleting them
@@ -294,6 +342,10 @@ func (x *Collector) Added() *prometheus.CounterVec { return x.added }
 // Processed is redeq_jobs_processed_total; as with Added, deleting its
 // series loses what the Collector counts after.
 func (x *Collector) Processed() *prometheus.CounterVec { return x.processed }
+
+// Ticks is redeq_schedule_ticks_total; as with Added, deleting its
+// series loses what the Collector counts after.
+func (x *Collector) Ticks() *prometheus.CounterVec { return x.ticks }
 
 // StatsErrors is redeq_stats_errors_total.
 func (x *Collector) StatsErrors() prometheus.Counter { return x.statsErrs }
