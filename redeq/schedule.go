@@ -90,7 +90,7 @@ const (
 	// CatchUpWindow is 0.
 	DefaultCatchUpWindow = 24 * time.Hour
 	// MaxCatchUpWindow bounds CatchUpWindow.
-	MaxCatchUpWindow = 366 * 24 * time.Hour
+	MaxCatchUpWindow = config.MaxCatchUpWindow
 	// MaxCatchUpTicks bounds the missed ticks CatchUpAll runs after one
 	// outage: the latest ones within the window.
 	MaxCatchUpTicks = 256
