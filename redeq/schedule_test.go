@@ -625,3 +625,72 @@ func TestScheduleObserverAndLag(t *testing.T) {
 	require.Equal(t, 3, n, "one report per tick")
 	require.Equal(t, int64(8), s)
 }
+
+// TestNextTicksAcrossDaylightSaving: in a zone's wall clock, a local time
+// that the spring change skips ticks once, at the first instant after the
+// gap, and one that the autumn change repeats ticks once, at its first
+// occurrence, even when computed from inside the repeated span; @every
+// keeps its absolute spacing. In America/New_York (a one-hour shift at
+// 02:00) and Australia/Lord_Howe (a 30-minute shift), for 5-field and
+// 6-field specs and descriptors.
+func TestNextTicksAcrossDaylightSaving(t *testing.T) {
+	for _, tc := range []struct {
+		name, zone, spec, after string
+		want                    []string
+	}{
+		// New York, spring: 2026-03-08 02:00 EST -> 03:00 EDT.
+		{"NewYork/SpringDailyInTheGap", "America/New_York", "30 2 * * *", "2026-03-07T12:00:00-05:00",
+			[]string{"2026-03-08T03:00:00-04:00", "2026-03-09T02:30:00-04:00"}},
+		{"NewYork/SpringHourly", "America/New_York", "0 * * * *", "2026-03-08T00:30:00-05:00",
+			[]string{"2026-03-08T01:00:00-05:00", "2026-03-08T03:00:00-04:00", "2026-03-08T04:00:00-04:00"}},
+		{"NewYork/SpringTwoTicksInTheGapRunOnce", "America/New_York", "*/30 2 * * *", "2026-03-07T12:00:00-05:00",
+			[]string{"2026-03-08T03:00:00-04:00", "2026-03-09T02:00:00-04:00", "2026-03-09T02:30:00-04:00"}},
+		{"NewYork/SpringWithSeconds", "America/New_York", "0 15 2 * * *", "2026-03-07T12:00:00-05:00",
+			[]string{"2026-03-08T03:00:00-04:00", "2026-03-09T02:15:00-04:00"}},
+		{"NewYork/SpringEvery", "America/New_York", "@every 1h", "2026-03-08T00:30:00-05:00",
+			[]string{"2026-03-08T01:00:00-05:00", "2026-03-08T03:00:00-04:00", "2026-03-08T04:00:00-04:00"}},
+		// New York, autumn: 2026-11-01 02:00 EDT -> 01:00 EST.
+		{"NewYork/AutumnDailyInTheRepeat", "America/New_York", "30 1 * * *", "2026-10-31T12:00:00-04:00",
+			[]string{"2026-11-01T01:30:00-04:00", "2026-11-02T01:30:00-05:00"}},
+		{"NewYork/AutumnFromInsideTheRepeat", "America/New_York", "30 1 * * *", "2026-11-01T01:15:00-05:00",
+			[]string{"2026-11-02T01:30:00-05:00"}},
+		{"NewYork/AutumnHourly", "America/New_York", "@hourly", "2026-11-01T00:30:00-04:00",
+			[]string{"2026-11-01T01:00:00-04:00", "2026-11-01T02:00:00-05:00", "2026-11-01T03:00:00-05:00"}},
+		{"NewYork/AutumnQuarterHours", "America/New_York", "*/15 * * * *", "2026-11-01T01:40:00-04:00",
+			[]string{"2026-11-01T01:45:00-04:00", "2026-11-01T02:00:00-05:00"}},
+		{"NewYork/AutumnWithSeconds", "America/New_York", "30 30 1 * * *", "2026-10-31T12:00:00-04:00",
+			[]string{"2026-11-01T01:30:30-04:00", "2026-11-02T01:30:30-05:00"}},
+		{"NewYork/AutumnEvery", "America/New_York", "@every 30m", "2026-11-01T01:40:00-04:00",
+			[]string{"2026-11-01T01:00:00-05:00", "2026-11-01T01:30:00-05:00", "2026-11-01T02:00:00-05:00"}},
+		// Lord Howe, spring: 2026-10-04 02:00 +10:30 -> 02:30 +11:00.
+		{"LordHowe/SpringQuarterHours", "Australia/Lord_Howe", "0,15,30,45 2 * * *", "2026-10-03T12:00:00+10:30",
+			[]string{"2026-10-04T02:30:00+11:00", "2026-10-04T02:45:00+11:00", "2026-10-05T02:00:00+11:00"}},
+		{"LordHowe/SpringDailyInTheGap", "Australia/Lord_Howe", "15 2 * * *", "2026-10-03T12:00:00+10:30",
+			[]string{"2026-10-04T02:30:00+11:00", "2026-10-05T02:15:00+11:00"}},
+		{"LordHowe/SpringDaily", "Australia/Lord_Howe", "@daily", "2026-10-03T12:00:00+10:30",
+			[]string{"2026-10-04T00:00:00+10:30", "2026-10-05T00:00:00+11:00"}},
+		// Lord Howe, autumn: 2026-04-05 02:00 +11:00 -> 01:30 +10:30.
+		{"LordHowe/AutumnQuarterHours", "Australia/Lord_Howe", "*/15 1 * * *", "2026-04-04T12:00:00+11:00",
+			[]string{"2026-04-05T01:00:00+11:00", "2026-04-05T01:15:00+11:00", "2026-04-05T01:30:00+11:00",
+				"2026-04-05T01:45:00+11:00", "2026-04-06T01:00:00+10:30"}},
+		{"LordHowe/AutumnHourly", "Australia/Lord_Howe", "0 * * * *", "2026-04-05T00:30:00+11:00",
+			[]string{"2026-04-05T01:00:00+11:00", "2026-04-05T02:00:00+10:30", "2026-04-05T03:00:00+10:30"}},
+		{"LordHowe/AutumnFromInsideTheRepeat", "Australia/Lord_Howe", "45 1 * * *", "2026-04-05T01:35:00+10:30",
+			[]string{"2026-04-06T01:45:00+10:30"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			loc, err := time.LoadLocation(tc.zone)
+			require.NoError(t, err)
+			after, err := time.Parse(time.RFC3339, tc.after)
+			require.NoError(t, err)
+			got, err := redeq.NextTicks(redeq.Schedule{Spec: tc.spec, TimeZone: tc.zone}, after, len(tc.want))
+			require.NoError(t, err)
+			var have []string
+			for _, g := range got {
+				require.Equal(t, loc, g.Location(), "ticks are in the schedule's zone")
+				have = append(have, g.Format(time.RFC3339))
+			}
+			require.Equal(t, tc.want, have)
+		})
+	}
+}
