@@ -457,6 +457,16 @@ func TestScheduleCallsRerun(t *testing.T) {
 	startSched(t, c, nil)
 	require.Eventually(t, func() bool { return hasTick(t, c, "rs", "r", at(1, 0)) }, 5*time.Second, 10*time.Millisecond)
 	record := e.cfg.Prefix + ":{sched:r}:schedule"
+	// waiting waits until the pass that added the tick at also moved the
+	// cursor: the record names it as the waiting tick, which the next call
+	// removes (a call between the two steps is the known race of
+	// docs/decisions.md, which the pass itself mends).
+	waiting := func(at time.Time) {
+		require.Eventually(t, func() bool {
+			return e.rdb.HGet(ctx, record, "tick").Val() == strconv.FormatInt(at.UnixMilli(), 10)
+		}, 5*time.Second, 10*time.Millisecond)
+	}
+	waiting(at(1, 0))
 	version := func() string {
 		v, err := e.rdb.HGet(ctx, record, "version").Result()
 		require.NoError(t, err)
@@ -471,11 +481,13 @@ func TestScheduleCallsRerun(t *testing.T) {
 	require.Equal(t, "2", version(), "a rerun of a put changes the record once")
 	require.False(t, hasTick(t, c, "rs", "r", at(1, 0)), "the rerun still removes the old waiting tick")
 	require.Eventually(t, func() bool { return hasTick(t, c, "rs", "r", at(0, 30)) }, 5*time.Second, 10*time.Millisecond)
+	waiting(at(0, 30))
 
 	require.NoError(t, c.PauseSchedule(ctx, "r"))
 	require.False(t, hasTick(t, c, "rs", "r", at(0, 30)), "the rerun of a pause still removes the waiting tick")
 	require.NoError(t, c.ResumeSchedule(ctx, "r"))
 	require.Eventually(t, func() bool { return hasTick(t, c, "rs", "r", at(0, 30)) }, 5*time.Second, 10*time.Millisecond)
+	waiting(at(0, 30))
 	require.NoError(t, c.DeleteSchedule(ctx, "r"), "a rerun of a delete is no ErrScheduleNotFound")
 	require.False(t, hasTick(t, c, "rs", "r", at(0, 30)))
 }
