@@ -46,7 +46,8 @@ func runSchedChaosChild() {
 	c := childClient(nil)
 	l := newListener("ticks", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 		fmt.Printf("run %s %d %d %d %d\n", job.ID, job.Attempt, job.Recoveries, job.CreatedAt.UnixMilli(), time.Now().UnixNano())
-		time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond) // work, so kills catch jobs in flight
+		// Work, long enough that kills often catch a tick's job in flight.
+		time.Sleep(time.Duration(rand.IntN(1500)) * time.Millisecond)
 		ch.Ack()
 		return nil
 	})
