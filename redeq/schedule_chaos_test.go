@@ -82,6 +82,7 @@ type schedRun struct {
 // that ran it before (a job is delivered at least once). REDEQ_CHAOS=ci
 // runs each scenario for 25 s, REDEQ_CHAOS=full for 10 minutes.
 func TestScheduleChaos(t *testing.T) {
+	t.Parallel()
 	var run, killEvery, step time.Duration
 	switch os.Getenv(chaosEnv) {
 	case "ci":
