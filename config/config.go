@@ -238,6 +238,11 @@ type Config struct {
 	// Redis is the connection Open makes. New ignores it: it takes a
 	// client built by the caller. Empty by default.
 	Redis RedisConfig `yaml:"redis"`
+	// Schedules are periodic schedules that redeq.Open and
+	// redeq.OpenSection put (see Schedule). New ignores them. A file
+	// declares at most MaxSchedules, with distinct names; no REDEQ_*
+	// variable sets them. Empty by default.
+	Schedules []Schedule `yaml:"schedules"`
 	// Logger receives the background loops' reports. Defaults to slog.Default().
 	Logger *slog.Logger `yaml:"-"`
 }

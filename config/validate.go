@@ -153,6 +153,7 @@ func (c Config) problems(name func(string) string) []*FieldError {
 	}
 	inRange("WaitTimeout", c.WaitTimeout, MinInterval, MaxWaitTimeout)
 	c.Redis.problems(bad, name)
+	out = append(out, scheduleProblems(c.Schedules)...)
 	return out
 }
 
@@ -249,6 +250,10 @@ var settings = sync.OnceValue(func() []setting {
 			if f.Type.Kind() == reflect.Struct {
 				out = append(out, s) // a section: named in messages, set key by key
 				walk(f.Type, s.field+".", s.key+".", s.index)
+				continue
+			}
+			if f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct {
+				out = append(out, s) // a list of sections (schedules): no variable
 				continue
 			}
 			s.env = EnvPrefix + strings.ToUpper(strings.ReplaceAll(s.key, ".", "_"))

@@ -96,6 +96,8 @@ func New(c *redeq.Client, opt Options) http.Handler {
 	h.mux.HandleFunc("POST /bulk", h.bulk)
 	h.mux.HandleFunc("POST /bulkall", h.bulkAll)
 	h.mux.HandleFunc("POST /purge", h.purge)
+	h.mux.HandleFunc("GET /schedules", h.schedules)
+	h.mux.HandleFunc("POST /schedule", h.scheduleAction)
 	return h
 }
 

@@ -10,7 +10,9 @@
 // admin actions (delete, run
 // now, requeue, pause, resume; requeue or delete of the dead or un-acked
 // jobs selected, purge of the dead set; delete, pause, resume, bulk
-// actions and purge after a confirmation page). The overview searches
+// actions and purge after a confirmation page), and the periodic
+// schedules (/schedules: topic, spec, zone, next and last tick, paused,
+// skipped; pause, resume and delete after a confirmation). The overview searches
 // topics (?q=) and sorts them (?sort=name, ready, dead or overdue); any
 // reading page refreshes itself with ?refresh=N seconds (a meta tag, a
 // link turns it off). Each action taken logs one line through

@@ -88,7 +88,7 @@ func refreshOf(q url.Values) int {
 }
 
 // refreshable are the pages that offer auto-refresh: those that only read.
-var refreshable = map[string]bool{"overview.html": true, "topic.html": true, "job.html": true, "consumers.html": true, "redis.html": true}
+var refreshable = map[string]bool{"overview.html": true, "topic.html": true, "job.html": true, "consumers.html": true, "redis.html": true, "schedules.html": true}
 
 func parseTemplates() map[string]*template.Template {
 	funcs := template.FuncMap{
@@ -121,9 +121,12 @@ func parseTemplates() map[string]*template.Template {
 		"btn": func(v view, op, t, id string, state any, back, label string, danger bool) button {
 			return button{Base: v.Base, CSRF: v.CSRF, Op: op, T: t, ID: id, State: fmt.Sprint(state), Back: back, Label: label, Danger: danger}
 		},
+		"sbtn": func(v view, op, name, label string, danger bool) button {
+			return button{Base: v.Base, CSRF: v.CSRF, Op: op, ID: name, Label: label, Danger: danger}
+		},
 	}
 	out := map[string]*template.Template{}
-	for _, p := range []string{"overview.html", "topic.html", "job.html", "error.html", "confirm.html", "consumers.html", "redis.html"} {
+	for _, p := range []string{"overview.html", "topic.html", "job.html", "error.html", "confirm.html", "consumers.html", "redis.html", "schedules.html"} {
 		out[p] = template.Must(template.New(p).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/charts.html", "templates/"+p))
 	}
 	return out
@@ -161,9 +164,9 @@ func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, pag
 func (h *handler) apiFail(w http.ResponseWriter, r *http.Request, err error) {
 	status := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, redeq.ErrJobNotFound), errors.Is(err, redeq.ErrUnknownTopic):
+	case errors.Is(err, redeq.ErrJobNotFound), errors.Is(err, redeq.ErrUnknownTopic), errors.Is(err, redeq.ErrScheduleNotFound):
 		status = http.StatusNotFound
-	case errors.Is(err, redeq.ErrInvalidArgument), errors.Is(err, redeq.ErrInvalidJob):
+	case errors.Is(err, redeq.ErrInvalidArgument), errors.Is(err, redeq.ErrInvalidJob), errors.Is(err, redeq.ErrInvalidSchedule):
 		status = http.StatusBadRequest
 	case errors.Is(err, redeq.ErrJobNotWaiting):
 		status = http.StatusConflict

@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	case "mover":
 		runMoverChild()
 		return
+	case schedChaosKind:
+		runSchedChaosChild()
+		return
 	case "poison":
 		runPoisonChild()
 		return

@@ -10,7 +10,8 @@ import (
 // Its methods run on the client's goroutines, once per event, and must be
 // fast and safe for concurrent use. An Observer that also implements
 // ReturnObserver hears of jobs returned to their buckets by the reaper and
-// the rollback. github.com/redeq-go/redeq/contrib/otel and
+// the rollback; one that implements ScheduleObserver hears of the ticks of
+// periodic schedules. github.com/redeq-go/redeq/contrib/otel and
 // .../contrib/prometheus are Observers.
 type Observer interface {
 	// JobAdded: one job of topic was stored by Add, AddBatch, AddTyped, or
@@ -36,6 +37,21 @@ type ReturnObserver interface {
 	// from a silent consumer (recovered true) or by this client's
 	// Shutdown rollback (recovered false).
 	JobsReturned(topic string, n int, recovered bool)
+}
+
+// ScheduleObserver is an Observer that also hears of the ticks of the
+// periodic schedules this client handled. Summed over every client, each
+// tick is counted once: as added by the client whose pass recorded it, or
+// as skipped.
+type ScheduleObserver interface {
+	Observer
+	// TicksAdded: the jobs of n ticks of schedule (whose jobs go to topic)
+	// were added, each once across the fleet.
+	TicksAdded(schedule, topic string, n int)
+	// TicksSkipped: n ticks of schedule were skipped: missed while no
+	// client ran, and dropped by the catch-up policy. The ticks that pass
+	// while a schedule is paused count in ScheduleInfo.Skipped, not here.
+	TicksSkipped(schedule, topic string, n int64)
 }
 
 // Outcome is what became of one delivery, as JobDone reports it.
@@ -86,7 +102,9 @@ func (c *Client) added(topic string, n int) {
 }
 
 // Observers returns an Observer that tells each of os, in order, what it
-// hears; those that are ReturnObservers also hear of returned jobs.
+// hears; those that are ReturnObservers also hear of returned jobs, and
+// those that are ScheduleObservers of schedule ticks (the value returned
+// is a ScheduleObserver too).
 func Observers(os ...Observer) ReturnObserver { return fanout(os) }
 
 type fanout []Observer
@@ -113,6 +131,22 @@ func (f fanout) JobsReturned(topic string, n int, recovered bool) {
 	for _, o := range f {
 		if ro, ok := o.(ReturnObserver); ok {
 			ro.JobsReturned(topic, n, recovered)
+		}
+	}
+}
+
+func (f fanout) TicksAdded(schedule, topic string, n int) {
+	for _, o := range f {
+		if so, ok := o.(ScheduleObserver); ok {
+			so.TicksAdded(schedule, topic, n)
+		}
+	}
+}
+
+func (f fanout) TicksSkipped(schedule, topic string, n int64) {
+	for _, o := range f {
+		if so, ok := o.(ScheduleObserver); ok {
+			so.TicksSkipped(schedule, topic, n)
 		}
 	}
 }

@@ -29,6 +29,12 @@ const OpenPingTimeout = 10 * time.Second
 // client's own work is done, so after Shutdown, Add, Get and Delete fail
 // with redis.ErrClosed (a client from New leaves its connection to the
 // caller and keeps working).
+//
+// The schedules of the file's schedules section are put (PutSchedule)
+// before Open returns: each instance of a service puts the same ones, which
+// changes nothing once they are there. A bad schedule is ErrInvalidSchedule
+// naming the file and its key ("redeq.yaml: schedules[1]: ..."), found
+// before Open connects, and nothing is written.
 func Open(ctx context.Context, path string) (*Client, error) {
 	if ctx == nil {
 		return nil, pool.ErrNilContext
@@ -41,13 +47,13 @@ func Open(ctx context.Context, path string) (*Client, error) {
 	if from == "" {
 		from = "the environment"
 	}
-	return open(ctx, cfg, from)
+	return open(ctx, cfg, from, path, "")
 }
 
 // OpenSection is Open for a service's own YAML file that holds redeq's
 // settings, the redis section included, under key ("redeq", or
 // "jobs.redeq"; see config.LoadSection). The rest of the file is the
-// service's own.
+// service's own. Its schedules (key.schedules) are put as Open puts them.
 func OpenSection(ctx context.Context, path, key string) (*Client, error) {
 	if ctx == nil {
 		return nil, pool.ErrNilContext
@@ -56,14 +62,24 @@ func OpenSection(ctx context.Context, path, key string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return open(ctx, cfg, path+" ("+key+")")
+	return open(ctx, cfg, path+" ("+key+")", path, key+".")
 }
 
 // open builds the Redis client cfg describes, pings it and returns New's
-// client over it, owning the connection; from names where cfg came from.
-func open(ctx context.Context, cfg config.Config, from string) (*Client, error) {
+// client over it, owning the connection, with cfg's schedules put; from
+// names where cfg came from, path and section the file and the key of its
+// section ("" or "jobs.redeq.").
+func open(ctx context.Context, cfg config.Config, from, path, section string) (*Client, error) {
 	if cfg.Redis.IsZero() {
 		return nil, fmt.Errorf("redeq: %s names no Redis: set redis.url or redis.addrs (or REDEQ_REDIS_URL)", from)
+	}
+	scheds := make([]Schedule, len(cfg.Schedules))
+	where := func(i int) string { return fmt.Sprintf("%s: %sschedules[%d]", path, section, i) }
+	for i, sc := range cfg.Schedules {
+		scheds[i] = scheduleOf(sc)
+		if _, err := compile(scheds[i], cfg.MaxBodyBytes); err != nil {
+			return nil, fmt.Errorf("%s: %w", where(i), err)
+		}
 	}
 	rdb, err := cfg.Redis.NewClient()
 	if err != nil {
@@ -81,7 +97,24 @@ func open(ctx context.Context, cfg config.Config, from string) (*Client, error) 
 		return nil, err
 	}
 	c.ownsRedis = true
+	for i, s := range scheds {
+		if err := c.PutSchedule(ctx, s); err != nil {
+			_ = c.Shutdown(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("%s: %w", where(i), err)
+		}
+	}
 	return c, nil
+}
+
+// scheduleOf is the Schedule a config file declares; config validated it.
+func scheduleOf(sc config.Schedule) Schedule {
+	s := Schedule{Name: sc.Name, Topic: sc.Topic, Spec: sc.Spec, TimeZone: sc.TimeZone,
+		CatchUp: CatchUp(max(config.CatchUpOf(sc.CatchUp), 0)), CatchUpWindow: sc.CatchUpWindow,
+		Headers: sc.Headers, MaxRetries: sc.MaxRetries, RetryIntervals: sc.RetryIntervals}
+	if sc.Body != "" {
+		s.Body = []byte(sc.Body)
+	}
+	return s
 }
 
 // closeOwnRedis closes the Redis client Open created, once Shutdown has

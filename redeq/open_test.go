@@ -164,3 +164,72 @@ func closedAddr(t *testing.T) string {
 	require.NoError(t, l.Close())
 	return addr
 }
+
+// TestOpenPutsTheFilesSchedules: Open and OpenSection put the schedules of
+// the file, every field kept; instances opening the same file change
+// nothing; a schedule config cannot check (a bad topic, a header of
+// redeq's own) is ErrInvalidSchedule named by file and key, before
+// anything is written.
+func TestOpenPutsTheFilesSchedules(t *testing.T) {
+	ctx := context.Background()
+	const scheds = `schedules:
+  - name: digest
+    topic: mail
+    spec: "0 8 * * *"
+    time_zone: Europe/Paris
+    catch_up: all
+    catch_up_window: 6h
+    body: daily
+    headers: {team: growth}
+    max_retries: 2
+    retry_intervals: [1m]
+  - name: sweep
+    topic: orders
+    spec: "@every 5m"
+`
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			p := writeConfig(t, fastYAML(t)+redisSection(be)+scheds)
+			c := openFile(t, p)
+			infos, err := c.Schedules(ctx)
+			require.NoError(t, err)
+			require.Len(t, infos, 2)
+			require.Equal(t, redeq.Schedule{Name: "digest", Topic: "mail", Spec: "0 8 * * *", TimeZone: "Europe/Paris",
+				CatchUp: redeq.CatchUpAll, CatchUpWindow: 6 * time.Hour, Body: []byte("daily"), Headers: map[string]string{"team": "growth"},
+				MaxRetries: 2, RetryIntervals: []time.Duration{time.Minute}}, infos[0].Schedule)
+			require.Equal(t, redeq.Schedule{Name: "sweep", Topic: "orders", Spec: "@every 5m"}, infos[1].Schedule)
+			before := testutil.Dump(t, be.New(t), c.Config().Prefix)
+			openFile(t, p)
+			require.Equal(t, before, testutil.Dump(t, be.New(t), c.Config().Prefix), "a second instance changes nothing")
+
+			nested := "jobs:\n  redeq:\n" + indent(fastYAML(t)+redisSection(be)+scheds, 4)
+			s, err := redeq.OpenSection(ctx, writeConfig(t, nested), "jobs.redeq")
+			require.NoError(t, err)
+			defer func() { require.NoError(t, s.Shutdown(ctx)) }()
+			infos, err = s.Schedules(ctx)
+			require.NoError(t, err)
+			require.Len(t, infos, 2)
+		})
+	}
+	t.Run("BadScheduleNamed", func(t *testing.T) {
+		be := testutil.Backends(t)[0]
+		prefix := testutil.Prefix(t)
+		base := "prefix: " + prefix + "\n" + redisSection(be)
+		for _, tc := range []struct{ file, want string }{
+			{"schedules:\n  - {name: ok, topic: t, spec: '@daily'}\n  - {name: bad, topic: 'a b', spec: '@daily'}\n", "schedules[1]: redeq: invalid schedule: schedule \"bad\": topic"},
+			{"schedules:\n  - {name: h, topic: t, spec: '@daily', headers: {redeq-tick: '1'}}\n", "schedules[0]: redeq: invalid schedule: schedule \"h\": header \"redeq-tick\" is redeq's own"},
+		} {
+			p := writeConfig(t, base+tc.file)
+			_, err := redeq.Open(ctx, p)
+			require.ErrorIs(t, err, redeq.ErrInvalidSchedule)
+			require.ErrorContains(t, err, p+": "+tc.want)
+			nested := writeConfig(t, "redeq:\n"+indent(base+tc.file, 2))
+			_, err = redeq.OpenSection(ctx, nested, "redeq")
+			require.ErrorIs(t, err, redeq.ErrInvalidSchedule)
+			require.ErrorContains(t, err, nested+": redeq."+tc.want)
+		}
+		_, err := redeq.Open(ctx, writeConfig(t, base+"schedules:\n  - {name: x, topic: t, spec: '99 * * * *'}\n"))
+		require.ErrorContains(t, err, "schedules[0].spec: ")
+		require.Empty(t, testutil.Keys(t, be.New(t), prefix), "nothing was written")
+	})
+}

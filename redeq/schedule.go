@@ -90,7 +90,7 @@ const (
 	// CatchUpWindow is 0.
 	DefaultCatchUpWindow = 24 * time.Hour
 	// MaxCatchUpWindow bounds CatchUpWindow.
-	MaxCatchUpWindow = 366 * 24 * time.Hour
+	MaxCatchUpWindow = config.MaxCatchUpWindow
 	// MaxCatchUpTicks bounds the missed ticks CatchUpAll runs after one
 	// outage: the latest ones within the window.
 	MaxCatchUpTicks = 256
@@ -123,6 +123,11 @@ type ScheduleInfo struct {
 	// Skipped counts the ticks that did not run: missed ones the catch-up
 	// policy dropped, and those that passed while paused.
 	Skipped int64
+	// Lag is how long ago the earliest tick whose job was not added yet
+	// fell due, by the server's clock: 0 while every due tick's job is
+	// added (each is added ahead, so a healthy fleet reads 0) and while
+	// paused; it grows while no client runs the schedule.
+	Lag time.Duration
 }
 
 // Errors of schedules.
@@ -629,6 +634,11 @@ func (rec *record) info(now int64) ScheduleInfo {
 	}
 	if last > 0 {
 		in.LastTick = time.UnixMilli(last).UTC()
+	}
+	if !rec.paused && rec.cursor <= now {
+		if t, ok := rec.cs.spec.Next(time.UnixMilli(rec.cursor), rec.cs.loc); ok && t.UnixMilli() <= now {
+			in.Lag = time.Duration(now-t.UnixMilli()) * time.Millisecond
+		}
 	}
 	if !rec.paused {
 		if rec.tick > now {

@@ -10,21 +10,26 @@
 -- ARGV[4] -> latest tick whose job the pass added, unix ms, or 0
 -- ARGV[5] -> the tick before it, unix ms, or 0
 -- ARGV[6] -> ticks the pass skipped
--- Returns 1 when the record now has the new cursor (a rerun finds it there
--- and writes nothing), 0 when another pass moved the cursor meanwhile, -1
--- when the schedule was changed, paused or deleted meanwhile (another
--- generation, or no record).
-if #ARGV ~= 6 then return redis.error_reply('schedule_advance.lua: ' .. #ARGV .. ' arguments, want 6') end
+-- ARGV[7] -> this pass's token: unique per pass, the same on a rerun
+-- Returns 1 when this pass moved the cursor (a rerun finds its token there
+-- and writes nothing), 2 when another pass that planned the same moved it
+-- to the same place (the ticks are that pass's to count), 0 when another
+-- pass moved it elsewhere meanwhile, -1 when the schedule was changed,
+-- paused or deleted meanwhile (another generation, or no record).
+if #ARGV ~= 7 then return redis.error_reply('schedule_advance.lua: ' .. #ARGV .. ' arguments, want 7') end
 for i = 2, 6 do
   if not string.find(ARGV[i], '^%d+$') then
     return redis.error_reply('schedule_advance.lua: argument ' .. i .. ' ' .. ARGV[i] .. ' is no whole number')
   end
 end
-local r = redis.call('HMGET', KEYS[1], 'gen', 'cursor', 'tick')
+local r = redis.call('HMGET', KEYS[1], 'gen', 'cursor', 'tick', 'mover')
 if r[1] ~= ARGV[1] then return -1 end
-if r[2] == ARGV[3] then return 1 end
+if r[2] == ARGV[3] then
+  if r[4] == ARGV[7] then return 1 end
+  return 2
+end
 if r[2] ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 'cursor', ARGV[3])
+redis.call('HSET', KEYS[1], 'cursor', ARGV[3], 'mover', ARGV[7])
 if ARGV[4] ~= '0' and tonumber(ARGV[4]) > tonumber(r[3] or '0') then
   local prev = ARGV[5]
   if prev == '0' then prev = r[3] or '0' end

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redeq-go/redeq/bucket"
@@ -293,7 +294,7 @@ func (s *scheduler) tickSchedule(ctx context.Context, name string, score, now in
 		}
 	}
 	moved, err := scheduleAdvanceScript.Run(ctx, c.rdb, []string{keys.ForSchedule(c.cfg.Prefix, name).Record()},
-		rec.gen, rec.cursor, p.cursor, tick, prev, p.skipped).Int()
+		rec.gen, rec.cursor, p.cursor, tick, prev, p.skipped, uuid.NewString()).Int()
 	if err != nil {
 		return 0, fmt.Errorf("schedule %q: advance: %w", name, err)
 	}
@@ -310,6 +311,20 @@ func (s *scheduler) tickSchedule(ctx context.Context, name string, score, now in
 		return now, nil
 	case 0:
 		return now, nil // another client moved it
+	case 2:
+		// Another client made the same plan and moved the cursor first:
+		// the ticks are its to count.
+		return p.cursor, setScore(float64(p.cursor))
+	}
+	// This pass moved the cursor: the ticks it planned are its to count,
+	// whoever wrote their jobs (an earlier try whose advance was lost).
+	if so, ok := c.observer.(ScheduleObserver); ok {
+		if len(p.run) > 0 {
+			so.TicksAdded(name, rec.cs.s.Topic, len(p.run))
+		}
+		if p.skipped > 0 {
+			so.TicksSkipped(name, rec.cs.s.Topic, p.skipped)
+		}
 	}
 	return p.cursor, setScore(float64(p.cursor))
 }

@@ -81,6 +81,15 @@ func TestScheduleTicksOnceAcrossClients(t *testing.T) {
 		s := redeq.Schedule{Name: "sweep", Topic: "sweeps", Spec: "@every 1s", Body: []byte("go")}
 		l := newTickCounter("sweeps")
 		clients := []*redeq.Client{e.c, e.another(t, nil), e.another(t, nil)}
+		var obs []*tickObserver
+		observe := func(c *redeq.Client) {
+			o := newTickObserver()
+			require.NoError(t, c.Observe(o))
+			obs = append(obs, o)
+		}
+		for _, c := range clients {
+			observe(c)
+		}
 		var wg sync.WaitGroup
 		for _, c := range clients {
 			wg.Go(func() { require.NoError(t, c.PutSchedule(ctx, s)) })
@@ -93,9 +102,29 @@ func TestScheduleTicksOnceAcrossClients(t *testing.T) {
 		require.NoError(t, clients[1].Shutdown(ctx))
 		waitTicks(t, l, 5)
 		joined := e.another(t, nil)
+		observe(joined)
 		require.NoError(t, joined.PutSchedule(ctx, s))
 		startSched(t, joined, nil)
 		waitTicks(t, l, 7)
+		defer func() {
+			// Every tick's job was reported added once, by one client: the
+			// ticks delivered and those still waiting.
+			for _, c := range append(clients, joined) {
+				if err := c.Shutdown(ctx); !errors.Is(err, redeq.ErrClientClosed) {
+					require.NoError(t, err)
+				}
+			}
+			ticks, _ := l.ticks()
+			st, err := e.another(t, nil).Stats(ctx, "sweeps")
+			require.NoError(t, err)
+			sum := 0
+			for _, o := range obs {
+				n, skipped := o.counts("sweep/sweeps")
+				require.Zero(t, skipped)
+				sum += n
+			}
+			require.Equal(t, len(ticks)+int(st.Pool), sum, "ticks reported added: %d delivered, %d waiting", len(ticks), st.Pool)
+		}()
 
 		infos, err := e.c.Schedules(ctx)
 		require.NoError(t, err)
@@ -429,6 +458,16 @@ func TestScheduleCallsRerun(t *testing.T) {
 	startSched(t, c, nil)
 	require.Eventually(t, func() bool { return hasTick(t, c, "rs", "r", at(1, 0)) }, 5*time.Second, 10*time.Millisecond)
 	record := e.cfg.Prefix + ":{sched:r}:schedule"
+	// waiting waits until the pass that added the tick at also moved the
+	// cursor: the record names it as the waiting tick, which the next call
+	// removes (a call between the two steps is the known race of
+	// docs/decisions.md, which the pass itself mends).
+	waiting := func(at time.Time) {
+		require.Eventually(t, func() bool {
+			return e.rdb.HGet(ctx, record, "tick").Val() == strconv.FormatInt(at.UnixMilli(), 10)
+		}, 5*time.Second, 10*time.Millisecond)
+	}
+	waiting(at(1, 0))
 	version := func() string {
 		v, err := e.rdb.HGet(ctx, record, "version").Result()
 		require.NoError(t, err)
@@ -443,11 +482,13 @@ func TestScheduleCallsRerun(t *testing.T) {
 	require.Equal(t, "2", version(), "a rerun of a put changes the record once")
 	require.False(t, hasTick(t, c, "rs", "r", at(1, 0)), "the rerun still removes the old waiting tick")
 	require.Eventually(t, func() bool { return hasTick(t, c, "rs", "r", at(0, 30)) }, 5*time.Second, 10*time.Millisecond)
+	waiting(at(0, 30))
 
 	require.NoError(t, c.PauseSchedule(ctx, "r"))
 	require.False(t, hasTick(t, c, "rs", "r", at(0, 30)), "the rerun of a pause still removes the waiting tick")
 	require.NoError(t, c.ResumeSchedule(ctx, "r"))
 	require.Eventually(t, func() bool { return hasTick(t, c, "rs", "r", at(0, 30)) }, 5*time.Second, 10*time.Millisecond)
+	waiting(at(0, 30))
 	require.NoError(t, c.DeleteSchedule(ctx, "r"), "a rerun of a delete is no ErrScheduleNotFound")
 	require.False(t, hasTick(t, c, "rs", "r", at(0, 30)))
 }
@@ -514,4 +555,155 @@ func TestScheduleOwnerKilled(t *testing.T) {
 			}
 		}
 	})
+}
+
+// tickObserver counts what a ScheduleObserver hears.
+type tickObserver struct {
+	mu      sync.Mutex
+	added   map[string]int
+	skipped map[string]int64
+}
+
+func newTickObserver() *tickObserver {
+	return &tickObserver{added: map[string]int{}, skipped: map[string]int64{}}
+}
+
+func (o *tickObserver) JobAdded(string)                                         {}
+func (o *tickObserver) JobDelivered(*redeq.Job, time.Duration)                  {}
+func (o *tickObserver) JobDone(*redeq.Job, redeq.Outcome, time.Duration, error) {}
+
+func (o *tickObserver) TicksAdded(schedule, topic string, n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.added[schedule+"/"+topic] += n
+}
+
+func (o *tickObserver) TicksSkipped(schedule, topic string, n int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.skipped[schedule+"/"+topic] += n
+}
+
+func (o *tickObserver) counts(key string) (int, int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.added[key], o.skipped[key]
+}
+
+var _ redeq.ScheduleObserver = (*tickObserver)(nil)
+
+// TestScheduleObserverAndLag: a client's ScheduleObserver hears each tick
+// it adds and each missed tick its catch-up drops, once; ScheduleInfo.Lag
+// reads 0 while the next tick waits ahead and, while no client runs, how
+// long ago the first tick not added fell due.
+func TestScheduleObserverAndLag(t *testing.T) {
+	be := testutil.Backends(t)[0] // the clock moves on miniredis only
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	t0 := time.Date(2026, 3, 1, 12, 0, 10, 0, time.UTC)
+	minute := func(m int) time.Time { return t0.Truncate(time.Minute).Add(time.Duration(m) * time.Minute) }
+	frozen(e, t0)
+	require.NoError(t, e.c.PutSchedule(ctx, redeq.Schedule{Name: "digest", Topic: "digests", Spec: "@every 1m"}))
+	first := newTickObserver()
+	require.NoError(t, e.c.Observe(redeq.Observers(first)), "a fan-out passes the ticks on")
+	startSched(t, e.c, nil)
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "digests", "digest", minute(1)) }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { n, _ := first.counts("digest/digests"); return n == 1 }, 5*time.Second, 10*time.Millisecond)
+	in := waitSchedule(t, e.c, "digest", func(redeq.ScheduleInfo) bool { return true })
+	require.Zero(t, in.Lag, "the next tick waits ahead")
+	require.NoError(t, e.c.Shutdown(ctx))
+
+	// Down from 12:00:10 to 12:10:30: 12:01 was added, 12:02 is the
+	// first tick not added.
+	frozen(e, minute(10).Add(30*time.Second))
+	in = waitSchedule(t, e.c, "digest", func(redeq.ScheduleInfo) bool { return true })
+	require.Equal(t, 8*time.Minute+30*time.Second, in.Lag)
+
+	back := e.another(t, nil)
+	second := newTickObserver()
+	require.NoError(t, back.Observe(second))
+	startSched(t, back, nil)
+	require.Eventually(t, func() bool { return hasTick(t, back, "digests", "digest", minute(11)) }, 5*time.Second, 10*time.Millisecond)
+	// CatchUpLatest: 12:10 runs, 12:11 waits ahead, 12:02..12:09 skipped.
+	require.Eventually(t, func() bool { n, s := second.counts("digest/digests"); return n == 2 && s == 8 }, 5*time.Second, 10*time.Millisecond)
+	in = waitSchedule(t, back, "digest", func(in redeq.ScheduleInfo) bool { return in.Skipped == 8 })
+	require.Zero(t, in.Lag)
+	n, s := first.counts("digest/digests")
+	require.Equal(t, 1, n, "a stopped client hears nothing more")
+	require.Zero(t, s)
+	frozen(e, minute(11).Add(time.Second))
+	require.Eventually(t, func() bool { return hasTick(t, back, "digests", "digest", minute(12)) }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { n, _ := second.counts("digest/digests"); return n == 3 }, 5*time.Second, 10*time.Millisecond)
+	n, s = second.counts("digest/digests")
+	require.Equal(t, 3, n, "one report per tick")
+	require.Equal(t, int64(8), s)
+}
+
+// TestNextTicksAcrossDaylightSaving: in a zone's wall clock, a local time
+// that the spring change skips ticks once, at the first instant after the
+// gap, and one that the autumn change repeats ticks once, at its first
+// occurrence, even when computed from inside the repeated span; @every
+// keeps its absolute spacing. In America/New_York (a one-hour shift at
+// 02:00) and Australia/Lord_Howe (a 30-minute shift), for 5-field and
+// 6-field specs and descriptors.
+func TestNextTicksAcrossDaylightSaving(t *testing.T) {
+	for _, tc := range []struct {
+		name, zone, spec, after string
+		want                    []string
+	}{
+		// New York, spring: 2026-03-08 02:00 EST -> 03:00 EDT.
+		{"NewYork/SpringDailyInTheGap", "America/New_York", "30 2 * * *", "2026-03-07T12:00:00-05:00",
+			[]string{"2026-03-08T03:00:00-04:00", "2026-03-09T02:30:00-04:00"}},
+		{"NewYork/SpringHourly", "America/New_York", "0 * * * *", "2026-03-08T00:30:00-05:00",
+			[]string{"2026-03-08T01:00:00-05:00", "2026-03-08T03:00:00-04:00", "2026-03-08T04:00:00-04:00"}},
+		{"NewYork/SpringTwoTicksInTheGapRunOnce", "America/New_York", "*/30 2 * * *", "2026-03-07T12:00:00-05:00",
+			[]string{"2026-03-08T03:00:00-04:00", "2026-03-09T02:00:00-04:00", "2026-03-09T02:30:00-04:00"}},
+		{"NewYork/SpringWithSeconds", "America/New_York", "0 15 2 * * *", "2026-03-07T12:00:00-05:00",
+			[]string{"2026-03-08T03:00:00-04:00", "2026-03-09T02:15:00-04:00"}},
+		{"NewYork/SpringEvery", "America/New_York", "@every 1h", "2026-03-08T00:30:00-05:00",
+			[]string{"2026-03-08T01:00:00-05:00", "2026-03-08T03:00:00-04:00", "2026-03-08T04:00:00-04:00"}},
+		// New York, autumn: 2026-11-01 02:00 EDT -> 01:00 EST.
+		{"NewYork/AutumnDailyInTheRepeat", "America/New_York", "30 1 * * *", "2026-10-31T12:00:00-04:00",
+			[]string{"2026-11-01T01:30:00-04:00", "2026-11-02T01:30:00-05:00"}},
+		{"NewYork/AutumnFromInsideTheRepeat", "America/New_York", "30 1 * * *", "2026-11-01T01:15:00-05:00",
+			[]string{"2026-11-02T01:30:00-05:00"}},
+		{"NewYork/AutumnHourly", "America/New_York", "@hourly", "2026-11-01T00:30:00-04:00",
+			[]string{"2026-11-01T01:00:00-04:00", "2026-11-01T02:00:00-05:00", "2026-11-01T03:00:00-05:00"}},
+		{"NewYork/AutumnQuarterHours", "America/New_York", "*/15 * * * *", "2026-11-01T01:40:00-04:00",
+			[]string{"2026-11-01T01:45:00-04:00", "2026-11-01T02:00:00-05:00"}},
+		{"NewYork/AutumnWithSeconds", "America/New_York", "30 30 1 * * *", "2026-10-31T12:00:00-04:00",
+			[]string{"2026-11-01T01:30:30-04:00", "2026-11-02T01:30:30-05:00"}},
+		{"NewYork/AutumnEvery", "America/New_York", "@every 30m", "2026-11-01T01:40:00-04:00",
+			[]string{"2026-11-01T01:00:00-05:00", "2026-11-01T01:30:00-05:00", "2026-11-01T02:00:00-05:00"}},
+		// Lord Howe, spring: 2026-10-04 02:00 +10:30 -> 02:30 +11:00.
+		{"LordHowe/SpringQuarterHours", "Australia/Lord_Howe", "0,15,30,45 2 * * *", "2026-10-03T12:00:00+10:30",
+			[]string{"2026-10-04T02:30:00+11:00", "2026-10-04T02:45:00+11:00", "2026-10-05T02:00:00+11:00"}},
+		{"LordHowe/SpringDailyInTheGap", "Australia/Lord_Howe", "15 2 * * *", "2026-10-03T12:00:00+10:30",
+			[]string{"2026-10-04T02:30:00+11:00", "2026-10-05T02:15:00+11:00"}},
+		{"LordHowe/SpringDaily", "Australia/Lord_Howe", "@daily", "2026-10-03T12:00:00+10:30",
+			[]string{"2026-10-04T00:00:00+10:30", "2026-10-05T00:00:00+11:00"}},
+		// Lord Howe, autumn: 2026-04-05 02:00 +11:00 -> 01:30 +10:30.
+		{"LordHowe/AutumnQuarterHours", "Australia/Lord_Howe", "*/15 1 * * *", "2026-04-04T12:00:00+11:00",
+			[]string{"2026-04-05T01:00:00+11:00", "2026-04-05T01:15:00+11:00", "2026-04-05T01:30:00+11:00",
+				"2026-04-05T01:45:00+11:00", "2026-04-06T01:00:00+10:30"}},
+		{"LordHowe/AutumnHourly", "Australia/Lord_Howe", "0 * * * *", "2026-04-05T00:30:00+11:00",
+			[]string{"2026-04-05T01:00:00+11:00", "2026-04-05T02:00:00+10:30", "2026-04-05T03:00:00+10:30"}},
+		{"LordHowe/AutumnFromInsideTheRepeat", "Australia/Lord_Howe", "45 1 * * *", "2026-04-05T01:35:00+10:30",
+			[]string{"2026-04-06T01:45:00+10:30"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			loc, err := time.LoadLocation(tc.zone)
+			require.NoError(t, err)
+			after, err := time.Parse(time.RFC3339, tc.after)
+			require.NoError(t, err)
+			got, err := redeq.NextTicks(redeq.Schedule{Spec: tc.spec, TimeZone: tc.zone}, after, len(tc.want))
+			require.NoError(t, err)
+			var have []string
+			for _, g := range got {
+				require.Equal(t, loc, g.Location(), "ticks are in the schedule's zone")
+				have = append(have, g.Format(time.RFC3339))
+			}
+			require.Equal(t, tc.want, have)
+		})
+	}
 }

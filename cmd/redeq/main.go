@@ -1,13 +1,14 @@
 // Command redeq inspects and operates redeq's queues: topics and their
 // counts, jobs by state, one job with its body, and the admin actions
-// (add, delete, reschedule, requeue, pause, resume), plus the web
-// dashboard.
+// (add, delete, reschedule, requeue, pause, resume), the periodic
+// schedules (list, pause, resume, delete), plus the web dashboard.
 //
 //	go install github.com/redeq-go/redeq/cmd/redeq@latest
 //	redeq --redis redis://localhost:6379 stats
 //	redeq --config redeq.yaml list orders dead -o json
 //
-// Exit codes: 0 ok, 1 error, 2 usage, 3 not found (a job or a topic).
+// Exit codes: 0 ok, 1 error, 2 usage, 3 not found (a job, a topic or a
+// schedule).
 package main
 
 import (

@@ -37,9 +37,9 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.As(err, &ue), errors.Is(err, redeq.ErrInvalidArgument), errors.Is(err, redeq.ErrInvalidJob):
+	case errors.As(err, &ue), errors.Is(err, redeq.ErrInvalidArgument), errors.Is(err, redeq.ErrInvalidJob), errors.Is(err, redeq.ErrInvalidSchedule):
 		return exitUsage
-	case errors.Is(err, redeq.ErrJobNotFound), errors.Is(err, redeq.ErrUnknownTopic):
+	case errors.Is(err, redeq.ErrJobNotFound), errors.Is(err, redeq.ErrUnknownTopic), errors.Is(err, redeq.ErrScheduleNotFound):
 		return exitNotFound
 	}
 	// Cobra's own complaints about the command line.
@@ -161,7 +161,7 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not found.`,
 	root.AddCommand(
 		topicsCmd(o), statsCmd(o), listCmd(o), getCmd(o), addCmd(o), deleteCmd(o),
 		rescheduleCmd(o), requeueCmd(o), purgeCmd(o), pauseCmd(o, true), pauseCmd(o, false), dashboardCmd(o),
-		overdueCmd(o), runCmd(o), historyCmd(o), serversCmd(o), redisCmd(o),
+		overdueCmd(o), runCmd(o), historyCmd(o), serversCmd(o), redisCmd(o), schedulesCmd(o), scheduleCmd(o),
 	)
 	return root
 }

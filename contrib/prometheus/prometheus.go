@@ -17,6 +17,9 @@
 //	redeq_consumers{topic}                             gauge, from Client.Stats at scrape
 //	redeq_oldest_overdue_seconds{topic}                gauge, from Client.OldestOverdue at scrape
 //	redeq_stats_errors_total                           counter: failed scrape-time reads
+//	redeq_schedule_ticks_total{schedule,outcome}       counter: run | skipped, ticks this client handled
+//	redeq_schedule_lag_seconds{schedule}               gauge, from Client.Schedules at scrape
+//	redeq_schedule_last_tick_timestamp_seconds{schedule} gauge, from Client.Schedules at scrape
 //	redeq_topics_dropped                               gauge: topics past MaxTopics at the last read
 //	redeq_topic_processed_total{topic}                 counter, ModeExporter: from Redis (History)
 //	redeq_topic_failed_total{topic}                    counter, ModeExporter: from Redis (History)
@@ -105,7 +108,8 @@ type Options struct {
 	AsynqNames bool
 }
 
-// Collector is a prometheus.Collector and a redeq.ReturnObserver.
+// Collector is a prometheus.Collector, a redeq.ReturnObserver and a
+// redeq.ScheduleObserver.
 type Collector struct {
 	c    *redeq.Client
 	opts Options
@@ -119,9 +123,11 @@ type Collector struct {
 	dropped   prometheus.Gauge
 	prefix    string
 	log       *slog.Logger
+	ticks     *prometheus.CounterVec
 
 	jobsDesc, consumersDesc, overdueDesc *prometheus.Desc
 	topicProcessedDesc, topicFailedDesc  *prometheus.Desc
+	lagDesc, lastTickDesc                *prometheus.Desc
 
 	asynq *asynqMetrics // nil unless Options.AsynqNames
 
@@ -130,6 +136,7 @@ type Collector struct {
 	mu       sync.Mutex // serializes scrape-time reads
 	readAt   time.Time
 	stats    map[string]redeq.Stats
+	sched    []redeq.ScheduleInfo
 	overdue  map[string]time.Duration
 	now      func() time.Time
 	zeroed   map[string]bool // topics whose counters were exported from zero at a scrape
@@ -186,6 +193,15 @@ func New(c *redeq.Client, opts Options) *Collector {
 		}),
 		jobsDesc:      prometheus.NewDesc("redeq_jobs", "Jobs of a topic by state, read from Redis at scrape (cached).", []string{"topic", "state"}, cl),
 		consumersDesc: prometheus.NewDesc("redeq_consumers", "Consumers that heartbeat for a topic, read at scrape (cached).", []string{"topic"}, cl),
+		ticks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redeq_schedule_ticks_total",
+			Help: "Ticks of a periodic schedule this client handled: run (its job added) or skipped (missed while no client ran, dropped by the catch-up policy). Summed over the fleet, each tick counts once.",
+		ConstLabels: cl,
+		}, []string{"schedule", "outcome"}),
+		lagDesc: prometheus.NewDesc("redeq_schedule_lag_seconds",
+			"How long ago the first tick of a schedule whose job was not added yet fell due (the server's clock); 0 while each tick waits ahead and while paused. Read at scrape (cached).", []string{"schedule"}, cl),
+		lastTickDesc: prometheus.NewDesc("redeq_schedule_last_tick_timestamp_seconds",
+			"Unix time of the latest tick of a schedule, at or before now, whose job was added; 0 when none was. Read at scrape (cached).", []string{"schedule"}, cl),
 		overdueDesc: prometheus.NewDesc("redeq_oldest_overdue_seconds",
 			"How long ago the oldest job that is due and not started fell due; 0 when none waits. Read at scrape (cached).", []string{"topic"}, cl),
 		topicProcessedDesc: prometheus.NewDesc("redeq_topic_processed_total",
@@ -295,6 +311,16 @@ func (x *Collector) JobsReturned(topic string, n int, recovered bool) {
 	}).Add(float64(n))
 }
 
+// TicksAdded implements redeq.ScheduleObserver.
+func (x *Collector) TicksAdded(schedule, _ string, n int) {
+	x.ticks.WithLabelValues(schedule, "run").Add(float64(n))
+}
+
+// TicksSkipped implements redeq.ScheduleObserver.
+func (x *Collector) TicksSkipped(schedule, _ string, n int64) {
+	x.ticks.WithLabelValues(schedule, "skipped").Add(float64(n))
+}
+
 // Describe implements prometheus.Collector.
 func (x *Collector) Describe(ch chan<- *prometheus.Desc) {
 	if x.observes() {
@@ -303,6 +329,7 @@ func (x *Collector) Describe(ch chan<- *prometheus.Desc) {
 		x.returned.Describe(ch)
 		x.lateness.Describe(ch)
 		x.duration.Describe(ch)
+		x.ticks.Describe(ch)
 	}
 	if x.reads() {
 		x.statsErrs.Describe(ch)
@@ -310,6 +337,8 @@ func (x *Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- x.jobsDesc
 		ch <- x.consumersDesc
 		ch <- x.overdueDesc
+		ch <- x.lagDesc
+		ch <- x.lastTickDesc
 	}
 	if x.totals != nil {
 		ch <- x.topicProcessedDesc
@@ -322,7 +351,8 @@ func (x *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector. Job counts and the oldest
 // overdue job are read from Redis at most once per CacheFor: one Stats per
-// topic and one OldestOverdue for all of them.
+// topic, one OldestOverdue for all of them, and Schedules. Each schedule
+// read has its two ticks series, at 0 until this client counts a tick.
 func (x *Collector) Collect(ch chan<- prometheus.Metric) {
 	if !x.reads() {
 		x.collectObserved(ch)
@@ -331,7 +361,19 @@ func (x *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return
 	}
-	stats, overdue := x.read() // first: it exports the counters of the topics it reads from zero
+	stats, overdue, sched := x.read() // first: it exports the counters of the topics it reads from zero
+	for _, in := range sched {
+		if x.observes() {
+			x.ticks.WithLabelValues(in.Name, "run")
+			x.ticks.WithLabelValues(in.Name, "skipped")
+		}
+		ch <- prometheus.MustNewConstMetric(x.lagDesc, prometheus.GaugeValue, in.Lag.Seconds(), in.Name)
+		last := 0.0
+		if !in.LastTick.IsZero() {
+			last = float64(in.LastTick.UnixMilli()) / 1000
+		}
+		ch <- prometheus.MustNewConstMetric(x.lastTickDesc, prometheus.GaugeValue, last, in.Name)
+	}
 	if x.observes() {
 		x.collectObserved(ch)
 	}
@@ -375,25 +417,31 @@ func (x *Collector) collectObserved(ch chan<- prometheus.Metric) {
 	x.returned.Collect(ch)
 	x.lateness.Collect(ch)
 	x.duration.Collect(ch)
+	x.ticks.Collect(ch)
 }
 
-// read returns the job counts and the oldest overdue times, read again
-// when older than CacheFor. A failed read keeps the last values of that
-// topic.
-func (x *Collector) read() (map[string]redeq.Stats, map[string]time.Duration) {
+// read returns the job counts, the oldest overdue times and the
+// schedules, read again when older than CacheFor. A failed read keeps the
+// last values of that topic, or the last schedules.
+func (x *Collector) read() (map[string]redeq.Stats, map[string]time.Duration, []redeq.ScheduleInfo) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.stats != nil && x.now().Sub(x.readAt) < x.opts.CacheFor {
-		return x.stats, x.overdue
+		return x.stats, x.overdue, x.sched
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), x.opts.Timeout)
 	defer cancel()
+	if sched, err := x.c.Schedules(ctx); err != nil {
+		x.statsErrs.Inc()
+	} else {
+		x.sched = sched
+	}
 	topics := x.opts.Topics
 	if topics == nil {
 		infos, err := x.c.Topics(ctx)
 		if err != nil {
 			x.statsErrs.Inc()
-			return x.stats, x.overdue
+			return x.stats, x.overdue, x.sched
 		}
 		for _, ti := range infos {
 			topics = append(topics, ti.Name)
@@ -450,7 +498,7 @@ func (x *Collector) read() (map[string]redeq.Stats, map[string]time.Duration) {
 		}
 	}
 	x.stats, x.overdue, x.readAt = fresh, overdue, x.now()
-	return fresh, overdue
+	return fresh, overdue, x.sched
 }
 
 // readers is how many topics a scrape reads at once: a topic's Stats is
@@ -477,7 +525,10 @@ func each(topics []string, f func(topic string)) {
 	wg.Wait()
 }
 
-var _ redeq.ReturnObserver = (*Collector)(nil)
+var (
+	_ redeq.ReturnObserver   = (*Collector)(nil)
+	_ redeq.ScheduleObserver = (*Collector)(nil)
+)
 
 // Added is redeq_jobs_added_total, for tests and custom views. The
 // Collector keeps counting into the series it has resolved: deleting them
@@ -487,6 +538,10 @@ func (x *Collector) Added() *prometheus.CounterVec { return x.added }
 // Processed is redeq_jobs_processed_total; as with Added, deleting its
 // series loses what the Collector counts after.
 func (x *Collector) Processed() *prometheus.CounterVec { return x.processed }
+
+// Ticks is redeq_schedule_ticks_total; as with Added, deleting its
+// series loses what the Collector counts after.
+func (x *Collector) Ticks() *prometheus.CounterVec { return x.ticks }
 
 // StatsErrors is redeq_stats_errors_total.
 func (x *Collector) StatsErrors() prometheus.Counter { return x.statsErrs }
