@@ -192,7 +192,7 @@ func runScheduleChaos(t *testing.T, be testutil.Backend, rdb redis.UniversalClie
 	cfg.Prefix = prefix
 	admin, err := redeq.New(rdb, cfg)
 	require.NoError(t, err)
-	waitEvery(t, time.Minute, 50*time.Millisecond, "the schedules put", func() bool {
+	testutil.EventuallyEvery(t, time.Minute, 50*time.Millisecond, "the schedules put", func() bool {
 		infos, err := admin.Schedules(ctx)
 		return err == nil && len(infos) == len(schedChaosSchedules())
 	})

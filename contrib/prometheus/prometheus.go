@@ -194,9 +194,9 @@ func New(c *redeq.Client, opts Options) *Collector {
 		jobsDesc:      prometheus.NewDesc("redeq_jobs", "Jobs of a topic by state, read from Redis at scrape (cached).", []string{"topic", "state"}, cl),
 		consumersDesc: prometheus.NewDesc("redeq_consumers", "Consumers that heartbeat for a topic, read at scrape (cached).", []string{"topic"}, cl),
 		ticks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redeq_schedule_ticks_total",
-			Help: "Ticks of a periodic schedule this client handled: run (its job added) or skipped (missed while no client ran, dropped by the catch-up policy). Summed over the fleet, each tick counts once.",
-		ConstLabels: cl,
+			Name:        "redeq_schedule_ticks_total",
+			Help:        "Ticks of a periodic schedule this client handled: run (its job added) or skipped (missed while no client ran, dropped by the catch-up policy). Summed over the fleet, each tick counts once.",
+			ConstLabels: cl,
 		}, []string{"schedule", "outcome"}),
 		lagDesc: prometheus.NewDesc("redeq_schedule_lag_seconds",
 			"How long ago the first tick of a schedule whose job was not added yet fell due (the server's clock); 0 while each tick waits ahead and while paused. Read at scrape (cached).", []string{"schedule"}, cl),

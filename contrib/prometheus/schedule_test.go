@@ -2,6 +2,7 @@ package redeqprom_test
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ func TestScheduleMetrics(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	col, err := redeqprom.Register(c, reg, redeqprom.Options{CacheFor: time.Nanosecond})
 	require.NoError(t, err)
-	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+	require.NoError(t, testutil.GatherAndCompare(reg, sortedWithPrefix(c, `
 # HELP redeq_schedule_lag_seconds How long ago the first tick of a schedule whose job was not added yet fell due (the server's clock); 0 while each tick waits ahead and while paused. Read at scrape (cached).
 # TYPE redeq_schedule_lag_seconds gauge
 redeq_schedule_lag_seconds{schedule="digest"} 0
@@ -82,4 +83,13 @@ redeq_schedule_ticks_total{outcome="skipped",schedule="digest"} 0
 	require.Equal(t, float64(minute(10).Unix()), last)
 	require.Equal(t, 1.0, ticks(col, "run"), "a stopped client counts nothing more")
 	require.Zero(t, ticks(col, "skipped"))
+}
+
+// sortedWithPrefix adds c's prefix label to every series of an expected
+// exposition text of the schedule metrics, in the labels' sorted place
+// (after outcome, before schedule), as the registry writes them.
+func sortedWithPrefix(c *redeq.Client, text string) io.Reader {
+	p := `prefix="` + c.Config().Prefix + `",`
+	return strings.NewReader(strings.NewReplacer(`{outcome="run",`, `{outcome="run",`+p,
+		`{outcome="skipped",`, `{outcome="skipped",`+p, `{schedule=`, `{`+p+`schedule=`).Replace(text))
 }
