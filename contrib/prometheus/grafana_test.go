@@ -38,6 +38,7 @@ func registered(t *testing.T) map[string]bool {
 	col.JobDelivered(job, time.Millisecond)
 	col.JobDone(job, redeq.OutcomeAck, time.Millisecond, nil)
 	col.JobsReturned("t", 1, true)
+	require.NoError(t, c.PutSchedule(ctx, redeq.Schedule{Name: "s", Topic: "t", Spec: "@hourly"}))
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(col))
 	mfs, err := reg.Gather()
@@ -185,5 +186,6 @@ func TestAlertRulesNameOnlyExportedMetrics(t *testing.T) {
 		}
 	}
 	require.ElementsMatch(t, []string{"RedeqJobsOverdue", "RedeqDueWorkWithoutConsumer", "RedeqLatenessHigh",
-		"RedeqDeadJobsRising", "RedeqJobsRecovered", "RedeqUnAckParked", "RedeqRetryRatioHigh", "RedeqScrapeErrors"}, alerts)
+		"RedeqDeadJobsRising", "RedeqJobsRecovered", "RedeqUnAckParked", "RedeqRetryRatioHigh", "RedeqScrapeErrors",
+		"RedeqScheduleBehind", "RedeqScheduleTicksSkipped"}, alerts)
 }
