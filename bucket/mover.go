@@ -89,6 +89,20 @@ func NewMover(c redis.UniversalClient, locker *lock.Locker, reg *Registry, fleet
 // takes the bucket: three ScanIntervals.
 func (c MoverConfig) UnreachableAfter() time.Duration { return 3 * c.ScanInterval }
 
+// StepTimeout bounds each step of a bucket's loop (its lock call and one
+// move): UnreachableAfter, and no more than a third of LockExpiry, the
+// time between two extensions of the lock. A step that has not answered
+// by then counts as failed from its start, as a refused call does: a node
+// that hangs is handed over as soon as one that refuses, however long
+// go-redis's own timeouts and retries would wait for it. go-redis stops
+// retrying, dialling and waiting for a connection at the step's deadline;
+// a read it began may go on for its ReadTimeout, and the loop waits for
+// that step to end before the next (the lock is one loop's own), but it
+// tells the fleet meanwhile.
+func (c MoverConfig) StepTimeout() time.Duration {
+	return min(c.UnreachableAfter(), c.LockExpiry/3)
+}
+
 // probeEvery is how often a client looks whether the buckets it cannot
 // move are back within its reach.
 func (c MoverConfig) probeEvery() time.Duration { return 2 * c.ScanInterval }
@@ -525,9 +539,17 @@ func (m *Mover) runBucket(ctx context.Context, topic string, n int, wake chan st
 	var lastTry time.Time
 	var failingSince time.Time // start of the first of the steps failing in a row
 	addr := keys.Address(topic, n)
+	steps := make(chan stepResult, 1)
 	for ctx.Err() == nil {
 		start := m.env.Clock.Now()
-		wait, held, failed := m.step(ctx, topic, n, mu, &lastTry, &bo, log)
+		sctx, cancel := context.WithTimeout(ctx, m.cfg.StepTimeout())
+		go func() {
+			wait, held, failed := m.step(sctx, topic, n, mu, &lastTry, &bo, log)
+			steps <- stepResult{wait, held, failed}
+		}()
+		r := m.awaitStep(steps, start, &failingSince, addr)
+		cancel()
+		wait, held, failed := r.wait, r.held, r.failed
 		switch {
 		case failed:
 			if failingSince.IsZero() {
@@ -562,6 +584,45 @@ func (m *Mover) runBucket(ctx context.Context, topic string, n int, wake chan st
 			return
 		case <-timer.C:
 		case <-wake:
+		}
+	}
+}
+
+// stepResult is what one step of a bucket's loop returned.
+type stepResult struct {
+	wait         time.Duration
+	held, failed bool
+}
+
+// awaitStep waits for the step that began at start. One that has not
+// answered within StepTimeout counts as failing from start (or from the
+// first of the steps failing before it), and flags the bucket unreachable
+// once that was UnreachableAfter ago, without waiting for go-redis to
+// give up; then it waits for the step to end, since the next step may not
+// run beside it. A step that answers late is taken as it answered.
+func (m *Mover) awaitStep(steps <-chan stepResult, start time.Time, failingSince *time.Time, addr string) stepResult {
+	timer := time.NewTimer(m.cfg.StepTimeout())
+	defer timer.Stop()
+	select {
+	case r := <-steps:
+		return r
+	case <-timer.C:
+	}
+	if failingSince.IsZero() {
+		*failingSince = start
+	}
+	m.env.Failure("redeq: mover gets no answer from a bucket's node", "bucket", addr, "within", m.cfg.StepTimeout())
+	for {
+		left := failingSince.Add(m.cfg.UnreachableAfter()).Sub(m.env.Clock.Now())
+		if left <= 0 {
+			m.setUnreachable(addr, true)
+			return <-steps
+		}
+		timer.Reset(left)
+		select {
+		case r := <-steps:
+			return r
+		case <-timer.C:
 		}
 	}
 }
@@ -621,8 +682,8 @@ func (m *Mover) step(ctx context.Context, topic string, n int, mu *lock.Mutex, l
 			return wait, true, false
 		}
 	}
-	if ctx.Err() != nil {
-		return m.cfg.ScanInterval, held, false
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return m.cfg.ScanInterval, held, false // stopped, not failed
 	}
 	wait := bo.Next()
 	m.env.Failure("redeq: mover failed", "topic", topic, "bucket", n, "err", err, "retry_in", wait)

@@ -459,3 +459,147 @@ func TestTopicsListsTopicsInUse(t *testing.T) {
 		waitFor(t, 10*time.Second, "the topic listed again", func() bool { return slices.Equal(names(), []string{"busy", "idle"}) })
 	})
 }
+
+// hangDialer makes a cluster client of addrs whose connections to the
+// master at hung stop answering once the returned func is called.
+type hangDialer func(t *testing.T, addrs []string, hung string) (*redis.ClusterClient, func())
+
+// hangByProxy puts a fault proxy between the client and the master at
+// hung; hanging it holds every reply (the requests still reach the
+// server) and leaves every new connection unanswered.
+func hangByProxy(t *testing.T, addrs []string, hung string) (*redis.ClusterClient, func()) {
+	t.Helper()
+	p := testutil.StartProxy(t, hung)
+	var d net.Dialer
+	c := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: addrs,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if addr == hung {
+				addr = p.Addr()
+			}
+			return d.DialContext(ctx, network, addr)
+		},
+	})
+	t.Cleanup(func() {
+		p.Stall.Store(false)
+		p.HoldNew.Store(false)
+		p.Cut()
+		c.Close()
+	})
+	return c, func() { p.HoldNew.Store(true); p.Stall.Store(true) }
+}
+
+// hangByDropping drops what the client writes to the master at hung:
+// requests never reach it, on connections that stay open.
+func hangByDropping(t *testing.T, addrs []string, hung string) (*redis.ClusterClient, func()) {
+	t.Helper()
+	var hang atomic.Bool
+	c := hanging(t, addrs, hung, &hang)
+	return c, func() { hang.Store(true) }
+}
+
+// TestOwnerHungOnOneMasterHandsItsBucketsOver: a client (A) whose calls
+// to one master of the cluster stop answering (its replies held, or its
+// requests dropped, on connections that stay open) while client B
+// reaches every master. The buckets on that master that A owns are handed
+// over to B: every job runs once, none before it is due, and none later
+// than UnreachableAfter (3 x ScanInterval) + LockExpiry after it is due,
+// on the hung master or not. The hand-over itself takes UnreachableAfter
+// from A's first call that gets no answer, then B's next announcement and
+// its first scan, which moves what is overdue by 2 x ScanInterval; the
+// LockExpiry is slack for a loaded machine. A hung call holds up neither
+// A's other buckets nor its announcements.
+func TestOwnerHungOnOneMasterHandsItsBucketsOver(t *testing.T) {
+	testutil.FaultTier(t)
+	_, be := privateCluster(t, 3)
+	for name, hang := range map[string]hangDialer{"replies_stalled": hangByProxy, "requests_dropped": hangByDropping} {
+		t.Run(name, func(t *testing.T) { testOwnerHungOnOneMaster(t, be, hang) })
+	}
+}
+
+func testOwnerHungOnOneMaster(t *testing.T, be testutil.Backend, hangWith hangDialer) {
+	probe := be.New(t)
+	const topic = "t"
+	prefix, hung := spareMaster(t, probe, []string{topic}, nil)
+	cfg := testutil.Config(t)
+	cfg.Prefix = prefix
+	cfg.Concurrency = 16
+	e := setup(t, be, cfg)
+	ctx := context.Background()
+	nodes := bucketNodes(t, e, topic, cfg.Concurrency)
+
+	rdbA, hang := hangWith(t, be.Addrs, hung)
+	a, err := redeq.New(rdbA, e.cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+	require.NoError(t, a.Start(ctx))
+	var runs jobRuns
+	l := newListener(topic, runs.handler(0))
+	l.workers = 8
+	startWith(t, e.c, l)
+	live := []string{a.ConsumerID(), e.c.ConsumerID()}
+	waitFor(t, 5*time.Second, "both clients announced", func() bool {
+		return e.rdb.ZCard(ctx, keys.Movers(prefix)).Val() == 2
+	})
+	// Every bucket's owner holds its lock: A's locks on the master that
+	// hangs live on until they expire.
+	waitFor(t, 5*time.Second, "every bucket's lock taken", func() bool {
+		for b := range cfg.Concurrency {
+			if e.rdb.Exists(ctx, keys.ForBucket(prefix, topic, b).Lock()).Val() == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	ownedOnHung := 0
+	for b, n := range nodes {
+		if n == hung && bucket.Owner(live, keys.Address(topic, b)) == a.ConsumerID() {
+			ownedOnHung++
+		}
+	}
+	require.Positive(t, ownedOnHung, "A owns no bucket on the master that hangs")
+
+	hang()
+	base := time.Now()
+	// Due over 3 s from 200 ms on: before, during and after the hand-over.
+	const jobs = 96
+	due := map[string]time.Time{}
+	for i := range jobs {
+		id := fmt.Sprint("j", i)
+		due[id] = base.Add(200*time.Millisecond + time.Duration(i)*30*time.Millisecond)
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: id, RunAt: due[id]}))
+	}
+	waitFor(t, 60*time.Second, "every job ran", func() bool { return runs.ranAll("j", jobs, nil) })
+	time.Sleep(2 * cfg.ScanInterval) // a second run, if any
+
+	bound := 3*cfg.ScanInterval + cfg.LockExpiry
+	var lateHung, lateOther time.Duration
+	var early, twice, tooLate []string
+	runs.mu.Lock()
+	for id, at := range runs.at {
+		b := bucketOf(id, cfg.Concurrency)
+		late := at.Round(0).Sub(due[id].Round(0))
+		handed := nodes[b] == hung && bucket.Owner(live, keys.Address(topic, b)) == a.ConsumerID()
+		if handed {
+			lateHung = max(lateHung, late)
+		} else {
+			lateOther = max(lateOther, late)
+		}
+		if d := earlyBy(at, due[id], base); d > 5*time.Millisecond {
+			early = append(early, fmt.Sprintf("%s %v early", id, d))
+		}
+		if len(runs.runs[id]) > 1 {
+			twice = append(twice, id)
+		}
+		if late > bound {
+			tooLate = append(tooLate, fmt.Sprintf("%s (bucket %d, handed over %v) %v late", id, b, handed, late.Round(time.Millisecond)))
+		}
+	}
+	runs.mu.Unlock()
+	t.Logf("%d of %d buckets on the hung master %s are A's; latest job there %v late, elsewhere %v late (bound %v)",
+		ownedOnHung, cfg.Concurrency, hung, lateHung.Round(time.Millisecond), lateOther.Round(time.Millisecond), bound)
+	require.Empty(t, early, "jobs ran before their due time")
+	require.Empty(t, twice, "jobs ran twice")
+	require.Empty(t, tooLate, "jobs ran later than %v after due", bound)
+	require.EqualValues(t, 2, e.rdb.ZCard(ctx, keys.Movers(prefix)).Val(), "A stopped announcing")
+}
