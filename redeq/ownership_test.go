@@ -3,8 +3,10 @@ package redeq_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -53,18 +55,7 @@ func spareMaster(t *testing.T, rdb redis.UniversalClient, needed []string, avoid
 	masters := clusterMasters(t, rdb)
 	for range 500 {
 		prefix := testutil.Prefix(t)
-		ks := []string{keys.Movers(prefix), keys.Topics(prefix), keys.Retired(prefix), keys.WakeChannel(prefix),
-			keys.ReadyChannel(prefix), keys.Alive(prefix)}
-		for _, topic := range needed {
-			ks = append(ks, keys.ForTopic(prefix, topic).Meta())
-		}
-		if avoid != nil {
-			ks = append(ks, avoid(prefix)...)
-		}
-		used := map[string]bool{}
-		for _, k := range ks {
-			used[masterOf(t, rdb, k)] = true
-		}
+		used := fleetMasters(t, rdb, prefix, needed, avoid)
 		for _, m := range masters {
 			if !used[m] {
 				return prefix, m
@@ -73,6 +64,39 @@ func spareMaster(t *testing.T, rdb redis.UniversalClient, needed []string, avoid
 	}
 	t.Fatal("no prefix leaves a master free of the fleet's keys")
 	return "", ""
+}
+
+// spareMasterIs is spareMaster for the given master: a prefix under which
+// it holds none of the keys a client needs.
+func spareMasterIs(t *testing.T, rdb redis.UniversalClient, needed []string, master string) string {
+	t.Helper()
+	for range 500 {
+		prefix := testutil.Prefix(t)
+		if !fleetMasters(t, rdb, prefix, needed, nil)[master] {
+			return prefix
+		}
+	}
+	t.Fatalf("no prefix leaves master %s free of the fleet's keys", master)
+	return ""
+}
+
+// fleetMasters is the set of masters that hold a key a client needs under
+// prefix (see spareMaster).
+func fleetMasters(t *testing.T, rdb redis.UniversalClient, prefix string, needed []string, avoid func(prefix string) []string) map[string]bool {
+	t.Helper()
+	ks := []string{keys.Movers(prefix), keys.Topics(prefix), keys.Retired(prefix), keys.WakeChannel(prefix),
+		keys.ReadyChannel(prefix), keys.Alive(prefix)}
+	for _, topic := range needed {
+		ks = append(ks, keys.ForTopic(prefix, topic).Meta())
+	}
+	if avoid != nil {
+		ks = append(ks, avoid(prefix)...)
+	}
+	used := map[string]bool{}
+	for _, k := range ks {
+		used[masterOf(t, rdb, k)] = true
+	}
+	return used
 }
 
 // refusing is a cluster client of addrs whose dialer refuses every
@@ -602,4 +626,89 @@ func testOwnerHungOnOneMaster(t *testing.T, be testutil.Backend, hangWith hangDi
 	require.Empty(t, twice, "jobs ran twice")
 	require.Empty(t, tooLate, "jobs ran later than %v after due", bound)
 	require.EqualValues(t, 2, e.rdb.ZCard(ctx, keys.Movers(prefix)).Val(), "A stopped announcing")
+}
+
+// TestStartServesWhatItReachesWhenOneMasterHangs: a client (A) whose
+// connections to one master of the cluster get no answer from the start
+// (a proxy that holds every reply and leaves new connections unanswered)
+// starts: Start returns nil, reports the master that does not answer
+// through its logger, and A moves and runs the jobs it can reach, while
+// client B, which reaches every master, takes the buckets on the hung one.
+// Every job runs once, none before it is due. The hung master is the one
+// go-redis sends the first keyless command (Start's check) to.
+func TestStartServesWhatItReachesWhenOneMasterHangs(t *testing.T) {
+	testutil.FaultTier(t)
+	_, be := privateCluster(t, 3)
+	probe := be.New(t)
+	const topic = "t"
+	slots, err := probe.ClusterSlots(context.Background()).Result()
+	require.NoError(t, err)
+	hung := slots[0].Nodes[0].Addr // go-redis's Masters[0], where its round robin starts
+	prefix := spareMasterIs(t, probe, []string{topic}, hung)
+	cfg := testutil.Config(t)
+	cfg.Prefix = prefix
+	cfg.Concurrency = 16
+	e := setup(t, be, cfg)
+	ctx := context.Background()
+	nodes := bucketNodes(t, e, topic, cfg.Concurrency)
+	require.Contains(t, nodes, hung, "no bucket on the master that hangs")
+
+	var runs jobRuns
+	lb := newListener(topic, runs.handler(0))
+	lb.workers = 8
+	startWith(t, e.c, lb)
+
+	var logs lineLog
+	cfgA := e.cfg
+	cfgA.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	rdbA, hang := hangByProxy(t, be.Addrs, hung)
+	hang()
+	a, err := redeq.New(rdbA, cfgA)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+	var ranByA atomic.Int64
+	la := newListener(topic, func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+		ranByA.Add(1)
+		return runs.handler(0)(ctx, job, ch)
+	})
+	la.workers = 8
+	require.NoError(t, a.Register(la))
+	require.NoError(t, a.Start(ctx), "A does not start while one master hangs")
+	waitFor(t, 5*time.Second, "both clients announced", func() bool {
+		return e.rdb.ZCard(ctx, keys.Movers(prefix)).Val() == 2
+	})
+
+	base := time.Now()
+	const jobs = 64
+	due := map[string]time.Time{}
+	for i := range jobs {
+		id := fmt.Sprint("j", i)
+		due[id] = base.Add(200*time.Millisecond + time.Duration(i)*20*time.Millisecond)
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: id, RunAt: due[id]}))
+	}
+	waitFor(t, 30*time.Second, "every job ran", func() bool { return runs.ranAll("j", jobs, nil) })
+	time.Sleep(2 * cfg.ScanInterval) // a second run, if any
+	var early, twice []string
+	runs.mu.Lock()
+	for id, at := range runs.at {
+		if d := earlyBy(at, due[id], base); d > 5*time.Millisecond {
+			early = append(early, fmt.Sprintf("%s %v early", id, d))
+		}
+		if len(runs.runs[id]) > 1 {
+			twice = append(twice, id)
+		}
+	}
+	runs.mu.Unlock()
+	require.Empty(t, early, "jobs ran before their due time")
+	require.Empty(t, twice, "jobs ran twice")
+	require.Positive(t, ranByA.Load(), "A ran none of the jobs it reaches")
+	// Reported once its ping gives up.
+	waitFor(t, 2*redeq.StartPingTimeout, "A reported the master that does not answer", func() bool {
+		for _, line := range logs.since(time.Time{}) {
+			if strings.Contains(line, "addr="+hung) {
+				return true
+			}
+		}
+		return false
+	})
 }
