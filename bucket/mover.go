@@ -308,7 +308,7 @@ func (m *Mover) setUnreachable(address string, cannot bool) {
 	if cannot {
 		m.env.Failure("redeq: mover cannot move a bucket; the other clients take it over", "bucket", address, "after", m.cfg.UnreachableAfter())
 	} else {
-		m.env.Logger.Info("redeq: mover can move a bucket again", "bucket", address)
+		m.env.Recovery("redeq: mover can move a bucket again", "bucket", address)
 	}
 	signal(m.announce)
 }
