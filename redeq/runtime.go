@@ -113,6 +113,11 @@ func (c *Client) beforeStart(f func() error) error {
 // values reach the handlers; cancelling it later does not stop the client:
 // Shutdown does.
 //
+// Start fails when Redis does not answer within StartPingTimeout. On a
+// Redis Cluster it goes on once one master answers: a master that hangs
+// or refuses is logged, its buckets go to the clients that reach it, and
+// the movers keep trying it.
+//
 // Start does not hold up a Shutdown called meanwhile: that Shutdown
 // returns at once, and Start, once its calls to Redis end, stops what it
 // started and returns ErrClientClosed.
