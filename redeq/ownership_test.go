@@ -631,10 +631,10 @@ func testOwnerHungOnOneMaster(t *testing.T, be testutil.Backend, hangWith hangDi
 // TestStartServesWhatItReachesWhenOneMasterHangs: a client (A) whose
 // connections to one master of the cluster get no answer from the start
 // (a proxy that holds every reply and leaves new connections unanswered)
-// starts: Start returns nil, reports the master that does not answer
-// through its logger, and A moves and runs the jobs it can reach, while
-// client B, which reaches every master, takes the buckets on the hung one.
-// Every job runs once, none before it is due. The hung master is the one
+// starts: Start returns nil, reports what does not answer through its
+// logger, and A moves and runs the jobs it can reach, while client B,
+// which reaches every master, takes the buckets on the hung one. Every
+// job runs once, none before it is due. The hung master is the one
 // go-redis sends the first keyless command (Start's check) to.
 func TestStartServesWhatItReachesWhenOneMasterHangs(t *testing.T) {
 	testutil.FaultTier(t)
@@ -645,6 +645,11 @@ func TestStartServesWhatItReachesWhenOneMasterHangs(t *testing.T) {
 	require.NoError(t, err)
 	hung := slots[0].Nodes[0].Addr // go-redis's Masters[0], where its round robin starts
 	prefix := spareMasterIs(t, probe, []string{topic}, hung)
+	testStartBesideHungMaster(t, be, prefix, hung)
+}
+
+func testStartBesideHungMaster(t *testing.T, be testutil.Backend, prefix, hung string) {
+	const topic = "t"
 	cfg := testutil.Config(t)
 	cfg.Prefix = prefix
 	cfg.Concurrency = 16
@@ -661,6 +666,11 @@ func TestStartServesWhatItReachesWhenOneMasterHangs(t *testing.T) {
 	var logs lineLog
 	cfgA := e.cfg
 	cfgA.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("A's log:\n%s", strings.Join(logs.since(time.Time{}), "\n"))
+		}
+	})
 	rdbA, hang := hangByProxy(t, be.Addrs, hung)
 	hang()
 	a, err := redeq.New(rdbA, cfgA)
@@ -702,8 +712,8 @@ func TestStartServesWhatItReachesWhenOneMasterHangs(t *testing.T) {
 	require.Empty(t, early, "jobs ran before their due time")
 	require.Empty(t, twice, "jobs ran twice")
 	require.Positive(t, ranByA.Load(), "A ran none of the jobs it reaches")
-	// Reported once its ping gives up.
-	waitFor(t, 2*redeq.StartPingTimeout, "A reported the master that does not answer", func() bool {
+	// Reported once its call gives up.
+	waitFor(t, 2*redeq.StartPingTimeout, "A reported what does not answer", func() bool {
 		for _, line := range logs.since(time.Time{}) {
 			if strings.Contains(line, "addr="+hung) {
 				return true

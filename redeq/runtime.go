@@ -17,6 +17,7 @@ import (
 	"github.com/redeq-go/redeq/consumer"
 	"github.com/redeq-go/redeq/internal/env"
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/rdb"
 	"github.com/redeq-go/redeq/pool"
 	"github.com/redeq-go/redeq/retry"
 )
@@ -26,7 +27,9 @@ func SkipRetry(err error) error { return retry.Skip(err) }
 
 // StartPingTimeout bounds the PING with which Start checks that Redis
 // answers before it starts anything. On a Redis Cluster, Start pings
-// every master and goes on as soon as one answers.
+// every master and goes on as soon as one answers, within
+// StartPingTimeout plus the client's ReadTimeout (the wait for a node
+// that hangs when go-redis asks it for the topology first).
 const StartPingTimeout = 5 * time.Second
 
 // runtime is what Start runs.
@@ -227,14 +230,21 @@ func (c *Client) start(ctx context.Context) (rt *runtime, err error) {
 // on it (the movers hand its buckets to the clients that reach it, and
 // try it again), so Start does not wait for it, and reports it once its
 // ping fails. The pings of the masters slower than the first go on under
-// pings.
+// pings. go-redis first reads the cluster's topology from one node after
+// another, waiting up to its ReadTimeout for each: a cluster has that
+// much longer, so that a hung node asked first does not fail Start.
 func (c *Client) answers(ctx context.Context, pings *sync.WaitGroup) error {
-	pctx, cancel := context.WithTimeout(ctx, StartPingTimeout)
 	cc, ok := c.rdb.(*redis.ClusterClient)
 	if !ok {
+		pctx, cancel := context.WithTimeout(ctx, StartPingTimeout)
 		defer cancel()
 		return c.rdb.Ping(pctx).Err()
 	}
+	window := StartPingTimeout
+	if d, ok := rdb.ReadTimeout(c.rdb); ok && d > 0 {
+		window += d
+	}
+	pctx, cancel := context.WithTimeout(ctx, window)
 	var answered atomic.Bool
 	first := make(chan error, 1) // nil once a master answered; else why none did
 	pings.Go(func() {
