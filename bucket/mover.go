@@ -90,18 +90,22 @@ func NewMover(c redis.UniversalClient, locker *lock.Locker, reg *Registry, fleet
 func (c MoverConfig) UnreachableAfter() time.Duration { return 3 * c.ScanInterval }
 
 // StepTimeout bounds each step of a bucket's loop (its lock call and one
-// move): UnreachableAfter, and no more than a third of LockExpiry, the
-// time between two extensions of the lock. A step that has not answered
-// by then counts as failed from its start, as a refused call does: a node
-// that hangs is handed over as soon as one that refuses, however long
-// go-redis's own timeouts and retries would wait for it. go-redis stops
+// move): UnreachableAfter, and at least MinStepTimeout, since a busy
+// server or machine answers late, not never. A step that has not answered
+// by then counts as failed from its start, as a refused call does, and
+// flags its bucket at once: a node that hangs is handed over within
+// StepTimeout, however long go-redis's own timeouts and retries would
+// wait for it. go-redis stops
 // retrying, dialling and waiting for a connection at the step's deadline;
 // a read it began may go on for its ReadTimeout, and the loop waits for
 // that step to end before the next (the lock is one loop's own), but it
 // tells the fleet meanwhile.
 func (c MoverConfig) StepTimeout() time.Duration {
-	return min(c.UnreachableAfter(), c.LockExpiry/3)
+	return max(c.UnreachableAfter(), MinStepTimeout)
 }
+
+// MinStepTimeout is the shortest StepTimeout.
+const MinStepTimeout = time.Second
 
 // probeEvery is how often a client looks whether the buckets it cannot
 // move are back within its reach.

@@ -527,12 +527,12 @@ func hangByDropping(t *testing.T, addrs []string, hung string) (*redis.ClusterCl
 // requests dropped, on connections that stay open) while client B
 // reaches every master. The buckets on that master that A owns are handed
 // over to B: every job runs once, none before it is due, and none later
-// than UnreachableAfter (3 x ScanInterval) + LockExpiry after it is due,
-// on the hung master or not. The hand-over itself takes UnreachableAfter
-// from A's first call that gets no answer, then B's next announcement and
-// its first scan, which moves what is overdue by 2 x ScanInterval; the
-// LockExpiry is slack for a loaded machine. A hung call holds up neither
-// A's other buckets nor its announcements.
+// than StepTimeout (here 1 s) + LockExpiry after it is due, on the hung
+// master or not. The hand-over itself takes StepTimeout from A's first
+// call that gets no answer, then B's next announcement and its first
+// scan, which moves what is overdue by 2 x ScanInterval; the LockExpiry
+// is slack for a loaded machine. A hung call holds up neither A's other
+// buckets nor its announcements.
 func TestOwnerHungOnOneMasterHandsItsBucketsOver(t *testing.T) {
 	testutil.FaultTier(t)
 	_, be := privateCluster(t, 3)
@@ -596,7 +596,7 @@ func testOwnerHungOnOneMaster(t *testing.T, be testutil.Backend, hangWith hangDi
 	waitFor(t, 60*time.Second, "every job ran", func() bool { return runs.ranAll("j", jobs, nil) })
 	time.Sleep(2 * cfg.ScanInterval) // a second run, if any
 
-	bound := 3*cfg.ScanInterval + cfg.LockExpiry
+	bound := bucket.MoverConfig{ScanInterval: cfg.ScanInterval}.StepTimeout() + cfg.LockExpiry
 	var lateHung, lateOther time.Duration
 	var early, twice, tooLate []string
 	runs.mu.Lock()
