@@ -89,17 +89,16 @@ func NewMover(c redis.UniversalClient, locker *lock.Locker, reg *Registry, fleet
 // takes the bucket: three ScanIntervals.
 func (c MoverConfig) UnreachableAfter() time.Duration { return 3 * c.ScanInterval }
 
-// StepTimeout bounds each step of a bucket's loop (its lock call and one
-// move): UnreachableAfter, and at least MinStepTimeout, since a busy
-// server or machine answers late, not never. A step that has not answered
-// by then counts as failed from its start, as a refused call does, and
-// flags its bucket at once: a node that hangs is handed over within
-// StepTimeout, however long go-redis's own timeouts and retries would
-// wait for it. go-redis stops
-// retrying, dialling and waiting for a connection at the step's deadline;
-// a read it began may go on for its ReadTimeout, and the loop waits for
-// that step to end before the next (the lock is one loop's own), but it
-// tells the fleet meanwhile.
+// StepTimeout is how long each step of a bucket's loop (its lock call
+// and one move) may go unanswered: UnreachableAfter, and at least
+// MinStepTimeout, since a busy server or machine answers late, not never.
+// A step that has not answered by then counts as failed from its start,
+// as a refused call does, and flags its bucket at once: a node that hangs
+// is handed over within StepTimeout, however long go-redis's own timeouts
+// and retries make the call wait. The call itself is not cut short (a
+// deadline would fail moves that wait for a connection of a busy pool);
+// the loop waits for it to end before the next step (the lock is one
+// loop's own), and tells the fleet meanwhile.
 func (c MoverConfig) StepTimeout() time.Duration {
 	return max(c.UnreachableAfter(), MinStepTimeout)
 }
@@ -546,13 +545,11 @@ func (m *Mover) runBucket(ctx context.Context, topic string, n int, wake chan st
 	steps := make(chan stepResult, 1)
 	for ctx.Err() == nil {
 		start := m.env.Clock.Now()
-		sctx, cancel := context.WithTimeout(ctx, m.cfg.StepTimeout())
 		go func() {
-			wait, held, failed := m.step(sctx, topic, n, mu, &lastTry, &bo, log)
+			wait, held, failed := m.step(ctx, topic, n, mu, &lastTry, &bo, log)
 			steps <- stepResult{wait, held, failed}
 		}()
 		r := m.awaitStep(steps, start, &failingSince, addr)
-		cancel()
 		wait, held, failed := r.wait, r.held, r.failed
 		switch {
 		case failed:
@@ -686,8 +683,8 @@ func (m *Mover) step(ctx context.Context, topic string, n int, mu *lock.Mutex, l
 			return wait, true, false
 		}
 	}
-	if errors.Is(ctx.Err(), context.Canceled) {
-		return m.cfg.ScanInterval, held, false // stopped, not failed
+	if ctx.Err() != nil {
+		return m.cfg.ScanInterval, held, false
 	}
 	wait := bo.Next()
 	m.env.Failure("redeq: mover failed", "topic", topic, "bucket", n, "err", err, "retry_in", wait)
