@@ -89,6 +89,23 @@ func NewMover(c redis.UniversalClient, locker *lock.Locker, reg *Registry, fleet
 // takes the bucket: three ScanIntervals.
 func (c MoverConfig) UnreachableAfter() time.Duration { return 3 * c.ScanInterval }
 
+// StepTimeout is how long each step of a bucket's loop (its lock call
+// and one move) may go unanswered: UnreachableAfter, and at least
+// MinStepTimeout, since a busy server or machine answers late, not never.
+// A step that has not answered by then counts as failed from its start,
+// as a refused call does, and flags its bucket at once: a node that hangs
+// is handed over within StepTimeout, however long go-redis's own timeouts
+// and retries make the call wait. The call itself is not cut short (a
+// deadline would fail moves that wait for a connection of a busy pool);
+// the loop waits for it to end before the next step (the lock is one
+// loop's own), and tells the fleet meanwhile.
+func (c MoverConfig) StepTimeout() time.Duration {
+	return max(c.UnreachableAfter(), MinStepTimeout)
+}
+
+// MinStepTimeout is the shortest StepTimeout.
+const MinStepTimeout = time.Second
+
 // probeEvery is how often a client looks whether the buckets it cannot
 // move are back within its reach.
 func (c MoverConfig) probeEvery() time.Duration { return 2 * c.ScanInterval }
@@ -294,7 +311,7 @@ func (m *Mover) setUnreachable(address string, cannot bool) {
 	if cannot {
 		m.env.Failure("redeq: mover cannot move a bucket; the other clients take it over", "bucket", address, "after", m.cfg.UnreachableAfter())
 	} else {
-		m.env.Logger.Info("redeq: mover can move a bucket again", "bucket", address)
+		m.env.Recovery("redeq: mover can move a bucket again", "bucket", address)
 	}
 	signal(m.announce)
 }
@@ -525,9 +542,15 @@ func (m *Mover) runBucket(ctx context.Context, topic string, n int, wake chan st
 	var lastTry time.Time
 	var failingSince time.Time // start of the first of the steps failing in a row
 	addr := keys.Address(topic, n)
+	steps := make(chan stepResult, 1)
 	for ctx.Err() == nil {
 		start := m.env.Clock.Now()
-		wait, held, failed := m.step(ctx, topic, n, mu, &lastTry, &bo, log)
+		go func() {
+			wait, held, failed := m.step(ctx, topic, n, mu, &lastTry, &bo, log)
+			steps <- stepResult{wait, held, failed}
+		}()
+		r := m.awaitStep(steps, start, &failingSince, addr)
+		wait, held, failed := r.wait, r.held, r.failed
 		switch {
 		case failed:
 			if failingSince.IsZero() {
@@ -562,6 +585,45 @@ func (m *Mover) runBucket(ctx context.Context, topic string, n int, wake chan st
 			return
 		case <-timer.C:
 		case <-wake:
+		}
+	}
+}
+
+// stepResult is what one step of a bucket's loop returned.
+type stepResult struct {
+	wait         time.Duration
+	held, failed bool
+}
+
+// awaitStep waits for the step that began at start. One that has not
+// answered within StepTimeout counts as failing from start (or from the
+// first of the steps failing before it), and flags the bucket unreachable
+// once that was UnreachableAfter ago, without waiting for go-redis to
+// give up; then it waits for the step to end, since the next step may not
+// run beside it. A step that answers late is taken as it answered.
+func (m *Mover) awaitStep(steps <-chan stepResult, start time.Time, failingSince *time.Time, addr string) stepResult {
+	timer := time.NewTimer(m.cfg.StepTimeout())
+	defer timer.Stop()
+	select {
+	case r := <-steps:
+		return r
+	case <-timer.C:
+	}
+	if failingSince.IsZero() {
+		*failingSince = start
+	}
+	m.env.Failure("redeq: mover gets no answer from a bucket's node", "bucket", addr, "within", m.cfg.StepTimeout())
+	for {
+		left := failingSince.Add(m.cfg.UnreachableAfter()).Sub(m.env.Clock.Now())
+		if left <= 0 {
+			m.setUnreachable(addr, true)
+			return <-steps
+		}
+		timer.Reset(left)
+		select {
+		case r := <-steps:
+			return r
+		case <-timer.C:
 		}
 	}
 }

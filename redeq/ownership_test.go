@@ -3,8 +3,10 @@ package redeq_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -53,18 +55,7 @@ func spareMaster(t *testing.T, rdb redis.UniversalClient, needed []string, avoid
 	masters := clusterMasters(t, rdb)
 	for range 500 {
 		prefix := testutil.Prefix(t)
-		ks := []string{keys.Movers(prefix), keys.Topics(prefix), keys.Retired(prefix), keys.WakeChannel(prefix),
-			keys.ReadyChannel(prefix), keys.Alive(prefix)}
-		for _, topic := range needed {
-			ks = append(ks, keys.ForTopic(prefix, topic).Meta())
-		}
-		if avoid != nil {
-			ks = append(ks, avoid(prefix)...)
-		}
-		used := map[string]bool{}
-		for _, k := range ks {
-			used[masterOf(t, rdb, k)] = true
-		}
+		used := fleetMasters(t, rdb, prefix, needed, avoid)
 		for _, m := range masters {
 			if !used[m] {
 				return prefix, m
@@ -73,6 +64,39 @@ func spareMaster(t *testing.T, rdb redis.UniversalClient, needed []string, avoid
 	}
 	t.Fatal("no prefix leaves a master free of the fleet's keys")
 	return "", ""
+}
+
+// spareMasterIs is spareMaster for the given master: a prefix under which
+// it holds none of the keys a client needs.
+func spareMasterIs(t *testing.T, rdb redis.UniversalClient, needed []string, master string) string {
+	t.Helper()
+	for range 500 {
+		prefix := testutil.Prefix(t)
+		if !fleetMasters(t, rdb, prefix, needed, nil)[master] {
+			return prefix
+		}
+	}
+	t.Fatalf("no prefix leaves master %s free of the fleet's keys", master)
+	return ""
+}
+
+// fleetMasters is the set of masters that hold a key a client needs under
+// prefix (see spareMaster).
+func fleetMasters(t *testing.T, rdb redis.UniversalClient, prefix string, needed []string, avoid func(prefix string) []string) map[string]bool {
+	t.Helper()
+	ks := []string{keys.Movers(prefix), keys.Topics(prefix), keys.Retired(prefix), keys.WakeChannel(prefix),
+		keys.ReadyChannel(prefix), keys.Alive(prefix)}
+	for _, topic := range needed {
+		ks = append(ks, keys.ForTopic(prefix, topic).Meta())
+	}
+	if avoid != nil {
+		ks = append(ks, avoid(prefix)...)
+	}
+	used := map[string]bool{}
+	for _, k := range ks {
+		used[masterOf(t, rdb, k)] = true
+	}
+	return used
 }
 
 // refusing is a cluster client of addrs whose dialer refuses every
@@ -459,5 +483,259 @@ func TestTopicsListsTopicsInUse(t *testing.T) {
 
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "idle", ID: "again"}))
 		testutil.Eventually(t, 10*time.Second, "the topic listed again", func() bool { return slices.Equal(names(), []string{"busy", "idle"}) })
+	})
+}
+
+// hangDialer makes a cluster client of addrs whose connections to the
+// master at hung stop answering once the returned func is called.
+type hangDialer func(t *testing.T, addrs []string, hung string) (*redis.ClusterClient, func())
+
+// hangByProxy puts a fault proxy between the client and the master at
+// hung; hanging it holds every reply (the requests still reach the
+// server) and leaves every new connection unanswered.
+func hangByProxy(t *testing.T, addrs []string, hung string) (*redis.ClusterClient, func()) {
+	t.Helper()
+	p := testutil.StartProxy(t, hung)
+	var d net.Dialer
+	c := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: addrs,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if addr == hung {
+				addr = p.Addr()
+			}
+			return d.DialContext(ctx, network, addr)
+		},
+	})
+	t.Cleanup(func() {
+		p.Stall.Store(false)
+		p.HoldNew.Store(false)
+		p.Cut()
+		c.Close()
+	})
+	return c, func() { p.HoldNew.Store(true); p.Stall.Store(true) }
+}
+
+// hangByDropping drops what the client writes to the master at hung:
+// requests never reach it, on connections that stay open.
+func hangByDropping(t *testing.T, addrs []string, hung string) (*redis.ClusterClient, func()) {
+	t.Helper()
+	var hang atomic.Bool
+	c := hanging(t, addrs, hung, &hang)
+	return c, func() { hang.Store(true) }
+}
+
+// TestOwnerHungOnOneMasterHandsItsBucketsOver: a client (A) whose calls
+// to one master of the cluster stop answering (its replies held, or its
+// requests dropped, on connections that stay open) while client B
+// reaches every master. The buckets on that master that A owns are handed
+// over to B: every job runs once, none before it is due, and none later
+// than StepTimeout (here 1 s) + LockExpiry after it is due, on the hung
+// master or not. The hand-over itself takes StepTimeout from A's first
+// call that gets no answer, then B's next announcement and its first
+// scan, which moves what is overdue by 2 x ScanInterval; the LockExpiry
+// is slack for a loaded machine. A hung call holds up neither A's other
+// buckets nor its announcements.
+func TestOwnerHungOnOneMasterHandsItsBucketsOver(t *testing.T) {
+	testutil.FaultTier(t)
+	_, be := privateCluster(t, 3)
+	for name, hang := range map[string]hangDialer{"replies_stalled": hangByProxy, "requests_dropped": hangByDropping} {
+		t.Run(name, func(t *testing.T) { testOwnerHungOnOneMaster(t, be, hang) })
+	}
+}
+
+func testOwnerHungOnOneMaster(t *testing.T, be testutil.Backend, hangWith hangDialer) {
+	probe := be.New(t)
+	prefix, hung := spareMaster(t, probe, nil, nil)
+	cfg := testutil.Config(t)
+	cfg.Prefix = prefix
+	cfg.Concurrency = 16
+	e := setup(t, be, cfg)
+	ctx := context.Background()
+
+	rdbA, hang := hangWith(t, be.Addrs, hung)
+	a, err := redeq.New(rdbA, e.cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+	live := []string{a.ConsumerID(), e.c.ConsumerID()}
+	// A topic whose meta is not on the master that hangs, and some of
+	// whose buckets there A owns.
+	topic := ""
+	for i := 0; topic == ""; i++ {
+		require.Less(t, i, 1000, "no topic name fits")
+		name := fmt.Sprint("t", i)
+		if masterOf(t, probe, keys.ForTopic(prefix, name).Meta()) == hung {
+			continue
+		}
+		for b := range cfg.Concurrency {
+			if masterOf(t, probe, keys.ForBucket(prefix, name, b).Pool()) == hung && bucket.Owner(live, keys.Address(name, b)) == a.ConsumerID() {
+				topic = name
+				break
+			}
+		}
+	}
+	nodes := bucketNodes(t, e, topic, cfg.Concurrency)
+	require.NoError(t, a.Start(ctx))
+	var runs jobRuns
+	l := newListener(topic, runs.handler(0))
+	l.workers = 8
+	startWith(t, e.c, l)
+	waitFor(t, 5*time.Second, "both clients announced", func() bool {
+		return e.rdb.ZCard(ctx, keys.Movers(prefix)).Val() == 2
+	})
+	// Every bucket's owner holds its lock: A's locks on the master that
+	// hangs live on until they expire.
+	waitFor(t, 5*time.Second, "every bucket's lock taken", func() bool {
+		for b := range cfg.Concurrency {
+			if e.rdb.Exists(ctx, keys.ForBucket(prefix, topic, b).Lock()).Val() == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	ownedOnHung := 0
+	for b, n := range nodes {
+		if n == hung && bucket.Owner(live, keys.Address(topic, b)) == a.ConsumerID() {
+			ownedOnHung++
+		}
+	}
+	require.Positive(t, ownedOnHung, "A owns no bucket on the master that hangs")
+
+	hang()
+	base := time.Now()
+	// Due over 3 s from 200 ms on: before, during and after the hand-over.
+	const jobs = 96
+	due := map[string]time.Time{}
+	for i := range jobs {
+		id := fmt.Sprint("j", i)
+		due[id] = base.Add(200*time.Millisecond + time.Duration(i)*30*time.Millisecond)
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: id, RunAt: due[id]}))
+	}
+	waitFor(t, 60*time.Second, "every job ran", func() bool { return runs.ranAll("j", jobs, nil) })
+	time.Sleep(2 * cfg.ScanInterval) // a second run, if any
+
+	bound := bucket.MoverConfig{ScanInterval: cfg.ScanInterval}.StepTimeout() + cfg.LockExpiry
+	var lateHung, lateOther time.Duration
+	var early, twice, tooLate []string
+	runs.mu.Lock()
+	for id, at := range runs.at {
+		b := bucketOf(id, cfg.Concurrency)
+		late := at.Round(0).Sub(due[id].Round(0))
+		handed := nodes[b] == hung && bucket.Owner(live, keys.Address(topic, b)) == a.ConsumerID()
+		if handed {
+			lateHung = max(lateHung, late)
+		} else {
+			lateOther = max(lateOther, late)
+		}
+		if d := earlyBy(at, due[id], base); d > 5*time.Millisecond {
+			early = append(early, fmt.Sprintf("%s %v early", id, d))
+		}
+		if len(runs.runs[id]) > 1 {
+			twice = append(twice, id)
+		}
+		if late > bound {
+			tooLate = append(tooLate, fmt.Sprintf("%s (bucket %d, handed over %v) %v late", id, b, handed, late.Round(time.Millisecond)))
+		}
+	}
+	runs.mu.Unlock()
+	t.Logf("%d of %d buckets on the hung master %s are A's; latest job there %v late, elsewhere %v late (bound %v)",
+		ownedOnHung, cfg.Concurrency, hung, lateHung.Round(time.Millisecond), lateOther.Round(time.Millisecond), bound)
+	require.Empty(t, early, "jobs ran before their due time")
+	require.Empty(t, twice, "jobs ran twice")
+	require.Empty(t, tooLate, "jobs ran later than %v after due", bound)
+	require.EqualValues(t, 2, e.rdb.ZCard(ctx, keys.Movers(prefix)).Val(), "A stopped announcing")
+}
+
+// TestStartServesWhatItReachesWhenOneMasterHangs: a client (A) whose
+// connections to one master of the cluster get no answer from the start
+// (a proxy that holds every reply and leaves new connections unanswered)
+// starts: Start returns nil, reports what does not answer through its
+// logger, and A moves and runs the jobs it can reach, while client B,
+// which reaches every master, takes the buckets on the hung one. Every
+// job runs once, none before it is due. The hung master is the one
+// go-redis sends the first keyless command (Start's check) to.
+func TestStartServesWhatItReachesWhenOneMasterHangs(t *testing.T) {
+	testutil.FaultTier(t)
+	_, be := privateCluster(t, 3)
+	probe := be.New(t)
+	const topic = "t"
+	slots, err := probe.ClusterSlots(context.Background()).Result()
+	require.NoError(t, err)
+	hung := slots[0].Nodes[0].Addr // go-redis's Masters[0], where its round robin starts
+	prefix := spareMasterIs(t, probe, []string{topic}, hung)
+	testStartBesideHungMaster(t, be, prefix, hung)
+}
+
+func testStartBesideHungMaster(t *testing.T, be testutil.Backend, prefix, hung string) {
+	const topic = "t"
+	cfg := testutil.Config(t)
+	cfg.Prefix = prefix
+	cfg.Concurrency = 16
+	e := setup(t, be, cfg)
+	ctx := context.Background()
+	nodes := bucketNodes(t, e, topic, cfg.Concurrency)
+	require.Contains(t, nodes, hung, "no bucket on the master that hangs")
+
+	var runs jobRuns
+	lb := newListener(topic, runs.handler(0))
+	lb.workers = 8
+	startWith(t, e.c, lb)
+
+	var logs lineLog
+	cfgA := e.cfg
+	cfgA.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("A's log:\n%s", strings.Join(logs.since(time.Time{}), "\n"))
+		}
+	})
+	rdbA, hang := hangByProxy(t, be.Addrs, hung)
+	hang()
+	a, err := redeq.New(rdbA, cfgA)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+	var ranByA atomic.Int64
+	la := newListener(topic, func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+		ranByA.Add(1)
+		return runs.handler(0)(ctx, job, ch)
+	})
+	la.workers = 8
+	require.NoError(t, a.Register(la))
+	require.NoError(t, a.Start(ctx), "A does not start while one master hangs")
+	waitFor(t, 5*time.Second, "both clients announced", func() bool {
+		return e.rdb.ZCard(ctx, keys.Movers(prefix)).Val() == 2
+	})
+
+	base := time.Now()
+	const jobs = 64
+	due := map[string]time.Time{}
+	for i := range jobs {
+		id := fmt.Sprint("j", i)
+		due[id] = base.Add(200*time.Millisecond + time.Duration(i)*20*time.Millisecond)
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: id, RunAt: due[id]}))
+	}
+	waitFor(t, 30*time.Second, "every job ran", func() bool { return runs.ranAll("j", jobs, nil) })
+	time.Sleep(2 * cfg.ScanInterval) // a second run, if any
+	var early, twice []string
+	runs.mu.Lock()
+	for id, at := range runs.at {
+		if d := earlyBy(at, due[id], base); d > 5*time.Millisecond {
+			early = append(early, fmt.Sprintf("%s %v early", id, d))
+		}
+		if len(runs.runs[id]) > 1 {
+			twice = append(twice, id)
+		}
+	}
+	runs.mu.Unlock()
+	require.Empty(t, early, "jobs ran before their due time")
+	require.Empty(t, twice, "jobs ran twice")
+	require.Positive(t, ranByA.Load(), "A ran none of the jobs it reaches")
+	// Reported once its call gives up.
+	waitFor(t, 2*redeq.StartPingTimeout, "A reported what does not answer", func() bool {
+		for _, line := range logs.since(time.Time{}) {
+			if strings.Contains(line, "addr="+hung) {
+				return true
+			}
+		}
+		return false
 	})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/redeq-go/redeq/consumer"
 	"github.com/redeq-go/redeq/internal/env"
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/rdb"
 	"github.com/redeq-go/redeq/pool"
 	"github.com/redeq-go/redeq/retry"
 )
@@ -25,7 +26,10 @@ import (
 func SkipRetry(err error) error { return retry.Skip(err) }
 
 // StartPingTimeout bounds the PING with which Start checks that Redis
-// answers before it starts anything.
+// answers before it starts anything. On a Redis Cluster, Start pings
+// every master and goes on as soon as one answers, within
+// StartPingTimeout plus the client's ReadTimeout (the wait for a node
+// that hangs when go-redis asks it for the topology first).
 const StartPingTimeout = 5 * time.Second
 
 // runtime is what Start runs.
@@ -116,6 +120,11 @@ func (c *Client) beforeStart(f func() error) error {
 // values reach the handlers; cancelling it later does not stop the client:
 // Shutdown does.
 //
+// Start fails when Redis does not answer within StartPingTimeout. On a
+// Redis Cluster it goes on once one master answers: a master that hangs
+// or refuses is logged, its buckets go to the clients that reach it, and
+// the movers keep trying it.
+//
 // Start does not hold up a Shutdown called meanwhile: that Shutdown
 // returns at once, and Start, once its calls to Redis end, stops what it
 // started and returns ErrClientClosed.
@@ -163,15 +172,21 @@ func (c *Client) Start(ctx context.Context) error {
 const startAbortTimeout = time.Second
 
 // start makes the client's runtime: the calls to Redis of Start.
-func (c *Client) start(ctx context.Context) (*runtime, error) {
+func (c *Client) start(ctx context.Context) (rt *runtime, err error) {
 	// Fail fast, with a clear error, when Redis does not answer: the
 	// subscription below would otherwise retry until ctx ends.
-	pctx, cancel := context.WithTimeout(ctx, StartPingTimeout)
-	err := c.rdb.Ping(pctx).Err()
-	cancel()
-	if err != nil {
+	var pings sync.WaitGroup
+	if err := c.answers(ctx, &pings); err != nil {
+		pings.Wait()
 		return nil, fmt.Errorf("redeq: start: redis does not answer: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			pings.Wait()
+			return
+		}
+		rt.wg.Go(pings.Wait) // the pings of the masters slower than the first
+	}()
 	chans := []string{keys.WakeChannel(c.cfg.Prefix), keys.ReadyChannel(c.cfg.Prefix), keys.ProbeChannel(c.cfg.Prefix, c.group.ID())}
 	if c.group.HasBroadcast() {
 		chans = append(chans, keys.BroadcastChannel(c.cfg.Prefix))
@@ -211,6 +226,52 @@ func (c *Client) start(ctx context.Context) (*runtime, error) {
 	r.wg.Go(func() { r.sched.run(runCtx) })
 	r.wg.Go(func() { c.listen(runCtx, r) })
 	return r, nil
+}
+
+// answers checks that Redis answers, within StartPingTimeout. On a Redis
+// Cluster it pings every master at once and returns as soon as one
+// answers: a master that hangs or refuses holds up only the jobs stored
+// on it (the movers hand its buckets to the clients that reach it, and
+// try it again), so Start does not wait for it, and reports it once its
+// ping fails. The pings of the masters slower than the first go on under
+// pings. go-redis first reads the cluster's topology from one node after
+// another, waiting up to its ReadTimeout for each: a cluster has that
+// much longer, so that a hung node asked first does not fail Start.
+func (c *Client) answers(ctx context.Context, pings *sync.WaitGroup) error {
+	cc, ok := c.rdb.(*redis.ClusterClient)
+	if !ok {
+		pctx, cancel := context.WithTimeout(ctx, StartPingTimeout)
+		defer cancel()
+		return c.rdb.Ping(pctx).Err()
+	}
+	window := StartPingTimeout
+	if d, ok := rdb.ReadTimeout(c.rdb); ok && d > 0 {
+		window += d
+	}
+	pctx, cancel := context.WithTimeout(ctx, window)
+	var answered atomic.Bool
+	first := make(chan error, 1) // nil once a master answered; else why none did
+	pings.Go(func() {
+		defer cancel()
+		err := cc.ForEachMaster(pctx, func(ctx context.Context, n *redis.Client) error {
+			if err := n.Ping(ctx).Err(); err != nil {
+				c.env.Logger.Warn("redeq: start: a master does not answer; the clients that reach it move its buckets, and this one tries it again",
+					"addr", n.Options().Addr, "err", err)
+				return err
+			}
+			if answered.CompareAndSwap(false, true) {
+				first <- nil
+			}
+			return nil
+		})
+		if !answered.Load() {
+			if err == nil {
+				err = errors.New("no master")
+			}
+			first <- err
+		}
+	})
+	return <-first
 }
 
 // listen routes pub/sub messages until the subscription is closed. Nothing

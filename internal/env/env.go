@@ -1,6 +1,7 @@
 package env
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -73,9 +74,15 @@ type limiter struct {
 
 // Failure logs msg at Warn, at most once per 10s for each msg across the
 // client's loops, counting the ones it kept quiet in between ("repeats").
-func (e Env) Failure(msg string, args ...any) {
+func (e Env) Failure(msg string, args ...any) { e.limited(slog.LevelWarn, msg, args) }
+
+// Recovery logs msg at Info, as Failure does: when every bucket recovers
+// from one outage at once, it says so once.
+func (e Env) Recovery(msg string, args ...any) { e.limited(slog.LevelInfo, msg, args) }
+
+func (e Env) limited(level slog.Level, msg string, args []any) {
 	if e.limit == nil {
-		e.Logger.Warn(msg, args...)
+		e.Logger.Log(context.Background(), level, msg, args...)
 		return
 	}
 	now := e.Clock.Now()
@@ -92,5 +99,5 @@ func (e Env) Failure(msg string, args ...any) {
 	if n > 0 {
 		args = append(args, "repeats", n)
 	}
-	e.Logger.Warn(msg, args...)
+	e.Logger.Log(context.Background(), level, msg, args...)
 }
