@@ -25,6 +25,7 @@ var (
 	fleetListeners = flag.Bool("listeners", false, "idle with -clients: every client listens to every topic")
 	fleetWarmup    = flag.Duration("warmup", 10*time.Second, "idle with -clients: start-up time left out of the window")
 	fleetWindow    = flag.Duration("window", 30*time.Second, "idle with -clients: measured window")
+	fleetScheds    = flag.String("schedules", "0", "idle with -clients: measure each fleet with these numbers of periodic schedules (comma-separated), e.g. 0,100; every client puts them at start, as every instance of a service does")
 )
 
 // fleet: N started clients in this process, each with its own connection,
@@ -33,23 +34,38 @@ var (
 // spends, after a warm-up; the figure a deployment of N replicas pays for
 // doing nothing.
 func (b *bench) fleet() {
-	var sizes []int
-	for _, s := range strings.Split(*fleetClients, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			fail("-clients: bad size %q", s)
-		}
-		sizes = append(sizes, n)
-	}
+	sizes := counts("-clients", *fleetClients, 1)
+	scheds := counts("-schedules", *fleetScheds, 0)
 	topics, buckets := *fleetTopics, *fleetBuckets
 	fmt.Printf("idle fleet: %d topics x %d buckets, listeners %v, no jobs; %v warm-up, %v window\n",
 		topics, buckets, *fleetListeners, *fleetWarmup, *fleetWindow)
 	for _, n := range sizes {
-		b.fleetOne(n, topics, buckets, *fleetListeners)
+		for _, k := range scheds {
+			b.fleetOne(n, topics, buckets, *fleetListeners, k)
+		}
 	}
 }
 
-func (b *bench) fleetOne(n, topics, buckets int, listen bool) {
+// counts parses a comma-separated list of numbers of at least least.
+func counts(flagName, list string, least int) []int {
+	var out []int
+	for _, s := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < least {
+			fail("%s: bad number %q", flagName, s)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// fleetSchedule is the i-th schedule of an idle fleet: hourly, so that no
+// tick falls in the window and what is measured is the schedules' passes.
+func fleetSchedule(i int, topic string) redeq.Schedule {
+	return redeq.Schedule{Name: fmt.Sprintf("idle-sched-%03d", i), Topic: topic, Spec: "@every 1h"}
+}
+
+func (b *bench) fleetOne(n, topics, buckets int, listen bool, scheds int) {
 	b.flush()
 	cfg := config.Default()
 	cfg.Concurrency = buckets
@@ -89,6 +105,11 @@ func (b *bench) fleetOne(n, topics, buckets int, listen bool) {
 				}
 			}
 		}
+		for k := range scheds {
+			if err := c.PutSchedule(b.ctx, fleetSchedule(k, names[k%len(names)])); err != nil {
+				fail("%v", err)
+			}
+		}
 		if err := c.Start(b.ctx); err != nil {
 			fail("%v", err)
 		}
@@ -119,10 +140,13 @@ func (b *bench) fleetOne(n, topics, buckets int, listen bool) {
 	if listen {
 		label += ", listeners"
 	}
+	if scheds > 0 {
+		label += fmt.Sprintf(", %d schedules", scheds)
+	}
 	b.res.Rows = append(b.res.Rows,
 		row{Name: label + ", executed", Unit: "calls/s", Redeq: perSec, Better: "lower", Solo: true,
 			Comment: fmt.Sprintf("%.2f per bucket per second; Redis CPU %.1f%%", perBucket, cpu)})
-	fmt.Printf("  %2d clients: %9.1f calls/s = %5.2f per bucket per s; Redis CPU %5.1f%%\n", n, perSec, perBucket, cpu)
+	fmt.Printf("  %2d clients, %3d schedules: %9.1f calls/s = %5.2f per bucket per s; Redis CPU %5.1f%%\n", n, scheds, perSec, perBucket, cpu)
 	type share struct {
 		cmd string
 		n   float64

@@ -579,12 +579,12 @@ func testOwnerHungOnOneMaster(t *testing.T, be testutil.Backend, hangWith hangDi
 	l := newListener(topic, runs.handler(0))
 	l.workers = 8
 	startWith(t, e.c, l)
-	waitFor(t, 5*time.Second, "both clients announced", func() bool {
+	testutil.Eventually(t, 5*time.Second, "both clients announced", func() bool {
 		return e.rdb.ZCard(ctx, keys.Movers(prefix)).Val() == 2
 	})
 	// Every bucket's owner holds its lock: A's locks on the master that
 	// hangs live on until they expire.
-	waitFor(t, 5*time.Second, "every bucket's lock taken", func() bool {
+	testutil.Eventually(t, 5*time.Second, "every bucket's lock taken", func() bool {
 		for b := range cfg.Concurrency {
 			if e.rdb.Exists(ctx, keys.ForBucket(prefix, topic, b).Lock()).Val() == 0 {
 				return false
@@ -610,7 +610,7 @@ func testOwnerHungOnOneMaster(t *testing.T, be testutil.Backend, hangWith hangDi
 		due[id] = base.Add(200*time.Millisecond + time.Duration(i)*30*time.Millisecond)
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: id, RunAt: due[id]}))
 	}
-	waitFor(t, 60*time.Second, "every job ran", func() bool { return runs.ranAll("j", jobs, nil) })
+	testutil.Eventually(t, 60*time.Second, "every job ran", func() bool { return runs.ranAll("j", jobs, nil) })
 	time.Sleep(2 * cfg.ScanInterval) // a second run, if any
 
 	bound := bucket.MoverConfig{ScanInterval: cfg.ScanInterval}.StepTimeout() + cfg.LockExpiry
@@ -701,7 +701,7 @@ func testStartBesideHungMaster(t *testing.T, be testutil.Backend, prefix, hung s
 	la.workers = 8
 	require.NoError(t, a.Register(la))
 	require.NoError(t, a.Start(ctx), "A does not start while one master hangs")
-	waitFor(t, 5*time.Second, "both clients announced", func() bool {
+	testutil.Eventually(t, 5*time.Second, "both clients announced", func() bool {
 		return e.rdb.ZCard(ctx, keys.Movers(prefix)).Val() == 2
 	})
 
@@ -713,7 +713,7 @@ func testStartBesideHungMaster(t *testing.T, be testutil.Backend, prefix, hung s
 		due[id] = base.Add(200*time.Millisecond + time.Duration(i)*20*time.Millisecond)
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: id, RunAt: due[id]}))
 	}
-	waitFor(t, 30*time.Second, "every job ran", func() bool { return runs.ranAll("j", jobs, nil) })
+	testutil.Eventually(t, 30*time.Second, "every job ran", func() bool { return runs.ranAll("j", jobs, nil) })
 	time.Sleep(2 * cfg.ScanInterval) // a second run, if any
 	var early, twice []string
 	runs.mu.Lock()
@@ -730,7 +730,7 @@ func testStartBesideHungMaster(t *testing.T, be testutil.Backend, prefix, hung s
 	require.Empty(t, twice, "jobs ran twice")
 	require.Positive(t, ranByA.Load(), "A ran none of the jobs it reaches")
 	// Reported once its call gives up.
-	waitFor(t, 2*redeq.StartPingTimeout, "A reported what does not answer", func() bool {
+	testutil.Eventually(t, 2*redeq.StartPingTimeout, "A reported what does not answer", func() bool {
 		for _, line := range logs.since(time.Time{}) {
 			if strings.Contains(line, "addr="+hung) {
 				return true
