@@ -1,0 +1,91 @@
+package redeq_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// TestDownMasterHoldsUpOnlyItsJobs: a client started while one master of
+// the cluster is down (cluster-require-full-coverage no, no failover)
+// starts, and moves and delivers, promptly, the jobs of every topic whose
+// keys live on the healthy masters, whichever master is down. With the
+// default prefix every master holds one of the fleet's shared keys (the
+// movers' set, the alive set, the topic set, the notification channels).
+func TestDownMasterHoldsUpOnlyItsJobs(t *testing.T) {
+	testutil.FaultTier(t)
+	for down := range 3 {
+		t.Run(fmt.Sprint("master", down), func(t *testing.T) {
+			cl := testutil.StartCluster(t, 3, time.Second)
+			ctx := context.Background()
+			for _, addr := range cl.Addrs {
+				n := redis.NewClient(&redis.Options{Addr: addr})
+				require.NoError(t, n.ConfigSet(ctx, "cluster-require-full-coverage", "no").Err())
+				require.NoError(t, n.ConfigSet(ctx, "cluster-replica-no-failover", "yes").Err())
+				n.Close()
+			}
+			be := clusterBackend(cl.Addrs, false)
+			probe := be.New(t)
+			dead := clusterMasters(t, probe)[down]
+			cfg := testutil.Config(t)
+			cfg.Prefix = "redeq" // the default: a private cluster
+			const topics = 12
+			healthy := map[string]bool{}
+			for i := range topics {
+				name := fmt.Sprint("t", i)
+				healthy[name] = masterOf(t, probe, keys.ForTopic(cfg.Prefix, name).Meta()) != dead &&
+					masterOf(t, probe, keys.ForBucket(cfg.Prefix, name, 0).Pool()) != dead
+			}
+			e := setup(t, be, cfg)
+			for i := range topics {
+				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: fmt.Sprint("t", i), ID: "before", Delay: 3 * time.Second}))
+			}
+			cl.Node(dead).Kill()
+
+			c, err := redeq.New(be.New(t), e.cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+			var mu sync.Mutex
+			ran := map[string]bool{}
+			for name, ok := range healthy {
+				if !ok {
+					continue
+				}
+				require.NoError(t, c.Register(redeq.ListenerFunc(name, func(_ context.Context, j *redeq.Job, ch *redeq.Channel) error {
+					mu.Lock()
+					ran[j.Topic+"/"+j.ID] = true
+					mu.Unlock()
+					ch.Ack()
+					return nil
+				})))
+			}
+			require.NoError(t, c.Start(ctx), "start while master %s is down", dead)
+			for name, ok := range healthy {
+				if ok {
+					require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: name, ID: "after"}))
+				}
+			}
+			start := time.Now()
+			waitEvery(t, 3*time.Second+60*cfg.ScanInterval, 50*time.Millisecond, "every healthy topic's jobs ran", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				for name, ok := range healthy {
+					if ok && (!ran[name+"/before"] || !ran[name+"/after"]) {
+						return false
+					}
+				}
+				return true
+			})
+			t.Logf("master %s down: healthy topics' jobs ran within %v", dead, time.Since(start))
+		})
+	}
+}
