@@ -125,3 +125,61 @@ func TestOwnerCutOffMidRunHandsItsBucketsOver(t *testing.T) {
 		})
 	}
 }
+
+// TestClientCutOffFromASharedKeysMasterKeepsServingTheRest: a client that
+// loses its connections to one master, refused from then on, keeps
+// running the jobs whose keys live on the other masters, whichever of the
+// fleet's shared keys (the alive set, the movers' set, the topic set) that
+// master holds; another started client moves what it cannot.
+func TestClientCutOffFromASharedKeysMasterKeepsServingTheRest(t *testing.T) {
+	testutil.FaultTier(t)
+	be := testutil.Cluster(t)
+	probe := be.New(t)
+	roles := map[string]func(string) string{"alive": keys.Alive, "movers": keys.Movers, "topics": keys.Topics}
+	for _, role := range []string{"alive", "movers", "topics"} {
+		t.Run(role, func(t *testing.T) {
+			// Apart from the alive set's master, unless that is the case.
+			prefix := testutil.Prefix(t)
+			for role != "alive" && masterOf(t, probe, roles[role](prefix)) == masterOf(t, probe, keys.Alive(prefix)) {
+				prefix = testutil.Prefix(t)
+			}
+			cut := masterOf(t, probe, roles[role](prefix))
+			// A topic whose meta lives elsewhere than the role's key.
+			topic := "t"
+			for i := 0; masterOf(t, probe, keys.ForTopic(prefix, topic).Meta()) == cut; i++ {
+				topic = fmt.Sprint("t", i)
+			}
+			cfg := testutil.Config(t)
+			cfg.Prefix = prefix
+			cfg.Concurrency = 16
+			ctx := context.Background()
+			e := setup(t, be, cfg)
+			reachable := map[int]bool{}
+			for b, n := range bucketNodes(t, e, topic, cfg.Concurrency) {
+				reachable[b] = n != cut
+			}
+			var runs jobRuns
+			cc := &cuttable{node: cut}
+			a, err := redeq.New(cc.client(t, be.Addrs), cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+			startWith(t, a, newListener(topic, runs.handler(0)))
+			require.NoError(t, e.c.Start(ctx)) // a mover, no listener
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: "warm"}))
+			waitFor(t, 10*time.Second, "warm-up ran", func() bool { return runs.ranAll("", 0, map[string]bool{"warm": true}) })
+			cc.cutNow()
+			want := map[string]bool{}
+			for i := 0; len(want) < 40; i++ {
+				id := fmt.Sprint("j", i)
+				if !reachable[bucketOf(id, cfg.Concurrency)] {
+					continue
+				}
+				want[id] = true
+				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: id, Delay: 500 * time.Millisecond}))
+			}
+			start := time.Now()
+			waitFor(t, 10*time.Second, "A ran every job of the reachable masters", func() bool { return runs.ranAll("", 0, want) })
+			t.Logf("%s's master cut: A ran them all %v after the cut", role, time.Since(start))
+		})
+	}
+}
