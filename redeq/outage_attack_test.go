@@ -89,3 +89,80 @@ func TestDownMasterHoldsUpOnlyItsJobs(t *testing.T) {
 		})
 	}
 }
+
+// TestDownMasterHoldsUpOnlyItsBuckets: with the fleet's shared keys on the
+// healthy masters, a client started while one master is down runs
+// promptly every job whose bucket and topic meta live on healthy masters,
+// in topics of 16 buckets spread over every master, whether or not it
+// also listens to a topic whose meta is on the down master.
+func TestDownMasterHoldsUpOnlyItsBuckets(t *testing.T) {
+	testutil.FaultTier(t)
+	for _, alsoDown := range []bool{false, true} {
+		t.Run(fmt.Sprintf("listens_to_a_down_topic=%v", alsoDown), func(t *testing.T) {
+			downMasterBuckets(t, alsoDown)
+		})
+	}
+}
+
+func downMasterBuckets(t *testing.T, alsoDown bool) {
+	cl := testutil.StartCluster(t, 3, time.Second)
+	ctx := context.Background()
+	for _, addr := range cl.Addrs {
+		n := redis.NewClient(&redis.Options{Addr: addr})
+		require.NoError(t, n.ConfigSet(ctx, "cluster-require-full-coverage", "no").Err())
+		require.NoError(t, n.ConfigSet(ctx, "cluster-replica-no-failover", "yes").Err())
+		n.Close()
+	}
+	be := clusterBackend(cl.Addrs, false)
+	probe := be.New(t)
+	prefix, dead := spareMaster(t, probe, nil, nil)
+	cfg := testutil.Config(t)
+	cfg.Prefix = prefix
+	cfg.Concurrency = 16
+	const topics = 6
+	e := setup(t, be, cfg)
+	healthy := map[string]bool{} // topic/id -> its bucket and meta are on healthy masters
+	for i := range topics {
+		name := fmt.Sprint("t", i)
+		metaOK := masterOf(t, probe, keys.ForTopic(prefix, name).Meta()) != dead
+		for j := range 40 {
+			id := fmt.Sprint("j", j)
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: name, ID: id, Delay: 2 * time.Second}))
+			healthy[name+"/"+id] = metaOK && masterOf(t, probe, keys.ForBucket(prefix, name, bucketOf(id, 16)).Pool()) != dead
+		}
+	}
+	cl.Node(dead).Kill()
+	c, err := redeq.New(be.New(t), e.cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+	var mu sync.Mutex
+	ran := map[string]bool{}
+	for i := range topics {
+		name := fmt.Sprint("t", i)
+		if !alsoDown && masterOf(t, probe, keys.ForTopic(prefix, name).Meta()) == dead {
+			continue
+		}
+		require.NoError(t, c.Register(redeq.ListenerFunc(name, func(_ context.Context, j *redeq.Job, ch *redeq.Channel) error {
+			mu.Lock()
+			ran[j.Topic+"/"+j.ID] = true
+			mu.Unlock()
+			ch.Ack()
+			return nil
+		})))
+	}
+	require.NoError(t, c.Start(ctx), "start while master %s is down", dead)
+	start := time.Now()
+	missing := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []string
+		for k, ok := range healthy {
+			if ok && !ran[k] {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	waitEvery(t, 2*time.Second+60*cfg.ScanInterval, 50*time.Millisecond, "every job of a healthy bucket ran", func() bool { return len(missing()) == 0 })
+	t.Logf("ran within %v", time.Since(start))
+}
