@@ -80,3 +80,67 @@ func TestListPagesTiedParkedJobsOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestListPagesInFlightOnceWhenAConsumerLeaves: across the pages of a List
+// of in-flight jobs, a job that stays in flight with the same consumer is
+// listed once, also when the consumer whose set the last page ended in
+// shuts down, or one before it does, between the pages.
+func TestListPagesInFlightOnceWhenAConsumerLeaves(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		for _, leaving := range []int{0, 1} { // before the cursor's consumer, or that one
+			t.Run(fmt.Sprint("leaving", leaving), func(t *testing.T) {
+				topic := fmt.Sprint("inflight-leave-", leaving)
+				one := e.another(t, func(c *config.Config) { c.Concurrency = 1 })
+				clients := map[string]*redeq.Client{}
+				for range 3 {
+					c := e.another(t, func(c *config.Config) { c.Concurrency = 1; c.ShutdownTimeout = 100 * time.Millisecond })
+					l := newListener(topic, func(ctx context.Context, _ *redeq.Job, _ *redeq.Channel) error {
+						<-ctx.Done()
+						return ctx.Err()
+					})
+					l.workers = 20
+					startWith(t, c, l)
+					clients[c.ConsumerID()] = c
+				}
+				var batch []*redeq.Job
+				for i := range 60 {
+					batch = append(batch, &redeq.Job{Topic: topic, ID: fmt.Sprintf("f%03d", i)})
+				}
+				require.NoError(t, one.AddBatch(ctx, batch))
+				waitFor(t, 20*time.Second, "60 in flight", func() bool { return stats(t, one, topic).InFlight == 60 })
+				holdersAt := func() map[string]string {
+					out := map[string]string{}
+					for _, j := range listFrom(t, one, topic, redeq.StateInFlight, 1000, "") {
+						out[j.ID] = j.Consumer
+					}
+					return out
+				}
+				before := holdersAt()
+				page := firstPage(t, one, topic, redeq.StateInFlight, 30)
+				var order []string
+				for _, j := range page.Jobs {
+					if len(order) == 0 || order[len(order)-1] != j.Consumer {
+						order = append(order, j.Consumer)
+					}
+				}
+				require.Len(t, order, 2, "page 1 ends in the second consumer's set")
+				gone := order[leaving]
+				sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				_ = clients[gone].Shutdown(sctx)
+				cancel()
+				rest := listFrom(t, one, topic, redeq.StateInFlight, 30, page.Next)
+				after := holdersAt()
+				stayed := map[string]bool{}
+				for id, holder := range before {
+					if holder != gone && after[id] == holder {
+						stayed[id] = true
+					}
+				}
+				require.NotEmpty(t, stayed)
+				t.Logf("%d jobs stayed; consumer %d of the page left", len(stayed), leaving)
+				listedOnce(t, stayed, append(page.Jobs, rest...))
+			})
+		}
+	})
+}
