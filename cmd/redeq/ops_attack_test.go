@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,6 +59,74 @@ func TestCLIPurgeSparesJobsThatDiedAfterItsQuestion(t *testing.T) {
 				require.Equal(t, redeq.StateDead, j.State)
 				if how == "readded" {
 					require.NotEqual(t, old.CreatedAt, j.CreatedAt)
+				}
+			})
+		}
+	}
+}
+
+// TestCLIRequeueAllRequeuesEachJobOnceBeyondOneBulk: requeue --all over
+// more jobs than one bulk call takes (redeq.MaxBulk), spread over 8
+// buckets, requeues each job parked (or dead) when it starts once, while
+// a listener parks (or kills) again each job it runs.
+func TestCLIRequeueAllRequeuesEachJobOnceBeyondOneBulk(t *testing.T) {
+	testutil.FaultTier(t)
+	const jobs = 2*redeq.MaxBulk + 500
+	for _, b := range testutil.RealBackends(t) {
+		for _, from := range []string{"unack", "dead"} {
+			t.Run(b.Name+"/"+from, func(t *testing.T) {
+				e := newEnv(t, b)
+				cfg := e.c.Config()
+				cfg.Concurrency = 8
+				c, err := redeq.New(b.New(t), cfg)
+				require.NoError(t, err)
+				e.c = c
+				ctx := context.Background()
+				var mu sync.Mutex
+				runs := map[string]int{}
+				w, err := redeq.New(b.New(t), cfg)
+				require.NoError(t, err)
+				require.NoError(t, w.Register(redeq.ListenerFunc("orders", func(_ context.Context, j *redeq.Job, _ *redeq.Channel) error {
+					mu.Lock()
+					runs[j.ID]++
+					mu.Unlock()
+					if from == "dead" {
+						return redeq.SkipRetry(errors.New("boom"))
+					}
+					return nil
+				})))
+				require.NoError(t, w.Start(ctx))
+				t.Cleanup(func() { _ = w.Shutdown(context.Background()) })
+				var batch []*redeq.Job
+				for i := range jobs {
+					batch = append(batch, &redeq.Job{Topic: "orders", ID: fmt.Sprint("j", i)})
+				}
+				require.NoError(t, e.c.AddBatch(ctx, batch))
+				parked := func() bool {
+					st, err := e.c.Stats(ctx, "orders")
+					require.NoError(t, err)
+					n := st.UnAck
+					if from == "dead" {
+						n = st.Dead
+					}
+					return n == jobs && st.Scheduled+st.Ready+st.InFlight == 0
+				}
+				waitFor(t, parked)
+				require.Equal(t, fmt.Sprintf("requeued %d jobs of orders from %s\n", jobs, from), e.ok(t, "requeue", from, "orders", "--all"))
+				waitFor(t, func() bool {
+					mu.Lock()
+					defer mu.Unlock()
+					for _, n := range runs {
+						if n < 2 {
+							return false
+						}
+					}
+					return parked()
+				})
+				mu.Lock()
+				defer mu.Unlock()
+				for id, n := range runs {
+					require.Equal(t, 2, n, "job %s ran %d times: once before the command, once after its one requeue", id, n)
 				}
 			})
 		}
