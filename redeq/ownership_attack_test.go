@@ -130,7 +130,7 @@ func TestOwnerCutOffMidRunHandsItsBucketsOver(t *testing.T) {
 // loses its connections to one master, refused from then on, keeps
 // running the jobs whose keys live on the other masters, whichever of the
 // fleet's shared keys (the alive set, the movers' set, the topic set) that
-// master holds; another started client moves what it cannot.
+// master holds; another started client moves and runs what it cannot.
 func TestClientCutOffFromASharedKeysMasterKeepsServingTheRest(t *testing.T) {
 	testutil.FaultTier(t)
 	be := testutil.Cluster(t)
@@ -180,6 +180,24 @@ func TestClientCutOffFromASharedKeysMasterKeepsServingTheRest(t *testing.T) {
 			start := time.Now()
 			waitFor(t, 10*time.Second, "A ran every job of the reachable masters", func() bool { return runs.ranAll("", 0, want) })
 			t.Logf("%s's master cut: A ran them all %v after the cut", role, time.Since(start))
+
+			// Another client with a listener runs the jobs of the master
+			// A cannot reach: their buckets are moved whoever owned them.
+			b := e.another(t, nil)
+			startWith(t, b, newListener(topic, runs.handler(0)))
+			cutJobs := map[string]bool{}
+			for i := 0; len(cutJobs) < 20; i++ {
+				id := fmt.Sprint("c", i)
+				if reachable[bucketOf(id, cfg.Concurrency)] {
+					continue
+				}
+				cutJobs[id] = true
+				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: id, Delay: 500 * time.Millisecond}))
+			}
+			waitFor(t, 500*time.Millisecond+cfg.LockExpiry+40*cfg.ScanInterval, "the cut master's jobs ran", func() bool { return runs.ranAll("", 0, cutJobs) })
+			for id, r := range runs.snapshot() {
+				require.Len(t, r, 1, "job %s ran more than once", id)
+			}
 		})
 	}
 }
