@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -130,5 +131,45 @@ func TestCLIRequeueAllRequeuesEachJobOnceBeyondOneBulk(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestCLIRequeueAllSparesAJobParkedAfterItStarted: requeue --all requeues
+// the jobs parked when it starts, not a job of one of their ids deleted,
+// added again and parked while it runs.
+func TestCLIRequeueAllSparesAJobParkedAfterItStarted(t *testing.T) {
+	for _, b := range testutil.Backends(t) {
+		if b.Name == "cluster" {
+			continue // the proxy fronts one server
+		}
+		t.Run(b.Name, func(t *testing.T) {
+			e := newEnv(t, b)
+			ctx := context.Background()
+			park(t, e, "u1", "u2")
+			old := e.job(t, "orders", "u1")
+			p := testutil.StartProxy(t, b.Addrs[0])
+			// Hold the command's requeue for 2 s: the only request that names u1
+			// (the first page of List names no id).
+			p.Match(func(req []byte) bool {
+				return bytes.Contains(req, []byte("u1"))
+			})
+			p.FaultDelay.Store(int64(2 * time.Second))
+			p.DelayRequest.Store(1)
+			done := make(chan int, 1)
+			var out, errb strings.Builder
+			go func() {
+				done <- run(ctx, []string{"--redis", "redis://" + p.Addr(), "--prefix", e.prefix, "requeue", "unack", "orders", "--all"}, strings.NewReader(""), &out, &errb)
+			}()
+			waitFor(t, func() bool { return p.Matched() > 0 })
+			_, err := e.c.Delete(ctx, "orders", "u1")
+			require.NoError(t, err)
+			time.Sleep(5 * time.Millisecond)
+			park(t, e, "u1") // a new job of the id, parked after the command started
+			require.Equal(t, 0, <-done, errb.String())
+			t.Log(out.String())
+			j := e.job(t, "orders", "u1")
+			require.NotEqual(t, old.CreatedAt, j.CreatedAt)
+			require.Equal(t, redeq.StateUnAck, j.State, "the new u1 was parked after the command started: it stays")
+		})
 	}
 }
