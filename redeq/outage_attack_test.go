@@ -3,6 +3,7 @@ package redeq_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -19,12 +20,14 @@ import (
 // the cluster is down (cluster-require-full-coverage no, no failover)
 // starts, and moves and delivers, promptly, the jobs of every topic whose
 // keys live on the healthy masters, whichever master is down. With the
-// default prefix every master holds one of the fleet's shared keys (the
-// movers' set, the alive set, the topic set, the notification channels).
+// default prefix every master holds one of the fleet's shared keys: the
+// one of slots 0-5460 the movers' set, the one of 5461-10922 the
+// notification channels (redeq:wake, redeq:ready), the one of 10923-16383
+// the alive set and the topic set.
 func TestDownMasterHoldsUpOnlyItsJobs(t *testing.T) {
 	testutil.FaultTier(t)
 	for down := range 3 {
-		t.Run(fmt.Sprint("master", down), func(t *testing.T) {
+		t.Run(fmt.Sprint("slots", []string{"0-5460", "5461-10922", "10923-16383"}[down]), func(t *testing.T) {
 			cl := testutil.StartCluster(t, 3, time.Second)
 			ctx := context.Background()
 			for _, addr := range cl.Addrs {
@@ -35,9 +38,18 @@ func TestDownMasterHoldsUpOnlyItsJobs(t *testing.T) {
 			}
 			be := clusterBackend(cl.Addrs, false)
 			probe := be.New(t)
-			dead := clusterMasters(t, probe)[down]
+			dead := mastersBySlot(t, probe)[down]
 			cfg := testutil.Config(t)
 			cfg.Prefix = "redeq" // the default: a private cluster
+			var shared []string
+			for name, k := range map[string]string{"movers": keys.Movers(cfg.Prefix), "alive": keys.Alive(cfg.Prefix),
+				"topics": keys.Topics(cfg.Prefix), "wake": keys.WakeChannel(cfg.Prefix), "ready": keys.ReadyChannel(cfg.Prefix)} {
+				if masterOf(t, probe, k) == dead {
+					shared = append(shared, name)
+				}
+			}
+			slices.Sort(shared)
+			t.Logf("the down master holds %v", shared)
 			const topics = 12
 			healthy := map[string]bool{}
 			for i := range topics {
@@ -88,6 +100,21 @@ func TestDownMasterHoldsUpOnlyItsJobs(t *testing.T) {
 			t.Logf("master %s down: healthy topics' jobs ran within %v", dead, time.Since(start))
 		})
 	}
+}
+
+// mastersBySlot lists the cluster's masters in the order of their slots.
+func mastersBySlot(t *testing.T, rdb redis.UniversalClient) []string {
+	t.Helper()
+	slots, err := rdb.ClusterSlots(context.Background()).Result()
+	require.NoError(t, err)
+	slices.SortFunc(slots, func(a, b redis.ClusterSlot) int { return a.Start - b.Start })
+	var out []string
+	for _, s := range slots {
+		if a := s.Nodes[0].Addr; !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // TestDownMasterHoldsUpOnlyItsBuckets: with the fleet's shared keys on the
