@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -46,29 +45,5 @@ func TestCLIJSONGivesRetrySettings(t *testing.T) {
 			require.Len(t, l.Jobs, 1)
 			require.EqualValues(t, 3, l.Jobs[0]["max_retries"], "list -o json: %v", l.Jobs[0])
 		})
-	}
-}
-
-// TestCLIDelaysCountOnTheServersClock: add --delay D and requeue --in D
-// make a job due D from now by the Redis server's clock, whether the
-// server's clock is ahead of this machine's or behind it (on miniredis).
-func TestCLIDelaysCountOnTheServersClock(t *testing.T) {
-	for _, b := range testutil.Backends(t) {
-		if b.Mini == nil {
-			continue
-		}
-		for _, skew := range []time.Duration{10 * time.Minute, -10 * time.Minute} {
-			t.Run(b.Name+"/"+skew.String(), func(t *testing.T) {
-				e := newEnv(t, b)
-				park(t, e, "u1")
-				server := time.Now().Add(skew).Truncate(time.Millisecond)
-				b.Mini.SetTime(server) // the embedded clock stands still from here
-				want := server.Add(5 * time.Minute)
-				e.ok(t, "add", "--create", "orders", "o1", "--delay", "5m")
-				require.WithinDuration(t, want, e.job(t, "orders", "o1").RunAt, time.Second, "add --delay 5m")
-				e.ok(t, "requeue", "unack", "orders", "u1", "--in", "5m")
-				require.WithinDuration(t, want, e.job(t, "orders", "u1").RunAt, time.Second, "requeue --in 5m")
-			})
-		}
 	}
 }
