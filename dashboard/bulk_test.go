@@ -254,6 +254,59 @@ func TestPurgeSparesJobsThatDiedAfterTheConfirmation(t *testing.T) {
 	}
 }
 
+// TestBulkActionsSpareJobsParkedAgainAfterTheList: requeuing dead jobs
+// ticked on the list, or all the matching ones after the question, acts
+// on the jobs the page listed: a job of a listed id that was requeued and
+// died again while the page was open stays dead, and the outcome counts
+// it as left.
+func TestBulkActionsSpareJobsParkedAgainAfterTheList(t *testing.T) {
+	rowMarkRE := regexp.MustCompile(`<input type="hidden" name="mark" value="([^"]+)" form="bulk">`)
+	for _, b := range testutil.Backends(t) {
+		for _, how := range []string{"ticked", "allmatching"} {
+			t.Run(b.Name+"/"+how, func(t *testing.T) {
+				e := setup(t, b, dashboard.Options{})
+				ctx := context.Background()
+				add(t, e.c, "orders", "d1", "x", 0)
+				add(t, e.c, "orders", "d2", "x", 0)
+				work(t, b, e.c, "d1", "d2")
+				code, page := e.get(t, "/topic?t=orders&state=dead")
+				require.Equal(t, http.StatusOK, code)
+				tok := e.csrf(t, "/topic?t=orders&state=dead")
+				path := "/bulk"
+				form := url.Values{"csrf": {tok}, "t": {"orders"}, "state": {"dead"}, "op": {"requeue"}}
+				if how == "ticked" {
+					form["id"] = []string{"d1", "d2"}
+					for _, m := range rowMarkRE.FindAllStringSubmatch(page, -1) {
+						form.Add("mark", html.UnescapeString(m[1]))
+					}
+					require.Len(t, form["mark"], 2, "each dead row carries its mark")
+				} else {
+					path = "/bulkall"
+				}
+				code, page = e.postTo(t, path, form)
+				require.Equal(t, http.StatusOK, code, page)
+				answer := hiddenFields(page)
+
+				// d1 is requeued and dies again while the question is open.
+				old, err := e.c.Get(ctx, "orders", "d1")
+				require.NoError(t, err)
+				require.NoError(t, e.c.RequeueDead(ctx, "orders", "d1", 0))
+				work(t, b, e.c, "d1")
+				j, err := e.c.Get(ctx, "orders", "d1")
+				require.NoError(t, err)
+				require.NotEqual(t, old.Mark(), j.Mark(), "parked again at another time")
+
+				code, page = e.postTo(t, path, answer)
+				require.Equal(t, http.StatusSeeOther, code, page)
+				require.Contains(t, []redeq.State{redeq.StateScheduled, redeq.StateReady}, state(t, e.c, "d2"), "d2 was listed")
+				require.Equal(t, redeq.StateDead, state(t, e.c, "d1"), "d1 died again after the list was shown: it stays")
+				_, page = e.get(t, "/topic?t=orders&state=dead")
+				require.Contains(t, page, "1 jobs requeued, due now; 1 left (added or parked again since listed).")
+			})
+		}
+	}
+}
+
 // TestPurgeOfALargeDeadSetNamesAtMostMaxPurge: over MaxPurge dead jobs, the
 // confirmation names MaxPurge of them and says how many are dead; its
 // POST removes those, and the rest stay for another purge.
