@@ -13,12 +13,23 @@
 -- ARGV[1] -> job id
 -- ARGV[2] -> broadcast mark
 -- ARGV[3] -> how long to keep the reply, ms
+-- ARGV[4] -> the job's expected created time, unix ms, or "" (or absent)
+--            to delete whichever job of the id there is
 -- Returns {1, envelope} when deleted (now or by an earlier run of the same
--- call), {0} when the job is absent.
+-- call), {0} when the job is absent, {2} when the job of the id was created
+-- at another time (deleted and added again since): the last two write
+-- nothing.
 local done = redis.call('GET', KEYS[7])
 if done ~= false then return {1, done} end
+local created = ARGV[4] or ''
+if created ~= '' and not string.find(created, '^%d+$') then
+  return redis.error_reply('delete.lua: created time ' .. created .. ' is no whole number of ms')
+end
 local env = redis.call('HGET', KEYS[1], ARGV[1])
 if env == false then return {0} end
+if created ~= '' and tonumber(string.match(env, '^1|(%d+)|')) ~= tonumber(created) then
+  return {2}
+end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[6], ARGV[1])
 redis.call('HDEL', KEYS[8], ARGV[1])

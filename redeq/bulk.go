@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,18 +44,40 @@ type BulkResult struct {
 	Changed int
 }
 
-// Mark names this stay of an un_acked or dead job, as List and Get give
-// it: its CreatedAt and when it was parked (RunAt), to the millisecond. A
-// job of the same id deleted and added again, or requeued and parked
-// again, has another mark, so a bulk call given the marks of the jobs it
-// listed (Marks) leaves such a job alone. It is "" for a job in another
-// state. Two stays of an id parked within the same millisecond of the
-// server's clock share a mark.
+// Mark names this stay of a job, as List and Get give it: for an
+// un_acked or dead job its CreatedAt and when it was parked (RunAt), to
+// the millisecond, "<created>:<parked>"; for a scheduled or ready job its
+// CreatedAt, "<created>". A job of the same id deleted and added again,
+// or (parked) requeued and parked again, has another mark, so a bulk call
+// given the marks of the jobs it listed (Marks) leaves such a job alone.
+// It is "" for a job in flight. Two stays of an id made within the same
+// millisecond of the server's clock share a mark.
 func (j *Job) Mark() string {
-	if j.State != StateUnAck && j.State != StateDead {
-		return ""
+	switch j.State {
+	case StateUnAck, StateDead:
+		return ack.Mark(j.CreatedAt, j.RunAt)
+	case StateScheduled, StateReady:
+		return strconv.FormatInt(j.CreatedAt.UnixMilli(), 10)
 	}
-	return ack.Mark(j.CreatedAt, j.RunAt)
+	return ""
+}
+
+// checkMark reports why mark is no mark of a job in state (parked or
+// waiting); "" is none.
+func checkMark(parked bool, mark string) error {
+	if mark == "" {
+		return nil
+	}
+	if parked || strings.Contains(mark, ":") {
+		if !parked {
+			return invalidArg("mark %q is a parked job's, not a waiting job's <created ms>", mark)
+		}
+		return ack.CheckMark(mark)
+	}
+	if ack.CheckMark(mark+":0") != nil {
+		return invalidArg("mark %q is not <created ms>", mark)
+	}
+	return nil
 }
 
 // BulkOption tunes a bulk call.
@@ -64,10 +87,10 @@ type bulkOptions struct {
 	marks map[string]string
 }
 
-// Marks makes a bulk call on un_acked or dead jobs act on a job of ids
-// only while it is the stay marks names for its id (Job.Mark, or what
-// SelectMarks returns): one deleted and added again, or requeued and parked
-// again, since it was listed is left and counted as Changed. An id without
+// Marks makes a bulk call act on a job of ids only while it is the stay
+// marks names for its id (Job.Mark, or what SelectMarks returns): one
+// deleted and added again, or requeued and parked again, since it was
+// listed is left and counted as Changed. An id without
 // a mark in marks is acted on whichever stay it names. A mark that is not
 // one Mark makes is ErrInvalidArgument, before anything is written.
 func Marks(marks map[string]string) BulkOption {
@@ -88,7 +111,7 @@ func Marks(marks map[string]string) BulkOption {
 // With Marks, a job of ids deleted and added again, or requeued and parked
 // again, after the caller listed it is left and counted as Changed.
 func (c *Client) RequeueUnAckJobs(ctx context.Context, topic string, ids []string, delay time.Duration, opts ...BulkOption) (BulkResult, error) {
-	return c.bulk(ctx, "requeue unack jobs", topic, ids, delay, opts, func(ctx context.Context, id string, b int, mark string) error {
+	return c.bulk(ctx, "requeue unack jobs", topic, true, ids, delay, opts, func(ctx context.Context, id string, b int, mark string) error {
 		return ack.Requeue(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.UnAck, delay, false, mark)
 	})
 }
@@ -98,7 +121,7 @@ func (c *Client) RequeueUnAckJobs(ctx context.Context, topic string, ids []strin
 // attempts and recoveries, as RequeueDead does for one. Ids and errors as
 // RequeueUnAckJobs, Marks too.
 func (c *Client) RequeueDeadJobs(ctx context.Context, topic string, ids []string, delay time.Duration, opts ...BulkOption) (BulkResult, error) {
-	return c.bulk(ctx, "requeue dead", topic, ids, delay, opts, func(ctx context.Context, id string, b int, mark string) error {
+	return c.bulk(ctx, "requeue dead", topic, true, ids, delay, opts, func(ctx context.Context, id string, b int, mark string) error {
 		return ack.Requeue(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.Dead, delay, true, mark)
 	})
 }
@@ -110,7 +133,7 @@ func (c *Client) RequeueDeadJobs(ctx context.Context, topic string, ids []string
 // cannot promise; with Marks, neither is a job of ids that died again (or
 // was added again and died) since. Ids and errors as RequeueUnAckJobs.
 func (c *Client) PurgeDeadJobs(ctx context.Context, topic string, ids []string, opts ...BulkOption) (BulkResult, error) {
-	return c.bulk(ctx, "purge dead", topic, ids, 0, opts, func(ctx context.Context, id string, b int, mark string) error {
+	return c.bulk(ctx, "purge dead", topic, true, ids, 0, opts, func(ctx context.Context, id string, b int, mark string) error {
 		_, err := ack.Take(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.Dead, mark)
 		return err
 	})
@@ -215,10 +238,9 @@ func (c *Client) Select(ctx context.Context, topic string, state State, f Filter
 	return ids, err
 }
 
-// SelectMarks is Select that also returns the Mark of each un_acked or
-// dead job it selects, by id (empty for the other states): given to the
-// bulk calls with Marks, they act on the jobs Select saw, not on a later
-// stay of one of their ids.
+// SelectMarks is Select that also returns the Mark of each job it
+// selects, by id: given to the bulk calls with Marks, they act on the jobs
+// Select saw, not on a later stay of one of their ids.
 func (c *Client) SelectMarks(ctx context.Context, topic string, state State, f Filter, limit int) ([]string, map[string]string, error) {
 	if ctx == nil {
 		return nil, nil, pool.ErrNilContext
@@ -274,15 +296,15 @@ func (c *Client) SelectMarks(ctx context.Context, topic string, state State, f F
 // an error is safe: the jobs deleted before it are skipped. Arguments are
 // checked as RequeueUnAckJobs checks them, and the state as Select.
 //
-// With Marks (from SelectMarks), an un_acked or dead job of ids deleted
-// and added again, or requeued and parked again, since Select is left and
+// With Marks (from SelectMarks), a job of ids deleted and added again, or
+// (un_acked or dead) requeued and parked again, since Select is left and
 // counted as Changed.
 func (c *Client) DeleteJobs(ctx context.Context, topic string, state State, ids []string, opts ...BulkOption) (BulkResult, error) {
 	what := "delete " + string(state) + " jobs"
 	if err := checkBulkState(what, state); err != nil {
 		return BulkResult{}, err
 	}
-	return c.bulk(ctx, what, topic, ids, 0, opts, func(ctx context.Context, id string, b int, mark string) error {
+	return c.bulk(ctx, what, topic, state == StateUnAck || state == StateDead, ids, 0, opts, func(ctx context.Context, id string, b int, mark string) error {
 		switch state {
 		case StateUnAck:
 			_, err := ack.Take(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.UnAck, mark)
@@ -291,7 +313,7 @@ func (c *Client) DeleteJobs(ctx context.Context, topic string, state State, ids 
 			_, err := ack.Take(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.Dead, mark)
 			return err
 		}
-		_, err := c.store.Delete(ctx, topic, id, b)
+		_, err := c.store.DeleteCreated(ctx, topic, id, b, mark)
 		return err
 	})
 }
@@ -316,14 +338,14 @@ func (c *Client) RequeueJobs(ctx context.Context, topic string, state State, ids
 	if state == StateReady && delay == 0 {
 		return BulkResult{}, invalidArg("%s of topic %q: ready jobs are due already, give a delay", what, topic)
 	}
-	return c.bulk(ctx, what, topic, ids, delay, opts, func(ctx context.Context, id string, b int, mark string) error {
+	return c.bulk(ctx, what, topic, state == StateUnAck || state == StateDead, ids, delay, opts, func(ctx context.Context, id string, b int, mark string) error {
 		switch state {
 		case StateUnAck:
 			return ack.Requeue(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.UnAck, delay, false, mark)
 		case StateDead:
 			return ack.Requeue(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.Dead, delay, true, mark)
 		}
-		return bucket.RescheduleIn(ctx, c.rdb, c.cfg.Prefix, topic, id, b, delay)
+		return bucket.RescheduleInCreated(ctx, c.rdb, c.cfg.Prefix, topic, id, b, delay, mark)
 	})
 }
 
@@ -331,7 +353,7 @@ func (c *Client) RequeueJobs(ctx context.Context, topic string, state State, ids
 // its bucket and its mark ("" for none), bulkWorkers at a time. The first error other than a job
 // gone or moved stops it: the ids not started are left, the counts say
 // what was done.
-func (c *Client) bulk(ctx context.Context, what, topic string, ids []string, delay time.Duration, opts []BulkOption, do func(ctx context.Context, id string, b int, mark string) error) (BulkResult, error) {
+func (c *Client) bulk(ctx context.Context, what, topic string, parked bool, ids []string, delay time.Duration, opts []BulkOption, do func(ctx context.Context, id string, b int, mark string) error) (BulkResult, error) {
 	if ctx == nil {
 		return BulkResult{}, pool.ErrNilContext
 	}
@@ -352,7 +374,7 @@ func (c *Client) bulk(ctx context.Context, what, topic string, ids []string, del
 		if err := pool.CheckID(id); err != nil {
 			return BulkResult{}, err
 		}
-		if err := ack.CheckMark(o.marks[id]); err != nil {
+		if err := checkMark(parked, o.marks[id]); err != nil {
 			return BulkResult{}, fmt.Errorf("%s of topic %q: job %q: %w", what, topic, id, err)
 		}
 	}

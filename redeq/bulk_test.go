@@ -251,6 +251,65 @@ func TestBulkCallsWithMarksSpareAJobAddedOrParkedAgain(t *testing.T) {
 	}
 }
 
+// TestBulkCallsWithMarksSpareAWaitingJobAddedAgain: DeleteJobs and
+// RequeueJobs given the marks SelectMarks took of scheduled jobs act on
+// those jobs only: a job of a listed id deleted and added again since is
+// left as it is and counted as Changed; a parked job's mark is refused for
+// a waiting job, before anything is written.
+func TestBulkCallsWithMarksSpareAWaitingJobAddedAgain(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		for _, op := range []string{"delete", "requeue"} {
+			t.Run(be.Name+"/"+op, func(t *testing.T) {
+				e := setup(t, be, testutil.Config(t))
+				ctx := context.Background()
+				for _, id := range []string{"s1", "s2"} {
+					require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: id, Delay: time.Hour}))
+				}
+				ids, marks, err := e.c.SelectMarks(ctx, "t", redeq.StateScheduled, redeq.Filter{}, 0)
+				require.NoError(t, err)
+				require.ElementsMatch(t, []string{"s1", "s2"}, ids)
+				old, err := e.c.Get(ctx, "t", "s1")
+				require.NoError(t, err)
+				require.Equal(t, old.Mark(), marks["s1"])
+				_, err = e.c.Delete(ctx, "t", "s1")
+				require.NoError(t, err)
+				waitFor(t, 10*time.Second, "a new created time", func() bool {
+					now, err := e.c.ServerTime(ctx)
+					require.NoError(t, err)
+					return now.After(old.CreatedAt)
+				})
+				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "s1", Delay: 2 * time.Hour}))
+				readded, err := e.c.Get(ctx, "t", "s1")
+				require.NoError(t, err)
+
+				do := func(ids []string, m map[string]string) (redeq.BulkResult, error) {
+					if op == "delete" {
+						return e.c.DeleteJobs(ctx, "t", redeq.StateScheduled, ids, redeq.Marks(m))
+					}
+					return e.c.RequeueJobs(ctx, "t", redeq.StateScheduled, ids, time.Minute, redeq.Marks(m))
+				}
+				_, err = do([]string{"s1"}, map[string]string{"s1": readded.Mark() + ":5"})
+				require.ErrorIs(t, err, redeq.ErrInvalidArgument)
+				require.ErrorContains(t, err, "a parked job's")
+
+				r, err := do(ids, marks)
+				require.NoError(t, err)
+				require.Equal(t, redeq.BulkResult{Done: 1, Changed: 1}, r)
+				now, err := e.c.Get(ctx, "t", "s1")
+				require.NoError(t, err)
+				require.Equal(t, readded.RunAt, now.RunAt, "s1, added again after the listing, is left as it is")
+				if op == "delete" {
+					require.Equal(t, redeq.State("gone"), stateOf(t, e.c, "s2"))
+				} else {
+					j, err := e.c.Get(ctx, "t", "s2")
+					require.NoError(t, err)
+					require.WithinDuration(t, time.Now().Add(time.Minute), j.RunAt, 30*time.Second)
+				}
+			})
+		}
+	}
+}
+
 // seedStates adds jobs to topic "t" and runs a worker until each waits
 // where its id says: "s" scheduled (due in 1h, 2h ... by its number), "r"
 // scheduled again after a failure "partner timeout" (attempt 1, due in
