@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -111,14 +112,51 @@ func List(ctx context.Context, c redis.UniversalClient, prefix, topic string, bu
 	return out, nil
 }
 
+// Mark names one stay of a parked job: its created time and when it was
+// parked, both in unix ms, as "<created>:<parked>". A job of the same id
+// deleted and added again, or requeued and parked again, has another mark
+// (unless it was parked again within the same millisecond).
+func Mark(created, parked time.Time) string {
+	return fmt.Sprintf("%d:%d", created.UnixMilli(), parked.UnixMilli())
+}
+
+// CheckMark reports why mark is no mark Mark makes ("" is none).
+func CheckMark(mark string) error {
+	if mark == "" {
+		return nil
+	}
+	c, p, ok := strings.Cut(mark, ":")
+	if !ok || !digits(c) || !digits(p) {
+		return fmt.Errorf("%w: mark %q is not <created ms>:<parked ms>", pool.ErrInvalidArgument, mark)
+	}
+	return nil
+}
+
+func digits(s string) bool {
+	if s == "" || len(s) > 15 {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // Take removes a parked job from where it is parked and from its pool, and
-// returns it. A rerun after a lost reply returns the same job.
-func Take(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, p Parking) (*pool.Job, error) {
+// returns it. A mark other than "" takes the job only while it is the stay
+// the mark names (ErrJobChanged else). A rerun after a lost reply returns
+// the same job.
+func Take(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, p Parking, mark string) (*pool.Job, error) {
+	if err := CheckMark(mark); err != nil {
+		return nil, fmt.Errorf("take %s job %q of topic %q: %w", p.state(), id, topic, err)
+	}
 	k := keys.ForBucket(prefix, topic, bucket)
 	ctx, cancel := pool.OpContext(ctx)
 	defer cancel()
 	v, err := takeScript.Run(ctx, c, []string{k.Pool(), p.key(k), k.Reasons(), k.Op(uuid.NewString()), k.Errors()},
-		id, pool.OpTTL(c).Milliseconds()).Slice()
+		id, pool.OpTTL(c).Milliseconds(), mark).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("take %s job %q of topic %q: %w", p.state(), id, topic, err)
 	}
@@ -138,8 +176,11 @@ func Take(ctx context.Context, c redis.UniversalClient, prefix, topic, id string
 
 // Requeue moves a parked job back to its bucket, due after delay. reset
 // gives it a fresh count of attempts and recoveries. A rerun after a lost
-// reply reports success again.
-func Requeue(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, p Parking, delay time.Duration, reset bool) error {
+// reply reports success again. mark as Take's.
+func Requeue(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, p Parking, delay time.Duration, reset bool, mark string) error {
+	if err := CheckMark(mark); err != nil {
+		return fmt.Errorf("requeue %s job %q of topic %q: %w", p.state(), id, topic, err)
+	}
 	k := keys.ForBucket(prefix, topic, bucket)
 	r := ""
 	if reset {
@@ -148,7 +189,7 @@ func Requeue(ctx context.Context, c redis.UniversalClient, prefix, topic, id str
 	ctx, cancel := pool.OpContext(ctx)
 	defer cancel()
 	v, err := requeueScript.Run(ctx, c, []string{k.Pool(), p.key(k), k.Scheduled(), k.Reasons(), k.Op(uuid.NewString())},
-		id, pool.DurationMs(delay), r, keys.WakeChannel(prefix), keys.Address(topic, bucket), pool.OpTTL(c).Milliseconds()).Result()
+		id, pool.DurationMs(delay), r, keys.WakeChannel(prefix), keys.Address(topic, bucket), pool.OpTTL(c).Milliseconds(), mark).Result()
 	if err != nil {
 		return fmt.Errorf("requeue %s job %q of topic %q: %w", p.state(), id, topic, err)
 	}
@@ -163,6 +204,8 @@ func parkedCode(v any, topic, id string, p Parking) error {
 		return fmt.Errorf("job %q of topic %q: %w", id, topic, pool.ErrJobNotFound)
 	case int64(2):
 		return fmt.Errorf("job %q of topic %q is not %s: %w", id, topic, p.state(), pool.ErrJobNotWaiting)
+	case int64(3):
+		return fmt.Errorf("job %q of topic %q was added or parked again since it was marked: %w", id, topic, pool.ErrJobChanged)
 	}
 	return fmt.Errorf("job %q of topic %q: unexpected reply %v", id, topic, v)
 }

@@ -10,12 +10,27 @@
 -- ARGV[4] -> wake channel
 -- ARGV[5] -> wake message
 -- ARGV[6] -> how long to keep the reply, ms
+-- ARGV[7] -> the job's expected mark, "<created ms>:<parked ms>", or "" to
+--            requeue whichever job of the id is parked
 -- Returns 0 when requeued (now or by an earlier run of the same call), 1
--- when the job is absent, 2 when it is not parked there.
+-- when the job is absent, 2 when it is not parked there, 3 when the job
+-- parked there is not the one marked (added again, or parked again,
+-- since); the last three write nothing.
 if redis.call('EXISTS', KEYS[5]) == 1 then return 0 end
+local created, parked
+if ARGV[7] ~= '' then
+  created, parked = string.match(ARGV[7], '^(%d+):(%d+)$')
+  if created == nil then
+    return redis.error_reply('requeue.lua: mark ' .. ARGV[7] .. ' is not <created ms>:<parked ms>')
+  end
+end
 local env = redis.call('HGET', KEYS[1], ARGV[1])
 if env == false then return 1 end
-if redis.call('ZSCORE', KEYS[2], ARGV[1]) == false then return 2 end
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if score == false then return 2 end
+if created and (tonumber(string.match(env, '^1|(%d+)|')) ~= tonumber(created) or tonumber(score) ~= tonumber(parked)) then
+  return 3
+end
 local head, tail
 if ARGV[3] == '1' then
   head, tail = string.match(env, '^(1|%d+|)%d+|%d+(|.*)$')

@@ -24,21 +24,28 @@ var (
 // Reschedule gives the waiting job id a new due time at. A job that is in
 // flight, parked in un_ack or dead is not waiting: pool.ErrJobNotWaiting.
 func Reschedule(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, at time.Time) error {
-	return reschedule(ctx, c, prefix, topic, id, bucket, strconv.FormatInt(pool.UnixMs(at), 10), 0)
+	return reschedule(ctx, c, prefix, topic, id, bucket, strconv.FormatInt(pool.UnixMs(at), 10), 0, "")
 }
 
 // RescheduleIn is Reschedule to delay from now by the Redis server's clock.
 func RescheduleIn(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, delay time.Duration) error {
-	return reschedule(ctx, c, prefix, topic, id, bucket, "", pool.DurationMs(delay))
+	return reschedule(ctx, c, prefix, topic, id, bucket, "", pool.DurationMs(delay), "")
 }
 
-func reschedule(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, at string, delayMs int64) error {
+// RescheduleInCreated is RescheduleIn of the job of id only while it is
+// the one created at created (unix ms, in digits; "" is any): a job of the
+// id deleted and added again since is left (ErrJobChanged).
+func RescheduleInCreated(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, delay time.Duration, created string) error {
+	return reschedule(ctx, c, prefix, topic, id, bucket, "", pool.DurationMs(delay), created)
+}
+
+func reschedule(ctx context.Context, c redis.UniversalClient, prefix, topic, id string, bucket int, at string, delayMs int64, created string) error {
 	k := keys.ForBucket(prefix, topic, bucket)
 	ctx, cancel := pool.OpContext(ctx)
 	defer cancel()
 	code, err := rescheduleScript.Run(ctx, c, []string{k.Pool(), k.Scheduled(), k.State(), k.Op(uuid.NewString())},
 		id, keys.BroadcastMark, at, keys.WakeChannel(prefix), keys.Address(topic, bucket),
-		pool.OpTTL(c).Milliseconds(), delayMs).Int()
+		pool.OpTTL(c).Milliseconds(), delayMs, created).Int()
 	if err != nil {
 		return fmt.Errorf("reschedule job %q: %w", id, err)
 	}
@@ -47,6 +54,8 @@ func reschedule(ctx context.Context, c redis.UniversalClient, prefix, topic, id 
 		return nil
 	case 1:
 		return fmt.Errorf("reschedule job %q of topic %q: %w", id, topic, pool.ErrJobNotFound)
+	case 3:
+		return fmt.Errorf("reschedule job %q of topic %q: created at another time: %w", id, topic, pool.ErrJobChanged)
 	default:
 		return fmt.Errorf("reschedule job %q of topic %q: %w", id, topic, pool.ErrJobNotWaiting)
 	}

@@ -13,11 +13,23 @@
 -- ARGV[5] -> wake message
 -- ARGV[6] -> how long to keep the reply, ms
 -- ARGV[7] -> delay from now, ms, when ARGV[3] is ''
+-- ARGV[8] -> the job's expected created time, unix ms, or "" (or absent)
+--            to reschedule whichever job of the id waits
 
 -- Returns 0 when rescheduled (now or by an earlier run of the same call),
--- 1 when the job is absent, 2 when it is not waiting.
+-- 1 when the job is absent, 2 when it is not waiting, 3 when the job of
+-- the id was created at another time (deleted and added again since); the
+-- last three write nothing.
 if redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 1 end
+local created = ARGV[8] or ''
+if created ~= '' and not string.find(created, '^%d+$') then
+  return redis.error_reply('reschedule.lua: created time ' .. created .. ' is no whole number of ms')
+end
+local env = redis.call('HGET', KEYS[1], ARGV[1])
+if env == false then return 1 end
+if created ~= '' and tonumber(string.match(env, '^1|(%d+)|')) ~= tonumber(created) then
+  return 3
+end
 local member = ARGV[1]
 if redis.call('ZSCORE', KEYS[2], member) == false then
   member = ARGV[2] .. ARGV[1]

@@ -73,3 +73,39 @@ func TestRescheduleScript(t *testing.T) {
 		})
 	}
 }
+
+// reschedule.lua given a created time reschedules the job of the id only
+// while it was created then: a job added again at another time is left,
+// writing nothing (a rerun answers alike); a created time that is no whole
+// number of ms fails before any write.
+func TestRescheduleScriptLeavesAJobCreatedAtAnotherTime(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			p := testutil.Prefix(t)
+			k := keys.ForBucket(p, "t", 0)
+			testutil.Seed(t, c, testutil.Hash(k.Pool(), "j=1|10|0|0|x"), testutil.ZSet(k.Scheduled(), "j=5"))
+			before := testutil.DumpUnder(t, c, p)
+			run := func(op, created string) (int64, error) {
+				return rescheduleScript.Run(ctx, c, []string{k.Pool(), k.Scheduled(), k.State(), k.Op(op)},
+					"j", keys.BroadcastMark, "7", keys.WakeChannel(p), "t#0", pool.OpTTL(c).Milliseconds(), 0, created).Int64()
+			}
+			for range 2 {
+				v, err := run("a", "9")
+				require.NoError(t, err)
+				require.EqualValues(t, 3, v)
+				require.Equal(t, before, testutil.DumpUnder(t, c, p), "another created time writes nothing")
+			}
+			_, err := run("b", "x")
+			require.ErrorContains(t, err, "reschedule.lua: created time x is no whole number of ms")
+			require.Equal(t, before, testutil.DumpUnder(t, c, p))
+			v, err := run("c", "10")
+			require.NoError(t, err)
+			require.Zero(t, v)
+			due, err := c.ZScore(ctx, k.Scheduled(), "j").Result()
+			require.NoError(t, err)
+			require.EqualValues(t, 7, due)
+		})
+	}
+}

@@ -50,20 +50,46 @@ func bulkOp(state redeq.State, name string) (verb, report string, ok bool) {
 	return "", "", false
 }
 
-// act runs the bulk action op on ids, in batches of redeq.MaxBulk.
-func (h *handler) act(ctx context.Context, t string, state redeq.State, op string, ids []string) (redeq.BulkResult, error) {
+// marksOf reads the marks a form carries, each "<mark> <id>" (the page
+// that listed the jobs wrote them), by id.
+func marksOf(form url.Values) map[string]string {
+	marks := map[string]string{}
+	for _, v := range form["mark"] {
+		if m, id, ok := strings.Cut(v, " "); ok && m != "" && id != "" {
+			marks[id] = m
+		}
+	}
+	return marks
+}
+
+// markFields are marks as the fields marksOf reads, for the ids given.
+func markFields(ids []string, marks map[string]string) []string {
+	var out []string
+	for _, id := range ids {
+		if m := marks[id]; m != "" {
+			out = append(out, m+" "+id)
+		}
+	}
+	return out
+}
+
+// act runs the bulk action op on ids, in batches of redeq.MaxBulk. An
+// un_acked or dead job of ids with a mark is acted on only while it is the
+// stay the page listed (redeq.Marks).
+func (h *handler) act(ctx context.Context, t string, state redeq.State, op string, ids []string, marks map[string]string) (redeq.BulkResult, error) {
 	var total redeq.BulkResult
 	for len(ids) > 0 {
 		n := min(len(ids), redeq.MaxBulk)
 		var r redeq.BulkResult
 		var err error
 		if op == "delete" {
-			r, err = h.c.DeleteJobs(ctx, t, state, ids[:n])
+			r, err = h.c.DeleteJobs(ctx, t, state, ids[:n], redeq.Marks(marks))
 		} else {
-			r, err = h.c.RequeueJobs(ctx, t, state, ids[:n], 0)
+			r, err = h.c.RequeueJobs(ctx, t, state, ids[:n], 0, redeq.Marks(marks))
 		}
 		total.Done += r.Done
 		total.Skipped += r.Skipped
+		total.Changed += r.Changed
 		if err != nil {
 			return total, err
 		}
@@ -116,23 +142,28 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	back := url.Values{"t": {t}, "state": {string(state)}}
+	marks := marksOf(r.PostForm)
 	if r.PostFormValue("confirm") != "1" {
+		fields := url.Values{"t": {t}, "state": {string(state)}, "op": {opName}}
+		if ms := markFields(ids, marks); ms != nil {
+			fields["mark"] = ms
+		}
 		h.render(w, r, http.StatusOK, "confirm.html", "Confirm", confirmData{
 			Question: fmt.Sprintf("%s these %d %s jobs of topic %s?", verb, len(ids), state, t),
-			Action:   "/bulk", Fields: url.Values{"t": {t}, "state": {string(state)}, "op": {opName}},
+			Action:   "/bulk", Fields: fields,
 			IDs: ids, Label: fmt.Sprintf("%s %d jobs", verb, len(ids)), Cancel: h.link("/topic", back),
 		})
 		return
 	}
-	res, err := h.act(r.Context(), t, state, opName, ids)
+	res, err := h.act(r.Context(), t, state, opName, ids, marks)
 	if err != nil {
 		err = fmt.Errorf("%d of %d jobs done, then: %w", res.Done, len(ids), err)
 		h.audit(r, "bulk-"+opName, t, res.Done, err, "state", string(state), "named", len(ids), "skipped", res.Skipped)
 		h.apiFail(w, r, err)
 		return
 	}
-	h.audit(r, "bulk-"+opName, t, res.Done, nil, "state", string(state), "named", len(ids), "skipped", res.Skipped)
-	h.flash(w, r, outcome(report, res.Done, res.Skipped))
+	h.audit(r, "bulk-"+opName, t, res.Done, nil, "state", string(state), "named", len(ids), "skipped", res.Skipped, "changed", res.Changed)
+	h.flash(w, r, outcome(report, res))
 	http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
 }
 
@@ -242,7 +273,7 @@ func (h *handler) bulkAll(w http.ResponseWriter, r *http.Request) {
 	back := url.Values{"t": {t}, "state": {string(state)}}
 	ctx := r.Context()
 	if r.PostFormValue("confirm") != "1" {
-		ids, err := h.c.Select(ctx, t, state, f, 0)
+		ids, marks, err := h.c.SelectMarks(ctx, t, state, f, 0)
 		if err != nil {
 			h.apiFail(w, r, err)
 			return
@@ -252,7 +283,7 @@ func (h *handler) bulkAll(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
 			return
 		}
-		tok := h.sel.put(selection{topic: t, state: state, op: opName, ids: ids, filter: ff.describe()})
+		tok := h.sel.put(selection{topic: t, state: state, op: opName, ids: ids, marks: marks, filter: ff.describe()})
 		fields := ff.values()
 		fields.Set("t", t)
 		fields.Set("state", string(state))
@@ -270,15 +301,15 @@ func (h *handler) bulkAll(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, fmt.Sprintf("This question expired (after %v), was answered already, or was asked of another dashboard instance: nothing done, ask again.", selectionTTL))
 		return
 	}
-	res, err := h.act(ctx, t, state, opName, sel.ids)
+	res, err := h.act(ctx, t, state, opName, sel.ids, sel.marks)
 	if err != nil {
 		err = fmt.Errorf("%d of %d jobs done, then: %w", res.Done, len(sel.ids), err)
 		h.audit(r, "bulkall-"+opName, t, res.Done, err, "state", string(state), "named", len(sel.ids), "skipped", res.Skipped, "filter", sel.filter)
 		h.apiFail(w, r, err)
 		return
 	}
-	h.audit(r, "bulkall-"+opName, t, res.Done, nil, "state", string(state), "named", len(sel.ids), "skipped", res.Skipped, "filter", sel.filter)
-	h.flash(w, r, outcome(report, res.Done, res.Skipped))
+	h.audit(r, "bulkall-"+opName, t, res.Done, nil, "state", string(state), "named", len(sel.ids), "skipped", res.Skipped, "changed", res.Changed, "filter", sel.filter)
+	h.flash(w, r, outcome(report, res))
 	http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
 }
 
@@ -296,6 +327,7 @@ type selection struct {
 	state   redeq.State
 	op      string
 	ids     []string
+	marks   map[string]string // of the un_acked and dead jobs, by id
 	filter  string
 	expires time.Time
 }
@@ -353,9 +385,10 @@ func (s *selections) take(tok string) (selection, bool) {
 const MaxPurge = redeq.MaxBulk
 
 // purge removes dead jobs of a topic after a confirmation page that names
-// them: at most MaxPurge of the dead set as List pages it. Its POST
-// (confirm=1) removes those of the named jobs still dead, so jobs that die
-// while the page is open stay.
+// them: at most MaxPurge of the dead set as List pages it, each with its
+// mark. Its POST (confirm=1) removes those of the named jobs still dead as
+// the page saw them, so jobs that die while the page is open stay, a job
+// of a named id that died again (requeued, or added again) among them.
 func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	t := r.PostFormValue("t")
@@ -366,7 +399,7 @@ func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
 			h.apiFail(w, r, err)
 			return
 		}
-		ids, err := h.deadIDs(ctx, t)
+		ids, marks, err := h.deadIDs(ctx, t)
 		if err != nil {
 			h.apiFail(w, r, err)
 			return
@@ -382,7 +415,7 @@ func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
 		}
 		h.render(w, r, http.StatusOK, "confirm.html", "Confirm", confirmData{
 			Question: q + " Jobs that die after this question stay.",
-			Action:   "/purge", Fields: url.Values{"t": {t}},
+			Action:   "/purge", Fields: url.Values{"t": {t}, "mark": markFields(ids, marks)},
 			IDs: ids, Label: fmt.Sprintf("Purge %d dead jobs", len(ids)), Cancel: h.link("/topic", back),
 		})
 		return
@@ -404,33 +437,42 @@ func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, fmt.Sprintf("%d jobs named: at most %d at once.", len(ids), MaxPurge))
 		return
 	}
-	res, err := h.c.PurgeDeadJobs(ctx, t, ids)
+	marks := marksOf(r.PostForm)
+	for _, id := range ids {
+		if marks[id] == "" {
+			h.fail(w, r, http.StatusBadRequest, fmt.Sprintf("Job %s is named without its mark: purge from the confirmation page.", id))
+			return
+		}
+	}
+	res, err := h.c.PurgeDeadJobs(ctx, t, ids, redeq.Marks(marks))
 	if err != nil {
 		err = fmt.Errorf("%d of %d jobs purged, then: %w", res.Done, len(ids), err)
 		h.audit(r, "purge", t, res.Done, err, "state", string(redeq.StateDead), "named", len(ids))
 		h.apiFail(w, r, err)
 		return
 	}
-	h.audit(r, "purge", t, res.Done, nil, "state", string(redeq.StateDead), "named", len(ids), "skipped", res.Skipped)
-	h.flash(w, r, outcome("%d dead jobs purged", res.Done, res.Skipped))
+	h.audit(r, "purge", t, res.Done, nil, "state", string(redeq.StateDead), "named", len(ids), "skipped", res.Skipped, "changed", res.Changed)
+	h.flash(w, r, outcome("%d dead jobs purged", res))
 	http.Redirect(w, r, h.link("/topic", back), http.StatusSeeOther)
 }
 
 // deadIDs returns the ids of at most MaxPurge dead jobs of topic, in the
-// order List pages them.
-func (h *handler) deadIDs(ctx context.Context, topic string) ([]string, error) {
+// order List pages them, and their marks.
+func (h *handler) deadIDs(ctx context.Context, topic string) ([]string, map[string]string, error) {
 	var ids []string
+	marks := map[string]string{}
 	seen := map[string]bool{}
 	cursor := ""
 	for len(ids) < MaxPurge {
 		page, err := h.c.List(ctx, topic, redeq.StateDead, redeq.ListOptions{Limit: min(redeq.MaxListLimit, MaxPurge-len(ids)), Cursor: cursor})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, j := range page.Jobs {
 			if !seen[j.ID] && len(ids) < MaxPurge {
 				seen[j.ID] = true
 				ids = append(ids, j.ID)
+				marks[j.ID] = j.Mark()
 			}
 		}
 		if page.Next == "" {
@@ -438,15 +480,18 @@ func (h *handler) deadIDs(ctx context.Context, topic string) ([]string, error) {
 		}
 		cursor = page.Next
 	}
-	return ids, nil
+	return ids, marks, nil
 }
 
-// outcome is the message of a bulk action that did n jobs and skipped
-// some.
-func outcome(f string, n, skipped int) string {
-	s := fmt.Sprintf(f, n)
-	if skipped > 0 {
-		s += fmt.Sprintf("; %d skipped (no longer there)", skipped)
+// outcome is the message of a bulk action: what it did, and the jobs it
+// skipped (gone) or left (added or parked again since they were listed).
+func outcome(f string, r redeq.BulkResult) string {
+	s := fmt.Sprintf(f, r.Done)
+	if r.Skipped > 0 {
+		s += fmt.Sprintf("; %d skipped (no longer there)", r.Skipped)
+	}
+	if r.Changed > 0 {
+		s += fmt.Sprintf("; %d left (added or parked again since listed)", r.Changed)
 	}
 	return s + "."
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -139,7 +140,17 @@ func TestBulkActionsAskFirst(t *testing.T) {
 	}
 }
 
-var hiddenIDRE = regexp.MustCompile(`<input type="hidden" name="id" value="([^"]+)">`)
+var hiddenRE = regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`)
+
+// hiddenFields is what a browser posts of a page's forms: every hidden
+// field (the ids and marks a confirmation names among them).
+func hiddenFields(page string) url.Values {
+	form := url.Values{}
+	for _, m := range hiddenRE.FindAllStringSubmatch(page, -1) {
+		form.Add(html.UnescapeString(m[1]), html.UnescapeString(m[2]))
+	}
+	return form
+}
 
 // TestPurgeDeadAsksFirst: the purge button leads to a confirmation page
 // that names the dead jobs, and changes nothing; its POST removes exactly
@@ -165,10 +176,7 @@ func TestPurgeDeadAsksFirst(t *testing.T) {
 			for _, id := range []string{"d1", "d2", "d3"} {
 				require.Contains(t, list, id)
 			}
-			form := url.Values{}
-			for _, m := range hiddenIDRE.FindAllStringSubmatch(page, -1) {
-				form.Add("id", m[1])
-			}
+			form := hiddenFields(page)
 			require.ElementsMatch(t, []string{"d1", "d2", "d3"}, form["id"], "the confirmation's form names the jobs")
 			st, err := e.c.Stats(context.Background(), "orders")
 			require.NoError(t, err)
@@ -205,6 +213,100 @@ func TestPurgeDeadAsksFirst(t *testing.T) {
 	}
 }
 
+// TestPurgeSparesJobsThatDiedAfterTheConfirmation: the purge removes the
+// dead jobs its confirmation named, not a job of a named id that died
+// again after the page was shown: one deleted and added again, or one
+// requeued, stays dead (the page carries each job's mark).
+func TestPurgeSparesJobsThatDiedAfterTheConfirmation(t *testing.T) {
+	for _, b := range testutil.Backends(t) {
+		for _, how := range []string{"readded", "requeued"} {
+			t.Run(b.Name+"/"+how, func(t *testing.T) {
+				e := setup(t, b, dashboard.Options{})
+				ctx := context.Background()
+				add(t, e.c, "orders", "d1", "x", 0)
+				add(t, e.c, "orders", "d2", "x", 0)
+				work(t, b, e.c, "d1", "d2")
+				tok := e.csrf(t, "/topic?t=orders&state=dead")
+				code, page := e.postTo(t, "/purge", url.Values{"csrf": {tok}, "t": {"orders"}})
+				require.Equal(t, http.StatusOK, code, page)
+				form := hiddenFields(page)
+				require.ElementsMatch(t, []string{"d1", "d2"}, form["id"])
+
+				// d1 dies again while the page is open.
+				if how == "readded" {
+					_, err := e.c.Delete(ctx, "orders", "d1")
+					require.NoError(t, err)
+					time.Sleep(5 * time.Millisecond)
+					add(t, e.c, "orders", "d1", "x", 0)
+				} else {
+					require.NoError(t, e.c.RequeueDead(ctx, "orders", "d1", 0))
+				}
+				work(t, b, e.c, "d1")
+
+				code, _ = e.postTo(t, "/purge", form)
+				require.Equal(t, http.StatusSeeOther, code)
+				_, page = e.get(t, "/topic?t=orders&state=dead")
+				require.Contains(t, page, "1 dead jobs purged; 1 left (added or parked again since listed).")
+				require.Equal(t, redeq.State("gone"), state(t, e.c, "d2"), "d2 was named")
+				require.Equal(t, redeq.StateDead, state(t, e.c, "d1"), "d1 died again after the confirmation (%s): it stays", how)
+			})
+		}
+	}
+}
+
+// TestBulkActionsSpareJobsParkedAgainAfterTheList: requeuing dead jobs
+// ticked on the list, or all the matching ones after the question, acts
+// on the jobs the page listed: a job of a listed id that was requeued and
+// died again while the page was open stays dead, and the outcome counts
+// it as left.
+func TestBulkActionsSpareJobsParkedAgainAfterTheList(t *testing.T) {
+	rowMarkRE := regexp.MustCompile(`<input type="hidden" name="mark" value="([^"]+)" form="bulk">`)
+	for _, b := range testutil.Backends(t) {
+		for _, how := range []string{"ticked", "allmatching"} {
+			t.Run(b.Name+"/"+how, func(t *testing.T) {
+				e := setup(t, b, dashboard.Options{})
+				ctx := context.Background()
+				add(t, e.c, "orders", "d1", "x", 0)
+				add(t, e.c, "orders", "d2", "x", 0)
+				work(t, b, e.c, "d1", "d2")
+				code, page := e.get(t, "/topic?t=orders&state=dead")
+				require.Equal(t, http.StatusOK, code)
+				tok := e.csrf(t, "/topic?t=orders&state=dead")
+				path := "/bulk"
+				form := url.Values{"csrf": {tok}, "t": {"orders"}, "state": {"dead"}, "op": {"requeue"}}
+				if how == "ticked" {
+					form["id"] = []string{"d1", "d2"}
+					for _, m := range rowMarkRE.FindAllStringSubmatch(page, -1) {
+						form.Add("mark", html.UnescapeString(m[1]))
+					}
+					require.Len(t, form["mark"], 2, "each dead row carries its mark")
+				} else {
+					path = "/bulkall"
+				}
+				code, page = e.postTo(t, path, form)
+				require.Equal(t, http.StatusOK, code, page)
+				answer := hiddenFields(page)
+
+				// d1 is requeued and dies again while the question is open.
+				old, err := e.c.Get(ctx, "orders", "d1")
+				require.NoError(t, err)
+				require.NoError(t, e.c.RequeueDead(ctx, "orders", "d1", 0))
+				work(t, b, e.c, "d1")
+				j, err := e.c.Get(ctx, "orders", "d1")
+				require.NoError(t, err)
+				require.NotEqual(t, old.Mark(), j.Mark(), "parked again at another time")
+
+				code, page = e.postTo(t, path, answer)
+				require.Equal(t, http.StatusSeeOther, code, page)
+				require.Contains(t, []redeq.State{redeq.StateScheduled, redeq.StateReady}, state(t, e.c, "d2"), "d2 was listed")
+				require.Equal(t, redeq.StateDead, state(t, e.c, "d1"), "d1 died again after the list was shown: it stays")
+				_, page = e.get(t, "/topic?t=orders&state=dead")
+				require.Contains(t, page, "1 jobs requeued, due now; 1 left (added or parked again since listed).")
+			})
+		}
+	}
+}
+
 // TestPurgeOfALargeDeadSetNamesAtMostMaxPurge: over MaxPurge dead jobs, the
 // confirmation names MaxPurge of them and says how many are dead; its
 // POST removes those, and the rest stay for another purge.
@@ -225,10 +327,7 @@ func TestPurgeOfALargeDeadSetNamesAtMostMaxPurge(t *testing.T) {
 			code, page := e.postTo(t, "/purge", url.Values{"csrf": {tok}, "t": {"orders"}})
 			require.Equal(t, http.StatusOK, code, page)
 			require.Contains(t, page, fmt.Sprintf("Remove these %d of the %d dead jobs of topic orders", dashboard.MaxPurge, dashboard.MaxPurge+5))
-			form := url.Values{"csrf": {tok}, "t": {"orders"}, "confirm": {"1"}}
-			for _, m := range hiddenIDRE.FindAllStringSubmatch(page, -1) {
-				form.Add("id", m[1])
-			}
+			form := hiddenFields(page)
 			require.Len(t, form["id"], dashboard.MaxPurge)
 			code, _ = e.postTo(t, "/purge", form)
 			require.Equal(t, http.StatusSeeOther, code)

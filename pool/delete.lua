@@ -15,12 +15,15 @@
 -- ARGV[1] -> job id
 -- ARGV[2] -> broadcast mark
 -- ARGV[3] -> how long to keep the reply, ms
+-- ARGV[4] -> the job's expected created time, unix ms, or "" (or absent)
+--            to delete whichever job of the id there is
 -- Returns {1, envelope, state, holder or ''} when deleted (now or by an
 -- earlier run of the same call): state is where the job waited,
 -- 'scheduled', 'ready', 'inflight', 'unack' or 'dead'; holder is the
--- "<token>@<consumer>" state entry of an in-flight job. {0} when absent.
--- A rerun after a lost reply returns the first run's reply and writes
--- nothing.
+-- "<token>@<consumer>" state entry of an in-flight job. {0} when absent,
+-- {2} when the job of the id was created at another time (deleted and
+-- added again since): the last two write nothing. A rerun after a lost
+-- reply returns the first run's reply and writes nothing.
 local done = redis.call('GET', KEYS[7])
 if done ~= false then
   local sp = string.find(done, ' ', 1, true)
@@ -29,8 +32,15 @@ if done ~= false then
   if n == nil then return {1, done, '', ''} end -- a reply kept by an older version
   return {1, string.sub(done, sp2 + 1 + n), string.sub(done, 1, sp - 1), string.sub(done, sp2 + 1, sp2 + n)}
 end
+local created = ARGV[4] or ''
+if created ~= '' and not string.find(created, '^%d+$') then
+  return redis.error_reply('delete.lua: created time ' .. created .. ' is no whole number of ms')
+end
 local env = redis.call('HGET', KEYS[1], ARGV[1])
 if env == false then return {0} end
+if created ~= '' and tonumber(string.match(env, '^1|(%d+)|')) ~= tonumber(created) then
+  return {2}
+end
 local st = redis.call('HGET', KEYS[3], ARGV[1])
 local state, holder = 'inflight', ''
 redis.call('HDEL', KEYS[1], ARGV[1])

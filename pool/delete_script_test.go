@@ -93,3 +93,42 @@ func TestDeleteScript(t *testing.T) {
 		})
 	}
 }
+
+// delete.lua given a created time deletes the job of the id only while it
+// was created then: a job added again at another time is left, writing
+// nothing (a rerun answers alike); a created time that is no whole number
+// of ms fails before any write.
+func TestDeleteScriptLeavesAJobCreatedAtAnotherTime(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			p := testutil.Prefix(t)
+			k := keys.ForBucket(p, "t", 0)
+			testutil.Seed(t, c, testutil.Hash(k.Pool(), "j=1|10|0|0|x"), testutil.ZSet(k.Scheduled(), "j=5"))
+			before := testutil.DumpUnder(t, c, p)
+			run := func(op, created string) ([]any, error) {
+				return deleteScript.Run(ctx, c, []string{k.Pool(), k.Scheduled(), k.State(), k.UnAck(), k.Dead(), k.Reasons(), k.Op(op), k.Errors()},
+					"j", keys.BroadcastMark, OpTTL(c).Milliseconds(), created).Slice()
+			}
+			for range 2 {
+				v, err := run("a", "9")
+				require.NoError(t, err)
+				require.Equal(t, []any{int64(2)}, v)
+				require.Equal(t, before, testutil.DumpUnder(t, c, p), "another created time writes nothing")
+			}
+			_, err := run("b", "1e1")
+			require.ErrorContains(t, err, "delete.lua: created time 1e1 is no whole number of ms")
+			require.Equal(t, before, testutil.DumpUnder(t, c, p))
+			v, err := run("c", "10")
+			require.NoError(t, err)
+			require.Equal(t, []any{int64(1), "1|10|0|0|x"}, v)
+			v, err = run("c", "10")
+			require.NoError(t, err)
+			require.Equal(t, []any{int64(1), "1|10|0|0|x"}, v, "rerun after a lost reply")
+			n, err := c.HLen(ctx, k.Pool()).Result()
+			require.NoError(t, err)
+			require.Zero(t, n)
+		})
+	}
+}

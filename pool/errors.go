@@ -22,6 +22,9 @@ var (
 	// ErrJobNotWaiting is a Reschedule or requeue of a job that is not where
 	// the call expects it (in flight, parked, dead, or scheduled).
 	ErrJobNotWaiting = errors.New("redeq: job not waiting")
+	// ErrJobChanged is a bulk action on a marked job whose id now names
+	// another stay of a job (deleted and added again, or parked again).
+	ErrJobChanged = errors.New("redeq: job changed since it was listed")
 	// ErrInvalidArgument is an argument that is not a job (a listener, a
 	// limit, a state, an option) that redeq rejects before writing
 	// anything; it is always wrapped with the reason.

@@ -324,14 +324,24 @@ func (s *Store) Get(ctx context.Context, topic, id string, bucket int) (*Job, er
 // returns it with the State it was in (and its Consumer, in flight). It
 // costs O(log n), and a rerun after a lost reply returns the same job.
 func (s *Store) Delete(ctx context.Context, topic, id string, bucket int) (*Job, error) {
+	return s.DeleteCreated(ctx, topic, id, bucket, "")
+}
+
+// DeleteCreated is Delete of the job of id only while it is the one
+// created at created (unix ms, in digits; "" is any): a job of the id
+// deleted and added again since is left (ErrJobChanged).
+func (s *Store) DeleteCreated(ctx context.Context, topic, id string, bucket int, created string) (*Job, error) {
 	k := keys.ForBucket(s.prefix, topic, bucket)
 	ks := s.jobKeys(topic, bucket)
 	ks = append(ks[:6:6], k.Op(uuid.NewString()), ks[6])
 	ctx, cancel := OpContext(ctx)
 	defer cancel()
-	v, err := deleteScript.Run(ctx, s.rdb, ks, id, keys.BroadcastMark, OpTTL(s.rdb).Milliseconds()).Slice()
+	v, err := deleteScript.Run(ctx, s.rdb, ks, id, keys.BroadcastMark, OpTTL(s.rdb).Milliseconds(), created).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("delete job %q of topic %q: %w", id, topic, err)
+	}
+	if len(v) > 0 && v[0] == int64(2) {
+		return nil, fmt.Errorf("delete job %q of topic %q: created at another time: %w", id, topic, ErrJobChanged)
 	}
 	if len(v) == 0 || v[0] != int64(1) {
 		return nil, fmt.Errorf("delete job %q of topic %q: %w", id, topic, ErrJobNotFound)

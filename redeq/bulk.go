@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +38,63 @@ type BulkResult struct {
 	// Skipped counts the ids that were no longer where the call looks
 	// for them (requeued, taken, deleted or gone meanwhile).
 	Skipped int
+	// Changed counts the ids given with a mark (Marks) whose job is
+	// another stay of the id by now: deleted and added again, or requeued
+	// and parked again since it was listed. They are left as they are.
+	Changed int
+}
+
+// Mark names this stay of a job, as List and Get give it: for an
+// un_acked or dead job its CreatedAt and when it was parked (RunAt), to
+// the millisecond, "<created>:<parked>"; for a scheduled or ready job its
+// CreatedAt, "<created>". A job of the same id deleted and added again,
+// or (parked) requeued and parked again, has another mark, so a bulk call
+// given the marks of the jobs it listed (Marks) leaves such a job alone.
+// It is "" for a job in flight. Two stays of an id made within the same
+// millisecond of the server's clock share a mark.
+func (j *Job) Mark() string {
+	switch j.State {
+	case StateUnAck, StateDead:
+		return ack.Mark(j.CreatedAt, j.RunAt)
+	case StateScheduled, StateReady:
+		return strconv.FormatInt(j.CreatedAt.UnixMilli(), 10)
+	}
+	return ""
+}
+
+// checkMark reports why mark is no mark of a job in state (parked or
+// waiting); "" is none.
+func checkMark(parked bool, mark string) error {
+	if mark == "" {
+		return nil
+	}
+	if parked || strings.Contains(mark, ":") {
+		if !parked {
+			return invalidArg("mark %q is a parked job's, not a waiting job's <created ms>", mark)
+		}
+		return ack.CheckMark(mark)
+	}
+	if ack.CheckMark(mark+":0") != nil {
+		return invalidArg("mark %q is not <created ms>", mark)
+	}
+	return nil
+}
+
+// BulkOption tunes a bulk call.
+type BulkOption func(*bulkOptions)
+
+type bulkOptions struct {
+	marks map[string]string
+}
+
+// Marks makes a bulk call act on a job of ids only while it is the stay
+// marks names for its id (Job.Mark, or what SelectMarks returns): one
+// deleted and added again, or requeued and parked again, since it was
+// listed is left and counted as Changed. An id without
+// a mark in marks is acted on whichever stay it names. A mark that is not
+// one Mark makes is ErrInvalidArgument, before anything is written.
+func Marks(marks map[string]string) BulkOption {
+	return func(o *bulkOptions) { o.marks = marks }
 }
 
 // RequeueUnAckJobs moves each job of ids still parked in un_ack back to
@@ -49,19 +107,22 @@ type BulkResult struct {
 // ErrInvalidJob, a negative delay or more than MaxBulk ids
 // ErrInvalidArgument, ErrUnknownTopic for a topic nobody used. A Redis
 // error ends the call with the counts of what was done before it.
-func (c *Client) RequeueUnAckJobs(ctx context.Context, topic string, ids []string, delay time.Duration) (BulkResult, error) {
-	return c.bulk(ctx, "requeue unack jobs", topic, ids, delay, func(ctx context.Context, id string, b int) error {
-		return ack.Requeue(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.UnAck, delay, false)
+//
+// With Marks, a job of ids deleted and added again, or requeued and parked
+// again, after the caller listed it is left and counted as Changed.
+func (c *Client) RequeueUnAckJobs(ctx context.Context, topic string, ids []string, delay time.Duration, opts ...BulkOption) (BulkResult, error) {
+	return c.bulk(ctx, "requeue unack jobs", topic, true, ids, delay, opts, func(ctx context.Context, id string, b int, mark string) error {
+		return ack.Requeue(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.UnAck, delay, false, mark)
 	})
 }
 
 // RequeueDeadJobs moves each job of ids still in the dead set back to its
 // bucket, due after delay by the server's clock, with a fresh count of
 // attempts and recoveries, as RequeueDead does for one. Ids and errors as
-// RequeueUnAckJobs.
-func (c *Client) RequeueDeadJobs(ctx context.Context, topic string, ids []string, delay time.Duration) (BulkResult, error) {
-	return c.bulk(ctx, "requeue dead", topic, ids, delay, func(ctx context.Context, id string, b int) error {
-		return ack.Requeue(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.Dead, delay, true)
+// RequeueUnAckJobs, Marks too.
+func (c *Client) RequeueDeadJobs(ctx context.Context, topic string, ids []string, delay time.Duration, opts ...BulkOption) (BulkResult, error) {
+	return c.bulk(ctx, "requeue dead", topic, true, ids, delay, opts, func(ctx context.Context, id string, b int, mark string) error {
+		return ack.Requeue(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.Dead, delay, true, mark)
 	})
 }
 
@@ -69,10 +130,11 @@ func (c *Client) RequeueDeadJobs(ctx context.Context, topic string, ids []string
 // with its reason and last error. A job of ids that is not dead (requeued
 // meanwhile, say) is left alone and counted as skipped; a job that died
 // after the caller took its ids is not touched, which is what PurgeDead
-// cannot promise. Ids and errors as RequeueUnAckJobs.
-func (c *Client) PurgeDeadJobs(ctx context.Context, topic string, ids []string) (BulkResult, error) {
-	return c.bulk(ctx, "purge dead", topic, ids, 0, func(ctx context.Context, id string, b int) error {
-		_, err := ack.Take(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.Dead)
+// cannot promise; with Marks, neither is a job of ids that died again (or
+// was added again and died) since. Ids and errors as RequeueUnAckJobs.
+func (c *Client) PurgeDeadJobs(ctx context.Context, topic string, ids []string, opts ...BulkOption) (BulkResult, error) {
+	return c.bulk(ctx, "purge dead", topic, true, ids, 0, opts, func(ctx context.Context, id string, b int, mark string) error {
+		_, err := ack.Take(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.Dead, mark)
 		return err
 	})
 }
@@ -172,34 +234,46 @@ func checkBulkState(what string, state State) error {
 // The states are those of the bulk calls: scheduled, ready, unack and
 // dead (ErrInvalidArgument for inflight, for a bad filter or limit).
 func (c *Client) Select(ctx context.Context, topic string, state State, f Filter, limit int) ([]string, error) {
+	ids, _, err := c.SelectMarks(ctx, topic, state, f, limit)
+	return ids, err
+}
+
+// SelectMarks is Select that also returns the Mark of each job it
+// selects, by id: given to the bulk calls with Marks, they act on the jobs
+// Select saw, not on a later stay of one of their ids.
+func (c *Client) SelectMarks(ctx context.Context, topic string, state State, f Filter, limit int) ([]string, map[string]string, error) {
 	if ctx == nil {
-		return nil, pool.ErrNilContext
+		return nil, nil, pool.ErrNilContext
 	}
 	what := "select " + string(state) + " jobs of topic " + topic
 	if err := checkBulkState(what, state); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := f.check(what); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if limit == 0 {
 		limit = MaxSelect
 	}
 	if limit < 0 || limit > MaxSelect {
-		return nil, invalidArg("%s: limit %d is out of range 1..%d", what, limit, MaxSelect)
+		return nil, nil, invalidArg("%s: limit %d is out of range 1..%d", what, limit, MaxSelect)
 	}
 	var ids []string
+	marks := map[string]string{}
 	seen := map[string]bool{}
 	cursor := ""
 	for len(ids) < limit {
 		page, err := c.List(ctx, topic, state, ListOptions{Limit: selectPage, Cursor: cursor})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, j := range page.Jobs {
 			if len(ids) < limit && !seen[j.ID] && f.Match(j) {
 				seen[j.ID] = true
 				ids = append(ids, j.ID)
+				if m := j.Mark(); m != "" {
+					marks[j.ID] = m
+				}
 			}
 		}
 		if page.Next == "" {
@@ -207,7 +281,7 @@ func (c *Client) Select(ctx context.Context, topic string, state State, f Filter
 		}
 		cursor = page.Next
 	}
-	return ids, nil
+	return ids, marks, nil
 }
 
 // DeleteJobs deletes each job of ids, which Select took from state. A
@@ -221,21 +295,25 @@ func (c *Client) Select(ctx context.Context, topic string, state State, f Filter
 // holds Redis for long, however many ids. A rerun with the same ids after
 // an error is safe: the jobs deleted before it are skipped. Arguments are
 // checked as RequeueUnAckJobs checks them, and the state as Select.
-func (c *Client) DeleteJobs(ctx context.Context, topic string, state State, ids []string) (BulkResult, error) {
+//
+// With Marks (from SelectMarks), a job of ids deleted and added again, or
+// (un_acked or dead) requeued and parked again, since Select is left and
+// counted as Changed.
+func (c *Client) DeleteJobs(ctx context.Context, topic string, state State, ids []string, opts ...BulkOption) (BulkResult, error) {
 	what := "delete " + string(state) + " jobs"
 	if err := checkBulkState(what, state); err != nil {
 		return BulkResult{}, err
 	}
-	return c.bulk(ctx, what, topic, ids, 0, func(ctx context.Context, id string, b int) error {
+	return c.bulk(ctx, what, topic, state == StateUnAck || state == StateDead, ids, 0, opts, func(ctx context.Context, id string, b int, mark string) error {
 		switch state {
 		case StateUnAck:
-			_, err := ack.Take(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.UnAck)
+			_, err := ack.Take(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.UnAck, mark)
 			return err
 		case StateDead:
-			_, err := ack.Take(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.Dead)
+			_, err := ack.Take(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.Dead, mark)
 			return err
 		}
-		_, err := c.store.Delete(ctx, topic, id, b)
+		_, err := c.store.DeleteCreated(ctx, topic, id, b, mark)
 		return err
 	})
 }
@@ -251,8 +329,8 @@ func (c *Client) DeleteJobs(ctx context.Context, topic string, state State, ids 
 // Ready jobs are due already: RequeueJobs of ready jobs wants a delay
 // (ErrInvalidArgument for 0). Costs and reruns as DeleteJobs: a rerun
 // after an error skips the un_acked and dead jobs already requeued, and
-// gives waiting jobs their due time again.
-func (c *Client) RequeueJobs(ctx context.Context, topic string, state State, ids []string, delay time.Duration) (BulkResult, error) {
+// gives waiting jobs their due time again. Marks as DeleteJobs.
+func (c *Client) RequeueJobs(ctx context.Context, topic string, state State, ids []string, delay time.Duration, opts ...BulkOption) (BulkResult, error) {
 	what := "requeue " + string(state) + " jobs"
 	if err := checkBulkState(what, state); err != nil {
 		return BulkResult{}, err
@@ -260,22 +338,22 @@ func (c *Client) RequeueJobs(ctx context.Context, topic string, state State, ids
 	if state == StateReady && delay == 0 {
 		return BulkResult{}, invalidArg("%s of topic %q: ready jobs are due already, give a delay", what, topic)
 	}
-	return c.bulk(ctx, what, topic, ids, delay, func(ctx context.Context, id string, b int) error {
+	return c.bulk(ctx, what, topic, state == StateUnAck || state == StateDead, ids, delay, opts, func(ctx context.Context, id string, b int, mark string) error {
 		switch state {
 		case StateUnAck:
-			return ack.Requeue(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.UnAck, delay, false)
+			return ack.Requeue(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.UnAck, delay, false, mark)
 		case StateDead:
-			return ack.Requeue(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.Dead, delay, true)
+			return ack.Requeue(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.Dead, delay, true, mark)
 		}
-		return bucket.RescheduleIn(ctx, c.rdb, c.cfg.Prefix, topic, id, b, delay)
+		return bucket.RescheduleInCreated(ctx, c.rdb, c.cfg.Prefix, topic, id, b, delay, mark)
 	})
 }
 
 // bulk checks every argument, then runs do once for each distinct id with
-// its bucket, bulkWorkers at a time. The first error other than a job
+// its bucket and its mark ("" for none), bulkWorkers at a time. The first error other than a job
 // gone or moved stops it: the ids not started are left, the counts say
 // what was done.
-func (c *Client) bulk(ctx context.Context, what, topic string, ids []string, delay time.Duration, do func(ctx context.Context, id string, b int) error) (BulkResult, error) {
+func (c *Client) bulk(ctx context.Context, what, topic string, parked bool, ids []string, delay time.Duration, opts []BulkOption, do func(ctx context.Context, id string, b int, mark string) error) (BulkResult, error) {
 	if ctx == nil {
 		return BulkResult{}, pool.ErrNilContext
 	}
@@ -288,9 +366,16 @@ func (c *Client) bulk(ctx context.Context, what, topic string, ids []string, del
 	if delay < 0 {
 		return BulkResult{}, invalidArg("%s of topic %q: negative delay %v", what, topic, delay)
 	}
+	var o bulkOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	for _, id := range ids {
 		if err := pool.CheckID(id); err != nil {
 			return BulkResult{}, err
+		}
+		if err := checkMark(parked, o.marks[id]); err != nil {
+			return BulkResult{}, fmt.Errorf("%s of topic %q: job %q: %w", what, topic, id, err)
 		}
 	}
 	var res BulkResult
@@ -322,11 +407,13 @@ func (c *Client) bulk(ctx context.Context, what, topic string, ids []string, del
 				if ctx.Err() != nil {
 					return
 				}
-				err := do(ctx, id, bucket.Of(id, n))
+				err := do(ctx, id, bucket.Of(id, n), o.marks[id])
 				mu.Lock()
 				switch {
 				case err == nil:
 					res.Done++
+				case errors.Is(err, ErrJobChanged):
+					res.Changed++
 				case errors.Is(err, ErrJobNotFound), errors.Is(err, ErrJobNotWaiting):
 					res.Skipped++
 				case first == nil:

@@ -137,6 +137,179 @@ func TestBulkActsOnTheIdsItIsGiven(t *testing.T) {
 	}
 }
 
+// TestBulkCallsWithMarksSpareAJobAddedOrParkedAgain: given the marks of
+// the jobs they listed (SelectMarks, Job.Mark), RequeueUnAckJobs,
+// RequeueDeadJobs, PurgeDeadJobs, DeleteJobs and RequeueJobs act on those
+// stays only: a job of a listed id deleted and added again, or requeued
+// and parked again, since the listing is left as it is and counted as
+// Changed, while the other listed jobs are acted on; given the same marks
+// again, they act on no job twice; a bad mark writes nothing.
+func TestBulkCallsWithMarksSpareAJobAddedOrParkedAgain(t *testing.T) {
+	type call func(ctx context.Context, c *redeq.Client, ids []string, marks map[string]string) (redeq.BulkResult, error)
+	calls := []struct {
+		name  string
+		state redeq.State
+		do    call
+		after redeq.State // of the listed job acted on
+	}{
+		{"RequeueUnAckJobs", redeq.StateUnAck, func(ctx context.Context, c *redeq.Client, ids []string, m map[string]string) (redeq.BulkResult, error) {
+			return c.RequeueUnAckJobs(ctx, "t", ids, time.Hour, redeq.Marks(m))
+		}, redeq.StateScheduled},
+		{"RequeueDeadJobs", redeq.StateDead, func(ctx context.Context, c *redeq.Client, ids []string, m map[string]string) (redeq.BulkResult, error) {
+			return c.RequeueDeadJobs(ctx, "t", ids, time.Hour, redeq.Marks(m))
+		}, redeq.StateScheduled},
+		{"PurgeDeadJobs", redeq.StateDead, func(ctx context.Context, c *redeq.Client, ids []string, m map[string]string) (redeq.BulkResult, error) {
+			return c.PurgeDeadJobs(ctx, "t", ids, redeq.Marks(m))
+		}, "gone"},
+		{"DeleteJobs/unack", redeq.StateUnAck, func(ctx context.Context, c *redeq.Client, ids []string, m map[string]string) (redeq.BulkResult, error) {
+			return c.DeleteJobs(ctx, "t", redeq.StateUnAck, ids, redeq.Marks(m))
+		}, "gone"},
+		{"RequeueJobs/dead", redeq.StateDead, func(ctx context.Context, c *redeq.Client, ids []string, m map[string]string) (redeq.BulkResult, error) {
+			return c.RequeueJobs(ctx, "t", redeq.StateDead, ids, time.Hour, redeq.Marks(m))
+		}, redeq.StateScheduled},
+	}
+	for _, be := range testutil.Backends(t) {
+		for _, how := range []string{"readded", "requeued"} {
+			for _, tc := range calls {
+				t.Run(be.Name+"/"+how+"/"+tc.name, func(t *testing.T) {
+					cfg := testutil.Config(t)
+					cfg.Concurrency = 4
+					e := setup(t, be, cfg)
+					ctx := context.Background()
+					p := "u"
+					if tc.state == redeq.StateDead {
+						p = "d"
+					}
+					a, b := p+"1", p+"2"
+					parkAll(t, e, a, b)
+					ids, marks, err := e.c.SelectMarks(ctx, "t", tc.state, redeq.Filter{}, 0)
+					require.NoError(t, err)
+					require.ElementsMatch(t, []string{a, b}, ids)
+					old, err := e.c.Get(ctx, "t", a)
+					require.NoError(t, err)
+					require.Equal(t, old.Mark(), marks[a], "Get and SelectMarks give one mark")
+
+					// a is parked again after the listing.
+					if how == "readded" {
+						_, err := e.c.Delete(ctx, "t", a)
+						require.NoError(t, err)
+						waitFor(t, 10*time.Second, "a new created time", func() bool {
+							now, err := e.c.ServerTime(ctx)
+							require.NoError(t, err)
+							return now.After(old.CreatedAt)
+						})
+						parkAll(t, e, a)
+					} else {
+						waitFor(t, 10*time.Second, "a new parked time", func() bool {
+							now, err := e.c.ServerTime(ctx)
+							require.NoError(t, err)
+							return now.After(old.RunAt)
+						})
+						if tc.state == redeq.StateDead {
+							require.NoError(t, e.c.RequeueDead(ctx, "t", a, 0))
+						} else {
+							require.NoError(t, e.c.RequeueUnAck(ctx, "t", a, 0))
+						}
+						w := e.another(t, nil)
+						startWith(t, w, newListener("t", func(_ context.Context, j *redeq.Job, _ *redeq.Channel) error {
+							if strings.HasPrefix(j.ID, "d") {
+								return redeq.SkipRetry(errors.New("bad again"))
+							}
+							return nil
+						}))
+						waitFor(t, 10*time.Second, "parked again", func() bool {
+							j, err := e.c.Get(ctx, "t", a)
+							return err == nil && j.State == tc.state && !j.RunAt.Equal(old.RunAt)
+						})
+						require.NoError(t, w.Shutdown(ctx))
+					}
+					now, err := e.c.Get(ctx, "t", a)
+					require.NoError(t, err)
+					require.NotEqual(t, marks[a], now.Mark())
+
+					r, err := tc.do(ctx, e.c, ids, marks)
+					require.NoError(t, err)
+					require.Equal(t, redeq.BulkResult{Done: 1, Changed: 1}, r)
+					require.Equal(t, tc.after, stateOf(t, e.c, b), "the listed %s", b)
+					require.Equal(t, tc.state, stateOf(t, e.c, a), "%s, %s after the listing, stays", a, how)
+
+					r, err = tc.do(ctx, e.c, ids, marks)
+					require.NoError(t, err)
+					require.Equal(t, redeq.BulkResult{Skipped: 1, Changed: 1}, r, "the same marks again act on nothing")
+					require.Equal(t, tc.after, stateOf(t, e.c, b))
+					require.Equal(t, tc.state, stateOf(t, e.c, a))
+
+					bad := map[string]string{a: now.Mark(), b: "not a mark"}
+					_, err = tc.do(ctx, e.c, []string{a, b}, bad)
+					require.ErrorIs(t, err, redeq.ErrInvalidArgument)
+					require.ErrorContains(t, err, `job "`+b+`": `)
+					require.ErrorContains(t, err, `mark "not a mark"`)
+					require.Equal(t, tc.state, stateOf(t, e.c, a), "a call with a bad mark writes nothing")
+				})
+			}
+		}
+	}
+}
+
+// TestBulkCallsWithMarksSpareAWaitingJobAddedAgain: DeleteJobs and
+// RequeueJobs given the marks SelectMarks took of scheduled jobs act on
+// those jobs only: a job of a listed id deleted and added again since is
+// left as it is and counted as Changed; a parked job's mark is refused for
+// a waiting job, before anything is written.
+func TestBulkCallsWithMarksSpareAWaitingJobAddedAgain(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		for _, op := range []string{"delete", "requeue"} {
+			t.Run(be.Name+"/"+op, func(t *testing.T) {
+				e := setup(t, be, testutil.Config(t))
+				ctx := context.Background()
+				for _, id := range []string{"s1", "s2"} {
+					require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: id, Delay: time.Hour}))
+				}
+				ids, marks, err := e.c.SelectMarks(ctx, "t", redeq.StateScheduled, redeq.Filter{}, 0)
+				require.NoError(t, err)
+				require.ElementsMatch(t, []string{"s1", "s2"}, ids)
+				old, err := e.c.Get(ctx, "t", "s1")
+				require.NoError(t, err)
+				require.Equal(t, old.Mark(), marks["s1"])
+				_, err = e.c.Delete(ctx, "t", "s1")
+				require.NoError(t, err)
+				waitFor(t, 10*time.Second, "a new created time", func() bool {
+					now, err := e.c.ServerTime(ctx)
+					require.NoError(t, err)
+					return now.After(old.CreatedAt)
+				})
+				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "s1", Delay: 2 * time.Hour}))
+				readded, err := e.c.Get(ctx, "t", "s1")
+				require.NoError(t, err)
+
+				do := func(ids []string, m map[string]string) (redeq.BulkResult, error) {
+					if op == "delete" {
+						return e.c.DeleteJobs(ctx, "t", redeq.StateScheduled, ids, redeq.Marks(m))
+					}
+					return e.c.RequeueJobs(ctx, "t", redeq.StateScheduled, ids, time.Minute, redeq.Marks(m))
+				}
+				_, err = do([]string{"s1"}, map[string]string{"s1": readded.Mark() + ":5"})
+				require.ErrorIs(t, err, redeq.ErrInvalidArgument)
+				require.ErrorContains(t, err, "a parked job's")
+
+				r, err := do(ids, marks)
+				require.NoError(t, err)
+				require.Equal(t, redeq.BulkResult{Done: 1, Changed: 1}, r)
+				now, err := e.c.Get(ctx, "t", "s1")
+				require.NoError(t, err)
+				require.Equal(t, readded.RunAt, now.RunAt, "s1, added again after the listing, is left as it is")
+				if op == "delete" {
+					require.Equal(t, redeq.State("gone"), stateOf(t, e.c, "s2"))
+				} else {
+					j, err := e.c.Get(ctx, "t", "s2")
+					require.NoError(t, err)
+					require.WithinDuration(t, time.Now().Add(time.Minute), j.RunAt, 30*time.Second)
+				}
+			})
+		}
+	}
+}
+
 // seedStates adds jobs to topic "t" and runs a worker until each waits
 // where its id says: "s" scheduled (due in 1h, 2h ... by its number), "r"
 // scheduled again after a failure "partner timeout" (attempt 1, due in

@@ -38,6 +38,10 @@ var (
 	// ErrJobNotWaiting is a Reschedule of a job that is in flight, parked
 	// or dead, or a requeue of a job that is not parked or dead.
 	ErrJobNotWaiting = pool.ErrJobNotWaiting
+	// ErrJobChanged is a bulk action on a job given with its Mark whose id
+	// now names another stay of a job: deleted and added again, or
+	// requeued and parked again, since it was listed.
+	ErrJobChanged = pool.ErrJobChanged
 	// ErrClientClosed is a Start, Register or Shutdown after Shutdown.
 	ErrClientClosed = errors.New("redeq: client closed")
 	// ErrUnknownTopic is a topic nobody ever added to: it has no recorded

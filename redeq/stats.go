@@ -103,7 +103,7 @@ func (c *Client) ProcessUnAck(ctx context.Context, topic, id string) (*Job, erro
 	if err != nil {
 		return nil, err
 	}
-	return publicResult(ack.Take(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.UnAck))
+	return publicResult(ack.Take(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.UnAck, ""))
 }
 
 // RequeueUnAck moves the job id from un_ack back to its bucket, due after
@@ -119,7 +119,7 @@ func (c *Client) RequeueUnAck(ctx context.Context, topic, id string, delay time.
 	if err != nil {
 		return err
 	}
-	return ack.Requeue(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.UnAck, delay, false)
+	return ack.Requeue(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.UnAck, delay, false, "")
 }
 
 // DeadJobs lists at most limit (1..10,000) jobs of topic in the dead set,
@@ -145,7 +145,7 @@ func (c *Client) RequeueDead(ctx context.Context, topic, id string, delay time.D
 	if err != nil {
 		return err
 	}
-	return ack.Requeue(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.Dead, delay, true)
+	return ack.Requeue(ctx, c.rdb, c.cfg.Prefix, topic, id, b, ack.Dead, delay, true, "")
 }
 
 // PurgeDead removes every job of topic's dead set, for good, and returns

@@ -105,7 +105,7 @@ func (b *bulkFlags) describe(topic string, state redeq.State) string {
 // bulkAction is what a bulk command does to the ids it selected.
 type bulkAction struct {
 	verb, done string // "delete", "deleted"
-	do         func(ctx context.Context, c *redeq.Client, topic string, state redeq.State, ids []string) (redeq.BulkResult, error)
+	do         func(ctx context.Context, c *redeq.Client, topic string, state redeq.State, ids []string, opts ...redeq.BulkOption) (redeq.BulkResult, error)
 }
 
 // runBulk selects the jobs the flags pick (the fixed set it acts on,
@@ -117,7 +117,7 @@ func runBulk(ctx context.Context, o *opts, c *redeq.Client, cmd *cobra.Command, 
 	if err != nil {
 		return err
 	}
-	ids, err := c.Select(ctx, topic, state, f, 0)
+	ids, marks, err := c.SelectMarks(ctx, topic, state, f, 0)
 	if err != nil {
 		return err
 	}
@@ -136,12 +136,14 @@ func runBulk(ctx context.Context, o *opts, c *redeq.Client, cmd *cobra.Command, 
 			return errors.New("not confirmed: nothing changed (--yes skips the question)")
 		}
 	}
-	r, err := inBatches(ids, func(batch []string) (redeq.BulkResult, error) { return a.do(ctx, c, topic, state, batch) })
+	r, err := inBatches(ids, func(batch []string) (redeq.BulkResult, error) {
+		return a.do(ctx, c, topic, state, batch, redeq.Marks(marks))
+	})
 	if err != nil {
 		return fmt.Errorf("after %s %d of %d %s (run the same command again to go on): %w", a.done, r.Done, len(ids), what, err)
 	}
 	if o.json() {
-		return writeJSON(cmd.OutOrStdout(), map[string]any{"done": a.done, "topic": topic, "state": state, "count": r.Done, "skipped": r.Skipped})
+		return writeJSON(cmd.OutOrStdout(), map[string]any{"done": a.done, "topic": topic, "state": state, "count": r.Done, "skipped": r.Skipped, "changed": r.Changed})
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "%s %d %s%s\n", a.done, r.Done, what, skipped(r, string(state)))
 	return nil
@@ -159,14 +161,14 @@ func bulkState(s string) (redeq.State, error) {
 }
 
 var deleteAction = bulkAction{verb: "delete", done: "deleted",
-	do: func(ctx context.Context, c *redeq.Client, topic string, state redeq.State, ids []string) (redeq.BulkResult, error) {
-		return c.DeleteJobs(ctx, topic, state, ids)
+	do: func(ctx context.Context, c *redeq.Client, topic string, state redeq.State, ids []string, opts ...redeq.BulkOption) (redeq.BulkResult, error) {
+		return c.DeleteJobs(ctx, topic, state, ids, opts...)
 	}}
 
 func requeueAction(verb, done string, in time.Duration) bulkAction {
 	return bulkAction{verb: verb, done: done,
-		do: func(ctx context.Context, c *redeq.Client, topic string, state redeq.State, ids []string) (redeq.BulkResult, error) {
-			return c.RequeueJobs(ctx, topic, state, ids, in)
+		do: func(ctx context.Context, c *redeq.Client, topic string, state redeq.State, ids []string, opts ...redeq.BulkOption) (redeq.BulkResult, error) {
+			return c.RequeueJobs(ctx, topic, state, ids, in, opts...)
 		}}
 }
 

@@ -106,7 +106,7 @@ func TestCLIBulkEveryState(t *testing.T) {
 				require.Equal(t, 0, code, errs)
 				require.Equal(t, "deleted 1 scheduled jobs of orders with error containing \"partner\"\n", out)
 				require.True(t, e.gone(t, "r1"))
-				require.JSONEq(t, `{"done":"deleted","topic":"orders","state":"dead","count":1,"skipped":0}`,
+				require.JSONEq(t, `{"done":"deleted","topic":"orders","state":"dead","count":1,"skipped":0,"changed":0}`,
 					e.ok(t, "delete", "orders", "--all", "--state", "dead", "--error", "payload d1", "--yes", "-o", "json"))
 				require.True(t, e.gone(t, "d1"))
 				require.False(t, e.gone(t, "d2"))

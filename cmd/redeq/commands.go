@@ -174,8 +174,9 @@ func listCmd(o *opts) *cobra.Command {
 					Jobs []jobJSON `json:"jobs"`
 					Next string    `json:"next"`
 				}{Jobs: []jobJSON{}, Next: page.Next}
+				cfg := c.Config()
 				for _, j := range page.Jobs {
-					out.Jobs = append(out.Jobs, toJSON(j, false))
+					out.Jobs = append(out.Jobs, fullJSON(j, cfg))
 				}
 				return writeJSON(cmd.OutOrStdout(), out)
 			}
@@ -234,12 +235,10 @@ func getCmd(o *opts) *cobra.Command {
 				return err
 			}
 			cfg := c.Config()
-			st := storyOf(j, cfg.Retry, cfg.RetryIntervals)
 			if o.json() {
-				out := toJSON(j, true)
-				out.storyJSON = &st
-				return writeJSON(cmd.OutOrStdout(), out)
+				return writeJSON(cmd.OutOrStdout(), fullJSON(j, cfg))
 			}
+			st := storyOf(j, cfg.Retry, cfg.RetryIntervals)
 			writeJob(cmd.OutOrStdout(), j, &st)
 			return nil
 		}),
@@ -500,7 +499,7 @@ them and changes nothing.`,
 							return fmt.Errorf("after requeuing %d jobs: %w", r.Done, err)
 						}
 						if o.json() {
-							return writeJSON(cmd.OutOrStdout(), map[string]any{"done": "requeued", "topic": topic, "from": state, "state": state, "count": r.Done, "skipped": r.Skipped})
+							return writeJSON(cmd.OutOrStdout(), map[string]any{"done": "requeued", "topic": topic, "from": state, "state": state, "count": r.Done, "skipped": r.Skipped, "changed": r.Changed})
 						}
 						fmt.Fprintf(cmd.OutOrStdout(), "requeued %d jobs of %s from %s%s\n", r.Done, topic, state, skipped(r, string(state)))
 						return nil
@@ -528,25 +527,28 @@ them and changes nothing.`,
 }
 
 // parkedIDs returns the ids of topic's jobs in state (unack or dead) as
-// List pages them now: the fixed set a bulk command acts on, whatever is
-// parked after. It holds the ids in memory (about 100 bytes a job).
-func parkedIDs(ctx context.Context, c *redeq.Client, topic string, state redeq.State) ([]string, error) {
+// List pages them now, with their marks: the fixed set a bulk command acts
+// on, whatever is parked after (a job of one of the ids added or parked
+// again too). It holds them in memory (about 150 bytes a job).
+func parkedIDs(ctx context.Context, c *redeq.Client, topic string, state redeq.State) ([]string, map[string]string, error) {
 	var ids []string
+	marks := map[string]string{}
 	seen := map[string]bool{}
 	cursor := ""
 	for {
 		page, err := c.List(ctx, topic, state, redeq.ListOptions{Limit: redeq.MaxListLimit, Cursor: cursor})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, j := range page.Jobs {
 			if !seen[j.ID] {
 				seen[j.ID] = true
 				ids = append(ids, j.ID)
+				marks[j.ID] = j.Mark()
 			}
 		}
 		if page.Next == "" {
-			return ids, nil
+			return ids, marks, nil
 		}
 		cursor = page.Next
 	}
@@ -561,6 +563,7 @@ func inBatches(ids []string, do func([]string) (redeq.BulkResult, error)) (redeq
 		r, err := do(ids[:n])
 		total.Done += r.Done
 		total.Skipped += r.Skipped
+		total.Changed += r.Changed
 		if err != nil {
 			return total, err
 		}
@@ -571,26 +574,32 @@ func inBatches(ids []string, do func([]string) (redeq.BulkResult, error)) (redeq
 
 // requeueAll requeues, once each, the jobs of topic parked in from (unack
 // or dead) when it starts. Jobs parked after it started (a requeued job
-// that fails again at once, for one) are left, so it ends however fast
-// jobs die; jobs that left the set meanwhile are skipped and counted.
+// that fails again at once, for one, or a job of a listed id added and
+// parked again) are left, so it ends however fast jobs die; jobs that
+// left the set meanwhile are skipped and counted, those parked again
+// counted as changed.
 func requeueAll(ctx context.Context, c *redeq.Client, from, topic string, in time.Duration) (redeq.BulkResult, error) {
 	state := redeq.State(from)
-	ids, err := c.Select(ctx, topic, state, redeq.Filter{}, 0)
+	ids, marks, err := c.SelectMarks(ctx, topic, state, redeq.Filter{}, 0)
 	if err != nil {
 		return redeq.BulkResult{}, err
 	}
 	return inBatches(ids, func(b []string) (redeq.BulkResult, error) {
-		return c.RequeueJobs(ctx, topic, state, b, in)
+		return c.RequeueJobs(ctx, topic, state, b, in, redeq.Marks(marks))
 	})
 }
 
 // skipped is the note a bulk command adds when jobs left its set before
-// it reached them.
+// it reached them, or were added or parked again since it listed them.
 func skipped(r redeq.BulkResult, where string) string {
-	if r.Skipped == 0 {
-		return ""
+	s := ""
+	if r.Skipped > 0 {
+		s = fmt.Sprintf("; %d skipped, no longer %s", r.Skipped, where)
 	}
-	return fmt.Sprintf("; %d skipped, no longer %s", r.Skipped, where)
+	if r.Changed > 0 {
+		s += fmt.Sprintf("; %d left, %s again since listed", r.Changed, where)
+	}
+	return s
 }
 
 func purgeCmd(o *opts) *cobra.Command {
@@ -610,7 +619,7 @@ or works stay.`,
 			}
 			return withClient(o, func(ctx context.Context, c *redeq.Client, cmd *cobra.Command, _ []string) error {
 				topic := a[1]
-				ids, err := parkedIDs(ctx, c, topic, redeq.StateDead)
+				ids, marks, err := parkedIDs(ctx, c, topic, redeq.StateDead)
 				if err != nil {
 					return err
 				}
@@ -621,12 +630,12 @@ or works stay.`,
 						return errors.New("not confirmed: nothing removed (--yes skips the question)")
 					}
 				}
-				r, err := inBatches(ids, func(b []string) (redeq.BulkResult, error) { return c.PurgeDeadJobs(ctx, topic, b) })
+				r, err := inBatches(ids, func(b []string) (redeq.BulkResult, error) { return c.PurgeDeadJobs(ctx, topic, b, redeq.Marks(marks)) })
 				if err != nil {
 					return fmt.Errorf("after purging %d dead jobs: %w", r.Done, err)
 				}
 				if o.json() {
-					return writeJSON(cmd.OutOrStdout(), map[string]any{"done": "purged", "topic": topic, "count": r.Done, "skipped": r.Skipped})
+					return writeJSON(cmd.OutOrStdout(), map[string]any{"done": "purged", "topic": topic, "count": r.Done, "skipped": r.Skipped, "changed": r.Changed})
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "purged %d dead jobs of %s%s\n", r.Done, topic, skipped(r, "dead"))
 				return nil

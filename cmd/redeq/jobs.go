@@ -14,6 +14,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -34,7 +35,19 @@ type jobJSON struct {
 	Body       *string           `json:"body,omitempty"`
 	BodyBase64 *string           `json:"body_base64,omitempty"`
 	Size       int               `json:"size"`
-	*storyJSON
+	// Mark names this stay of an un_acked or dead job (redeq's Job.Mark).
+	Mark string `json:"mark,omitempty"`
+	storyJSON
+}
+
+// fullJSON is a job as get and list -o json write it: its fields, body
+// and retry settings (the story get shows).
+func fullJSON(j *redeq.Job, cfg config.Config) jobJSON {
+	out := toJSON(j, true)
+	st := storyOf(j, cfg.Retry, cfg.RetryIntervals)
+	out.storyJSON = st
+	out.Mark = j.Mark()
+	return out
 }
 
 func toJSON(j *redeq.Job, withBody bool) jobJSON {
