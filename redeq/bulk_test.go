@@ -193,14 +193,14 @@ func TestBulkCallsWithMarksSpareAJobAddedOrParkedAgain(t *testing.T) {
 					if how == "readded" {
 						_, err := e.c.Delete(ctx, "t", a)
 						require.NoError(t, err)
-						waitFor(t, 10*time.Second, "a new created time", func() bool {
+						testutil.Eventually(t, 10*time.Second, "a new created time", func() bool {
 							now, err := e.c.ServerTime(ctx)
 							require.NoError(t, err)
 							return now.After(old.CreatedAt)
 						})
 						parkAll(t, e, a)
 					} else {
-						waitFor(t, 10*time.Second, "a new parked time", func() bool {
+						testutil.Eventually(t, 10*time.Second, "a new parked time", func() bool {
 							now, err := e.c.ServerTime(ctx)
 							require.NoError(t, err)
 							return now.After(old.RunAt)
@@ -217,7 +217,7 @@ func TestBulkCallsWithMarksSpareAJobAddedOrParkedAgain(t *testing.T) {
 							}
 							return nil
 						}))
-						waitFor(t, 10*time.Second, "parked again", func() bool {
+						testutil.Eventually(t, 10*time.Second, "parked again", func() bool {
 							j, err := e.c.Get(ctx, "t", a)
 							return err == nil && j.State == tc.state && !j.RunAt.Equal(old.RunAt)
 						})
@@ -273,7 +273,7 @@ func TestBulkCallsWithMarksSpareAWaitingJobAddedAgain(t *testing.T) {
 				require.Equal(t, old.Mark(), marks["s1"])
 				_, err = e.c.Delete(ctx, "t", "s1")
 				require.NoError(t, err)
-				waitFor(t, 10*time.Second, "a new created time", func() bool {
+				testutil.Eventually(t, 10*time.Second, "a new created time", func() bool {
 					now, err := e.c.ServerTime(ctx)
 					require.NoError(t, err)
 					return now.After(old.CreatedAt)

@@ -87,7 +87,7 @@ func TestDownMasterHoldsUpOnlyItsJobs(t *testing.T) {
 				}
 			}
 			start := time.Now()
-			waitEvery(t, 3*time.Second+60*cfg.ScanInterval, 50*time.Millisecond, "every healthy topic's jobs ran", func() bool {
+			testutil.EventuallyEvery(t, 3*time.Second+60*cfg.ScanInterval, 50*time.Millisecond, "every healthy topic's jobs ran", func() bool {
 				mu.Lock()
 				defer mu.Unlock()
 				for name, ok := range healthy {
@@ -190,6 +190,6 @@ func downMasterBuckets(t *testing.T, alsoDown bool) {
 		}
 		return out
 	}
-	waitEvery(t, 2*time.Second+60*cfg.ScanInterval, 50*time.Millisecond, "every job of a healthy bucket ran", func() bool { return len(missing()) == 0 })
+	testutil.EventuallyEvery(t, 2*time.Second+60*cfg.ScanInterval, 50*time.Millisecond, "every job of a healthy bucket ran", func() bool { return len(missing()) == 0 })
 	t.Logf("ran within %v", time.Since(start))
 }

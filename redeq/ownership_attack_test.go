@@ -97,11 +97,11 @@ func TestOwnerCutOffMidRunHandsItsBucketsOver(t *testing.T) {
 			require.Positive(t, onCut)
 			// A alone for a while: it owns and locks every bucket.
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: "warm"}))
-			waitFor(t, 10*time.Second, "warm-up ran", func() bool { return runs.ranAll("warm", 0, map[string]bool{"warm": true}) })
+			testutil.Eventually(t, 10*time.Second, "warm-up ran", func() bool { return runs.ranAll("warm", 0, map[string]bool{"warm": true}) })
 			b := e.another(t, nil)
 			startWith(t, b, newListener(topic, runs.handler(0)))
 			startWith(t, e.c, newListener(topic, runs.handler(0)))
-			waitFor(t, 5*time.Second, "three clients announced", func() bool {
+			testutil.Eventually(t, 5*time.Second, "three clients announced", func() bool {
 				return e.rdb.ZCard(ctx, keys.Movers(prefix)).Val() == 3
 			})
 			const jobs = 160
@@ -111,7 +111,7 @@ func TestOwnerCutOffMidRunHandsItsBucketsOver(t *testing.T) {
 			cc.cutNow()
 			start := time.Now()
 			before := fromA.Load()
-			waitFor(t, time.Second+cfg.LockExpiry+40*cfg.ScanInterval, "every job ran", func() bool { return runs.ranAll("j", jobs, nil) })
+			testutil.Eventually(t, time.Second+cfg.LockExpiry+40*cfg.ScanInterval, "every job ran", func() bool { return runs.ranAll("j", jobs, nil) })
 			t.Logf("all ran %v after the cut; A ran %d of them", time.Since(start), fromA.Load()-before)
 			for id, r := range runs.snapshot() {
 				require.Len(t, r, 1, "job %s ran more than once", id)
@@ -121,7 +121,7 @@ func TestOwnerCutOffMidRunHandsItsBucketsOver(t *testing.T) {
 			for i := range 40 {
 				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: fmt.Sprint("k", i)}))
 			}
-			waitFor(t, 40*cfg.ScanInterval, "every later job ran", func() bool { return runs.ranAll("k", 40, nil) })
+			testutil.Eventually(t, 40*cfg.ScanInterval, "every later job ran", func() bool { return runs.ranAll("k", 40, nil) })
 		})
 	}
 }
@@ -166,7 +166,7 @@ func TestClientCutOffFromASharedKeysMasterKeepsServingTheRest(t *testing.T) {
 			startWith(t, a, newListener(topic, runs.handler(0)))
 			require.NoError(t, e.c.Start(ctx)) // a mover, no listener
 			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: "warm"}))
-			waitFor(t, 10*time.Second, "warm-up ran", func() bool { return runs.ranAll("", 0, map[string]bool{"warm": true}) })
+			testutil.Eventually(t, 10*time.Second, "warm-up ran", func() bool { return runs.ranAll("", 0, map[string]bool{"warm": true}) })
 			cc.cutNow()
 			want := map[string]bool{}
 			for i := 0; len(want) < 40; i++ {
@@ -178,7 +178,7 @@ func TestClientCutOffFromASharedKeysMasterKeepsServingTheRest(t *testing.T) {
 				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: id, Delay: 500 * time.Millisecond}))
 			}
 			start := time.Now()
-			waitFor(t, 10*time.Second, "A ran every job of the reachable masters", func() bool { return runs.ranAll("", 0, want) })
+			testutil.Eventually(t, 10*time.Second, "A ran every job of the reachable masters", func() bool { return runs.ranAll("", 0, want) })
 			t.Logf("%s's master cut: A ran them all %v after the cut", role, time.Since(start))
 
 			// Another client with a listener runs the jobs of the master
@@ -194,7 +194,7 @@ func TestClientCutOffFromASharedKeysMasterKeepsServingTheRest(t *testing.T) {
 				cutJobs[id] = true
 				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: id, Delay: 500 * time.Millisecond}))
 			}
-			waitFor(t, 500*time.Millisecond+cfg.LockExpiry+40*cfg.ScanInterval, "the cut master's jobs ran", func() bool { return runs.ranAll("", 0, cutJobs) })
+			testutil.Eventually(t, 500*time.Millisecond+cfg.LockExpiry+40*cfg.ScanInterval, "the cut master's jobs ran", func() bool { return runs.ranAll("", 0, cutJobs) })
 			for id, r := range runs.snapshot() {
 				require.Len(t, r, 1, "job %s ran more than once", id)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -255,5 +256,72 @@ func TestLostTopicSetEntryStrandsNoJob(t *testing.T) {
 		require.NoError(t, e.rdb.Del(ctx, keys.ForTopic(e.cfg.Prefix, topic).Meta()).Err())
 		testutil.Eventually(t, 15*time.Second, "the job whose topic lost its record and bucket count ran", func() bool { return l.byID()["later"] == 1 })
 		require.Equal(t, fmt.Sprint(e.cfg.Concurrency), e.rdb.HGet(ctx, keys.ForTopic(e.cfg.Prefix, topic).Meta(), "buckets").Val())
+	})
+}
+
+// TestTopicsListsEveryWayATopicIsUsed: Topics lists a topic whatever first
+// used it: AddBatch, Put, a listener started, a broadcast job, a
+// schedule's tick.
+func TestTopicsListsEveryWayATopicIsUsed(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		require.NoError(t, e.c.AddBatch(ctx, []*redeq.Job{{Topic: "by-batch", ID: "1", Delay: time.Hour}}))
+		require.NoError(t, e.c.Put(ctx, &redeq.Job{Topic: "by-put", ID: "1", Delay: time.Hour}))
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "by-broadcast", ID: "1", Delay: time.Hour, Broadcast: true}))
+		require.NoError(t, e.c.PutSchedule(ctx, redeq.Schedule{Name: "s", Topic: "by-schedule", Spec: "@every 1s"}))
+		startWith(t, e.c, newListener("by-listener", nil))
+		want := []string{"by-batch", "by-broadcast", "by-listener", "by-put", "by-schedule"}
+		testutil.Eventually(t, 10*time.Second, "every topic listed", func() bool {
+			ts, err := e.c.Topics(ctx)
+			require.NoError(t, err)
+			got := map[string]bool{}
+			for _, ti := range ts {
+				got[ti.Name] = true
+			}
+			for _, w := range want {
+				if !got[w] {
+					t.Logf("missing %s in %v", w, got)
+					return false
+				}
+			}
+			return true
+		})
+	})
+}
+
+// TestAddsRacingRetirementAreMoved: a producer that keeps adding to a
+// topic at the pace it retires at (RetireAfter 1 s, no consumer) never has
+// a job stranded: each one reaches the ready list when due, whether its
+// Add landed before, during or after the topic's retirement.
+func TestAddsRacingRetirementAreMoved(t *testing.T) {
+	testutil.FaultTier(t)
+	eachReal(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const topic = "retiring"
+		mod := func(c *config.Config) { c.RetireAfter = time.Second }
+		m1, m2 := e.another(t, mod), e.another(t, mod)
+		require.NoError(t, m1.Start(ctx))
+		require.NoError(t, m2.Start(ctx))
+		producer := e.another(t, mod) // not started: it only adds
+		var retired int
+		for i := range 15 {
+			id := fmt.Sprint("j", i)
+			require.NoError(t, producer.Add(ctx, &redeq.Job{Topic: topic, ID: id, Delay: time.Duration(rand.IntN(300)) * time.Millisecond}))
+			testutil.Eventually(t, 2*time.Second+20*e.cfg.ScanInterval, "job "+id+" moved to ready", func() bool {
+				j, err := e.c.Get(ctx, topic, id)
+				require.NoError(t, err)
+				return j.State == redeq.StateReady
+			})
+			_, err := e.c.Delete(ctx, topic, id)
+			require.NoError(t, err)
+			time.Sleep(time.Duration(700+rand.IntN(1300)) * time.Millisecond)
+			ts, err := e.c.Topics(ctx)
+			require.NoError(t, err)
+			if len(ts) == 0 {
+				retired++
+			}
+		}
+		t.Logf("the topic was retired at %d of 15 adds", retired)
+		require.Positive(t, retired, "the topic never retired: the race was not run")
 	})
 }
