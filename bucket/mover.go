@@ -227,6 +227,12 @@ func (m *Mover) Run(ctx context.Context) {
 				default:
 				}
 				snap <- maps.Clone(topics)
+			} else if topics == nil {
+				// The topic set cannot be read (its node is down) and
+				// never was: move the topics whose bucket counts this
+				// client has read, its listeners' and producers', until
+				// it can.
+				topics = m.reg.Checked()
 			}
 			if err != nil {
 				if ctx.Err() != nil {
