@@ -118,7 +118,12 @@ func (c *Client) beforeStart(f func() error) error {
 // Start fails when Redis does not answer within StartPingTimeout. On a
 // Redis Cluster it goes on once one master answers: a master that hangs
 // or refuses is logged, its buckets go to the clients that reach it, and
-// the movers keep trying it.
+// the movers keep trying it. What a down master holds up does not fail
+// Start either: a subscription that cannot be made, a listened topic that
+// cannot be recorded, a first heartbeat that fails are logged and retried
+// in the background, and the rest is served meanwhile (see Starting
+// beside a down Redis Cluster master in docs/operations.md). A listened
+// topic recorded with another bucket count fails Start.
 //
 // Start does not hold up a Shutdown called meanwhile: that Shutdown
 // returns at once, and Start, once its calls to Redis end, stops what it
