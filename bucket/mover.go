@@ -233,6 +233,9 @@ func (m *Mover) Run(ctx context.Context) {
 				// client has read, its listeners' and producers', until
 				// it can.
 				topics = m.reg.Checked()
+				m.mu.Lock()
+				m.known = topics // their wake-ups do not reread the set
+				m.mu.Unlock()
 			}
 			if err != nil {
 				if ctx.Err() != nil {

@@ -374,9 +374,7 @@ func (c *Client) listen(ctx context.Context, r *runtime) {
 					return
 				}
 				c.lookEverywhere(r)
-				if bo.Failing() {
-					c.retrySubscription(ctx, r)
-				}
+				c.retrySubscription(ctx, r)
 			}
 			continue
 		}
