@@ -230,6 +230,15 @@ func (m *Mover) Run(ctx context.Context) {
 				default:
 				}
 				snap <- maps.Clone(topics)
+			} else if topics == nil {
+				// The topic set cannot be read (its node is down) and
+				// never was: move the topics whose bucket counts this
+				// client has read, its listeners' and producers', until
+				// it can.
+				topics = m.reg.Checked()
+				m.mu.Lock()
+				m.known = topics // their wake-ups do not reread the set
+				m.mu.Unlock()
 			}
 			if err != nil {
 				if ctx.Err() != nil {

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/redeq-go/redeq/internal/env"
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/rdb"
 	"github.com/redeq-go/redeq/internal/script"
 	"github.com/redeq-go/redeq/pool"
 )
@@ -64,9 +66,10 @@ func (r *Registry) Ensure(ctx context.Context, topic string, n int) (fresh bool,
 	at, recorded := r.recorded[topic]
 	r.mu.Unlock()
 	if !recorded || now.Sub(at) >= r.RecordEvery {
-		got, err := metaScript.Run(ctx, r.rdb, []string{keys.ForTopic(r.prefix, topic).Meta()}, n).Int()
+		meta := keys.ForTopic(r.prefix, topic).Meta()
+		got, err := metaScript.Run(ctx, r.rdb, []string{meta}, n).Int()
 		if err != nil {
-			return false, fmt.Errorf("record topic %q: %w", topic, err)
+			return false, fmt.Errorf("record topic %q in %s: %w", topic, r.where(ctx, meta), err)
 		}
 		if got == n {
 			// Only a count that matches ours is worth registering; a
@@ -77,7 +80,10 @@ func (r *Registry) Ensure(ctx context.Context, topic string, n int) (fresh bool,
 				err = r.rdb.SAdd(ctx, set, topic).Err()
 			}
 			if err != nil {
-				return false, fmt.Errorf("record topic %q: %w", topic, err)
+				// The count is known and checked: only the listing
+				// failed, and the next call tries it again.
+				r.remember(topic, got)
+				return false, fmt.Errorf("record topic %q in %s: %w", topic, r.where(ctx, set), err)
 			}
 		}
 		stored, fresh = got, !recorded
@@ -112,6 +118,32 @@ func (r *Registry) Recorded(topic string, n int) bool {
 	defer r.mu.Unlock()
 	at, recorded := r.recorded[topic]
 	return recorded && now.Sub(at) < r.RecordEvery && r.known[topic] == n
+}
+
+// Checked returns the topics whose recorded bucket count this process
+// has read, with their counts.
+func (r *Registry) Checked() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.known)
+}
+
+// Matches reports whether topic's recorded bucket count was read and is
+// n, even if Ensure could not list it in the topic set yet: its jobs may
+// be fetched with n buckets.
+func (r *Registry) Matches(topic string, n int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	got, ok := r.known[topic]
+	return ok && got == n
+}
+
+// where names key, and on a cluster the master that holds it.
+func (r *Registry) where(ctx context.Context, key string) string {
+	if node := rdb.NodeOf(ctx, r.rdb, key); node != "" {
+		return key + " on " + node
+	}
+	return key
 }
 
 func (r *Registry) remember(topic string, n int) {

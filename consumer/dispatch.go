@@ -235,6 +235,13 @@ func (r *runner) landed(res fetchResult, log *slog.Logger) {
 // bucket whose fetch failed backs off on its own.
 func (r *runner) dispatch(ctx context.Context, tasks *sync.WaitGroup) {
 	defer close(r.jobs)
+	if r.unchecked != nil {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.unchecked:
+		}
+	}
 	log := r.g.env.Logger.With("topic", r.topic)
 	clock := r.g.env.Clock
 	// wake ends the wait for the next deadline of the loop: a periodic

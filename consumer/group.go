@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,14 +85,20 @@ func NewGroup(c redis.UniversalClient, cfg config.Config, e env.Env, reg *bucket
 	if q == nil {
 		q = NewQuarantine()
 	}
-	return &Group{
+	g := &Group{
 		rdb: c, cfg: cfg, env: e, reg: reg, locker: locker, cid: cid,
 		settler: settler, quarantine: q,
 		runners: map[string]*runner{},
 		base:    e.Clock.Now(),
 		info:    LocalInfo(cfg.ClientName).encode(),
 	}
+	g.heardAt.Store(neverHeard)
+	return g
 }
+
+// neverHeard is heardAt before a first heartbeat got through: far enough
+// in the past that heard is false.
+const neverHeard = math.MinInt64 / 2
 
 // SetReaper, before Start, makes the reaper look for silent consumers
 // only while reaps says so: the client runtime lets the first two clients
@@ -162,7 +169,8 @@ func (g *Group) Start(ctx context.Context) error {
 	if !g.started.CompareAndSwap(false, true) {
 		return ErrStarted
 	}
-	if err := g.announce(ctx); err != nil {
+	pending, err := g.announce(ctx)
+	if err != nil {
 		g.started.Store(false) // nothing runs yet: a later Start may try again
 		return err
 	}
@@ -178,27 +186,92 @@ func (g *Group) Start(ctx context.Context) error {
 	g.startBroadcasts(base)
 	for _, l := range g.listeners {
 		r := newRunner(g, l, g.cfg.Concurrency)
+		if pending[l.Topic()] {
+			r.unchecked = make(chan struct{})
+		}
 		g.runners[l.Topic()] = r
 		r.runAll(fetchCtx, &g.fetchWG, &g.workerWG)
+	}
+	if len(pending) > 0 {
+		g.bgWG.Go(func() { g.recordLoop(bgCtx, pending) })
 	}
 	return nil
 }
 
 // announce records the listened topics and sends the first heartbeat.
-func (g *Group) announce(ctx context.Context) error {
+// A topic recorded with another bucket count is an error. One whose
+// record cannot be read or written (its node is down) holds up only its
+// own listener: announce reports it and returns it in pending, and
+// recordLoop records it later. A first heartbeat that fails is reported
+// too, and the heartbeat loop tries again: no runner fetches before a
+// heartbeat got through (heard), so that no in-flight set exists for a
+// consumer the reaper does not know.
+func (g *Group) announce(ctx context.Context) (pending map[string]bool, err error) {
 	for _, l := range g.listeners {
 		if _, err := g.reg.Ensure(ctx, l.Topic(), g.cfg.Concurrency); err != nil {
-			return err
+			if errors.Is(err, pool.ErrBucketMismatch) || ctx.Err() != nil {
+				return nil, err
+			}
+			if pending == nil {
+				pending = map[string]bool{}
+			}
+			pending[l.Topic()] = true
+			g.env.Logger.Warn("redeq: start: a listened topic cannot be recorded; it is served once it is, the others now", "topic", l.Topic(), "err", err)
 		}
 	}
-	// In-flight sets must never exist for a consumer the reaper does not
-	// know, so the first heartbeat precedes the first fetch.
 	lines := make([]string, len(g.listeners))
 	for i, l := range g.listeners {
 		lines[i] = keys.Address(l.Topic(), g.cfg.Concurrency)
 	}
 	g.topicList = strings.Join(lines, "\n")
-	return g.heartbeat(ctx) // it joins the topics too
+	if err := g.heartbeat(ctx); err != nil { // it joins the topics too
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		alive := keys.Alive(g.cfg.Prefix)
+		g.env.Logger.Warn("redeq: start: the first heartbeat failed; nothing is fetched until one gets through",
+			"key", alive, "node", rdb.NodeOf(ctx, g.rdb, alive), "err", err)
+	}
+	return pending, nil
+}
+
+// recordLoop records the topics of pending until each is, with a backoff
+// up to ScanInterval x 5, and lets each one's runner fetch once its bucket
+// count is checked (its listing in the topic set may come later). A
+// topic found recorded with another count is never served: the error is
+// logged, as Start would have returned it.
+func (g *Group) recordLoop(ctx context.Context, pending map[string]bool) {
+	bo := env.Backoff{Min: g.cfg.ScanInterval / 4, Max: 5 * g.cfg.ScanInterval}
+	served := map[string]bool{}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for len(pending) > 0 {
+		wait := bo.Next()
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		for topic := range pending {
+			_, err := g.reg.Ensure(ctx, topic, g.cfg.Concurrency)
+			if !served[topic] && g.reg.Matches(topic, g.cfg.Concurrency) {
+				served[topic] = true
+				close(g.runners[topic].unchecked)
+				g.env.Logger.Info("redeq: a listened topic is recorded; it is served now", "topic", topic)
+			}
+			switch {
+			case err == nil:
+				delete(pending, topic)
+			case errors.Is(err, pool.ErrBucketMismatch):
+				g.env.Logger.Error("redeq: a listened topic is not served", "topic", topic, "err", err)
+				delete(pending, topic)
+			case ctx.Err() == nil:
+				g.env.Failure("redeq: a listened topic cannot be recorded yet", "topic", topic, "err", err, "retry_in", wait)
+			}
+		}
+	}
 }
 
 // Notify tells the listener of topic, if any, that bucket n has ready work.

@@ -48,6 +48,9 @@ type runner struct {
 	notify chan struct{}
 	freed  chan struct{}
 	jobs   chan delivery
+	// unchecked, when not nil, holds up every fetch until it is closed:
+	// the topic's bucket count could not be checked at Start (recordLoop).
+	unchecked chan struct{}
 
 	dispatchState
 	executor

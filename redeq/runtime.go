@@ -43,6 +43,8 @@ type runtime struct {
 	mu     sync.Mutex
 	ps     *redis.PubSub // replaced when listen finds it silently dead
 	closed bool          // Shutdown closed ps; no new one
+
+	resubscribing atomic.Bool // a resubscribe runs (retrySubscription)
 }
 
 func (c *Client) runtime() *runtime {
@@ -123,7 +125,12 @@ func (c *Client) beforeStart(f func() error) error {
 // Start fails when Redis does not answer within StartPingTimeout. On a
 // Redis Cluster it goes on once one master answers: a master that hangs
 // or refuses is logged, its buckets go to the clients that reach it, and
-// the movers keep trying it.
+// the movers keep trying it. What a down master holds up does not fail
+// Start either: a subscription that cannot be made, a listened topic that
+// cannot be recorded, a first heartbeat that fails are logged and retried
+// in the background, and the rest is served meanwhile (see Starting
+// beside a down Redis Cluster master in docs/operations.md). A listened
+// topic recorded with another bucket count fails Start.
 //
 // Start does not hold up a Shutdown called meanwhile: that Shutdown
 // returns at once, and Start, once its calls to Redis end, stops what it
@@ -176,7 +183,8 @@ func (c *Client) start(ctx context.Context) (rt *runtime, err error) {
 	// Fail fast, with a clear error, when Redis does not answer: the
 	// subscription below would otherwise retry until ctx ends.
 	var pings sync.WaitGroup
-	if err := c.answers(ctx, &pings); err != nil {
+	node, err := c.answers(ctx, &pings)
+	if err != nil {
 		pings.Wait()
 		return nil, fmt.Errorf("redeq: start: redis does not answer: %w", err)
 	}
@@ -191,11 +199,20 @@ func (c *Client) start(ctx context.Context) (rt *runtime, err error) {
 	if c.group.HasBroadcast() {
 		chans = append(chans, keys.BroadcastChannel(c.cfg.Prefix))
 	}
-	ps := c.rdb.Subscribe(ctx, chans...)
-	// Subscribe before anything moves, so no notification is missed.
+	ps := subscribeOn(ctx, c.rdb, node, chans)
+	// Subscribe before anything moves, so no notification is missed. A
+	// subscription that cannot be made holds up nothing: until it is, the
+	// movers and the listeners look everywhere every ScanInterval (listen),
+	// and listen subscribes again, with a backoff.
+	subscribed := true
 	if _, err := ps.Receive(ctx); err != nil {
-		ps.Close()
-		return nil, fmt.Errorf("redeq: subscribe: %w", err)
+		if ctx.Err() != nil {
+			ps.Close()
+			return nil, fmt.Errorf("redeq: subscribe: %w", err)
+		}
+		subscribed = false
+		c.env.Logger.Warn("redeq: start: cannot subscribe; wake-ups are polled every ScanInterval until a subscription is made",
+			"channels", chans, "err", err)
 	}
 	fleet := bucket.NewFleet(c.rdb, c.cfg.Prefix, c.group.ID(), c.cfg.ScanInterval)
 	// Two clients of the fleet look for silent consumers, not every one:
@@ -221,6 +238,9 @@ func (c *Client) start(ctx context.Context) (rt *runtime, err error) {
 	}, c.env, c.group.Notify)
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.cancel = cancel
+	if !subscribed {
+		c.retrySubscription(runCtx, r)
+	}
 	r.wg.Go(func() { r.mover.Run(runCtx) })
 	r.sched = newScheduler(c, fleet)
 	r.wg.Go(func() { r.sched.run(runCtx) })
@@ -230,37 +250,51 @@ func (c *Client) start(ctx context.Context) (rt *runtime, err error) {
 
 // answers checks that Redis answers, within StartPingTimeout. On a Redis
 // Cluster it pings every master at once and returns as soon as one
-// answers: a master that hangs or refuses holds up only the jobs stored
-// on it (the movers hand its buckets to the clients that reach it, and
-// try it again), so Start does not wait for it, and reports it once its
-// ping fails. The pings of the masters slower than the first go on under
-// pings. go-redis first reads the cluster's topology from one node after
-// another, waiting up to its ReadTimeout for each: a cluster has that
-// much longer, so that a hung node asked first does not fail Start.
-func (c *Client) answers(ctx context.Context, pings *sync.WaitGroup) error {
+// answers, with that master: a master that hangs or refuses holds up only
+// the jobs stored on it (the movers hand its buckets to the clients that
+// reach it, and try it again), so Start does not wait for it, and reports
+// it once its ping fails. The pings of the masters slower than the first
+// go on under pings.
+func (c *Client) answers(ctx context.Context, pings *sync.WaitGroup) (*redis.Client, error) {
 	cc, ok := c.rdb.(*redis.ClusterClient)
 	if !ok {
 		pctx, cancel := context.WithTimeout(ctx, StartPingTimeout)
 		defer cancel()
-		return c.rdb.Ping(pctx).Err()
+		return nil, c.rdb.Ping(pctx).Err()
 	}
+	return firstMaster(ctx, cc, pings, func(addr string, err error) {
+		c.env.Logger.Warn("redeq: start: a master does not answer; the clients that reach it move its buckets, and this one tries it again",
+			"addr", addr, "err", err)
+	})
+}
+
+// firstMaster pings every master of cc at once, within StartPingTimeout,
+// and returns the first that answers, or why none did; failed hears each
+// ping that fails. The pings of the masters slower than the first go on
+// under pings. go-redis first reads the cluster's topology from one node
+// after another, waiting up to its ReadTimeout for each: the pings have
+// that much longer, so that a hung node asked first does not fail Start.
+func firstMaster(ctx context.Context, cc *redis.ClusterClient, pings *sync.WaitGroup, failed func(addr string, err error)) (*redis.Client, error) {
 	window := StartPingTimeout
-	if d, ok := rdb.ReadTimeout(c.rdb); ok && d > 0 {
+	if d, ok := rdb.ReadTimeout(cc); ok && d > 0 {
 		window += d
 	}
 	pctx, cancel := context.WithTimeout(ctx, window)
 	var answered atomic.Bool
-	first := make(chan error, 1) // nil once a master answered; else why none did
+	type answer struct {
+		node *redis.Client
+		err  error
+	}
+	first := make(chan answer, 1) // the first master that answered; else why none did
 	pings.Go(func() {
 		defer cancel()
 		err := cc.ForEachMaster(pctx, func(ctx context.Context, n *redis.Client) error {
 			if err := n.Ping(ctx).Err(); err != nil {
-				c.env.Logger.Warn("redeq: start: a master does not answer; the clients that reach it move its buckets, and this one tries it again",
-					"addr", n.Options().Addr, "err", err)
+				failed(n.Options().Addr, err)
 				return err
 			}
 			if answered.CompareAndSwap(false, true) {
-				first <- nil
+				first <- answer{node: n}
 			}
 			return nil
 		})
@@ -268,10 +302,36 @@ func (c *Client) answers(ctx context.Context, pings *sync.WaitGroup) error {
 			if err == nil {
 				err = errors.New("no master")
 			}
-			first <- err
+			first <- answer{err: err}
 		}
 	})
-	return <-first
+	a := <-first
+	return a.node, a.err
+}
+
+// subscribeOn subscribes to chans through rdb, or on a Redis Cluster on
+// node (a master that answered) when there is one. A cluster's PUBLISH
+// reaches the subscribers of every node, so any node will do; go-redis
+// would pick the node of the first channel's slot, and a subscription
+// there waits for that master when it is down, for a notification of any
+// topic.
+func subscribeOn(ctx context.Context, rdb redis.UniversalClient, node *redis.Client, chans []string) *redis.PubSub {
+	if node != nil {
+		return node.Subscribe(ctx, chans...)
+	}
+	return rdb.Subscribe(ctx, chans...)
+}
+
+// retrySubscription subscribes again, on a goroutine of its own, unless a
+// resubscribe runs already: on a Redis Cluster, on a master that answers.
+func (c *Client) retrySubscription(ctx context.Context, r *runtime) {
+	if !r.resubscribing.CompareAndSwap(false, true) {
+		return
+	}
+	r.wg.Go(func() {
+		defer r.resubscribing.Store(false)
+		c.resubscribe(ctx, r)
+	})
 }
 
 // listen routes pub/sub messages until the subscription is closed. Nothing
@@ -314,13 +374,20 @@ func (c *Client) listen(ctx context.Context, r *runtime) {
 			case r.pubsub() != ps:
 				// The watch replaced it (or Shutdown closed it): go on
 				// with the new one.
-			case errors.Is(err, redis.ErrClosed):
-				return
 			case !errors.As(err, &ne) || !ne.Timeout():
-				// go-redis reconnects at the next receive.
+				// go-redis reconnects at the next receive, to the node it
+				// had; a new subscription may choose another (on a Redis
+				// Cluster, a master that answers). Meanwhile wake-ups may
+				// be lost: look everywhere at each retry, every
+				// ScanInterval at most.
 				wait := bo.Next()
-				c.env.Failure("redeq: subscription failed", "err", err, "retry_in", wait)
+				c.env.Failure("redeq: subscription failed; looking at every bucket until it works", "err", err, "retry_in", wait)
 				sleepCtx(ctx, wait)
+				if ctx.Err() != nil {
+					return
+				}
+				c.lookEverywhere(r)
+				c.retrySubscription(ctx, r)
 			}
 			continue
 		}
@@ -341,7 +408,6 @@ func (c *Client) listen(ctx context.Context, r *runtime) {
 func (c *Client) watch(ctx context.Context, r *runtime, p *prober, every time.Duration, probeChan string) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	var resubscribing atomic.Bool
 	for {
 		select {
 		case <-ctx.Done():
@@ -351,12 +417,12 @@ func (c *Client) watch(ctx context.Context, r *runtime, p *prober, every time.Du
 		if p.lost() {
 			c.env.Failure("redeq: subscription lost a message to itself; looking at every bucket and subscribing again", "within", every)
 			c.lookEverywhere(r)
-			if resubscribing.CompareAndSwap(false, true) {
+			if r.resubscribing.CompareAndSwap(false, true) {
 				// The next probe goes once the new subscription is made,
 				// so that the next tick judges it; until then the probes
 				// stay lost, and every tick looks everywhere.
 				r.wg.Go(func() {
-					defer resubscribing.Store(false)
+					defer r.resubscribing.Store(false)
 					if c.resubscribe(ctx, r) != nil {
 						p.reset()
 						p.send(ctx, &r.wg, c.rdb, probeChan)
@@ -486,7 +552,13 @@ func (r *runtime) pubsub() *redis.PubSub {
 // make route rescan and look at every ready list, as after any
 // reconnection.
 func (c *Client) resubscribe(ctx context.Context, r *runtime) *redis.PubSub {
-	ps := c.rdb.Subscribe(ctx, r.chans...)
+	var node *redis.Client
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		var pings sync.WaitGroup
+		node, _ = firstMaster(ctx, cc, &pings, func(string, error) {})
+		r.wg.Go(pings.Wait)
+	}
+	ps := subscribeOn(ctx, c.rdb, node, r.chans)
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()

@@ -92,3 +92,19 @@ func Str(v any) (string, bool) {
 	s, ok := v.(string)
 	return s, ok
 }
+
+// NodeOf names the Redis Cluster master that holds key, from the client's
+// view of the cluster (no call when it has one), for logs and errors that
+// must say where a key lives; "" when c is not a cluster client or does
+// not know.
+func NodeOf(ctx context.Context, c redis.UniversalClient, key string) string {
+	cc, ok := c.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	n, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return ""
+	}
+	return n.Options().Addr
+}
