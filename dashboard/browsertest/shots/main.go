@@ -90,6 +90,11 @@ func run() error {
 	if err := seed(ctx, rdb, c, cfg); err != nil {
 		return err
 	}
+	holder, err := holdReports(ctx, rdb, c, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = holder.Shutdown(context.Background()) }()
 
 	h := dashboard.New(c, dashboard.Options{Logger: cfg.Logger})
 	ts := httptest.NewServer(h)
@@ -214,6 +219,42 @@ func seed(ctx context.Context, rdb redis.UniversalClient, c *redeq.Client, cfg c
 	return nil
 }
 
+// holdReports starts the consumer the consumers page shows: a service
+// instance named reports-7f9c4 whose handlers of report.build are running
+// three jobs, until it shuts down.
+func holdReports(ctx context.Context, rdb redis.UniversalClient, c *redeq.Client, cfg config.Config) (*redeq.Client, error) {
+	cfg.ClientName = "reports-7f9c4"
+	cfg.ShutdownTimeout = 100 * time.Millisecond
+	h, err := redeq.New(rdb, cfg)
+	if err != nil {
+		return nil, err
+	}
+	err = h.Register(redeq.ListenerFunc("report.build", func(ctx context.Context, _ *redeq.Job, _ *redeq.Channel) error {
+		<-ctx.Done() // a long report, until the shutdown
+		return ctx.Err()
+	}, redeq.WithWorkers(3)))
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Start(ctx); err != nil {
+		return nil, err
+	}
+	var batch []*redeq.Job
+	for i := range 3 {
+		batch = append(batch, &redeq.Job{Topic: "report.build", ID: fmt.Sprintf("report-2026-11-%02d", 28+i)})
+	}
+	if err := c.AddBatch(ctx, batch); err != nil {
+		return nil, err
+	}
+	if err := waitUntil(30*time.Second, func() bool {
+		st, err := c.Stats(ctx, "report.build")
+		return err == nil && st.InFlight == 3
+	}); err != nil {
+		return nil, fmt.Errorf("reports: %w", err)
+	}
+	return h, nil
+}
+
 // pictures takes the screenshots: the overview, the stuck topic, and a
 // retrying job's page.
 func pictures(base string) error {
@@ -238,6 +279,7 @@ func pictures(base string) error {
 		{"dashboard-overview.png", "/", `#topics`},
 		{"dashboard-stuck-topic.png", "/topic?t=reminder.send&state=ready", `#jobs`},
 		{"dashboard-job.png", "/job?t=partner.callback&id=cb-503", `#state`},
+		{"dashboard-consumers.png", "/consumers", `#consumers`},
 	} {
 		say("picture %s", p.file)
 		if err := chromedp.Do(ctx, chromedp.Navigate(base+p.path), chromedp.WaitVisible(chromedp.CSS(p.wait))); err != nil {
