@@ -180,7 +180,15 @@ func listCmd(o *opts) *cobra.Command {
 				}
 				return writeJSON(cmd.OutOrStdout(), out)
 			}
-			writeJobs(cmd.OutOrStdout(), page.Jobs)
+			if redeq.State(a[1]) == redeq.StateInFlight {
+				now, err := c.ServerTime(ctx) // how long each has run, on the server's clock
+				if err != nil {
+					return err
+				}
+				writeInFlight(cmd.OutOrStdout(), page.Jobs, now)
+			} else {
+				writeJobs(cmd.OutOrStdout(), page.Jobs)
+			}
 			if page.Next != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), "more: --cursor %s\n", page.Next)
 			}

@@ -144,6 +144,22 @@ func writeJobs(w io.Writer, jobs []*redeq.Job) {
 	_ = tw.Flush()
 }
 
+// writeInFlight prints a list of jobs in flight as a table: who runs
+// each (the consumer's id, as `redeq servers` lists it) and for how long,
+// counted from its fetch to now (the server's clock).
+func writeInFlight(w io.Writer, jobs []*redeq.Job, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tATTEMPT\tCONSUMER\tFETCHED\tRUNNING\tLAST ERROR")
+	for _, j := range jobs {
+		running := "-"
+		if !j.RunAt.IsZero() {
+			running = max(now.Sub(j.RunAt), 0).Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", safe(j.ID), j.Attempt, safe(j.Consumer), fmtTime(j.RunAt), running, safe(oneLine(j.LastError)))
+	}
+	_ = tw.Flush()
+}
+
 func oneLine(s string) string {
 	s = strings.ReplaceAll(s, "\n", " ")
 	if len(s) > 80 {

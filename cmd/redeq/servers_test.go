@@ -17,7 +17,8 @@ import (
 // TestCLIServers: servers lists each running consumer with its client
 // name, host, pid, topics and the jobs it holds and for how long, as a
 // table and as JSON; a name with a character a terminal acts on is shown
-// escaped; with no consumer it says so.
+// escaped; with no consumer it says so; a topic's in-flight list names
+// the consumer running each job and how long it has run.
 func TestCLIServers(t *testing.T) {
 	for _, b := range testutil.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
@@ -59,6 +60,14 @@ func TestCLIServers(t *testing.T) {
 			require.Contains(t, lines[1], worker.ConsumerID())
 			require.Regexp(t, `\sorders\s+1\s+\d`, lines[1], "topics, one in flight, the longest's time")
 			require.Regexp(t, `^\s+orders o-1\s+\d`, lines[2])
+
+			// The topic's in-flight list names the consumer running each job
+			// and for how long.
+			out = e.ok(t, "list", "orders", "inflight")
+			lines = strings.Split(strings.TrimSpace(out), "\n")
+			require.Len(t, lines, 2, out)
+			require.Regexp(t, `^ID\s+ATTEMPT\s+CONSUMER\s+FETCHED\s+RUNNING\s+LAST ERROR`, lines[0])
+			require.Regexp(t, `^o-1\s+0\s+`+worker.ConsumerID()+`\s+\S+\s+\d+(\.\d+)?(ms|s)\b`, lines[1])
 
 			var rows []serverRow
 			require.NoError(t, json.Unmarshal([]byte(e.ok(t, "-o", "json", "servers")), &rows))
