@@ -160,15 +160,41 @@ func ReleaseMembers(ctx context.Context, c redis.UniversalClient, prefix, topic 
 // returns how many ids it gave back. The caller must not fetch from the
 // bucket meanwhile; deliveries it settles meanwhile are left alone, since a
 // settled member is no longer in the set.
+//
+// A page starts at a rank, and a held delivery settled meanwhile (a
+// handler Shutdown kept concludes during the rollback) moves every later
+// member up a rank: the next page then misses as many deliveries. So a
+// pass that read fewer members than the set had when it began reads the
+// set again; a pass that read them all gave back every one not held.
+// (ZSCAN would promise as much in one pass on Redis, but not on every
+// server that speaks its protocol.)
 func Release(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, held func(member string) bool) (int, error) {
 	k := keys.ForBucket(prefix, topic, n)
 	total := 0
+	for {
+		had, err := c.ZCard(ctx, k.InFlight(cid)).Result()
+		if err != nil {
+			return total, fmt.Errorf("release %s: %w", keys.Address(topic, n), err)
+		}
+		read, got, err := releasePass(ctx, c, prefix, topic, n, cid, held)
+		total += got
+		if err != nil || read >= had {
+			return total, err
+		}
+	}
+}
+
+// releasePass is one pass of Release over the set, by rank; it returns how
+// many members it read and how many ids it gave back.
+func releasePass(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, held func(member string) bool) (read int64, total int, err error) {
+	k := keys.ForBucket(prefix, topic, n)
 	var start int64
 	for {
 		members, err := c.ZRange(ctx, k.InFlight(cid), start, start+releaseChunk-1).Result()
 		if err != nil {
-			return total, fmt.Errorf("release %s: %w", keys.Address(topic, n), err)
+			return read, total, fmt.Errorf("release %s: %w", keys.Address(topic, n), err)
 		}
+		read += int64(len(members))
 		var give []string
 		for _, m := range members {
 			if !held(m) && strings.Contains(m, ":") {
@@ -179,10 +205,10 @@ func Release(ctx context.Context, c redis.UniversalClient, prefix, topic string,
 		got, err := ReleaseMembers(ctx, c, prefix, topic, n, cid, give)
 		total += got
 		if err != nil {
-			return total, err
+			return read, total, err
 		}
 		if len(members) < releaseChunk {
-			return total, nil
+			return read, total, nil
 		}
 		// The members released left the set; the rest moved up by as many.
 		start += int64(len(members) - released)

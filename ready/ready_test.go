@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/bucket"
@@ -115,6 +116,50 @@ func TestFetchSkipsRunsOfStaleEntries(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, b.Items, 1)
 			require.False(t, b.More)
+		})
+	}
+}
+
+// TestReleaseMissesNoDeliveryWhileHeldOnesSettle: Release returns every
+// delivery the caller does not hold, however many pages the in-flight set
+// takes, while deliveries it holds leave the set meanwhile (Shutdown's
+// rollback runs while the handlers it kept conclude their jobs): none is
+// left in flight for the reaper.
+func TestReleaseMissesNoDeliveryWhileHeldOnesSettle(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := be.New(t)
+			prefix := testutil.Prefix(t)
+			k := keys.ForBucket(prefix, "t", 0)
+			const n, kept = 1200, 10
+			members := make([]string, n)
+			pipe := rdb.Pipeline()
+			for i := range members {
+				id := fmt.Sprint("j", i)
+				members[i] = fmt.Sprint(i+1, ":", id)
+				pipe.ZAdd(ctx, k.InFlight("me"), redis.Z{Score: float64(i), Member: members[i]})
+				pipe.HSet(ctx, k.State(), id, fmt.Sprint(i+1, "@me"))
+			}
+			_, err := pipe.Exec(ctx)
+			require.NoError(t, err)
+			held := map[string]bool{}
+			for _, m := range members[:kept] {
+				held[m] = true
+			}
+			calls := 0
+			got, err := ready.Release(ctx, rdb, prefix, "t", 0, "me", func(m string) bool {
+				if calls++; calls == n/2+1 {
+					// The held deliveries' handlers return and settle
+					// their jobs while Release is past its first page.
+					require.NoError(t, rdb.ZRem(ctx, k.InFlight("me"), members[:kept]).Err())
+				}
+				return held[m]
+			})
+			require.NoError(t, err)
+			require.Equal(t, n-kept, got)
+			require.Zero(t, rdb.ZCard(ctx, k.InFlight("me")).Val(), "deliveries left in flight")
+			require.EqualValues(t, n-kept, rdb.LLen(ctx, k.Ready()).Val())
 		})
 	}
 }

@@ -70,11 +70,20 @@ func TestManyInFlightNotLost(t *testing.T) {
 			// which a busy machine under the race detector may need.
 			sctx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
-			require.ErrorIs(t, c.Shutdown(sctx), context.DeadlineExceeded, "handlers were canceled")
+			serr := c.Shutdown(sctx)
+			require.ErrorIs(t, serr, context.DeadlineExceeded, "handlers were canceled")
+			// A handler that had not returned a short grace after it was
+			// canceled keeps its job in flight, and Shutdown says so; its
+			// worker gives the job back as soon as the handler returns.
+			// Nothing else recovers jobs here (no client reaps), so what
+			// the rollback missed would stay in flight.
+			if strings.Contains(serr.Error(), "stay in flight") {
+				testutil.Eventually(t, 30*time.Second, "the kept jobs given back by their workers", func() bool { return stats(t, e.c, "t").InFlight == 0 })
+			}
 
 			st := stats(t, e.c, "t")
 			require.EqualValues(t, jobs/2, st.Pool)
-			require.Zero(t, st.InFlight)
+			require.Zero(t, st.InFlight, "neither settled nor rolled back")
 			require.EqualValues(t, jobs/2, st.Scheduled+st.Ready, "rolled back, not lost")
 			for i := 1; i < jobs; i += 998 { // odd ids: rolled back
 				job, err := e.c.Get(ctx, "t", fmt.Sprint(i))
