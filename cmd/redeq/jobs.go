@@ -47,6 +47,12 @@ func fullJSON(j *redeq.Job, cfg config.Config) jobJSON {
 	st := storyOf(j, cfg.Retry, cfg.RetryIntervals)
 	out.storyJSON = st
 	out.Mark = j.Mark()
+	if j.State == redeq.StateInFlight {
+		// List gives an in-flight job its fetch time, Get gives none: the
+		// JSON of both is one record (the table of list shows how long it
+		// has run; `redeq servers` does too).
+		out.RunAt = nil
+	}
 	return out
 }
 
