@@ -83,6 +83,8 @@ func TestTopicSearch(t *testing.T) {
 		chromedp.Navigate(base+"/"),
 		chromedp.SendKeys(chromedp.CSS(`input[name="q"]`), "tenant"),
 		chromedp.Submit(chromedp.CSS(`input[name="q"]`)),
+		// The table of the page the search loads, not of the page before it.
+		chromedp.WaitNotPresent(chromedp.CSS(`#topics tr[data-topic="mail"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#topics`)),
 	))
 	names, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#topics tr[data-topic]')].map(r => r.dataset.topic)`))
