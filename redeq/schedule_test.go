@@ -707,3 +707,80 @@ func TestNextTicksAcrossDaylightSaving(t *testing.T) {
 		})
 	}
 }
+
+// TestScheduleChangeStopsTicksOfADeadPass: a delete, pause or change of a
+// schedule made while a pass that read it before is writing a tick stops
+// that tick even when the pass's process dies before its second step
+// (the cursor move never comes): the rest of the fleet never runs a tick
+// of the schedule as it was before the call.
+func TestScheduleChangeStopsTicksOfADeadPass(t *testing.T) {
+	testutil.FaultTier(t) // a few seconds per backend and change
+	for _, change := range []string{"Delete", "Pause", "Change"} {
+		t.Run(change, func(t *testing.T) {
+			each(t, func(t *testing.T, e *env) {
+				ctx := context.Background()
+				s := redeq.Schedule{Name: "r", Topic: "rs", Spec: "@every 1s", Body: []byte("old")}
+				require.NoError(t, e.c.PutSchedule(ctx, s))
+				tick := newScriptHook(t, "redeq/schedule_tick.lua")
+				advance := newScriptHook(t, "redeq/schedule_advance.lua")
+				var (
+					mu     sync.Mutex
+					orphan string // the job id the dying pass writes
+				)
+				tick.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+					mu.Lock()
+					first := orphan == ""
+					if first {
+						orphan = cmd.Args()[6].(string) // ARGV[1], after 3 keys
+					}
+					mu.Unlock()
+					if first {
+						// The call lands after this pass read the record.
+						switch change {
+						case "Delete":
+							require.NoError(t, e.c.DeleteSchedule(ctx, "r"))
+						case "Pause":
+							require.NoError(t, e.c.PauseSchedule(ctx, "r"))
+						case "Change":
+							changed := s
+							changed.Body = []byte("new")
+							require.NoError(t, e.c.PutSchedule(ctx, changed))
+						}
+					}
+					return next()
+				})
+				// The process is gone before its cursor move.
+				advance.set(func(context.Context, redis.Cmder, func() error) error {
+					return errors.New("connection lost: the process died")
+				})
+				dying := e.hooked(t, tick, advance)
+				startSched(t, dying, nil)
+				require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return orphan != "" }, 10*time.Second, 10*time.Millisecond)
+				mu.Lock()
+				id := orphan
+				mu.Unlock()
+				ms, err := strconv.ParseInt(strings.TrimPrefix(id, "r@"), 10, 64)
+				require.NoError(t, err)
+				_ = dying.Shutdown(ctx)
+
+				// The rest of the fleet runs on, past the tick's instant.
+				var (
+					lmu  sync.Mutex
+					runs []string // "<id> <body>" of each delivery
+				)
+				l := redeq.ListenerFunc("rs", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+					lmu.Lock()
+					runs = append(runs, job.ID+" "+string(job.Body))
+					lmu.Unlock()
+					ch.Ack()
+					return nil
+				})
+				startSched(t, e.another(t, nil), l)
+				require.Eventually(t, func() bool { return time.Now().After(time.UnixMilli(ms).Add(3 * time.Second)) }, 20*time.Second, 50*time.Millisecond)
+				lmu.Lock()
+				defer lmu.Unlock()
+				require.NotContains(t, runs, id+" old", "tick %s of the schedule as it was before the %s ran", id, change)
+			})
+		})
+	}
+}
