@@ -709,14 +709,23 @@ func TestNextTicksAcrossDaylightSaving(t *testing.T) {
 }
 
 // TestScheduleChangeStopsTicksOfADeadPass: a delete, pause or change of a
-// schedule made while a pass that read it before is writing a tick stops
-// that tick even when the pass's process dies before its second step
-// (the cursor move never comes): the rest of the fleet never runs a tick
-// of the schedule as it was before the call.
+// schedule made while a pass is writing a tick (after the pass read the
+// record, or just after it wrote the tick) stops that tick even when the
+// pass's process dies before its second step (the cursor move never
+// comes): the rest of the fleet never runs a tick of the schedule as it
+// was before the call.
 func TestScheduleChangeStopsTicksOfADeadPass(t *testing.T) {
 	testutil.FaultTier(t) // a few seconds per backend and change
-	for _, change := range []string{"Delete", "Pause", "Change"} {
-		t.Run(change, func(t *testing.T) {
+	for _, tc := range []struct {
+		change string
+		after  bool // the call comes just after the tick's write, not before
+	}{{"Delete", false}, {"Pause", false}, {"Change", false}, {"Delete", true}, {"Pause", true}} {
+		change := tc.change
+		name := change + "BeforeTheWrite"
+		if tc.after {
+			name = change + "AfterTheWrite"
+		}
+		t.Run(name, func(t *testing.T) {
 			each(t, func(t *testing.T, e *env) {
 				ctx := context.Background()
 				s := redeq.Schedule{Name: "r", Topic: "rs", Spec: "@every 1s", Body: []byte("old")}
@@ -734,8 +743,7 @@ func TestScheduleChangeStopsTicksOfADeadPass(t *testing.T) {
 						orphan = cmd.Args()[6].(string) // ARGV[1], after 3 keys
 					}
 					mu.Unlock()
-					if first {
-						// The call lands after this pass read the record.
+					call := func() {
 						switch change {
 						case "Delete":
 							require.NoError(t, e.c.DeleteSchedule(ctx, "r"))
@@ -747,7 +755,16 @@ func TestScheduleChangeStopsTicksOfADeadPass(t *testing.T) {
 							require.NoError(t, e.c.PutSchedule(ctx, changed))
 						}
 					}
-					return next()
+					if !first {
+						return next()
+					}
+					if !tc.after {
+						call() // after this pass read the record
+						return next()
+					}
+					err := next()
+					call() // after the tick's write, before the cursor move
+					return err
 				})
 				// The process is gone before its cursor move.
 				advance.set(func(context.Context, redis.Cmder, func() error) error {
