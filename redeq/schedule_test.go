@@ -3,6 +3,9 @@ package redeq_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/bucket"
+	"github.com/redeq-go/redeq/internal/script"
 	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
@@ -797,6 +801,85 @@ func TestScheduleChangeStopsTicksOfADeadPass(t *testing.T) {
 				lmu.Lock()
 				defer lmu.Unlock()
 				require.NotContains(t, runs, id+" old", "tick %s of the schedule as it was before the %s ran", id, change)
+			})
+		})
+	}
+}
+
+// deadPassKind is the child that runs schedules until a pass has written
+// a tick: it prints "wrote <job id>" and hangs before the cursor move, for
+// its parent to SIGKILL it there.
+const deadPassKind = "deadpass"
+
+func runDeadPassChild() {
+	load := func(path string) *scriptHook {
+		src, err := os.ReadFile(path)
+		childMust(err)
+		return &scriptHook{Script: testutil.ScriptOf(filepath.Base(path), script.Source(string(src)))}
+	}
+	tick, advance := load("schedule_tick.lua"), load("schedule_advance.lua")
+	var (
+		mu    sync.Mutex
+		wrote string
+	)
+	tick.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+		err := next()
+		mu.Lock()
+		if wrote == "" && err == nil {
+			wrote = fmt.Sprint(cmd.Args()[6]) // ARGV[1], after 3 keys
+		}
+		mu.Unlock()
+		return err
+	})
+	advance.set(func(context.Context, redis.Cmder, func() error) error {
+		mu.Lock()
+		id := wrote
+		mu.Unlock()
+		fmt.Println("wrote " + id)
+		select {} // killed here
+	})
+	c := childClient(nil, tick, advance)
+	childMust(c.Start(context.Background()))
+	select {}
+}
+
+// TestSchedulePauseOrDeleteStopsTickOfAKilledPass: a client SIGKILLed between the
+// two steps of a pass (its tick's job written, the cursor not yet moved),
+// then a pause or delete of the schedule: the rest of the fleet never
+// runs that tick.
+func TestSchedulePauseOrDeleteStopsTickOfAKilledPass(t *testing.T) {
+	testutil.FaultTier(t)
+	for _, change := range []string{"Pause", "Delete"} {
+		t.Run(change, func(t *testing.T) {
+			eachReal(t, func(t *testing.T, e *env) {
+				ctx := context.Background()
+				require.NoError(t, e.c.PutSchedule(ctx, redeq.Schedule{Name: "r", Topic: "rs", Spec: "@every 1s"}))
+				wrote := make(chan string, 1)
+				k := startChildKind(t, deadPassKind, e.be, e.cfg.Prefix, "rs", func(line string) {
+					if id, ok := strings.CutPrefix(line, "wrote "); ok {
+						wrote <- id
+					}
+				})
+				var id string
+				select {
+				case id = <-wrote:
+				case <-time.After(30 * time.Second):
+					t.Fatal("the child wrote no tick")
+				}
+				k.kill()
+				if change == "Pause" {
+					require.NoError(t, e.c.PauseSchedule(ctx, "r"))
+				} else {
+					require.NoError(t, e.c.DeleteSchedule(ctx, "r"))
+				}
+				ms, err := strconv.ParseInt(strings.TrimPrefix(id, "r@"), 10, 64)
+				require.NoError(t, err)
+
+				l := newTickCounter("rs")
+				startSched(t, e.c, l)
+				require.Eventually(t, func() bool { return time.Now().After(time.UnixMilli(ms).Add(3 * time.Second)) }, 20*time.Second, 50*time.Millisecond)
+				ticks, _ := l.ticks()
+				require.NotContains(t, ticks, ms, "tick %s, written by the killed pass, ran after the %s", id, change)
 			})
 		})
 	}
