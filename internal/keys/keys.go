@@ -292,6 +292,20 @@ func ForSchedule(prefix, name string) Schedule {
 // skipped ticks.
 func (s Schedule) Record() string { return s.tag + "schedule" }
 
+// TicksOf is a ZSET of the ticks whose job a pass of generation gen of the
+// schedule writes or wrote and which were not due at its last pass:
+// member and score the tick instant, unix ms. Each pass records its ticks
+// here before it writes their jobs, so a change of the schedule finds the
+// ticks of the generation it ends, whether the pass that wrote them lived
+// or died.
+func (s Schedule) TicksOf(gen string) string { return s.tag + "ticks:" + gen }
+
+// Stale is a ZSET of the generations a change of the schedule ended whose
+// ticks' jobs are still to be stopped: member "<gen>|<change ms>|<topic>"
+// -> the change's instant, unix ms. The caller of the change stops them,
+// and any pass that finds the entry left (the caller died) does.
+func (s Schedule) Stale() string { return s.tag + "stale" }
+
 // Op is a STRING holding the reply of one schedule admin call (put, pause,
 // resume, delete) for a short while, so that a rerun after a lost reply
 // answers the same.
