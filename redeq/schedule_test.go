@@ -884,3 +884,55 @@ func TestSchedulePauseOrDeleteStopsTickOfAKilledPass(t *testing.T) {
 		})
 	}
 }
+
+// TestScheduleChangeWhoseCallerDiesIsFinishedByAPass: a put that changes a
+// schedule, a pause or a delete whose caller dies after its record write,
+// before it stopped the waiting tick of the generation it ended, is
+// finished by the next pass of any client: the old tick's job goes (a
+// changed schedule's tick at that instant comes back with the new
+// content), so it never runs.
+func TestScheduleChangeWhoseCallerDiesIsFinishedByAPass(t *testing.T) {
+	for _, change := range []string{"Change", "Pause", "Delete"} {
+		t.Run(change, func(t *testing.T) {
+			each(t, func(t *testing.T, e *env) {
+				ctx := context.Background()
+				s := redeq.Schedule{Name: "y", Topic: "ys", Spec: "0 0 1 1 *", Body: []byte("old")}
+				require.NoError(t, e.c.PutSchedule(ctx, s))
+				startSched(t, e.c, nil)
+				next, err := redeq.NextTicks(s, time.Now(), 1)
+				require.NoError(t, err)
+				id := "y@" + strconv.FormatInt(next[0].UnixMilli(), 10)
+				require.Eventually(t, func() bool { return hasTick(t, e.c, "ys", "y", next[0]) }, 10*time.Second, 10*time.Millisecond)
+
+				drop := newScriptHook(t, "redeq/schedule_drop.lua")
+				drop.set(func(context.Context, redis.Cmder, func() error) error {
+					return errors.New("connection lost: the process died")
+				})
+				dying := e.hooked(t, drop)
+				switch change {
+				case "Change":
+					changed := s
+					changed.Body = []byte("new")
+					require.Error(t, dying.PutSchedule(ctx, changed))
+				case "Pause":
+					require.Error(t, dying.PauseSchedule(ctx, "y"))
+				case "Delete":
+					require.Error(t, dying.DeleteSchedule(ctx, "y"))
+				}
+				require.True(t, hasTick(t, e.c, "ys", "y", next[0]), "the caller died before it stopped the tick")
+
+				require.Eventually(t, func() bool {
+					job, err := e.c.Get(ctx, "ys", id)
+					if errors.Is(err, redeq.ErrJobNotFound) {
+						return change != "Change"
+					}
+					require.NoError(t, err)
+					return string(job.Body) == "new"
+				}, 10*time.Second, 10*time.Millisecond, "a pass stops the old generation's tick")
+				require.Eventually(t, func() bool {
+					return e.rdb.Exists(ctx, e.cfg.Prefix+":{sched:y}:stale").Val() == 0
+				}, 10*time.Second, 10*time.Millisecond, "and forgets the generation")
+			})
+		})
+	}
+}
