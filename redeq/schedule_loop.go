@@ -312,11 +312,15 @@ func (s *scheduler) tickSchedule(ctx context.Context, name string, score, now in
 			prev = p.run[n-2]
 		}
 	}
-	moved, err := scheduleAdvanceScript.Run(ctx, c.rdb, []string{keys.ForSchedule(c.cfg.Prefix, name).Record()},
-		rec.gen, rec.cursor, p.cursor, tick, prev, p.skipped, uuid.NewString()).Int()
+	v, err := scheduleAdvanceScript.Run(ctx, c.rdb, []string{keys.ForSchedule(c.cfg.Prefix, name).Record()},
+		rec.gen, rec.cursor, p.cursor, tick, prev, p.skipped, uuid.NewString()).Int64Slice()
 	if err != nil {
 		return 0, fmt.Errorf("schedule %q: advance: %w", name, err)
 	}
+	if len(v) != 2 {
+		return 0, fmt.Errorf("schedule %q: advance: %d values, want 2", name, len(v))
+	}
+	moved, paused := v[0], v[1]
 	switch moved {
 	case -1:
 		// Changed, paused or deleted while this pass ran: the change
@@ -332,13 +336,14 @@ func (s *scheduler) tickSchedule(ctx context.Context, name string, score, now in
 		return p.cursor, setScore(float64(p.cursor))
 	}
 	// This pass moved the cursor: the ticks it planned are its to count,
-	// whoever wrote their jobs (an earlier try whose advance was lost).
+	// whoever wrote their jobs (an earlier try whose advance was lost), and
+	// so are those that passed while the schedule was paused.
 	if so, ok := c.observer.(ScheduleObserver); ok {
 		if len(p.run) > 0 {
 			so.TicksAdded(name, rec.cs.s.Topic, len(p.run))
 		}
-		if p.skipped > 0 {
-			so.TicksSkipped(name, rec.cs.s.Topic, p.skipped)
+		if n := p.skipped + paused; n > 0 {
+			so.TicksSkipped(name, rec.cs.s.Topic, n)
 		}
 	}
 	return p.cursor, setScore(float64(p.cursor))

@@ -48,6 +48,8 @@ elseif ARGV[2] == 'resume' then
   end
   redis.call('HSET', KEYS[1], 'paused', '0', 'gen', gen, 'cursor', ARGV[4])
   redis.call('HINCRBY', KEYS[1], 'skipped', ARGV[5])
+  -- The next pass that moves the cursor reports them to its observer.
+  if ARGV[5] ~= '0' then redis.call('HINCRBY', KEYS[1], 'pskip', ARGV[5]) end
 elseif ARGV[2] == 'delete' then
   ended()
   redis.call('DEL', KEYS[1])

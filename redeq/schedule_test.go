@@ -643,6 +643,42 @@ func TestScheduleObserverAndLag(t *testing.T) {
 	require.Equal(t, int64(8), s)
 }
 
+// TestScheduleObserverHearsTicksSkippedWhilePaused: the ticks that pass
+// while a schedule is paused are counted in ScheduleInfo.Skipped and
+// reported once to the ScheduleObserver of the client whose pass moves the
+// cursor after the resume, whichever client resumed it (one with no
+// observer, as the CLI's).
+func TestScheduleObserverHearsTicksSkippedWhilePaused(t *testing.T) {
+	be := testutil.Backends(t)[0] // the clock moves on miniredis only
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	t0 := time.Date(2026, 3, 1, 12, 0, 10, 0, time.UTC)
+	minute := func(m int) time.Time { return t0.Truncate(time.Minute).Add(time.Duration(m) * time.Minute) }
+	frozen(e, t0)
+	require.NoError(t, e.c.PutSchedule(ctx, redeq.Schedule{Name: "digest", Topic: "digests", Spec: "@every 1m"}))
+	o := newTickObserver()
+	require.NoError(t, e.c.Observe(o))
+	startSched(t, e.c, nil)
+	require.Eventually(t, func() bool { n, _ := o.counts("digest/digests"); return n == 1 }, 5*time.Second, 10*time.Millisecond)
+
+	cli := e.another(t, nil) // not started, no observer
+	require.NoError(t, cli.PauseSchedule(ctx, "digest"))
+	frozen(e, minute(5).Add(30*time.Second))
+	require.NoError(t, cli.ResumeSchedule(ctx, "digest"))
+	// 12:01 (removed by the pause) to 12:05 passed while paused; 12:06
+	// waits ahead.
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "digests", "digest", minute(6)) }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { _, s := o.counts("digest/digests"); return s == 5 }, 5*time.Second, 10*time.Millisecond)
+	in := waitSchedule(t, e.c, "digest", func(in redeq.ScheduleInfo) bool { return in.Skipped == 5 })
+	require.False(t, in.Paused)
+
+	frozen(e, minute(6).Add(time.Second))
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "digests", "digest", minute(7)) }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { n, _ := o.counts("digest/digests"); return n == 3 }, 5*time.Second, 10*time.Millisecond)
+	_, s := o.counts("digest/digests")
+	require.Equal(t, int64(5), s, "reported once")
+}
+
 // TestNextTicksAcrossDaylightSaving: in a zone's wall clock, a local time
 // that the spring change skips ticks once, at the first instant after the
 // gap, and one that the autumn change repeats ticks once, at its first

@@ -184,7 +184,7 @@ func New(opts Options) (*Instrumentation, error) {
 	in.duration, errs[4] = m.Float64Histogram("redeq.job.duration", metric.WithUnit("s"),
 		metric.WithDescription("How long handlers ran."), metric.WithExplicitBucketBoundaries(DurationBoundaries...))
 	in.ticks, errs[5] = m.Int64Counter("redeq.schedule.ticks", metric.WithUnit("{tick}"),
-		metric.WithDescription("Ticks of a periodic schedule this client handled: run (its job added) or skipped (missed while no client ran, dropped by the catch-up policy). Summed over the fleet, each tick counts once."))
+		metric.WithDescription("Ticks of a periodic schedule this client handled: run (its job added) or skipped (missed while no client ran and dropped by the catch-up policy, or passed while paused). Summed over the fleet, each tick counts once."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
