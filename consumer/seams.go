@@ -37,9 +37,13 @@ type applier interface {
 type redisFetcher struct {
 	rdb                redis.UniversalClient
 	prefix, topic, cid string
+	older              bool // fetch as a client of the older format (Group.SetOlderFormat)
 }
 
 func (f redisFetcher) Fetch(ctx context.Context, b, want int, alone bool) (ready.Batch, error) {
+	if f.older {
+		return ready.FetchOlderFormat(ctx, f.rdb, f.prefix, f.topic, b, f.cid, want, alone)
+	}
 	return ready.FetchBatch(ctx, f.rdb, f.prefix, f.topic, b, f.cid, want, alone)
 }
 
