@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 
@@ -56,9 +57,17 @@ type redisApplier struct {
 	settler            *ack.Settler
 	rdb                redis.UniversalClient
 	prefix, topic, cid string
+	older              bool // settle as a client of the older format (Group.SetOlderFormat)
 }
 
 func (a redisApplier) Settle(ctx context.Context, b int, outs []ack.Outcome) ([]bool, error) {
+	if a.older {
+		// That version's fetch counted the lateness; its settle did not.
+		outs = slices.Clone(outs)
+		for i := range outs {
+			outs[i].Late = -1
+		}
+	}
 	return a.settler.Settle(ctx, a.topic, b, outs)
 }
 
