@@ -52,10 +52,11 @@ type redisApplier struct {
 	settler            *ack.Settler
 	rdb                redis.UniversalClient
 	prefix, topic, cid string
+	keep               ack.Retention // per bucket
 }
 
 func (a redisApplier) Settle(ctx context.Context, b int, outs []ack.Outcome) ([]bool, error) {
-	return a.settler.Settle(ctx, a.topic, b, outs)
+	return a.settler.SettleKept(ctx, a.topic, b, a.keep, outs)
 }
 
 func (a redisApplier) Release(ctx context.Context, b int, members []string) (int, error) {

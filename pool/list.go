@@ -118,7 +118,9 @@ func (s *Store) ListBucket(ctx context.Context, topic string, n int, state State
 				job.Consumer = extra
 			}
 		}
-		job.LastError, _ = rdb.Str(r[i+4])
+		if v, ok := rdb.Str(r[i+4]); ok {
+			job.SetTrace(v)
+		}
 		jobs = append(jobs, job)
 	}
 	if state == StateReady && len(jobs) > 0 {
