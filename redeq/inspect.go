@@ -106,6 +106,11 @@ type ListOptions struct {
 	// bucket, a share of the page from each (see List). Other states
 	// ignore it. A cursor is good only for the order it was made for.
 	DueOrder bool
+	// NoBody lists the jobs without their Body and Headers: each page reads
+	// only the header line of each job's stored envelope (attempt, times,
+	// retry settings), with LastError and Reason, so a page of big jobs
+	// costs Redis and the network no more than one of small ones.
+	NoBody bool
 }
 
 // The bounds of List.
@@ -214,12 +219,12 @@ func (c *Client) List(ctx context.Context, topic string, state State, opt ListOp
 		if !opt.DueOrder {
 			return Page{}, invalidArg("list: cursor made for DueOrder")
 		}
-		return c.listByDue(ctx, topic, n, cur, limit)
+		return c.listByDue(ctx, topic, n, cur, limit, opt.NoBody)
 	}
 	if state == StateDone {
 		return c.listDone(ctx, topic, n, cur, limit)
 	}
-	page, err := c.listBuckets(ctx, topic, state, n, cur, consumers, limit)
+	page, err := c.listBuckets(ctx, topic, state, n, cur, consumers, limit, opt.NoBody)
 	if err == nil && state == StateInFlight {
 		if err = c.markSilent(ctx, page.Jobs); err != nil {
 			err = fmt.Errorf("list %s of %s: %w", state, topic, err)
@@ -253,7 +258,7 @@ func (c *Client) listDone(ctx context.Context, topic string, n int, cur cursor, 
 }
 
 // listBuckets is a page of List in any state but done, bucket by bucket.
-func (c *Client) listBuckets(ctx context.Context, topic string, state State, n int, cur cursor, consumers []string, limit int) (Page, error) {
+func (c *Client) listBuckets(ctx context.Context, topic string, state State, n int, cur cursor, consumers []string, limit int, heads bool) (Page, error) {
 	var page Page
 	b, pos := cur.bucket, cur.pos
 	for visits := 0; b < n; visits++ {
@@ -265,7 +270,7 @@ func (c *Client) listBuckets(ctx context.Context, topic string, state State, n i
 			page.Next = next.encode(topic, state)
 			break
 		}
-		jobs, next, done, err := c.store.ListBucket(ctx, topic, b, pool.State(state), consumers, pos, limit-len(page.Jobs))
+		jobs, next, done, err := c.store.ListBucket(ctx, topic, b, pool.State(state), consumers, pos, limit-len(page.Jobs), heads)
 		if err != nil {
 			return Page{}, err
 		}
@@ -304,7 +309,7 @@ const dueOrderShare = 16
 // could come before one listed. The page may hold fewer than limit jobs
 // (never none while jobs are left: the earliest unread rest is where the
 // next page starts).
-func (c *Client) listByDue(ctx context.Context, topic string, n int, cur cursor, limit int) (Page, error) {
+func (c *Client) listByDue(ctx context.Context, topic string, n int, cur cursor, limit int, heads bool) (Page, error) {
 	share := min(limit, max(dueOrderShare, limit/n+1))
 	type entry struct {
 		job    *Job
@@ -318,7 +323,7 @@ func (c *Client) listByDue(ctx context.Context, topic string, n int, cur cursor,
 	}
 	at := func(p pool.Position) float64 { f, _ := strconv.ParseFloat(p.At, 64); return f }
 	for b := range n {
-		jobs, next, done, err := c.store.ListBucket(ctx, topic, b, pool.StateScheduled, nil, cur.pos, share)
+		jobs, next, done, err := c.store.ListBucket(ctx, topic, b, pool.StateScheduled, nil, cur.pos, share, heads)
 		if err != nil {
 			return Page{}, err
 		}
