@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -190,4 +191,38 @@ func traceOf(n int) string {
 func plus(ms string, d int64) string {
 	n, _ := strconv.ParseInt(ms, 10, 64)
 	return strconv.FormatInt(n+d, 10)
+}
+
+// TestSettleTrimsBoundedRecords: an ack with retention trims at most 512
+// expired records a call, however many there are, so a bucket whose done
+// set grew large while idle costs each settle a bounded amount; the
+// records it keeps are the ones trimmed last.
+func TestSettleTrimsBoundedRecords(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			k := keys.ForBucket(testutil.Prefix(t), "t", 0)
+			old := make([]string, 0, 600)
+			recs := make([]string, 0, 600)
+			for i := range 600 {
+				old = append(old, fmt.Sprintf("o%03d=%d", i, i+1))
+				recs = append(recs, fmt.Sprintf("o%03d=R", i))
+			}
+			testutil.Seed(t, c, testutil.ZSet(k.Done(), old...), testutil.Hash(k.DoneJobs(), recs...),
+				testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.InFlight("c"), "7:j=1"), testutil.Hash(k.State(), "j=7@c"))
+			v, err := settleScript.Run(ctx, c, []string{k.Pool(), k.InFlight("c"), k.Scheduled(), k.UnAck(), k.Dead(),
+				k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix(), k.Done(), k.DoneJobs()},
+				keys.WakeChannel("x"), "t#0", 1, "c", 60000, 10000, "j", "7", "a", 0, "", "", "").Slice()
+			require.NoError(t, err)
+			require.Equal(t, []any{int64(1)}, v)
+			left, err := c.ZRange(ctx, k.Done(), 0, -1).Result()
+			require.NoError(t, err)
+			require.Len(t, left, 600-512+1)
+			require.Equal(t, "o512", left[0], "the lowest expiry first")
+			require.Equal(t, "j", left[len(left)-1])
+			require.EqualValues(t, 600-512+1, c.HLen(ctx, k.DoneJobs()).Val())
+			require.Greater(t, c.PTTL(ctx, k.Done()).Val(), time.Duration(0), "the set expires when idle")
+		})
+	}
 }
