@@ -150,6 +150,18 @@ func (m *Mover) Wake(address string) {
 	if !ok {
 		return
 	}
+	if freed {
+		// Not a job's wake-up: a released lock, also of a topic retired or
+		// unknown here, which it must not record again.
+		m.mu.Lock()
+		l, running := m.loops[address]
+		m.mu.Unlock()
+		if running {
+			l.freed.Store(true)
+			signal(l.wake)
+		}
+		return
+	}
 	m.mu.Lock()
 	l, running := m.loops[address]
 	_, known := m.known[topic]
@@ -159,9 +171,6 @@ func (m *Mover) Wake(address string) {
 	m.mu.Unlock()
 	switch {
 	case running:
-		if freed {
-			l.freed.Store(true)
-		}
 		signal(l.wake)
 	case !known:
 		signal(m.refresh)
