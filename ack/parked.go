@@ -101,7 +101,9 @@ func List(ctx context.Context, c redis.UniversalClient, prefix, topic string, bu
 			if reasons != nil {
 				job.Reason, _ = reasons[i].(string)
 			}
-			job.LastError, _ = lastErrs[i].(string)
+			if v, ok := lastErrs[i].(string); ok {
+				job.SetTrace(v)
+			}
 			out = append(out, job)
 		}
 	}

@@ -113,6 +113,14 @@ func errArg(o Outcome) string {
 	return Cut(o.Err)
 }
 
+// Retention keeps the records of acked jobs of a topic: each for For, at
+// most Max per bucket (the oldest go first). The zero Retention keeps
+// none, and costs nothing.
+type Retention struct {
+	For time.Duration
+	Max int
+}
+
 // MaxSettle bounds the outcomes one Settle applies.
 const MaxSettle = 256
 
@@ -121,17 +129,27 @@ const MaxSettle = 256
 // because its delivery no longer held the job: the reaper took it back, or
 // the job was deleted (and maybe added again) meanwhile.
 func (s *Settler) Settle(ctx context.Context, topic string, n int, outs []Outcome) (applied []bool, err error) {
+	return s.SettleKept(ctx, topic, n, Retention{}, outs)
+}
+
+// SettleKept is Settle on a topic with retention: the records of the jobs
+// it acks stay readable as done (pool.Store.Done) for keep.For.
+func (s *Settler) SettleKept(ctx context.Context, topic string, n int, keep Retention, outs []Outcome) (applied []bool, err error) {
 	if len(outs) > MaxSettle {
 		return nil, fmt.Errorf("settle %s: %d outcomes, more than %d", keys.Address(topic, n), len(outs), MaxSettle)
 	}
 	k := keys.ForBucket(s.prefix, topic, n)
-	args := make([]any, 0, 4+8*len(outs))
-	args = append(args, keys.WakeChannel(s.prefix), keys.Address(topic, n), s.deadRetention, s.cid)
+	args := make([]any, 0, 6+8*len(outs))
+	keepMs, most := int64(0), 1
+	if keep.For > 0 {
+		keepMs, most = pool.DurationMs(keep.For), max(keep.Max, 1)
+	}
+	args = append(args, keys.WakeChannel(s.prefix), keys.Address(topic, n), s.deadRetention, s.cid, keepMs, most)
 	for _, o := range outs {
 		args = append(args, o.ID, o.Token, string(o.Op), pool.DurationMs(o.Delay), o.Header, Cut(o.Reason), errArg(o), lateArg(o))
 	}
 	v, err := rdb.Run(ctx, s.rdb, s.durable, settleScript,
-		[]string{k.Pool(), k.InFlight(s.cid), k.Scheduled(), k.UnAck(), k.Dead(), k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix()}, args...).Result()
+		[]string{k.Pool(), k.InFlight(s.cid), k.Scheduled(), k.UnAck(), k.Dead(), k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix(), k.Done(), k.DoneJobs()}, args...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("settle %d jobs of %s: %w", len(outs), keys.Address(topic, n), err)
 	}

@@ -19,8 +19,12 @@
 -- ARGV[1] -> wake channel
 -- ARGV[2] -> wake message
 -- ARGV[3] -> most jobs the dead set keeps
+-- KEYS[10] -> done ZSET (id -> when its record expires, ms)
+-- KEYS[11] -> done records HASH (keys.Bucket.DoneJobs)
 -- ARGV[4] -> consumer id
--- ARGV[5..] -> per outcome (at most 256), eight values: id, delivery
+-- ARGV[5] -> retention of acked jobs, ms; 0 for none
+-- ARGV[6] -> most acked jobs the done set keeps (retention on)
+-- ARGV[7..] -> per outcome (at most 256), eight values: id, delivery
 --   token, op, delay ms, new header ('' keeps the stored one), for op d the
 --   reason it died, the handler's error ('' for none; '-' for none
 --   when the job has a last error stored, to be cleared by a or n), and how
@@ -40,20 +44,21 @@
 -- (miniredis) records no history, never a failed settle.
 -- An ack reads no envelope: the state naming the delivery is the fence, and
 -- only a job that goes on (rejoin, failure, park, dead) must still be in
--- the pool. A typical call of acks costs seven commands, whatever the
+-- the pool (with retention on, an ack reads it for the done record). A typical call of acks costs seven commands, whatever the
 -- number of outcomes: TIME, HMGET of the states, ZMSCORE and ZREM of the
 -- in-flight members, HDEL of the states and of the pool, BITFIELD.
 local W = 8
 local us = now_us()
 local now = ceil_ms(us) -- due times and the parked and died stamps alike
-local first = 5
+local first = 7
+local keep = tonumber(ARGV[5])
 local n = (#ARGV - first + 1) / W
 if n < 1 then return {} end
 local ids, need, nids = {}, {}, {}
 for i = 0, n - 1 do
   local base = first + i * W
   ids[i + 1] = ARGV[base]
-  if ARGV[base + 2] ~= 'a' or ARGV[base + 4] ~= '' then
+  if keep > 0 or ARGV[base + 2] ~= 'a' or ARGV[base + 4] ~= '' then
     nids[#nids + 1] = ARGV[base]
     need[#nids] = i + 1
   end
@@ -75,7 +80,7 @@ for i = 1, n do
     local base = first + (i - 1) * W
     if states[i] == ARGV[base + 1] .. '@' .. ARGV[4] then
       -- A job that goes on must still be in the pool; an ack needs not.
-      if ARGV[base + 2] == 'a' and ARGV[base + 4] == '' then
+      if keep <= 0 and ARGV[base + 2] == 'a' and ARGV[base + 4] == '' then
         ok[i] = true
       else
         ok[i] = envs[i] ~= nil and envs[i] ~= false
@@ -84,6 +89,53 @@ for i = 1, n do
   end
 end
 if #members > 0 then redis.call('ZREM', KEYS[2], unpack(members)) end
+-- Retention (ARGV[5] > 0): an acked job's record (when, by whom, its
+-- trace, its envelope) stays in the done set until now+ARGV[5], at most
+-- ARGV[6] of them (the oldest go first, at most 512 a call), and a
+-- failure keeps the job's earlier failures (at most 9) after it in its
+-- trace. A rerun after a lost reply finds its deliveries gone and writes
+-- nothing. Off, it costs nothing.
+local trail = {}
+if keep > 0 then
+  local olds = redis.call('HMGET', KEYS[8], unpack(ids))
+  local function head(v, k) -- the first k failures of trace v
+    local at = 1
+    for _ = 1, k do
+      if string.byte(v, at) ~= 31 then break end
+      local comma = string.find(v, ',', at, true)
+      local colon = comma and string.find(v, ':', comma, true)
+      local len = colon and tonumber(string.sub(v, comma + 1, colon - 1))
+      if not len then break end
+      at = colon + 1 + len
+    end
+    return string.sub(v, 1, at - 1)
+  end
+  local acked = false
+  for i = 1, n do
+    local base = first + (i - 1) * W
+    local op, lasterr, old = ARGV[base + 2], ARGV[base + 6], olds[i] or ''
+    if ok[i] and lasterr ~= '' and lasterr ~= '-' then
+      trail[i] = head(old, 9)
+    elseif ok[i] and op == 'a' then
+      redis.call('HSET', KEYS[11], ids[i], string.format('%d|%d|%d\n', now, #ARGV[4], #old) .. ARGV[4] .. old .. envs[i])
+      redis.call('ZADD', KEYS[10], now + keep, ids[i])
+      acked = true
+    end
+  end
+  if acked then
+    local gone = redis.call('ZRANGEBYSCORE', KEYS[10], '-inf', now, 'LIMIT', 0, 512)
+    local over = math.min(redis.call('ZCARD', KEYS[10]) - #gone - tonumber(ARGV[6]), 512)
+    if over > 0 then
+      for _, id in ipairs(redis.call('ZRANGE', KEYS[10], #gone, #gone + over - 1)) do gone[#gone + 1] = id end
+    end
+    if #gone > 0 then
+      redis.call('ZREM', KEYS[10], unpack(gone))
+      redis.call('HDEL', KEYS[11], unpack(gone))
+    end
+    redis.call('PEXPIRE', KEYS[10], keep)
+    redis.call('PEXPIRE', KEYS[11], keep)
+  end
+end
 local out, hdel, sdel, edel = {}, {}, {}, {}
 local earliest, dead = nil, false
 for i = 1, n do
@@ -102,7 +154,7 @@ for i = 1, n do
     end
     local lasterr = ARGV[base + 6]
     if lasterr ~= '' and lasterr ~= '-' then
-      redis.call('HSET', KEYS[8], id, lasterr)
+      redis.call('HSET', KEYS[8], id, string.format('\31%d,%d:', now, #lasterr) .. lasterr .. (trail[i] or ''))
     elseif lasterr == '-' and (op == 'a' or op == 'n') then
       edel[#edel + 1] = id -- it had failed before: its last error goes with it
     end

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/pool"
 )
 
 // settle.lua applies an outcome only for the delivery this consumer holds
@@ -22,7 +25,13 @@ import (
 // same consumer fetched the job again) and a delivery the reaper took are
 // dropped, writing only the removal of the member this consumer held. A
 // rerun finds the member gone: it answers 0 and writes nothing more.
+// A failure's error is stored with its time (the Redis clock). With
+// retention on, an ack keeps the job's record (when, by whom, its trace,
+// its envelope) in the done set until now+retention, trimming expired
+// records and those past the cap, oldest first, and a failure keeps the
+// job's nine earlier failures after it.
 func TestSettleScript(t *testing.T) {
+	var base int64 // the server's clock when a case is seeded, unix ms
 	type ks func(k keys.Bucket, stamp string) []testutil.Entry
 	held := func(k keys.Bucket, es ...testutil.Entry) []testutil.Entry {
 		return append(es, testutil.ZSet(k.InFlight("c"), "7:j=1"), testutil.Hash(k.State(), "j=7@c"))
@@ -32,47 +41,73 @@ func TestSettleScript(t *testing.T) {
 		seed    func(k keys.Bucket) []testutil.Entry
 		outcome []any // id, token, op, delay, header, reason, last error (lateness: unknown)
 		reply   int64
-		stamped string // the ZSET the job is stamped into, if any
+		stamped string // the ZSET the job is stamped into, if any: unack, dead, errors (its trace) or done
 		want    ks
+		keep    []any // retention ms and cap; nil for none
 	}{
 		{"AckRemovesTheJobAndItsLastError", func(k keys.Bucket) []testutil.Entry {
 			return held(k, testutil.Hash(k.Pool(), "j=h\nb", "k=F"), testutil.Hash(k.Errors(), "j=e"))
 		}, []any{"j", "7", "a", 0, "", "", "-"}, 1, "", func(k keys.Bucket, _ string) []testutil.Entry {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "k=F")}
-		}},
+		}, nil},
 		{"RejoinIsDueAtTheCap", func(k keys.Bucket) []testutil.Entry {
 			return held(k, testutil.Hash(k.Pool(), "j=h\nb"))
 		}, []any{"j", "7", "r", maxDue, "", "", ""}, 1, "", func(k keys.Bucket, _ string) []testutil.Entry {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.Scheduled(), "j="+maxDue)}
-		}},
+		}, nil},
 		{"FailureKeepsItsHeaderAndError", func(k keys.Bucket) []testutil.Entry {
 			return held(k, testutil.Hash(k.Pool(), "j=h\nb"))
-		}, []any{"j", "7", "f", maxDue, "H\n", "", "boom"}, 1, "", func(k keys.Bucket, _ string) []testutil.Entry {
+		}, []any{"j", "7", "f", maxDue, "H\n", "", "boom"}, 1, "errors", func(k keys.Bucket, stamp string) []testutil.Entry {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "j=H\nb"), testutil.ZSet(k.Scheduled(), "j="+maxDue),
-				testutil.Hash(k.Errors(), "j=boom")}
-		}},
+				testutil.Hash(k.Errors(), "j=\x1f"+stamp+",4:boom")}
+		}, nil},
+		{"FailureWithoutRetentionKeepsOnlyTheLast", func(k keys.Bucket) []testutil.Entry {
+			return held(k, testutil.Hash(k.Pool(), "j=h\nb"), testutil.Hash(k.Errors(), "j=\x1f5,3:old"))
+		}, []any{"j", "7", "f", maxDue, "", "", "boom"}, 1, "errors", func(k keys.Bucket, stamp string) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.Scheduled(), "j="+maxDue),
+				testutil.Hash(k.Errors(), "j=\x1f"+stamp+",4:boom")}
+		}, nil},
+		{"FailureWithRetentionKeepsNineEarlier", func(k keys.Bucket) []testutil.Entry {
+			return held(k, testutil.Hash(k.Pool(), "j=h\nb"), testutil.Hash(k.Errors(), "j="+traceOf(10)))
+		}, []any{"j", "7", "f", maxDue, "", "", "boom"}, 1, "errors", func(k keys.Bucket, stamp string) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.Scheduled(), "j="+maxDue),
+				testutil.Hash(k.Errors(), "j=\x1f"+stamp+",4:boom"+strings.TrimSuffix(traceOf(10), "\x1f1,2:e1"))}
+		}, []any{60000, 10}},
+		{"AckWithRetentionKeepsItsRecord", func(k keys.Bucket) []testutil.Entry {
+			return held(k, testutil.Hash(k.Pool(), "j=h\nb"), testutil.Hash(k.Errors(), "j=\x1f5,1:e"))
+		}, []any{"j", "7", "a", 0, "", "", "-"}, 1, "done", func(k keys.Bucket, stamp string) []testutil.Entry {
+			return []testutil.Entry{testutil.ZSet(k.Done(), "j="+plus(stamp, 60000)),
+				testutil.Hash(k.DoneJobs(), "j="+stamp+"|1|6\nc\x1f5,1:eh\nb")}
+		}, []any{60000, 10}},
+		{"RetentionTrimsExpiredThenOldestPastItsCap", func(k keys.Bucket) []testutil.Entry {
+			return held(k, testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.Done(), "gone=1", "soon="+plus(fmt.Sprint(base), 1000)),
+				testutil.Hash(k.DoneJobs(), "gone=G", "soon=S"))
+		}, []any{"j", "7", "a", 0, "", "", ""}, 1, "done", func(k keys.Bucket, stamp string) []testutil.Entry {
+			return []testutil.Entry{testutil.ZSet(k.Done(), "j="+plus(stamp, 3600000)),
+				testutil.Hash(k.DoneJobs(), "j="+stamp+"|1|0\nch\nb")}
+		}, []any{3600000, 1}},
 		{"ParkStampsUnAck", func(k keys.Bucket) []testutil.Entry {
 			return held(k, testutil.Hash(k.Pool(), "j=h\nb"))
 		}, []any{"j", "7", "u", 0, "", "", ""}, 1, "unack", func(k keys.Bucket, stamp string) []testutil.Entry {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.UnAck(), "j="+stamp)}
-		}},
+		}, nil},
 		{"DeathTrimsTheDeadSet", func(k keys.Bucket) []testutil.Entry {
 			return held(k, testutil.Hash(k.Pool(), "j=h\nb", "old=O"), testutil.ZSet(k.Dead(), "old=1"),
 				testutil.Hash(k.Reasons(), "old=x"), testutil.Hash(k.Errors(), "old=y"))
 		}, []any{"j", "7", "d", 0, "", "why", ""}, 1, "dead", func(k keys.Bucket, stamp string) []testutil.Entry {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.Dead(), "j="+stamp),
 				testutil.Hash(k.Reasons(), "j=why")}
-		}},
+		}, nil},
 		{"StaleTokenOfTheSameConsumerIsDropped", func(k keys.Bucket) []testutil.Entry {
 			return held(k, testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.InFlight("c"), "6:j=0"))
 		}, []any{"j", "6", "a", 0, "", "", ""}, 0, "", func(k keys.Bucket, _ string) []testutil.Entry {
 			return held(k, testutil.Hash(k.Pool(), "j=h\nb"))
-		}},
+		}, nil},
 		{"DeliveryTheReaperTookIsDropped", func(k keys.Bucket) []testutil.Entry {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "j=h\nb"), testutil.Hash(k.State(), "j=8@d")}
 		}, []any{"j", "7", "a", 0, "", "", ""}, 0, "", func(k keys.Bucket, _ string) []testutil.Entry {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "j=h\nb"), testutil.Hash(k.State(), "j=8@d")}
-		}},
+		}, nil},
 	}
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
@@ -90,11 +125,17 @@ func TestSettleScript(t *testing.T) {
 					// History counters go under a third prefix, same slot:
 					// their key names the minute.
 					hist := keys.ForBucket(testutil.Prefix(t), "t", 0).HistoryPrefix()
+					base = serverMs()
 					testutil.Seed(t, c, tc.seed(k)...)
 					run := func() []any {
-						args := append(append([]any{keys.WakeChannel(got), "t#0", 1, "c"}, tc.outcome...), "")
+						keep := tc.keep
+						if keep == nil {
+							keep = []any{0, 1}
+						}
+						args := append([]any{keys.WakeChannel(got), "t#0", 1, "c"}, keep...)
+						args = append(append(args, tc.outcome...), "")
 						v, err := settleScript.Run(ctx, c, []string{k.Pool(), k.InFlight("c"), k.Scheduled(), k.UnAck(), k.Dead(),
-							k.Reasons(), k.State(), k.Errors(), hist}, args...).Slice()
+							k.Reasons(), k.State(), k.Errors(), hist, k.Done(), k.DoneJobs()}, args...).Slice()
 						require.NoError(t, err)
 						return v
 					}
@@ -104,11 +145,27 @@ func TestSettleScript(t *testing.T) {
 					stamp := ""
 					if tc.stamped != "" {
 						key := k.UnAck()
-						if tc.stamped == "dead" {
+						switch tc.stamped {
+						case "dead":
 							key = k.Dead()
+						case "done":
+							key = k.Done()
 						}
-						s, err := c.ZScore(ctx, key, "j").Result()
-						require.NoError(t, err)
+						var s float64
+						if tc.stamped == "errors" {
+							v, err := c.HGet(ctx, k.Errors(), "j").Result()
+							require.NoError(t, err)
+							fs := pool.ParseTrace(v)
+							require.NotEmpty(t, fs, v)
+							s = float64(fs[0].At.UnixMilli())
+						} else {
+							var err error
+							s, err = c.ZScore(ctx, key, "j").Result()
+							require.NoError(t, err)
+							if tc.stamped == "done" {
+								s -= float64(tc.keep[0].(int))
+							}
+						}
 						require.True(t, int64(s) >= before && int64(s) <= after, "stamp %v outside [%d, %d]", s, before, after)
 						stamp = fmt.Sprint(int64(s))
 					}
@@ -155,7 +212,7 @@ func TestSettleRecordsHistory(t *testing.T) {
 				testutil.ZSet(k.InFlight("c"), fmt.Sprintf("1:a=%d", now), fmt.Sprintf("2:f=%d", earlier),
 					fmt.Sprintf("3:g=%d", now), fmt.Sprintf("4:x=%d", now)),
 				testutil.Hash(k.State(), "a=1@c", "f=2@c", "g=3@c", "x=9@d"))
-			args := []any{keys.WakeChannel(prefix), "t#0", 10, "c",
+			args := []any{keys.WakeChannel(prefix), "t#0", 10, "c", 0, 1,
 				"a", "1", "a", 0, "", "", "", 3000, // 3 s late: the 2..5 s counter, this minute
 				"f", "2", "f", 60000, "1|1|1|0||||\n", "", "boom", 120000, // over every bound, two minutes ago
 				"g", "3", "a", 0, "", "", "", "", // not in the pool, lateness unknown
@@ -163,7 +220,7 @@ func TestSettleRecordsHistory(t *testing.T) {
 				"y", "5", "a", 0, "", "", "", 1, // settled before: not counted
 			}
 			v, err := settleScript.Run(ctx, c, []string{k.Pool(), k.InFlight("c"), k.Scheduled(), k.UnAck(), k.Dead(),
-				k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix()}, args...).Slice()
+				k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix(), k.Done(), k.DoneJobs()}, args...).Slice()
 			require.NoError(t, err)
 			require.Equal(t, []any{int64(1), int64(1), int64(1), int64(0), int64(0)}, v)
 			require.Zero(t, c.Exists(ctx, k.InFlight("c")).Val(), "every member of this consumer left")
@@ -196,6 +253,55 @@ func TestSettleRecordsHistory(t *testing.T) {
 			require.EqualValues(t, 2, late, "this minute: a and x")
 			require.Zero(t, old[keys.HistProcessed], "outcomes count when applied, lateness when fetched")
 			require.EqualValues(t, 1, old[keys.HistoryFields-1], "f: 2 min late, over every bound, two minutes ago (%v)", old)
+		})
+	}
+}
+
+// traceOf is a trace of n failures, newest first, at times n..1 ms.
+func traceOf(n int) string {
+	var b strings.Builder
+	for i := n; i >= 1; i-- {
+		fmt.Fprintf(&b, "\x1f%d,2:e%d", i, i%10)
+	}
+	return b.String()
+}
+
+// plus is the decimal ms, plus d.
+func plus(ms string, d int64) string {
+	n, _ := strconv.ParseInt(ms, 10, 64)
+	return strconv.FormatInt(n+d, 10)
+}
+
+// TestSettleTrimsBoundedRecords: an ack with retention trims at most 512
+// expired records a call, however many there are, so a bucket whose done
+// set grew large while idle costs each settle a bounded amount; the
+// records it keeps are the ones trimmed last.
+func TestSettleTrimsBoundedRecords(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			k := keys.ForBucket(testutil.Prefix(t), "t", 0)
+			old := make([]string, 0, 600)
+			recs := make([]string, 0, 600)
+			for i := range 600 {
+				old = append(old, fmt.Sprintf("o%03d=%d", i, i+1))
+				recs = append(recs, fmt.Sprintf("o%03d=R", i))
+			}
+			testutil.Seed(t, c, testutil.ZSet(k.Done(), old...), testutil.Hash(k.DoneJobs(), recs...),
+				testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.InFlight("c"), "7:j=1"), testutil.Hash(k.State(), "j=7@c"))
+			v, err := settleScript.Run(ctx, c, []string{k.Pool(), k.InFlight("c"), k.Scheduled(), k.UnAck(), k.Dead(),
+				k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix(), k.Done(), k.DoneJobs()},
+				keys.WakeChannel("x"), "t#0", 1, "c", 60000, 10000, "j", "7", "a", 0, "", "", "", "").Slice()
+			require.NoError(t, err)
+			require.Equal(t, []any{int64(1)}, v)
+			left, err := c.ZRange(ctx, k.Done(), 0, -1).Result()
+			require.NoError(t, err)
+			require.Len(t, left, 600-512+1)
+			require.Equal(t, "o512", left[0], "the lowest expiry first")
+			require.Equal(t, "j", left[len(left)-1])
+			require.EqualValues(t, 600-512+1, c.HLen(ctx, k.DoneJobs()).Val())
+			require.Greater(t, c.PTTL(ctx, k.Done()).Val(), time.Duration(0), "the set expires when idle")
 		})
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -65,7 +67,23 @@ type Mover struct {
 type loop struct {
 	wake   chan struct{}
 	cancel context.CancelFunc
+	// freed is set by a handover message: the bucket's last holder
+	// released its lock, so the loop tries it at once, not a ScanInterval
+	// after its last try.
+	freed atomic.Bool
 }
+
+// FleetChanged is the wake-up message a client publishes when it joins
+// the fleet (its first announcement) or leaves it: every mover announces
+// at once, so the buckets rendezvous hashing moves change hands now, not
+// at the next announcement. Braces, which no topic name holds, keep it
+// apart from every bucket's address.
+const FleetChanged = "{fleet}"
+
+// handoverMark ends the wake-up message a mover publishes for a bucket
+// whose lock it released because it no longer owns it: its address, then
+// this mark.
+const handoverMark = "\x00freed"
 
 // NewMover returns a Mover that shares the buckets out with the rest of
 // fleet. onReady, if not nil, is called after a move left jobs on a ready
@@ -123,8 +141,25 @@ func (c MoverConfig) IdleScan() time.Duration {
 // topic this client does not know makes it reread the topic set, and
 // record the topic again when it was retired or lost.
 func (m *Mover) Wake(address string) {
+	if address == FleetChanged {
+		signal(m.announce)
+		return
+	}
+	address, freed := strings.CutSuffix(address, handoverMark)
 	topic, _, ok := keys.ParseAddress(address)
 	if !ok {
+		return
+	}
+	if freed {
+		// Not a job's wake-up: a released lock, also of a topic retired or
+		// unknown here, which it must not record again.
+		m.mu.Lock()
+		l, running := m.loops[address]
+		m.mu.Unlock()
+		if running {
+			l.freed.Store(true)
+			signal(l.wake)
+		}
 		return
 	}
 	m.mu.Lock()
@@ -145,9 +180,12 @@ func (m *Mover) Wake(address string) {
 // Refresh makes the mover reread the topic set soon.
 func (m *Mover) Refresh() { signal(m.refresh) }
 
-// Rescan makes every bucket loop scan now: after the subscription
+// Rescan makes every bucket loop scan now, and the mover announce itself
+// now, so that a change of the fleet's shares is taken too (the loops of
+// buckets it gained start with a scan): after the subscription
 // reconnected, wake-ups may have been lost.
 func (m *Mover) Rescan() {
+	signal(m.announce)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, l := range m.loops {
@@ -189,6 +227,8 @@ func (m *Mover) Run(ctx context.Context) {
 		defer cancel()
 		if err := m.fleet.Leave(lctx); err != nil {
 			m.env.Logger.Warn("redeq: mover cannot leave the fleet", "err", err)
+		} else {
+			m.fleetChanged(lctx)
 		}
 	}()
 	snap := make(chan map[string]int, 1)
@@ -263,10 +303,21 @@ func (m *Mover) Run(ctx context.Context) {
 	}
 }
 
+// fleetChanged tells every mover that this client joined or left the
+// fleet: they announce at once and hand over the buckets that change
+// hands (each publishing a handover for the buckets it releases). A lost
+// message costs only the wait for the next announcement.
+func (m *Mover) fleetChanged(ctx context.Context) {
+	if err := m.rdb.Publish(ctx, keys.WakeChannel(m.cfg.Prefix), FleetChanged).Err(); err != nil && ctx.Err() == nil {
+		m.env.Logger.Warn("redeq: mover cannot tell the fleet it joined or left", "err", err)
+	}
+}
+
 // announceLoop announces this client every ScanInterval, and at once
 // when the buckets it cannot move changed, and has the loops reassigned
 // when the fleet's shares changed.
 func (m *Mover) announceLoop(ctx context.Context) {
+	joined := false
 	bo := env.Backoff{Max: m.cfg.ScanInterval}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -300,6 +351,10 @@ func (m *Mover) announceLoop(ctx context.Context) {
 					m.env.Logger.Error("redeq: clients that cannot read the job state format in force are running: stop them; never roll back past UpgradeFormat",
 						"clients", out)
 				}
+			}
+			if !joined {
+				joined = true
+				m.fleetChanged(ctx)
 			}
 		}
 		if !timer.Stop() {
@@ -523,7 +578,7 @@ func (m *Mover) assign(ctx context.Context, wg *sync.WaitGroup, topics map[strin
 			lctx, cancel := context.WithCancel(ctx)
 			l := &loop{wake: make(chan struct{}, 1), cancel: cancel}
 			m.loops[addr] = l
-			wg.Go(func() { m.runBucket(lctx, topic, b, l.wake) })
+			wg.Go(func() { m.runBucket(lctx, topic, b, l) })
 		}
 	}
 	for addr, l := range m.loops {
@@ -546,14 +601,22 @@ func (m *Mover) assign(ctx context.Context, wg *sync.WaitGroup, topics map[strin
 }
 
 // runBucket is the loop of one owned bucket.
-func (m *Mover) runBucket(ctx context.Context, topic string, n int, wake chan struct{}) {
+func (m *Mover) runBucket(ctx context.Context, topic string, n int, l *loop) {
+	wake := l.wake
 	log := m.env.Logger.With("topic", topic, "bucket", n)
 	mu := m.locker.NewMutex(keys.ForBucket(m.cfg.Prefix, topic, n).Lock(), lock.WithExpiry(m.cfg.LockExpiry))
 	defer func() {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
+		held := mu.Held(m.env.Clock.Now())
 		if err := mu.Unlock(uctx); err != nil {
 			log.Warn("redeq: mover cannot release its lock", "err", err)
+		} else if held {
+			// The bucket's new owner tries the lock now, not a
+			// ScanInterval after its last try.
+			if err := m.rdb.Publish(uctx, keys.WakeChannel(m.cfg.Prefix), keys.Address(topic, n)+handoverMark).Err(); err != nil {
+				log.Warn("redeq: mover cannot tell the bucket's new owner", "err", err)
+			}
 		}
 	}()
 	bo := env.Backoff{Max: 4 * m.cfg.ScanInterval}
@@ -566,6 +629,9 @@ func (m *Mover) runBucket(ctx context.Context, topic string, n int, wake chan st
 	for ctx.Err() == nil {
 		start := m.env.Clock.Now()
 		go func() {
+			if l.freed.Swap(false) {
+				lastTry = time.Time{} // its last holder let it go: try now
+			}
 			wait, held, failed := m.step(ctx, topic, n, mu, &lastTry, &bo, log)
 			steps <- stepResult{wait, held, failed}
 		}()
@@ -593,8 +659,9 @@ func (m *Mover) runBucket(ctx context.Context, topic string, n int, wake chan st
 			}
 		}
 		timer.Reset(wait)
-		if !held {
-			// Only the holder acts on wake-ups; drop them meanwhile.
+		if !held && !l.freed.Load() {
+			// Only the holder acts on wake-ups; drop them meanwhile (but a
+			// handover, which makes this loop try the lock).
 			select {
 			case <-wake:
 			default:

@@ -21,7 +21,10 @@ const (
 	ConsumerTimeoutDefault   = 15 * time.Second
 	ShutdownTimeoutDefault   = 10 * time.Second
 	DeadRetentionDefault     = 10_000
-	MaxRecoveriesDefault     = 5
+	RetentionMaxDefault      = 10_000
+	// MaxRetention is the longest Retention of acked jobs.
+	MaxRetention         = 30 * 24 * time.Hour
+	MaxRecoveriesDefault = 5
 	// MinMaxRecoveries is the least MaxRecoveries: the recoveries from
 	// which a job runs alone (ready.Quarantine, the same figure). With
 	// fewer, a healthy job that was in flight beside a poison job through
@@ -205,6 +208,17 @@ type Config struct {
 	// DeadRetention is the most jobs a bucket's dead set keeps, at least 1;
 	// the oldest are deleted beyond it. Defaults to 10,000.
 	DeadRetention int `yaml:"dead_retention"`
+	// Retention keeps the record of each acked job readable (Get, List
+	// and the CLI show it as done, with when and on which consumer it
+	// finished, and its failures) for that long, up to MaxRetention (30
+	// days), then it expires; a listener's WithRetention overrides it for
+	// its topic. Off (0) an ack deletes the job and costs nothing more.
+	// Defaults to 0.
+	Retention time.Duration `yaml:"retention"`
+	// RetentionMax bounds the done records kept per topic, at least 1: the
+	// oldest go first beyond it (shared among the topic's buckets, each
+	// keeping RetentionMax/buckets, rounded up). Defaults to 10,000.
+	RetentionMax int `yaml:"retention_max"`
 	// MaxRecoveries is how many times a job may be recovered from a crashed
 	// consumer before it is treated as poison and moved to the dead set, at
 	// least MinMaxRecoveries (2). Defaults to 5.
@@ -278,6 +292,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.ConsumerTimeout, ConsumerTimeoutDefault)
 	setDefault(&c.ShutdownTimeout, ShutdownTimeoutDefault)
 	setDefault(&c.DeadRetention, DeadRetentionDefault)
+	setDefault(&c.RetentionMax, RetentionMaxDefault)
 	setDefault(&c.MaxRecoveries, MaxRecoveriesDefault)
 	setDefault(&c.RetireAfter, RetireAfterDefault)
 	setDefault(&c.WaitTimeout, WaitTimeoutDefault)

@@ -142,6 +142,12 @@ func (c Config) problems(name func(string) string) []*FieldError {
 	if c.DeadRetention < 1 {
 		bad("DeadRetention", "%d must be positive", c.DeadRetention)
 	}
+	if c.Retention < 0 || c.Retention > MaxRetention {
+		bad("Retention", "%v is out of range 0..%v", c.Retention, MaxRetention)
+	}
+	if c.RetentionMax < 1 {
+		bad("RetentionMax", "%d must be positive", c.RetentionMax)
+	}
 	if c.MaxRecoveries < MinMaxRecoveries {
 		bad("MaxRecoveries", "%d is below %d, the recoveries from which a job runs alone (a healthy job in flight beside a poison job would go dead with it)", c.MaxRecoveries, MinMaxRecoveries)
 	}

@@ -66,6 +66,12 @@ type Options struct {
 	// Middleware wraps this listener's handler, inside the client's
 	// middleware; the first is the outermost.
 	Middleware []Middleware
+	// Retention keeps the record of each acked job readable as done for
+	// that long; 0 keeps the config's Retention, negative keeps none.
+	Retention time.Duration
+	// RetentionMax is the most done records kept for the topic; 0 keeps
+	// the config's RetentionMax.
+	RetentionMax int
 }
 
 // Configured is a Listener with options of its own.

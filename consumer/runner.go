@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redeq-go/redeq/ack"
 	"github.com/redeq-go/redeq/ready"
 )
 
@@ -81,7 +82,7 @@ func newRunner(g *Group, l Listener, buckets int) *runner {
 	r := &runner{
 		g: g, l: l, topic: topic, buckets: buckets, workers: w, capacity: w,
 		fetcher:    redisFetcher{rdb: g.rdb, prefix: g.cfg.Prefix, topic: topic, cid: g.cid, older: g.older},
-		applier:    redisApplier{settler: g.settler, rdb: g.rdb, prefix: g.cfg.Prefix, topic: topic, cid: g.cid, older: g.older},
+		applier:    redisApplier{settler: g.settler, rdb: g.rdb, prefix: g.cfg.Prefix, topic: topic, cid: g.cid, older: g.older, keep: retention(g.cfg.Retention, g.cfg.RetentionMax, opts, buckets)},
 		quarantine: g.quarantine,
 		dl:         newDeliveries(buckets),
 		notify:     make(chan struct{}, 1),
@@ -92,6 +93,22 @@ func newRunner(g *Group, l Listener, buckets int) *runner {
 	r.executor.init(g, l, opts)
 	r.settleState.init(w)
 	return r
+}
+
+// retention is what a topic's settles keep of acked jobs, per bucket: the
+// listener's retention, else the config's, with the topic's cap shared
+// among its buckets (rounded up).
+func retention(d time.Duration, most int, opts Options, buckets int) ack.Retention {
+	if opts.Retention != 0 {
+		d = opts.Retention
+	}
+	if opts.RetentionMax > 0 {
+		most = opts.RetentionMax
+	}
+	if d <= 0 || most <= 0 {
+		return ack.Retention{}
+	}
+	return ack.Retention{For: d, Max: (most + buckets - 1) / max(buckets, 1)}
 }
 
 // chain wraps h in the listener's middleware, then the client's: the

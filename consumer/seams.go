@@ -57,7 +57,8 @@ type redisApplier struct {
 	settler            *ack.Settler
 	rdb                redis.UniversalClient
 	prefix, topic, cid string
-	older              bool // settle as a client of the older format (Group.SetOlderFormat)
+	older              bool          // settle as a client of the older format (Group.SetOlderFormat)
+	keep               ack.Retention // per bucket
 }
 
 func (a redisApplier) Settle(ctx context.Context, b int, outs []ack.Outcome) ([]bool, error) {
@@ -68,7 +69,7 @@ func (a redisApplier) Settle(ctx context.Context, b int, outs []ack.Outcome) ([]
 			outs[i].Late = -1
 		}
 	}
-	return a.settler.Settle(ctx, a.topic, b, outs)
+	return a.settler.SettleKept(ctx, a.topic, b, a.keep, outs)
 }
 
 func (a redisApplier) Release(ctx context.Context, b int, members []string) (int, error) {

@@ -21,7 +21,8 @@ import (
 )
 
 // states are the tabs of a topic page, in the order a job passes them.
-var states = []redeq.State{redeq.StateScheduled, redeq.StateReady, redeq.StateInFlight, redeq.StateUnAck, redeq.StateDead}
+// Done lists what a topic with retention keeps of its acked jobs.
+var states = []redeq.State{redeq.StateScheduled, redeq.StateReady, redeq.StateInFlight, redeq.StateUnAck, redeq.StateDead, redeq.StateDone}
 
 // retryingReads bounds the List pages one page of the retrying view reads.
 const retryingReads = 10
@@ -461,6 +462,8 @@ func count(st redeq.Stats, s redeq.State) int64 {
 		return st.UnAck
 	case redeq.StateDead:
 		return st.Dead
+	case redeq.StateDone:
+		return -1 // not counted: the tab shows none
 	}
 	return 0
 }
@@ -497,6 +500,8 @@ type op struct {
 func ops(j *redeq.Job) []op {
 	var out []op
 	switch j.State {
+	case redeq.StateDone:
+		return nil // a record of the past: nothing to act on
 	case redeq.StateScheduled, redeq.StateReady:
 		out = append(out, op{Name: "run", Label: "Run now"})
 	case redeq.StateUnAck:

@@ -15,8 +15,9 @@ type story struct {
 	Policy string
 	// Intervals lists the waits before each retry.
 	Intervals string
-	// Failed is when the last failure was; FailedAbout says it is worked
-	// out from the due time and the job's own retry interval (a job
+	// Failed is when the last failure was, as recorded with its error;
+	// for one recorded before failures carried their time, FailedAbout
+	// says it is worked out from the due time and the job's own retry interval (a job
 	// rescheduled by hand since makes it wrong), not recorded. With the
 	// default intervals it is not worked out: a listener's may differ.
 	Failed      time.Time
@@ -49,9 +50,8 @@ func interval(intervals []time.Duration, n int) time.Duration {
 	return intervals[min(n, len(intervals))-1]
 }
 
-func storyOf(j *redeq.Job, defRetries int, defIntervals []time.Duration) story {
+func storyOf(j *redeq.Job, defRetries int, defIntervals []time.Duration) (s story) {
 	retries, own, intervals, ownIntervals := retryPolicy(j, defRetries, defIntervals)
-	var s story
 	whose := "the job's"
 	if !own {
 		whose = "the default; a listener's WithRetry may differ"
@@ -73,7 +73,15 @@ func storyOf(j *redeq.Job, defRetries int, defIntervals []time.Duration) story {
 	if !ownIntervals {
 		s.Intervals += " (the default)"
 	}
+	defer func() {
+		if !j.FailedAt.IsZero() { // recorded with the error: no estimate
+			s.Failed, s.FailedAbout = j.FailedAt, false
+		}
+	}()
 	switch j.State {
+	case redeq.StateDone:
+		s.Next = "none: done, acked at"
+		s.NextAt = j.FinishedAt
 	case redeq.StateDead:
 		s.Failed = j.RunAt
 		s.Next = "none: " + map[bool]string{true: "sent to dead (" + j.Reason + ")", false: "its retries ran out"}[j.Reason != ""]
@@ -93,6 +101,10 @@ func storyOf(j *redeq.Job, defRetries int, defIntervals []time.Duration) story {
 		s.NextAt = j.RunAt
 	case redeq.StateInFlight:
 		s.Next = "running now, held by " + j.Consumer
+		if !j.ConsumerSilentSince.IsZero() {
+			s.Next = "consumer " + j.Consumer + " silent since"
+			s.NextAt = j.ConsumerSilentSince
+		}
 	case redeq.StateUnAck:
 		s.Next = "none: parked in unack until requeued or processed by hand, since"
 		s.NextAt = j.RunAt

@@ -87,7 +87,11 @@ var ErrCorrupt = errors.New("redeq: corrupt envelope")
 const maxHeader = 64 + config.MaxIntervals*20
 
 // Decode splits an envelope into its header and body. The body aliases env.
-func Decode(env []byte) (Header, []byte, error) {
+func Decode(env []byte) (Header, []byte, error) { return decode(env, true) }
+
+// decode is Decode; whole says env holds the headers block its header
+// line announces.
+func decode(env []byte, whole bool) (Header, []byte, error) {
 	nl := bytes.IndexByte(env, '\n')
 	if nl < 0 || nl > maxHeader {
 		return Header{}, nil, fmt.Errorf("%w: no header line", ErrCorrupt)
@@ -141,7 +145,7 @@ func Decode(env []byte) (Header, []byte, error) {
 	if err != nil {
 		return Header{}, nil, err
 	}
-	if h.HeadersLen > len(env)-nl-1 {
+	if whole && h.HeadersLen > len(env)-nl-1 {
 		return Header{}, nil, fmt.Errorf("%w: headers length %d past the end", ErrCorrupt, h.HeadersLen)
 	}
 	return h, env[nl+1:], nil
@@ -235,6 +239,20 @@ func JobOf(topic, id string, env []byte) (*Job, error) {
 		return nil, fmt.Errorf("job %q of topic %q: %w", id, topic, err)
 	}
 	return JobFrom(topic, id, h, body)
+}
+
+// JobOfHead builds a job from an envelope's header line alone (newline
+// included or not): its fields but Body (empty) and Headers (nil).
+func JobOfHead(topic, id string, line []byte) (*Job, error) {
+	if len(line) == 0 || line[len(line)-1] != '\n' {
+		line = append(line[:len(line):len(line)], '\n')
+	}
+	h, _, err := decode(line, false)
+	if err != nil {
+		return nil, fmt.Errorf("job %q of topic %q: %w", id, topic, err)
+	}
+	h.HeadersLen = 0
+	return JobFrom(topic, id, h, nil)
 }
 
 // JobFrom builds a job from a decoded header and what follows it (the

@@ -59,6 +59,24 @@ type Job struct {
 	// repeated crashes of its consumers, or a corrupt entry. Set by Get and
 	// the dead listing.
 	Reason string
+	// FailedAt is when the delivery that gave LastError failed, by the
+	// Redis clock; zero when the job never failed (or failed before redeq
+	// recorded the time of failures). Set by Get and the listings.
+	FailedAt time.Time
+	// Failures are the job's failed deliveries, newest first: the last one;
+	// on a topic with retention of finished jobs (redeq.WithRetention), the last MaxFailures. Set by Get and
+	// the listings.
+	Failures []Failure
+	// ConsumerSilentSince is, for a job in flight whose consumer missed its
+	// heartbeats for longer than its ConsumerTimeout and whose jobs no
+	// reaper has recovered yet, the consumer's last heartbeat; zero
+	// otherwise. Its handler may be running still, cut off, or dead. Set by
+	// Get and the in-flight listing.
+	ConsumerSilentSince time.Time
+	// FinishedAt is, for a done job (acked on a topic with retention of
+	// finished jobs), when it was acked, by the Redis clock; Consumer then
+	// names the consumer that acked it. Set by Get and the done listing.
+	FinishedAt time.Time
 }
 
 // State is where a job waits.
@@ -71,6 +89,7 @@ const (
 	StateInFlight  State = "inflight"  // held by a consumer
 	StateUnAck     State = "unack"     // handled without ack or rejoin
 	StateDead      State = "dead"      // retries ran out
+	StateDone      State = "done"      // acked, kept for a topic's retention
 )
 
 // MaxDue is the latest due time redeq stores: the last millisecond of the

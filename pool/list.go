@@ -52,12 +52,18 @@ type Position struct {
 // otherwise next is where the following call starts. Each job has the
 // fields Get gives it (its LastError too). Stale entries (of the ready list
 // and in-flight sets) are skipped; a corrupt envelope is listed with its
-// topic and id only, so that it can be found and deleted.
+// topic and id only, so that it can be found and deleted. With heads, the
+// jobs come without Body and Headers: only each envelope's header line is
+// read.
 func (s *Store) ListBucket(ctx context.Context, topic string, n int, state State, consumers []string,
-	from Position, limit int) (jobs []*Job, next Position, done bool, err error) {
+	from Position, limit int, heads bool) (jobs []*Job, next Position, done bool, err error) {
 	k := keys.ForBucket(s.prefix, topic, n)
 	ks := []string{k.Pool(), k.State(), k.Reasons(), k.Errors()}
-	args := []any{string(state), limit, limit + ListSlack, from.At, from.Member}
+	mode := string(state)
+	if heads {
+		mode += "!"
+	}
+	args := []any{mode, limit, limit + ListSlack, from.At, from.Member}
 	total := 0
 	switch state {
 	case StateScheduled:
@@ -102,7 +108,12 @@ func (s *Store) ListBucket(ctx context.Context, topic string, n int, state State
 	for i := 4; i < len(r); i += 5 {
 		id, _ := rdb.Str(r[i])
 		env, _ := rdb.Str(r[i+1])
-		job, err := JobOf(topic, id, []byte(env))
+		var job *Job
+		if heads {
+			job, err = JobOfHead(topic, id, []byte(env))
+		} else {
+			job, err = JobOf(topic, id, []byte(env))
+		}
 		if err != nil {
 			job = &Job{Topic: topic, ID: id}
 		}
@@ -118,7 +129,9 @@ func (s *Store) ListBucket(ctx context.Context, topic string, n int, state State
 				job.Consumer = extra
 			}
 		}
-		job.LastError, _ = rdb.Str(r[i+4])
+		if v, ok := rdb.Str(r[i+4]); ok {
+			job.SetTrace(v)
+		}
 		jobs = append(jobs, job)
 	}
 	if state == StateReady && len(jobs) > 0 {

@@ -16,7 +16,9 @@
 -- KEYS[4] -> errors HASH (id -> last handler error)
 -- KEYS[5..] -> the source: the bucket, unack or dead ZSET; the ready LIST;
 --              or the in-flight ZSETs of the consumers ARGV[6..], in order
--- ARGV[1] -> state: scheduled, ready, inflight, unack or dead
+-- ARGV[1] -> state: scheduled, ready, inflight, unack or dead; with a
+--            trailing "!", each envelope is cut to its header line (no
+--            headers, no body: what a filter on the job's fields needs)
 -- ARGV[2] -> most jobs to return
 -- ARGV[3] -> most source entries to read (ARGV[2] plus a little slack)
 -- ARGV[4] -> where the previous page ended in KEYS[5]: a ZSET score or a
@@ -31,7 +33,8 @@
 -- a dead job's reason or an in-flight job's consumer, else false; lasterr
 -- the job's last handler error or false. It only reads: a rerun answers
 -- alike for the same data.
-local mode = ARGV[1]
+local mode, heads = ARGV[1], false
+if string.sub(mode, -1) == '!' then mode, heads = string.sub(mode, 1, -2), true end
 local limit = tonumber(ARGV[2])
 local budget = tonumber(ARGV[3])
 local pos, last = ARGV[4], ARGV[5]
@@ -130,7 +133,11 @@ if #cand > 0 then
     end
     if ok then
       out[#out + 1] = c[4]
-      out[#out + 1] = envs[i]
+      if heads then
+        out[#out + 1] = string.sub(envs[i], 1, string.find(envs[i], '\n', 1, true) or #envs[i])
+      else
+        out[#out + 1] = envs[i]
+      end
       out[#out + 1] = c[5]
       out[#out + 1] = extra
       out[#out + 1] = errs[i]

@@ -306,7 +306,9 @@ func (s *Store) Get(ctx context.Context, topic, id string, bucket int) (*Job, er
 			return nil, fmt.Errorf("get job %q of topic %q: %w", id, topic, err)
 		}
 	}
-	job.LastError, _ = rdb.Str(r[4])
+	if v, ok := rdb.Str(r[4]); ok {
+		job.SetTrace(v)
+	}
 	if extra, ok := rdb.Str(r[3]); ok {
 		switch job.State {
 		case StateDead:

@@ -14,6 +14,7 @@ import (
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/rdb"
 	"github.com/redeq-go/redeq/internal/script"
+	"github.com/redeq-go/redeq/pool"
 )
 
 var (
@@ -139,7 +140,9 @@ func fetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic stri
 		items[i].ID, _ = rdb.Str(r[5*i])
 		items[i].Token, _ = rdb.Str(r[5*i+1])
 		items[i].Envelope, _ = rdb.Str(r[5*i+2])
-		items[i].LastError, _ = rdb.Str(r[5*i+3])
+		if v, ok := rdb.Str(r[5*i+3]); ok {
+			items[i].LastError = pool.LastErrorOf(v)
+		}
 		items[i].Late = -1
 		if ms, err := rdb.Int(r[5*i+4]); err == nil {
 			items[i].Late = time.Duration(ms) * time.Millisecond

@@ -228,8 +228,9 @@ func checkBulkState(what string, state State) error {
 // Select pages is listed at most once.
 //
 // Cost: List pages of 250 jobs, one bucket script each, so Select holds
-// Redis for no longer than one such read at a time; it reads every
-// job of the state, bodies included, to match them.
+// Redis for no longer than one such read at a time; it reads the fields
+// of every job of the state to match them, not their bodies or headers
+// (ListOptions.NoBody), so big jobs cost it no more than small ones.
 //
 // The states are those of the bulk calls: scheduled, ready, unack and
 // dead (ErrInvalidArgument for inflight, for a bad filter or limit).
@@ -263,7 +264,7 @@ func (c *Client) SelectMarks(ctx context.Context, topic string, state State, f F
 	seen := map[string]bool{}
 	cursor := ""
 	for len(ids) < limit {
-		page, err := c.List(ctx, topic, state, ListOptions{Limit: selectPage, Cursor: cursor})
+		page, err := c.List(ctx, topic, state, ListOptions{Limit: selectPage, Cursor: cursor, NoBody: true})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -250,7 +250,11 @@ func (c *Client) bucketOf(ctx context.Context, topic, id string) (int, error) {
 // time while it is scheduled or ready (for a ready job, when it fell due;
 // zero for one back from a crashed consumer), or when it was parked while
 // it is un_acked or dead (for a dead job, when its retries ran out).
-// ErrJobNotFound when absent.
+// LastError, FailedAt and Failures tell its failed deliveries; a job in
+// flight whose consumer went silent has ConsumerSilentSince set. A job no
+// longer waiting but acked on a topic with retention (WithRetention)
+// comes back from its done record, with State StateDone, FinishedAt and
+// Consumer. ErrJobNotFound when absent.
 func (c *Client) Get(ctx context.Context, topic, id string) (*Job, error) {
 	if err := checkRef(ctx, topic, id); err != nil {
 		return nil, err
@@ -259,7 +263,7 @@ func (c *Client) Get(ctx context.Context, topic, id string) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	return publicResult(c.store.Get(ctx, topic, id, b))
+	return c.getTraced(ctx, topic, id, b)
 }
 
 // Delete removes the job id of topic from wherever it waits and returns it,

@@ -395,3 +395,54 @@ func TestJobsRecoveredWhenReapersAndHoldersDieAtOnce(t *testing.T) {
 	require.Equal(t, len(lost), l.count(), "each lost job ran once")
 	require.LessOrEqual(t, took, cfg.ConsumerTimeout+3*time.Second)
 }
+
+// TestNewcomerGetsItsBucketsAtOnce: a client that joins the fleet is told
+// to the others at once, so the buckets rendezvous hashing now gives it
+// change hands long before the others' next announcement (a minute here):
+// their owner releases each lock and the newcomer takes it; the buckets
+// that stay with the first client keep its lock.
+func TestNewcomerGetsItsBucketsAtOnce(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		slow := func(c *config.Config) {
+			c.ScanInterval, c.LockExpiry, c.Concurrency = time.Minute, 3*time.Minute, 8
+		}
+		first := e.another(t, slow)
+		require.NoError(t, first.Add(ctx, &redeq.Job{Topic: "t", ID: "later", Delay: time.Hour})) // records the topic
+		require.NoError(t, first.Start(ctx))
+		locks := make([]string, 8)
+		for b := range locks {
+			locks[b] = keys.ForBucket(e.cfg.Prefix, "t", b).Lock()
+		}
+		values := func() []string {
+			out := make([]string, len(locks))
+			for b, k := range locks {
+				out[b] = e.rdb.Get(ctx, k).Val()
+			}
+			return out
+		}
+		testutil.Eventually(t, 20*time.Second, "the first client holds every lock", func() bool {
+			return !slices.Contains(values(), "")
+		})
+		before := values()
+		second := e.another(t, slow)
+		require.NoError(t, second.Start(ctx))
+		live := []string{first.ConsumerID(), second.ConsumerID()}
+		var theirs []int
+		for b := range locks {
+			if bucket.Owner(live, keys.Address("t", b)) == second.ConsumerID() {
+				theirs = append(theirs, b)
+			}
+		}
+		require.NotEmpty(t, theirs, "rendezvous hashing gives the newcomer none of 8 buckets: pick other ids")
+		testutil.Eventually(t, 20*time.Second, "the newcomer holds its buckets' locks", func() bool {
+			now := values()
+			for b := range locks {
+				if slices.Contains(theirs, b) == (now[b] == before[b]) || now[b] == "" {
+					return false
+				}
+			}
+			return true
+		})
+	})
+}

@@ -106,6 +106,11 @@ type ListOptions struct {
 	// bucket, a share of the page from each (see List). Other states
 	// ignore it. A cursor is good only for the order it was made for.
 	DueOrder bool
+	// NoBody lists the jobs without their Body and Headers: each page reads
+	// only the header line of each job's stored envelope (attempt, times,
+	// retry settings), with LastError and Reason, so a page of big jobs
+	// costs Redis and the network no more than one of small ones.
+	NoBody bool
 }
 
 // The bounds of List.
@@ -130,7 +135,12 @@ type Page struct {
 // ready job back from a crashed consumer), when an un_acked or dead job was
 // parked, and when the consumer holding an in-flight job fetched it (its
 // running time is measured from it; Get leaves that one zero); Reason says
-// why a dead job died; Consumer names the holder of an in-flight job.
+// why a dead job died; Consumer names the holder of an in-flight job, and
+// ConsumerSilentSince that consumer's last heartbeat when it went silent
+// (past its ConsumerTimeout, its jobs not yet recovered). StateDone lists
+// the records of jobs acked on a topic with retention (WithRetention),
+// bucket by bucket, oldest first, each with FinishedAt and the Consumer
+// that acked it.
 //
 // Jobs come bucket by bucket (scheduled jobs with DueOrder: in due order
 // across the buckets, each page reading a share of every bucket, at least
@@ -167,10 +177,10 @@ func (c *Client) List(ctx context.Context, topic string, state State, opt ListOp
 		return Page{}, invalidArg("list: %v", err)
 	}
 	switch state {
-	case StateScheduled, StateReady, StateInFlight, StateUnAck, StateDead:
+	case StateScheduled, StateReady, StateInFlight, StateUnAck, StateDead, StateDone:
 	default:
-		return Page{}, invalidArg("list: state %q is not one of %s, %s, %s, %s, %s", state,
-			StateScheduled, StateReady, StateInFlight, StateUnAck, StateDead)
+		return Page{}, invalidArg("list: state %q is not one of %s, %s, %s, %s, %s, %s", state,
+			StateScheduled, StateReady, StateInFlight, StateUnAck, StateDead, StateDone)
 	}
 	limit := opt.Limit
 	if limit == 0 {
@@ -209,8 +219,46 @@ func (c *Client) List(ctx context.Context, topic string, state State, opt ListOp
 		if !opt.DueOrder {
 			return Page{}, invalidArg("list: cursor made for DueOrder")
 		}
-		return c.listByDue(ctx, topic, n, cur, limit)
+		return c.listByDue(ctx, topic, n, cur, limit, opt.NoBody)
 	}
+	if state == StateDone {
+		return c.listDone(ctx, topic, n, cur, limit)
+	}
+	page, err := c.listBuckets(ctx, topic, state, n, cur, consumers, limit, opt.NoBody)
+	if err == nil && state == StateInFlight {
+		if err = c.markSilent(ctx, page.Jobs); err != nil {
+			err = fmt.Errorf("list %s of %s: %w", state, topic, err)
+		}
+	}
+	return page, err
+}
+
+// listDone is a page of a topic's done records, bucket by bucket, each in
+// the order its records expire.
+func (c *Client) listDone(ctx context.Context, topic string, n int, cur cursor, limit int) (Page, error) {
+	var page Page
+	b, pos := cur.bucket, cur.pos
+	for visits := 0; b < n; visits++ {
+		if len(page.Jobs) == limit || visits == listVisits {
+			page.Next = cursor{bucket: b, pos: pos}.encode(topic, StateDone)
+			break
+		}
+		jobs, next, done, err := c.store.DoneList(ctx, topic, b, pos, limit-len(page.Jobs))
+		if err != nil {
+			return Page{}, err
+		}
+		page.Jobs = append(page.Jobs, publicJobs(jobs)...)
+		if done {
+			b, pos = b+1, pool.Position{}
+		} else {
+			pos = next
+		}
+	}
+	return page, nil
+}
+
+// listBuckets is a page of List in any state but done, bucket by bucket.
+func (c *Client) listBuckets(ctx context.Context, topic string, state State, n int, cur cursor, consumers []string, limit int, heads bool) (Page, error) {
 	var page Page
 	b, pos := cur.bucket, cur.pos
 	for visits := 0; b < n; visits++ {
@@ -222,7 +270,7 @@ func (c *Client) List(ctx context.Context, topic string, state State, opt ListOp
 			page.Next = next.encode(topic, state)
 			break
 		}
-		jobs, next, done, err := c.store.ListBucket(ctx, topic, b, pool.State(state), consumers, pos, limit-len(page.Jobs))
+		jobs, next, done, err := c.store.ListBucket(ctx, topic, b, pool.State(state), consumers, pos, limit-len(page.Jobs), heads)
 		if err != nil {
 			return Page{}, err
 		}
@@ -261,7 +309,7 @@ const dueOrderShare = 16
 // could come before one listed. The page may hold fewer than limit jobs
 // (never none while jobs are left: the earliest unread rest is where the
 // next page starts).
-func (c *Client) listByDue(ctx context.Context, topic string, n int, cur cursor, limit int) (Page, error) {
+func (c *Client) listByDue(ctx context.Context, topic string, n int, cur cursor, limit int, heads bool) (Page, error) {
 	share := min(limit, max(dueOrderShare, limit/n+1))
 	type entry struct {
 		job    *Job
@@ -275,7 +323,7 @@ func (c *Client) listByDue(ctx context.Context, topic string, n int, cur cursor,
 	}
 	at := func(p pool.Position) float64 { f, _ := strconv.ParseFloat(p.At, 64); return f }
 	for b := range n {
-		jobs, next, done, err := c.store.ListBucket(ctx, topic, b, pool.StateScheduled, nil, cur.pos, share)
+		jobs, next, done, err := c.store.ListBucket(ctx, topic, b, pool.StateScheduled, nil, cur.pos, share, heads)
 		if err != nil {
 			return Page{}, err
 		}

@@ -63,6 +63,24 @@ type Job struct {
 	// repeated crashes of its consumers, or a corrupt entry. Set by Get and
 	// the dead listing.
 	Reason string
+	// FailedAt is when the delivery that gave LastError failed, by the
+	// Redis clock; zero when the job never failed (or failed before redeq
+	// recorded the time of failures). Set by Get and the listings.
+	FailedAt time.Time
+	// Failures are the job's failed deliveries, newest first: the last one;
+	// on a topic with retention of finished jobs (WithRetention), the last MaxFailures. Set by Get and
+	// the listings.
+	Failures []Failure
+	// ConsumerSilentSince is, for a job in flight whose consumer missed its
+	// heartbeats for longer than its ConsumerTimeout and whose jobs no
+	// reaper has recovered yet, the consumer's last heartbeat; zero
+	// otherwise. Its handler may be running still, cut off, or dead. Set by
+	// Get and the in-flight listing.
+	ConsumerSilentSince time.Time
+	// FinishedAt is, for a done job (acked on a topic with retention of
+	// finished jobs), when it was acked, by the Redis clock; Consumer then
+	// names the consumer that acked it. Set by Get and the done listing.
+	FinishedAt time.Time
 }
 
 // State is where a job waits.
@@ -75,7 +93,20 @@ const (
 	StateInFlight  State = "inflight"  // held by a consumer
 	StateUnAck     State = "unack"     // handled without ack or rejoin
 	StateDead      State = "dead"      // retries ran out
+	StateDone      State = "done"      // acked, kept for its topic's retention (WithRetention)
 )
+
+// MaxFailures is the most failed deliveries a job's Failures keep.
+const MaxFailures = pool.MaxFailures
+
+// Failure is one failed delivery of a job.
+type Failure struct {
+	// At is when the delivery failed, by the Redis clock; zero when not
+	// recorded.
+	At time.Time
+	// Error is the handler's error, cut to 512 bytes.
+	Error string
+}
 
 // A Job is a pool.Job under the facade's name: the same fields, in the
 // same order, of the same types, but for State, which is a string type of

@@ -1,6 +1,7 @@
 package redeq_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -758,5 +759,40 @@ func TestListPagesInFlightOnceWhenAConsumerLeaves(t *testing.T) {
 				listedOnce(t, stayed, append(page.Jobs, rest...))
 			})
 		}
+	})
+}
+
+// TestListNoBodyLeavesBodiesInRedis: a page with NoBody gives each job
+// every field a full page gives but its Body (empty) and Headers (none),
+// in every state, in due order too; Select, which filters on those
+// fields, finds the same jobs as with bodies.
+func TestListNoBodyLeavesBodiesInRedis(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		big := bytes.Repeat([]byte("x"), 64<<10)
+		for i := range 5 {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprintf("j%d", i), Body: big, Delay: time.Duration(i+1) * time.Hour,
+				Headers: map[string]string{"tenant": "7"}, MaxRetries: 4, RetryIntervals: []time.Duration{time.Minute}}))
+		}
+		for _, due := range []bool{false, true} {
+			full, err := e.c.List(ctx, "t", redeq.StateScheduled, redeq.ListOptions{DueOrder: due})
+			require.NoError(t, err)
+			heads, err := e.c.List(ctx, "t", redeq.StateScheduled, redeq.ListOptions{DueOrder: due, NoBody: true})
+			require.NoError(t, err)
+			require.Len(t, full.Jobs, 5)
+			require.Len(t, heads.Jobs, 5)
+			for i, j := range full.Jobs {
+				h := heads.Jobs[i]
+				require.Equal(t, big, j.Body)
+				require.Empty(t, h.Body)
+				require.Nil(t, h.Headers)
+				want := *j
+				want.Body, want.Headers = h.Body, nil
+				require.Equal(t, want, *h)
+			}
+		}
+		ids, err := e.c.Select(ctx, "t", redeq.StateScheduled, redeq.Filter{DueBefore: time.Now().Add(150 * time.Minute)}, 0)
+		require.NoError(t, err)
+		require.ElementsMatch(t, []string{"j0", "j1"}, ids)
 	})
 }

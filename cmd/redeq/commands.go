@@ -155,7 +155,7 @@ func listCmd(o *opts) *cobra.Command {
 	var cursor string
 	cmd := &cobra.Command{
 		Use:   "list TOPIC STATE",
-		Short: "List a page of a topic's jobs in a state (scheduled, ready, inflight, unack, dead; retrying: scheduled after a failure)",
+		Short: "List a page of a topic's jobs in a state (scheduled, ready, inflight, unack, dead; retrying: scheduled after a failure; done: acked, on a topic with retention)",
 		Args:  args(cobra.ExactArgs(2)),
 		RunE: withClient(o, func(ctx context.Context, c *redeq.Client, cmd *cobra.Command, a []string) error {
 			var page redeq.Page

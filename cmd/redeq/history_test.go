@@ -76,9 +76,10 @@ func TestCLIHistory(t *testing.T) {
 }
 
 // TestCLIGetTellsTheStory: get gives a retrying job's attempt of its most,
-// whose policy that is, its intervals, about when it failed and when its
-// retry is due; a dead job's death time; list retrying shows the
-// scheduled jobs that failed before and not the others.
+// whose policy that is, its intervals, when it failed (recorded with its
+// error) and when its retry is due; a dead job's death time; list
+// retrying shows the scheduled jobs that failed before and not the
+// others.
 func TestCLIGetTellsTheStory(t *testing.T) {
 	for _, b := range testutil.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
@@ -87,7 +88,8 @@ func TestCLIGetTellsTheStory(t *testing.T) {
 			out := e.ok(t, "get", "orders", "r1")
 			require.Regexp(t, `(?m)^retries:\s+attempt 2 of 4 \(3 retries, the default: a listener's WithRetry may differ\)$`, out)
 			require.Regexp(t, `(?m)^intervals:\s+1h0m0s$`, out)
-			require.Regexp(t, `(?m)^last failure:\s+about 20\d\d-.* \(due time less the retry interval\)$`, out)
+			require.Regexp(t, `(?m)^last failure:\s+20\d\d-`, out, "recorded with the error, not estimated")
+			require.Regexp(t, `(?m)^failed at:\s+20\d\d-`, out)
 			require.Regexp(t, `(?m)^next attempt:\s+retry 1, 20\d\d-`, out)
 			var st struct {
 				MaxRetries           int        `json:"max_retries"`
@@ -100,7 +102,7 @@ func TestCLIGetTellsTheStory(t *testing.T) {
 			require.NoError(t, json.Unmarshal([]byte(e.ok(t, "get", "orders", "r1", "-o", "json")), &st))
 			require.Equal(t, 3, st.MaxRetries)
 			require.Equal(t, "default", st.RetryPolicy)
-			require.True(t, st.LastFailureEstimated)
+			require.False(t, st.LastFailureEstimated)
 			require.WithinDuration(t, time.Now(), *st.LastFailureAt, time.Minute)
 			require.WithinDuration(t, time.Now().Add(time.Hour), *st.NextAttemptAt, time.Minute)
 			require.Equal(t, "partner timeout", st.LastError)

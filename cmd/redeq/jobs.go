@@ -21,16 +21,27 @@ import (
 // jobJSON is a job as -o json writes it: the body as text when it is
 // printable UTF-8, else in base64.
 type jobJSON struct {
-	Topic      string            `json:"topic"`
-	ID         string            `json:"id"`
-	State      redeq.State       `json:"state,omitempty"`
-	Attempt    int               `json:"attempt"`
-	Recoveries int               `json:"recoveries"`
-	CreatedAt  *time.Time        `json:"created_at,omitempty"`
-	RunAt      *time.Time        `json:"run_at,omitempty"`
-	Consumer   string            `json:"consumer,omitempty"`
-	Reason     string            `json:"reason,omitempty"`
-	LastError  string            `json:"last_error,omitempty"`
+	Topic      string      `json:"topic"`
+	ID         string      `json:"id"`
+	State      redeq.State `json:"state,omitempty"`
+	Attempt    int         `json:"attempt"`
+	Recoveries int         `json:"recoveries"`
+	CreatedAt  *time.Time  `json:"created_at,omitempty"`
+	RunAt      *time.Time  `json:"run_at,omitempty"`
+	Consumer   string      `json:"consumer,omitempty"`
+	Reason     string      `json:"reason,omitempty"`
+	LastError  string      `json:"last_error,omitempty"`
+	// FailedAt is when LastError's delivery failed; Failures the failed
+	// deliveries kept, newest first (the last nine before it too, on a
+	// topic with retention).
+	FailedAt *time.Time    `json:"failed_at,omitempty"`
+	Failures []failureJSON `json:"failures,omitempty"`
+	// ConsumerSilentSince: the consumer holding a job in flight missed its
+	// heartbeats past its timeout since then, and no reaper recovered the
+	// job yet.
+	ConsumerSilentSince *time.Time `json:"consumer_silent_since,omitempty"`
+	// FinishedAt: when a done job was acked (by Consumer).
+	FinishedAt *time.Time        `json:"finished_at,omitempty"`
 	Headers    map[string]string `json:"headers,omitempty"`
 	Body       *string           `json:"body,omitempty"`
 	BodyBase64 *string           `json:"body_base64,omitempty"`
@@ -56,10 +67,20 @@ func fullJSON(j *redeq.Job, cfg config.Config) jobJSON {
 	return out
 }
 
+// failureJSON is one failed delivery.
+type failureJSON struct {
+	At    *time.Time `json:"at,omitempty"`
+	Error string     `json:"error"`
+}
+
 func toJSON(j *redeq.Job, withBody bool) jobJSON {
 	out := jobJSON{Topic: j.Topic, ID: j.ID, State: j.State, Attempt: j.Attempt, Recoveries: j.Recoveries,
 		CreatedAt: timePtr(j.CreatedAt), RunAt: timePtr(j.RunAt), Consumer: j.Consumer, Reason: j.Reason,
-		LastError: j.LastError, Headers: j.Headers, Size: len(j.Body)}
+		LastError: j.LastError, FailedAt: timePtr(j.FailedAt), ConsumerSilentSince: timePtr(j.ConsumerSilentSince),
+		FinishedAt: timePtr(j.FinishedAt), Headers: j.Headers, Size: len(j.Body)}
+	for _, f := range j.Failures {
+		out.Failures = append(out.Failures, failureJSON{At: timePtr(f.At), Error: f.Error})
+	}
 	if withBody {
 		if printable(j.Body) {
 			s := string(j.Body)
@@ -103,19 +124,33 @@ func writeJob(w io.Writer, j *redeq.Job, s *storyJSON) {
 	row("attempt", fmt.Sprint(j.Attempt))
 	row("recoveries", fmt.Sprint(j.Recoveries))
 	row("created", fmtTime(j.CreatedAt))
-	if j.State == redeq.StateUnAck || j.State == redeq.StateDead {
+	switch j.State {
+	case redeq.StateUnAck, redeq.StateDead:
 		row("since", fmtTime(j.RunAt))
-	} else {
+	case redeq.StateDone:
+		row("finished", fmtTime(j.FinishedAt))
+	default:
 		row("due", fmtTime(j.RunAt))
 	}
 	if j.Consumer != "" {
 		row("consumer", j.Consumer)
+	}
+	if !j.ConsumerSilentSince.IsZero() {
+		row("consumer silent since", fmtTime(j.ConsumerSilentSince)+" (missed its heartbeats; a reaper returns the job to ready)")
 	}
 	if j.Reason != "" {
 		row("reason", j.Reason)
 	}
 	if j.LastError != "" {
 		row("last error", j.LastError)
+	}
+	if !j.FailedAt.IsZero() {
+		row("failed at", fmtTime(j.FailedAt))
+	}
+	if len(j.Failures) > 1 {
+		for i, f := range j.Failures {
+			row(fmt.Sprintf("failure %d", i+1), fmtTime(f.At)+"  "+oneLine(f.Error))
+		}
 	}
 	if s != nil {
 		storyRows(row, j, *s)
@@ -139,13 +174,17 @@ func writeJob(w io.Writer, j *redeq.Job, s *storyJSON) {
 // writeJobs prints a list of jobs as a table.
 func writeJobs(w io.Writer, jobs []*redeq.Job) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tATTEMPT\tCREATED\tDUE/SINCE\tREASON")
+	fmt.Fprintln(tw, "ID\tSTATE\tATTEMPT\tCREATED\tDUE/SINCE\tFAILED AT\tREASON")
 	for _, j := range jobs {
 		reason := j.Reason
 		if reason == "" {
 			reason = j.LastError
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", safe(j.ID), j.State, j.Attempt, fmtTime(j.CreatedAt), fmtTime(j.RunAt), safe(oneLine(reason)))
+		at := j.RunAt
+		if j.State == redeq.StateDone {
+			at = j.FinishedAt // when it finished
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", safe(j.ID), j.State, j.Attempt, fmtTime(j.CreatedAt), fmtTime(at), fmtTime(j.FailedAt), safe(oneLine(reason)))
 	}
 	_ = tw.Flush()
 }
@@ -160,6 +199,9 @@ func writeInFlight(w io.Writer, jobs []*redeq.Job, now time.Time) {
 		running := "-"
 		if !j.RunAt.IsZero() {
 			running = max(now.Sub(j.RunAt), 0).Round(time.Millisecond).String()
+		}
+		if !j.ConsumerSilentSince.IsZero() {
+			running = "consumer silent since " + fmtTime(j.ConsumerSilentSince)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", safe(j.ID), j.Attempt, safe(j.Consumer), fmtTime(j.RunAt), running, safe(oneLine(j.LastError)))
 	}

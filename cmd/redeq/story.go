@@ -16,8 +16,10 @@ type storyJSON struct {
 	MaxRetries     int      `json:"max_retries"`
 	RetryPolicy    string   `json:"retry_policy"`
 	RetryIntervals []string `json:"retry_intervals"`
-	// LastFailureAt is when the job died, or, for a job waiting for a
-	// retry, its due time less the retry's interval (last_failure_estimated).
+	// LastFailureAt is when the job's last delivery failed, as recorded
+	// with its error; for a failure recorded before redeq kept its time,
+	// when a dead job died, or a retrying job's due time less the retry's
+	// interval (last_failure_estimated).
 	LastFailureAt        *time.Time `json:"last_failure_at,omitempty"`
 	LastFailureEstimated bool       `json:"last_failure_estimated,omitempty"`
 	// Next says what comes next; NextAttemptAt when, for a waiting job.
@@ -39,6 +41,10 @@ func storyOf(j *redeq.Job, defRetries int, defIntervals []time.Duration) storyJS
 		s.RetryIntervals = append(s.RetryIntervals, d.String())
 	}
 	before := func() {
+		if !j.FailedAt.IsZero() {
+			s.LastFailureAt = timePtr(j.FailedAt) // recorded with the error
+			return
+		}
 		// Only with the job's own intervals: a listener's WithRetry, which
 		// the CLI cannot see, may override the defaults.
 		if j.Attempt > 0 && !j.RunAt.IsZero() && len(j.RetryIntervals) > 0 {
@@ -58,10 +64,18 @@ func storyOf(j *redeq.Job, defRetries int, defIntervals []time.Duration) storyJS
 		s.Next, s.NextAttemptAt = "due, waiting for a consumer", timePtr(j.RunAt)
 	case redeq.StateInFlight:
 		s.Next = "running, held by " + j.Consumer
+		if !j.ConsumerSilentSince.IsZero() {
+			s.Next = "consumer " + j.Consumer + " silent since " + fmtTime(j.ConsumerSilentSince) + ": a reaper returns the job to ready"
+		}
+	case redeq.StateDone:
+		s.Next = "none: done, acked at " + fmtTime(j.FinishedAt)
 	case redeq.StateUnAck:
 		s.Next = "none: parked in unack until requeued"
 	case redeq.StateDead:
 		s.LastFailureAt = timePtr(j.RunAt)
+		if !j.FailedAt.IsZero() {
+			s.LastFailureAt = timePtr(j.FailedAt)
+		}
 		s.Next = "none: dead"
 	}
 	return s

@@ -190,3 +190,19 @@ func TestAlertRulesNameOnlyExportedMetrics(t *testing.T) {
 		"RedeqDeadJobsRising", "RedeqJobsRecovered", "RedeqUnAckParked", "RedeqRetryRatioHigh", "RedeqScrapeErrors",
 		"RedeqScheduleBehind", "RedeqScheduleTicksSkipped"}, alerts)
 }
+
+// The dashboard shows the jobs of every state both per topic and summed
+// over the topics, and the outcomes likewise; every state it names is a
+// value of the state label the Collector exports (one spelling: unack).
+func TestGrafanaDashboardGroupsByStateAndTopic(t *testing.T) {
+	exprs := grafanaExprs(t, "grafana.json")
+	all := strings.Join(exprs, "\n")
+	require.Contains(t, all, "max by (topic, state) (redeq_jobs{")
+	require.Contains(t, all, "sum by (state) (max by (topic, state) (redeq_jobs{")
+	require.Contains(t, all, "sum by (topic, outcome) (rate(redeq_jobs_processed_total{")
+	require.Contains(t, all, "sum by (outcome) (rate(redeq_jobs_processed_total{")
+	states := map[string]bool{"scheduled": true, "ready": true, "inflight": true, "unack": true, "dead": true}
+	for _, m := range regexp.MustCompile(`state="([^"]*)"`).FindAllStringSubmatch(all, -1) {
+		require.True(t, states[m[1]], "state %q is no state the collector exports", m[1])
+	}
+}

@@ -126,9 +126,19 @@ func (b Bucket) SentSeq() string { return b.tag + "sent:seq" }
 // seq of job id: id "\n" seq.
 func SentField(id, seq string) string { return id + "\n" + seq }
 
-// Errors is a HASH: job id -> the error its handler returned on its last
-// failed delivery (bounded text); it leaves with the job.
+// Errors is a HASH: job id -> the job's trace, the time and error of its
+// last failed deliveries (bounded, see pool.ParseTrace); it leaves with
+// the job.
 func (b Bucket) Errors() string { return b.tag + "errors" }
+
+// Done is a ZSET: id of a job acked on a topic with retention -> when its
+// record expires, unix ms. Bounded by the retention's cap; the key expires
+// a retention after the last ack that wrote it.
+func (b Bucket) Done() string { return b.tag + "done" }
+
+// DoneJobs is a HASH: id of a job in Done -> its record: "<acked ms>|<length
+// of consumer id>|<length of trace>\n" <consumer id> <trace> <envelope>.
+func (b Bucket) DoneJobs() string { return b.tag + "done:jobs" }
 
 // Lock is the STRING redsync uses as the mutex of this bucket's mover.
 func (b Bucket) Lock() string { return b.tag + "lock" }
