@@ -120,7 +120,7 @@ func (s *Settler) Settle(ctx context.Context, topic string, n int, outs []Outcom
 		args = append(args, o.ID, o.Token, string(o.Op), pool.DurationMs(o.Delay), o.Header, Cut(o.Reason), errArg(o))
 	}
 	v, err := rdb.Run(ctx, s.rdb, s.durable, settleScript,
-		[]string{k.Pool(), k.InFlight(s.cid), k.Scheduled(), k.UnAck(), k.Dead(), k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix()}, args...).Result()
+		[]string{k.Pool(), k.InFlight(s.cid), k.Scheduled(), k.UnAck(), k.Dead(), k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix(), k.LimitPrefix(), k.Ready()}, args...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("settle %d jobs of %s: %w", len(outs), keys.Address(topic, n), err)
 	}

@@ -16,7 +16,12 @@
 -- KEYS[9] -> history key prefix: the script appends this minute (server
 --   clock) to it, a STRING of u32 counters written with BITFIELD (see
 --   keys.Bucket.History); same hash tag, same slot
--- ARGV[1] -> wake channel
+-- KEYS[10] -> limit key prefix (limits.lua): the leases of the deliveries
+--   whose members leave the in-flight set are freed
+-- KEYS[11] -> ready LIST (read only: whether jobs wait for a freed slot)
+-- Uses limits.lua.
+-- ARGV[1] -> wake channel (prefix ":wake"; a freed slot is announced on
+--   the ready channel, prefix ":ready", with the same message)
 -- ARGV[2] -> wake message
 -- ARGV[3] -> most jobs the dead set keeps
 -- ARGV[4] -> consumer id
@@ -53,6 +58,11 @@ for i = 1, n do
   end
 end
 if #members > 0 then redis.call('ZREM', KEYS[2], unpack(members)) end
+local leases = {}
+for i, m in ipairs(members) do
+  local token, id = string.match(m, '^(%d+):(.*)$')
+  leases[i] = limit_lease(token, ARGV[4], id)
+end
 local out, hdel, sdel, edel = {}, {}, {}, {}
 local earliest, dead = nil, false
 for i = 1, n do
@@ -100,6 +110,7 @@ end
 if dead then
   trim_dead(KEYS[5], tonumber(ARGV[3]), {KEYS[1], KEYS[6], KEYS[8]})
 end
+limit_release(KEYS[10], leases, KEYS[11], string.gsub(ARGV[1], 'wake$', 'ready'), ARGV[2])
 local processed, failed = 0, 0
 for i = 1, n do
   if out[i] == 1 then

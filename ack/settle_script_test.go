@@ -92,7 +92,7 @@ func TestSettleScript(t *testing.T) {
 					run := func() []any {
 						args := append([]any{keys.WakeChannel(got), "t#0", 1, "c"}, tc.outcome...)
 						v, err := settleScript.Run(ctx, c, []string{k.Pool(), k.InFlight("c"), k.Scheduled(), k.UnAck(), k.Dead(),
-							k.Reasons(), k.State(), k.Errors(), hist}, args...).Slice()
+							k.Reasons(), k.State(), k.Errors(), hist, k.LimitPrefix(), k.Ready()}, args...).Slice()
 						require.NoError(t, err)
 						return v
 					}

@@ -81,7 +81,7 @@ func TestRecoverScript(t *testing.T) {
 					testutil.Seed(t, c, tc.seed(k)...)
 					run := func() []int64 {
 						v, err := recoverScript.Run(ctx, c,
-							[]string{k.InFlight("c"), k.Ready(), k.Pool(), k.Scheduled(), k.Dead(), k.Reasons(), k.State(), k.Errors()},
+							[]string{k.InFlight("c"), k.Ready(), k.Pool(), k.Scheduled(), k.Dead(), k.Reasons(), k.State(), k.Errors(), k.LimitPrefix()},
 							tc.mode, 10, 3, 100, keys.ReadyChannel(got), keys.WakeChannel(got), "t#0", "c", tc.quiet, 1000).Int64Slice()
 						require.NoError(t, err)
 						return v

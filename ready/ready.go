@@ -93,10 +93,21 @@ type Batch struct {
 	// or read as many entries as it could take (some may have been stale:
 	// deleted jobs leave their ids in the list until a fetch drops them).
 	More bool
+	// Wait, when not 0, is when a rate limit allows the next job: the
+	// bucket holds jobs that wait for it (FetchLimited).
+	Wait time.Duration
 }
 
 // FetchBatch is Fetch, telling also whether the ready list may hold more.
 func FetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, limit int, idle bool) (Batch, error) {
+	return FetchLimited(ctx, c, prefix, topic, n, cid, limit, idle, "")
+}
+
+// FetchLimited is FetchBatch under the global limits spec (Limits.Spec;
+// "" for none): it takes no more jobs than they allow, sets aside the jobs
+// of a key value at its limit, and records a lease per delivery, which the
+// delivery's outcome, rollback, recovery or release frees.
+func FetchLimited(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, limit int, idle bool, spec string) (Batch, error) {
 	k := keys.ForBucket(prefix, topic, n)
 	flag := "0"
 	if idle {
@@ -105,8 +116,8 @@ func FetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic stri
 	want := min(limit, MaxFetch)
 	reserve := uint64(max(want, 0))
 	base := tokens.Add(reserve) - reserve
-	v, err := fetchScript.Run(ctx, c, []string{k.Ready(), k.InFlight(cid), k.Pool(), k.State(), k.Errors(), k.Due(), k.HistoryPrefix()},
-		want, cid, Quarantine, flag, base).Result()
+	v, err := fetchScript.Run(ctx, c, []string{k.Ready(), k.InFlight(cid), k.Pool(), k.State(), k.Errors(), k.Due(), k.HistoryPrefix(), k.LimitPrefix()},
+		want, cid, Quarantine, flag, base, spec).Result()
 	if err != nil {
 		return Batch{}, fmt.Errorf("fetch %s: %w", keys.Address(topic, n), err)
 	}
@@ -127,7 +138,11 @@ func FetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic stri
 			items[i].Late = time.Duration(ms) * time.Millisecond
 		}
 	}
-	return Batch{Items: items, Stopped: first == 1, More: first >= 1}, nil
+	b := Batch{Items: items, Stopped: first == 1, More: first >= 1}
+	if first < 0 {
+		b.More, b.Wait = true, time.Duration(-1-first)*time.Millisecond+time.Millisecond
+	}
+	return b, nil
 }
 
 // ReleaseMembers returns to the head of the ready list of bucket n the
@@ -147,7 +162,7 @@ func ReleaseMembers(ctx context.Context, c redis.UniversalClient, prefix, topic 
 	for _, m := range members {
 		args = append(args, m)
 	}
-	got, err := releaseScript.Run(ctx, c, []string{k.InFlight(cid), k.Ready(), k.State()}, args...).Int()
+	got, err := releaseScript.Run(ctx, c, []string{k.InFlight(cid), k.Ready(), k.State(), k.LimitPrefix()}, args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("release %s: %w", keys.Address(topic, n), err)
 	}
