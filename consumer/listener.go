@@ -6,6 +6,7 @@ import (
 
 	"github.com/redeq-go/redeq/ack"
 	"github.com/redeq-go/redeq/pool"
+	"github.com/redeq-go/redeq/ready"
 )
 
 // Listener runs the jobs of one topic.
@@ -66,6 +67,9 @@ type Options struct {
 	// Middleware wraps this listener's handler, inside the client's
 	// middleware; the first is the outermost.
 	Middleware []Middleware
+	// Limits are the topic's global limits, enforced at fetch across
+	// every client that listens with them; zero for none.
+	Limits ready.Limits
 }
 
 // Configured is a Listener with options of its own.

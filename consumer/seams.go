@@ -37,10 +37,11 @@ type applier interface {
 type redisFetcher struct {
 	rdb                redis.UniversalClient
 	prefix, topic, cid string
+	limits             string // the listener's limits (ready.Limits.Spec)
 }
 
 func (f redisFetcher) Fetch(ctx context.Context, b, want int, alone bool) (ready.Batch, error) {
-	return ready.FetchBatch(ctx, f.rdb, f.prefix, f.topic, b, f.cid, want, alone)
+	return ready.FetchLimited(ctx, f.rdb, f.prefix, f.topic, b, f.cid, want, alone, f.limits)
 }
 
 func (f redisFetcher) Reconcile(ctx context.Context, b int, held func(member string) bool) (int, error) {

@@ -46,6 +46,9 @@ func TestMain(m *testing.M) {
 	case "twoclients":
 		runTwoClientsChild()
 		return
+	case limitedKind:
+		runLimitedChild()
+		return
 	case shutdownOrderKind:
 		runShutdownOrderChild()
 		return

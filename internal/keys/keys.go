@@ -327,3 +327,19 @@ func (b Bucket) LimitPrefix() string { return b.tag + "limit:" }
 // LimitsField is the field of a topic's Meta HASH holding the limits its
 // listeners enforce (written at Start, read by Stats): "max|n|per ms|header".
 const LimitsField = "limits"
+
+// LimitRunning is a ZSET of the leases of the deliveries fetched under a
+// limit (LimitPrefix "run").
+func (b Bucket) LimitRunning() string { return b.LimitPrefix() + "run" }
+
+// LimitParked is a ZSET: key value -> when its parked ids may be tried
+// again (LimitPrefix "parked").
+func (b Bucket) LimitParked() string { return b.LimitPrefix() + "parked" }
+
+// LimitPark is a LIST of the ids set aside for key value v (LimitPrefix
+// "park:" v).
+func (b Bucket) LimitPark(v string) string { return b.LimitPrefix() + "park:" + v }
+
+// LimitKeyRunning is a ZSET of the leases of key value v (LimitPrefix
+// "krun:" v).
+func (b Bucket) LimitKeyRunning(v string) string { return b.LimitPrefix() + "krun:" + v }

@@ -16,6 +16,14 @@
 -- its id, so that a lease is live exactly while the job's state names its
 -- delivery. Every key empties and vanishes when its key value is idle.
 local LIMIT_HOLD = 9000000000000000
+-- limit_score reads a ZSET score, as "9e+15" too (some servers write it
+-- so, and not every Lua reads it).
+local function limit_score(s)
+  local n = tonumber(s)
+  if n then return n end
+  local m, e = string.match(s, '^([-%d.]+)[eE]%+?(-?%d+)$')
+  return tonumber(m) * 10 ^ tonumber(e)
+end
 -- limit_spec reads a spec "max|n|per ms|header" (0 = no such limit, header
 -- '' = topic-wide); nil for '' (no limits: the one check a topic without
 -- limits pays).
@@ -73,7 +81,7 @@ local function limit_free(p, leases, now)
   for _, v in ipairs(order) do
     redis.call('ZREM', p .. 'krun:' .. v, unpack(by[v]))
     local at = redis.call('ZSCORE', p .. 'parked', v)
-    if at and tonumber(at) > now then
+    if at and limit_score(at) > now then
       redis.call('ZADD', p .. 'parked', now, v)
       woke = woke + 1
     end
@@ -131,7 +139,7 @@ local function limit_room(p, run, rate, spec, state, now)
     local r = spec.n - redis.call('ZCARD', rate)
     if r <= 0 then
       local first = redis.call('ZRANGE', rate, 0, 0, 'WITHSCORES')
-      wait = math.max(1, tonumber(first[2] or now) + spec.per - now)
+      wait = math.max(1, (first[2] and limit_score(first[2]) or now) + spec.per - now)
     end
     room = math.min(room, r)
   end
@@ -212,8 +220,8 @@ end
 -- none waits for a time.
 local function limit_next(p, now)
   local first = redis.call('ZRANGE', p .. 'parked', 0, 0, 'WITHSCORES')
-  if first[1] == nil or tonumber(first[2]) >= LIMIT_HOLD then return nil end
-  return math.max(0, tonumber(first[2]) - now)
+  if first[1] == nil or limit_score(first[2]) >= LIMIT_HOLD then return nil end
+  return math.max(0, limit_score(first[2]) - now)
 end
 -- limit_open starts a fetch under spec (nil: no limits, and nil back) in
 -- the bucket of limit prefix p, ready list readyk and state HASH state,
