@@ -33,6 +33,24 @@ func TestSettleScript(t *testing.T) {
 		stamped string // the ZSET the job is stamped into, if any
 		want    ks
 	}{
+		{"AckFreesTheDeliverysSlots", func(k keys.Bucket) []testutil.Entry {
+			// A lease in the topic's and in its key value's running sets,
+			// beside another delivery's.
+			lp := k.LimitPrefix()
+			return held(k, testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.LimitRunning(), "7@c\nj=1", "8@d\nk=2"),
+				testutil.Hash(lp+"keyof", "7@c\nj=hot", "8@d\nk=hot"), testutil.ZSet(k.LimitKeyRunning("hot"), "7@c\nj=1", "8@d\nk=2"))
+		}, []any{"j", "7", "a", 0, "", "", ""}, 1, "", func(k keys.Bucket, _ string) []testutil.Entry {
+			lp := k.LimitPrefix()
+			return []testutil.Entry{testutil.ZSet(k.LimitRunning(), "8@d\nk=2"), testutil.Hash(lp+"keyof", "8@d\nk=hot"),
+				testutil.ZSet(k.LimitKeyRunning("hot"), "8@d\nk=2")}
+		}},
+		{"StaleDeliveryFreesItsSlotToo", func(k keys.Bucket) []testutil.Entry {
+			return []testutil.Entry{testutil.ZSet(k.InFlight("c"), "6:j=1"), testutil.Hash(k.State(), "j=7@c"),
+				testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.LimitRunning(), "6@c\nj=1", "7@c\nj=2")}
+		}, []any{"j", "6", "a", 0, "", "", ""}, 0, "", func(k keys.Bucket, _ string) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.State(), "j=7@c"), testutil.Hash(k.Pool(), "j=h\nb"),
+				testutil.ZSet(k.LimitRunning(), "7@c\nj=2")}
+		}},
 		{"AckRemovesTheJobAndItsLastError", func(k keys.Bucket) []testutil.Entry {
 			return held(k, testutil.Hash(k.Pool(), "j=h\nb", "k=F"), testutil.Hash(k.Errors(), "j=e"))
 		}, []any{"j", "7", "a", 0, "", "", "-"}, 1, "", func(k keys.Bucket, _ string) []testutil.Entry {

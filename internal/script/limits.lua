@@ -162,6 +162,17 @@ local function limit_take(p, spec, lease, value, now)
     redis.call('PEXPIRE', p .. 'krate:' .. value, spec.per)
   end
 end
+-- limit_rate_wait is, when the rate of key value v is full once extra
+-- more start now, in how many ms it allows one again; nil when it is not
+-- full (or there is no rate): then only a slot can hold the value up.
+local function limit_rate_wait(p, spec, v, extra, now)
+  if spec.n == 0 then return nil end
+  local rate = p .. 'krate:' .. v
+  if redis.call('ZCARD', rate) + extra < spec.n then return nil end
+  local first = redis.call('ZRANGE', rate, 0, 0, 'WITHSCORES')
+  local oldest = first[2] and limit_score(first[2]) or now
+  return math.max(1, oldest + spec.per - now)
+end
 -- limit_key_room is limit_room for key value v.
 local function limit_key_room(p, spec, v, state, now)
   return limit_room(p, p .. 'krun:' .. v, p .. 'krate:' .. v, spec, state, now)
@@ -190,9 +201,10 @@ local function limit_unpark(p, spec, readyk, state, now, most, room, waits)
       room[v], waits[v] = r, wait
     else
       room[v], waits[v] = n, wait
-      if n < r then
-        -- The fetch ran out of room for it: it stays due.
-      else
+      if n >= r then
+        -- Its room is used up (when the fetch ran out of room instead,
+        -- it stays due): until its rate lets one go, or a slot frees.
+        wait = wait or limit_rate_wait(p, spec, v, n, now)
         redis.call('ZADD', p .. 'parked', wait and (now + wait) or LIMIT_HOLD, v)
       end
     end
@@ -234,7 +246,7 @@ end
 local function limit_open(p, spec, readyk, state, want)
   if spec == nil then return want, nil, nil end
   local now = now_ms_floor()
-  local lk = {p = p, spec = spec, state = state, now = now, room = {}, wait = {}, val = {}, park = {}, order = {}}
+  local lk = {p = p, spec = spec, state = state, now = now, room = {}, wait = {}, took = {}, val = {}, park = {}, order = {}}
   if spec.header == '' then
     local room, wait = limit_room(p, p .. 'run', p .. 'rate', spec, state, now)
     return math.max(0, math.min(want, room)), wait, lk
@@ -256,6 +268,7 @@ local function limit_admit(lk, env, id)
   end
   if room > 0 then
     lk.room[v] = room - 1
+    lk.took[v] = (lk.took[v] or 0) + 1
     lk.val[id] = v
     return true
   end
@@ -276,7 +289,10 @@ end
 -- that the consumer fetches again at that time.
 local function limit_close(lk, flag)
   if lk == nil then return flag end
-  for _, v in ipairs(lk.order) do limit_park(lk.p, v, lk.park[v], lk.wait[v], lk.now) end
+  for _, v in ipairs(lk.order) do
+    local wait = lk.wait[v] or limit_rate_wait(lk.p, lk.spec, v, lk.took[v] or 0, lk.now)
+    limit_park(lk.p, v, lk.park[v], wait, lk.now)
+  end
   if flag ~= 0 or lk.spec.header == '' then return flag end
   local next = limit_next(lk.p, lk.now)
   if next == nil then return flag end
