@@ -319,6 +319,7 @@ func ScheduleClock(prefix string) string { return prefix + ":schedules:clock" }
 //	<prefix>krate:<value> ZSET the same per key value; expires after the period
 //	<prefix>park:<value> LIST  ids held for their key value, oldest first
 //	<prefix>parked       ZSET  key value -> when its parked ids may be tried again, ms
+//	<prefix>held         STRING set while a topic-wide MaxRunning held a fetch back
 //
 // A lease is "<token>@<consumer>\n<id>": the delivery's state value, then
 // its id. Idle key values own no key at all.

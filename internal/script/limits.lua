@@ -12,6 +12,8 @@
 --   p..'park:'..v     LIST ids held for key value v, oldest first
 --   p..'parked'       ZSET key value -> when its parked ids may be tried
 --                     again, ms; LIMIT_HOLD while they wait for a slot
+--   p..'held'         STRING set while a topic-wide MaxRunning held a
+--                     fetch back: the next freed slot is announced
 -- A lease is "<token>@<consumer>\n<id>": the delivery's state value, then
 -- its id, so that a lease is live exactly while the job's state names its
 -- delivery. Every key empties and vanishes when its key value is idle.
@@ -89,12 +91,14 @@ local function limit_free(p, leases, now)
   return woke, freed
 end
 -- limit_release is limit_free for the scripts that end deliveries: when it
--- freed a slot while jobs wait for one (in ready list readyk, or parked
--- for a key value it freed), it announces the bucket on the ready channel
+-- freed a slot while jobs wait for one (a fetch was held back by the
+-- topic's MaxRunning and the ready list readyk holds jobs, or a key value
+-- it freed has parked ids), it announces the bucket on the ready channel
 -- (message msg), so that the consumers fetch again.
 local function limit_release(p, leases, readyk, channel, msg)
   local woke, freed = limit_free(p, leases, now_ms_floor())
-  if freed > 0 and (woke > 0 or redis.call('LLEN', readyk) > 0) then
+  if freed == 0 then return end
+  if woke > 0 or (redis.call('DEL', p .. 'held') == 1 and redis.call('LLEN', readyk) > 0) then
     redis.call('PUBLISH', channel, msg)
   end
 end
@@ -150,7 +154,10 @@ end
 local function limit_take(p, spec, lease, value, now)
   redis.call('ZADD', p .. 'run', now, lease)
   if value == nil then
-    if spec.n > 0 then redis.call('ZADD', p .. 'rate', now, lease) end
+    if spec.n > 0 then
+      redis.call('ZADD', p .. 'rate', now, lease)
+      redis.call('PEXPIRE', p .. 'rate', spec.per)
+    end
     return
   end
   if spec.max > 0 then
@@ -249,6 +256,7 @@ local function limit_open(p, spec, readyk, state, want)
   local lk = {p = p, spec = spec, state = state, now = now, room = {}, wait = {}, took = {}, val = {}, park = {}, order = {}}
   if spec.header == '' then
     local room, wait = limit_room(p, p .. 'run', p .. 'rate', spec, state, now)
+    if room < want and not wait then redis.call('SET', p .. 'held', '1') end
     return math.max(0, math.min(want, room)), wait, lk
   end
   limit_unpark(p, spec, readyk, state, now, want, lk.room, lk.wait)
