@@ -213,7 +213,6 @@ func TestCLIStatsShowsLimits(t *testing.T) {
 			}
 			e.ok(t, "add", "--create", "orders", "o")
 			hold := make(chan struct{})
-			t.Cleanup(func() { close(hold) })
 			w, err := redeq.New(b.New(t), e.c.Config())
 			require.NoError(t, err)
 			require.NoError(t, w.Register(redeq.ListenerFunc("calls", func(ctx context.Context, _ *redeq.Job, ch *redeq.Channel) error {
@@ -226,6 +225,7 @@ func TestCLIStatsShowsLimits(t *testing.T) {
 			}, redeq.WithMaxRunning(1), redeq.WithRateLimit(50, time.Second))))
 			require.NoError(t, w.Start(ctx))
 			t.Cleanup(func() { _ = w.Shutdown(context.Background()) })
+			t.Cleanup(func() { close(hold) }) // before the Shutdown: the handler ends
 			testutil.Eventually(t, 10*time.Second, "one call runs", func() bool {
 				s, err := e.c.Stats(ctx, "calls")
 				return err == nil && s.Running == 1 && s.Waiting == 2
