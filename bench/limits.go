@@ -63,6 +63,7 @@ func (b *bench) limits() {
 	n, rounds := b.sz.Drain, 2*b.sz.Rounds+1
 	fmt.Printf("drain of %d due jobs, 16 workers, without limits and with limits that never bind, %d interleaved rounds\n", n, rounds)
 	var maxR, rateR, off []float64
+	cpu, cmds := map[string][]float64{}, map[string][]float64{}
 	for r := range rounds {
 		order := []string{"off", "max", "rate"}
 		if r%2 == 1 {
@@ -77,14 +78,18 @@ func (b *bench) limits() {
 			if opts := limitModes[mode]; opts != nil {
 				s = limitedRedeq{rs, opts}
 			}
-			rate[mode] = b.drainOnce(s, n).rate
+			c := b.drainOnce(s, n)
+			rate[mode] = c.rate
+			cpu[mode] = append(cpu[mode], c.cpuUS)
+			cmds[mode] = append(cmds[mode], c.cmds)
 			s.Close()
 		}
 		off = append(off, rate["off"])
 		maxR = append(maxR, rate["max"]/rate["off"])
 		rateR = append(rateR, rate["rate"]/rate["off"])
-		fmt.Printf("  round %d (%s): off %.0f/s  max %.0f/s (%.2fx)  max+rate %.0f/s (%.2fx)\n", r+1, strings.Join(order, ","),
-			rate["off"], rate["max"], rate["max"]/rate["off"], rate["rate"], rate["rate"]/rate["off"])
+		fmt.Printf("  round %d (%s): off %.0f/s  max %.0f/s (%.2fx)  max+rate %.0f/s (%.2fx)  Redis CPU per job off/max/rate %.1f/%.1f/%.1f µs\n", r+1, strings.Join(order, ","),
+			rate["off"], rate["max"], rate["max"]/rate["off"], rate["rate"], rate["rate"]/rate["off"],
+			cpu["off"][r], cpu["max"][r], cpu["rate"][r])
 	}
 	fmtR := func(v []float64) string {
 		var s []string
@@ -100,7 +105,12 @@ func (b *bench) limits() {
 		row{Name: "drain with MaxRunning and a rate that never bind / without limits", Unit: "ratio", Redeq: median(rateR), Better: "higher", Solo: true,
 			Comment: "WithMaxRunning(10000), WithRateLimit(1000000, 1s); median of the rounds' ratios: " + fmtR(rateR)},
 	)
-	for _, r := range b.res.Rows[len(b.res.Rows)-3:] {
+	for _, mode := range []string{"off", "max", "rate"} {
+		b.res.Rows = append(b.res.Rows,
+			row{Name: "Redis CPU per drained job, limits " + mode, Unit: "µs", Redeq: median(cpu[mode]), Better: "lower", Solo: true, Comment: "median of the rounds"},
+			row{Name: "redis commands per drained job, limits " + mode, Unit: "cmds", Redeq: median(cmds[mode]), Better: "lower", Solo: true, Comment: "median of the rounds; script-inner commands included"})
+	}
+	for _, r := range b.res.Rows[len(b.res.Rows)-9:] {
 		fmt.Printf("  %-66s %8.2f %s\n", r.Name, r.Redeq, r.Unit)
 	}
 }
