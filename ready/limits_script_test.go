@@ -187,6 +187,18 @@ func TestFetchUnderLimits(t *testing.T) {
 				require.Equal(t, []string{lease(second.Items[0], "c")}, c.ZRange(ctx, k.LimitRunning(), 0, -1).Val())
 				require.Equal(t, second.Items[0].Token+"@c", c.HGet(ctx, k.State(), "j").Val())
 			})
+			t.Run("AnErrorWritesNothing", func(t *testing.T) {
+				// The limits are read before any write: a spec the script
+				// cannot read fails the fetch and leaves every key as it was.
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, [2]string{"a", "x"})
+				testutil.Seed(t, c, testutil.ZSet(k.LimitRunning(), "1@d\nz=1"))
+				before := testutil.DumpUnder(t, c, p)
+				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 10, false, "bad")
+				require.ErrorContains(t, err, "bad limit spec")
+				require.Equal(t, before, testutil.DumpUnder(t, c, p))
+			})
 			t.Run("WithoutLimitsNoLimitKey", func(t *testing.T) {
 				p := testutil.Prefix(t)
 				k := keys.ForBucket(p, "t", 0)
