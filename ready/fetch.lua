@@ -150,6 +150,7 @@ if #take > 0 then
   end
   redis.call('HSET', KEYS[4], unpack(st))
   redis.call('ZADD', KEYS[2], unpack(fl))
+  limit_flush(lk)
 end
 if #gone > 0 then redis.call('HDEL', KEYS[4], unpack(gone)) end
 if consumed > 0 then

@@ -149,26 +149,6 @@ local function limit_room(p, run, rate, spec, state, now)
   end
   return room, wait
 end
--- limit_take records a delivery's lease (value: its key value, or nil for
--- a topic-wide limit) where its limits count it.
-local function limit_take(p, spec, lease, value, now)
-  redis.call('ZADD', p .. 'run', now, lease)
-  if value == nil then
-    if spec.n > 0 then
-      redis.call('ZADD', p .. 'rate', now, lease)
-      redis.call('PEXPIRE', p .. 'rate', spec.per)
-    end
-    return
-  end
-  if spec.max > 0 then
-    redis.call('HSET', p .. 'keyof', lease, value)
-    redis.call('ZADD', p .. 'krun:' .. value, now, lease)
-  end
-  if spec.n > 0 then
-    redis.call('ZADD', p .. 'krate:' .. value, now, lease)
-    redis.call('PEXPIRE', p .. 'krate:' .. value, spec.per)
-  end
-end
 -- limit_rate_wait is, when the rate of key value v is full once extra
 -- more start now, in how many ms it allows one again; nil when it is not
 -- full (or there is no rate): then only a slot can hold the value up.
@@ -289,7 +269,41 @@ end
 -- cid, which the fetch took.
 local function limit_record(lk, token, cid, id)
   if lk == nil then return end
-  limit_take(lk.p, lk.spec, limit_lease(token, cid, id), lk.val[id], lk.now)
+  local lease, v = limit_lease(token, cid, id), lk.val[id] or ''
+  if not lk.took_by then lk.took_by, lk.took_order = {}, {} end
+  if not lk.took_by[v] then lk.took_by[v] = {}; lk.took_order[#lk.took_order + 1] = v end
+  local t = lk.took_by[v]
+  t[#t + 1] = lk.now
+  t[#t + 1] = lease
+end
+-- limit_flush writes the leases limit_record noted, one command per key
+-- (and per key value) for the whole fetch: in the running set, and where
+-- the limits count them (the rate windows, which expire a period after
+-- their last start; the key value's running set and the lease's value).
+local function limit_flush(lk)
+  if lk == nil or not lk.took_by then return end
+  local p, spec = lk.p, lk.spec
+  for _, v in ipairs(lk.took_order) do
+    local t = lk.took_by[v]
+    redis.call('ZADD', p .. 'run', unpack(t))
+    if spec.header == '' then
+      if spec.n > 0 then
+        redis.call('ZADD', p .. 'rate', unpack(t))
+        redis.call('PEXPIRE', p .. 'rate', spec.per)
+      end
+    else
+      if spec.max > 0 then
+        local kv = {}
+        for i = 2, #t, 2 do kv[#kv + 1] = t[i]; kv[#kv + 1] = v end
+        redis.call('HSET', p .. 'keyof', unpack(kv))
+        redis.call('ZADD', p .. 'krun:' .. v, unpack(t))
+      end
+      if spec.n > 0 then
+        redis.call('ZADD', p .. 'krate:' .. v, unpack(t))
+        redis.call('PEXPIRE', p .. 'krate:' .. v, spec.per)
+      end
+    end
+  end
 end
 -- limit_close parks the ids limit_admit set aside, and gives the fetch's
 -- first reply value: flag, or, when flag is 0 (nothing more to read now)
