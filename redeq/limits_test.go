@@ -404,3 +404,53 @@ func TestRateLimitHoldsOverTime(t *testing.T) {
 		})
 	}
 }
+
+// TestLimitHoldsAcrossRedisRestart: Redis (with an fsync'd AOF) restarts
+// while two jobs hold both slots of a MaxRunning 2 topic. The slots come
+// back with the data: the other jobs still wait, and once the two finish
+// every job runs, never more than two at once.
+func TestLimitHoldsAcrossRedisRestart(t *testing.T) {
+	testutil.FaultTier(t)
+	srv, be := privateServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	var g gauge
+	release := make(chan struct{})
+	var mu sync.Mutex
+	ran := map[string]int{}
+	h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+		g.enter()
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		g.leave()
+		mu.Lock()
+		ran[job.ID]++
+		mu.Unlock()
+		ch.Ack()
+		return nil
+	}
+	for i := range 10 {
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))
+	}
+	w := e.another(t, func(c *config.Config) { c.ConsumeTimeout = time.Minute })
+	startWith(t, w, redeq.ListenerFunc("t", h, redeq.WithWorkers(8), redeq.WithMaxRunning(2)))
+	testutil.Eventually(t, 10*time.Second, "two jobs run", func() bool { return g.now.Load() == 2 })
+	srv.Stop()
+	srv.Start()
+	testutil.Eventually(t, 10*time.Second, "the slots are back with the data", func() bool {
+		st, err := e.c.Stats(ctx, "t")
+		return err == nil && st.Running == 2 && st.Ready == 8
+	})
+	time.Sleep(300 * time.Millisecond) // fetches that would overrun the limit had the time to
+	require.Equal(t, int64(2), g.peak.Load())
+	close(release)
+	testutil.Eventually(t, 30*time.Second, "every job ran", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ran) == 10
+	})
+	require.Equal(t, int64(2), g.peak.Load())
+	testutil.Eventually(t, 10*time.Second, "every slot is free", func() bool { return stats(t, e.c, "t").Running == 0 })
+}
