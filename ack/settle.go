@@ -51,6 +51,17 @@ type Outcome struct {
 	Err string
 	// HadError says the job has a last error stored, which an ack clears.
 	HadError bool
+	// Late is how long after its due time the fetch took the job
+	// (ready.Item.Late), counted in the history of the minute it was
+	// fetched in; negative when unknown. The zero value counts as on time.
+	Late time.Duration
+}
+
+func lateArg(o Outcome) any {
+	if o.Late < 0 {
+		return ""
+	}
+	return o.Late.Milliseconds()
 }
 
 // maxReason bounds the reason kept for a dead job.
@@ -114,10 +125,10 @@ func (s *Settler) Settle(ctx context.Context, topic string, n int, outs []Outcom
 		return nil, fmt.Errorf("settle %s: %d outcomes, more than %d", keys.Address(topic, n), len(outs), MaxSettle)
 	}
 	k := keys.ForBucket(s.prefix, topic, n)
-	args := make([]any, 0, 4+7*len(outs))
+	args := make([]any, 0, 4+8*len(outs))
 	args = append(args, keys.WakeChannel(s.prefix), keys.Address(topic, n), s.deadRetention, s.cid)
 	for _, o := range outs {
-		args = append(args, o.ID, o.Token, string(o.Op), pool.DurationMs(o.Delay), o.Header, Cut(o.Reason), errArg(o))
+		args = append(args, o.ID, o.Token, string(o.Op), pool.DurationMs(o.Delay), o.Header, Cut(o.Reason), errArg(o), lateArg(o))
 	}
 	v, err := rdb.Run(ctx, s.rdb, s.durable, settleScript,
 		[]string{k.Pool(), k.InFlight(s.cid), k.Scheduled(), k.UnAck(), k.Dead(), k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix(), k.LimitPrefix(), k.Ready()}, args...).Result()

@@ -25,36 +25,67 @@
 -- ARGV[2] -> wake message
 -- ARGV[3] -> most jobs the dead set keeps
 -- ARGV[4] -> consumer id
--- ARGV[5..] -> per outcome (at most 256), seven values: id, delivery
+-- ARGV[5..] -> per outcome (at most 256), eight values: id, delivery
 --   token, op, delay ms, new header ('' keeps the stored one), for op d the
---   reason it died, and the handler's error ('' for none; '-' for none
---   when the job has a last error stored, to be cleared by a or n). Ops: a ack: remove; r rejoin: to the bucket at
+--   reason it died, the handler's error ('' for none; '-' for none
+--   when the job has a last error stored, to be cleared by a or n), and how
+--   late the fetch took the job, ms after its due time ('' when unknown).
+--   Ops: a ack: remove; r rejoin: to the bucket at
 --   now+delay; f failure: like rejoin with the new header; n ack and
 --   rejoin: to the bucket fresh, the header after the created time given;
 --   u: park in unack; d: to the dead set.
 -- Returns one value per outcome: 1 applied, 0 dropped.
 -- History costs one command per call that applies an outcome (a BITFIELD
--- adding to this minute's processed and failed counters), plus an EXPIRE
--- when that command created the key. It runs last and with pcall: a server
--- without BITFIELD (miniredis) records no history, never a failed settle.
+-- adding to this minute's processed and failed counters, and to the
+-- lateness counters of the minute each delivery was fetched in, the score
+-- of its in-flight member: the fetch writes no history, its consumer
+-- passes the lateness on), plus an EXPIRE when that command created the
+-- key; a delivery fetched in another minute than now adds a BITFIELD for
+-- that minute. It runs last and with pcall: a server without BITFIELD
+-- (miniredis) records no history, never a failed settle.
+-- An ack reads no envelope: the state naming the delivery is the fence, and
+-- only a job that goes on (rejoin, failure, park, dead) must still be in
+-- the pool. A typical call of acks costs seven commands, whatever the
+-- number of outcomes: TIME, HMGET of the states, ZMSCORE and ZREM of the
+-- in-flight members, HDEL of the states and of the pool, BITFIELD.
+local W = 8
 local us = now_us()
 local now = ceil_ms(us) -- due times and the parked and died stamps alike
 local first = 5
-local n = (#ARGV - first + 1) / 7
+local n = (#ARGV - first + 1) / W
 if n < 1 then return {} end
-local ids = {}
-for i = 0, n - 1 do ids[i + 1] = ARGV[first + i * 7] end
+local ids, need, nids = {}, {}, {}
+for i = 0, n - 1 do
+  local base = first + i * W
+  ids[i + 1] = ARGV[base]
+  if ARGV[base + 2] ~= 'a' or ARGV[base + 4] ~= '' then
+    nids[#nids + 1] = ARGV[base]
+    need[#nids] = i + 1
+  end
+end
 -- Reads first: nothing below can fail after a write.
-local envs = redis.call('HMGET', KEYS[1], unpack(ids))
+local envs = {}
+if #nids > 0 then
+  local got = redis.call('HMGET', KEYS[1], unpack(nids))
+  for j, i in ipairs(need) do envs[i] = got[j] end
+end
 local states = redis.call('HMGET', KEYS[7], unpack(ids))
 local all = {}
-for i = 1, n do all[i] = ARGV[first + (i - 1) * 7 + 1] .. ':' .. ids[i] end
+for i = 1, n do all[i] = ARGV[first + (i - 1) * W + 1] .. ':' .. ids[i] end
 local scores = redis.call('ZMSCORE', KEYS[2], unpack(all))
 local members, ok = {}, {}
 for i = 1, n do
   if scores[i] then
     members[#members + 1] = all[i]
-    ok[i] = envs[i] and states[i] == ARGV[first + (i - 1) * 7 + 1] .. '@' .. ARGV[4]
+    local base = first + (i - 1) * W
+    if states[i] == ARGV[base + 1] .. '@' .. ARGV[4] then
+      -- A job that goes on must still be in the pool; an ack needs not.
+      if ARGV[base + 2] == 'a' and ARGV[base + 4] == '' then
+        ok[i] = true
+      else
+        ok[i] = envs[i] ~= nil and envs[i] ~= false
+      end
+    end
   end
 end
 if #members > 0 then redis.call('ZREM', KEYS[2], unpack(members)) end
@@ -66,7 +97,7 @@ end
 local out, hdel, sdel, edel = {}, {}, {}, {}
 local earliest, dead = nil, false
 for i = 1, n do
-  local base = first + (i - 1) * 7
+  local base = first + (i - 1) * W
   local id, op = ids[i], ARGV[base + 2]
   local delay, header = tonumber(ARGV[base + 3]), ARGV[base + 4]
   out[i] = 0
@@ -111,18 +142,54 @@ if dead then
   trim_dead(KEYS[5], tonumber(ARGV[3]), {KEYS[1], KEYS[6], KEYS[8]})
 end
 limit_release(KEYS[10], leases, KEYS[11], string.gsub(ARGV[1], 'wake$', 'ready'), ARGV[2])
-local processed, failed = 0, 0
+-- The history: per minute (server clock), the outcomes applied and the
+-- failures now, and the deliveries by lateness in the minute each was
+-- fetched (a delivery is counted once: its member left the set above).
+local bounds = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000}
+-- Minutes are keyed by their text: a table keyed by numbers that large
+-- is an array of that size to some Lua interpreters (miniredis's).
+local minute = string.format('%d', math.floor(us / 60000000))
+local hist, order = {}, {}
+local function counters(m)
+  local h = hist[m]
+  if h == nil then
+    h = {}
+    hist[m] = h
+    order[#order + 1] = m
+  end
+  return h
+end
 for i = 1, n do
+  local base = first + (i - 1) * W
   if out[i] == 1 then
-    processed = processed + 1
-    local op = ARGV[first + (i - 1) * 7 + 2]
-    if op == 'f' or op == 'd' then failed = failed + 1 end
+    local h = counters(minute)
+    h[1] = (h[1] or 0) + 1
+    local op = ARGV[base + 2]
+    if op == 'f' or op == 'd' then h[2] = (h[2] or 0) + 1 end
+  end
+  local late = scores[i] and tonumber(ARGV[base + 7])
+  if late then
+    local b = #bounds + 1
+    for j = 1, #bounds do
+      if late <= bounds[j] then b = j break end
+    end
+    local h = counters(string.format('%d', math.floor(tonumber(scores[i]) / 60000)))
+    h[2 + b] = (h[2 + b] or 0) + 1
   end
 end
-if processed > 0 then
-  local key = KEYS[9] .. string.format('%d', math.floor(us / 60000000))
-  local r = redis.pcall('BITFIELD', key, 'OVERFLOW', 'SAT', 'INCRBY', 'u32', '#0', 1,
-    'INCRBY', 'u32', '#1', processed, 'INCRBY', 'u32', '#2', failed)
+for _, m in ipairs(order) do
+  local h = hist[m]
+  local key = KEYS[9] .. m
+  local args = {'BITFIELD', key, 'OVERFLOW', 'SAT', 'INCRBY', 'u32', '#0', 1}
+  for c = 1, 3 + #bounds do
+    if h[c] then
+      args[#args + 1] = 'INCRBY'
+      args[#args + 1] = 'u32'
+      args[#args + 1] = '#' .. c
+      args[#args + 1] = h[c]
+    end
+  end
+  local r = redis.pcall(unpack(args))
   if type(r) == 'table' and r[1] == 1 then redis.call('EXPIRE', key, 5400) end
 end
 return out

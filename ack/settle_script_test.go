@@ -2,8 +2,10 @@ package ack
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -28,7 +30,7 @@ func TestSettleScript(t *testing.T) {
 	cases := []struct {
 		name    string
 		seed    func(k keys.Bucket) []testutil.Entry
-		outcome []any // id, token, op, delay, header, reason, last error
+		outcome []any // id, token, op, delay, header, reason, last error (lateness: unknown)
 		reply   int64
 		stamped string // the ZSET the job is stamped into, if any
 		want    ks
@@ -108,7 +110,7 @@ func TestSettleScript(t *testing.T) {
 					hist := keys.ForBucket(testutil.Prefix(t), "t", 0).HistoryPrefix()
 					testutil.Seed(t, c, tc.seed(k)...)
 					run := func() []any {
-						args := append([]any{keys.WakeChannel(got), "t#0", 1, "c"}, tc.outcome...)
+						args := append(append([]any{keys.WakeChannel(got), "t#0", 1, "c"}, tc.outcome...), "")
 						v, err := settleScript.Run(ctx, c, []string{k.Pool(), k.InFlight("c"), k.Scheduled(), k.UnAck(), k.Dead(),
 							k.Reasons(), k.State(), k.Errors(), hist, k.LimitPrefix(), k.Ready()}, args...).Slice()
 						require.NoError(t, err)
@@ -134,6 +136,84 @@ func TestSettleScript(t *testing.T) {
 					require.Equal(t, testutil.DumpUnder(t, c, want), testutil.DumpUnder(t, c, got), "rerun after a lost reply")
 				})
 			}
+		})
+	}
+}
+
+// settle.lua counts, in the bucket's history key of this minute, the
+// outcomes it applies and the failures among them, and each delivery's
+// lateness (passed on by its consumer from the fetch) in the minute the
+// delivery was fetched, its in-flight member's score; a delivery with no
+// known lateness or one already settled is not counted, a dropped outcome
+// counts its lateness but no outcome, and every key it creates expires.
+// An ack reads no envelope: one whose job left the pool still clears its
+// delivery.
+func TestSettleRecordsHistory(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			if be.Name == "miniredis" {
+				t.Skip("miniredis has no BITFIELD: settle records no history there (TestSettleScript runs on it)")
+			}
+			prefix := testutil.Prefix(t)
+			k := keys.ForBucket(prefix, "t", 0)
+			tm, err := c.Time(ctx).Result()
+			require.NoError(t, err)
+			now := tm.UnixMilli()
+			if now%60000 > 55000 {
+				time.Sleep(time.Duration(60000-now%60000+10) * time.Millisecond) // all in one minute
+				tm, err = c.Time(ctx).Result()
+				require.NoError(t, err)
+				now = tm.UnixMilli()
+			}
+			earlier := now - 120000 // fetched two minutes ago
+			testutil.Seed(t, c,
+				testutil.Hash(k.Pool(), "a=1|1|0|0||||\nb", "f=1|1|0|0||||\nb"),
+				testutil.ZSet(k.InFlight("c"), fmt.Sprintf("1:a=%d", now), fmt.Sprintf("2:f=%d", earlier),
+					fmt.Sprintf("3:g=%d", now), fmt.Sprintf("4:x=%d", now)),
+				testutil.Hash(k.State(), "a=1@c", "f=2@c", "g=3@c", "x=9@d"))
+			args := []any{keys.WakeChannel(prefix), "t#0", 10, "c",
+				"a", "1", "a", 0, "", "", "", 3000, // 3 s late: the 2..5 s counter, this minute
+				"f", "2", "f", 60000, "1|1|1|0||||\n", "", "boom", 120000, // over every bound, two minutes ago
+				"g", "3", "a", 0, "", "", "", "", // not in the pool, lateness unknown
+				"x", "4", "a", 0, "", "", "", 1, // the reaper gave it to d: dropped
+				"y", "5", "a", 0, "", "", "", 1, // settled before: not counted
+			}
+			v, err := settleScript.Run(ctx, c, []string{k.Pool(), k.InFlight("c"), k.Scheduled(), k.UnAck(), k.Dead(),
+				k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix(), k.LimitPrefix(), k.Ready()}, args...).Slice()
+			require.NoError(t, err)
+			require.Equal(t, []any{int64(1), int64(1), int64(1), int64(0), int64(0)}, v)
+			require.Zero(t, c.Exists(ctx, k.InFlight("c")).Val(), "every member of this consumer left")
+			require.Equal(t, map[string]string{"x": "9@d"}, c.HGetAll(ctx, k.State()).Val())
+
+			read := func(minute int64) [keys.HistoryFields]int64 {
+				var got [keys.HistoryFields]int64
+				v, err := c.Get(ctx, k.History(minute)).Result()
+				require.NoError(t, err, "minute %d written", minute)
+				for i := range got {
+					if len(v) >= 4*(i+1) {
+						got[i] = int64(binary.BigEndian.Uint32([]byte(v[4*i:])))
+					}
+				}
+				ttl := c.TTL(ctx, k.History(minute)).Val()
+				require.Greater(t, ttl, 80*time.Minute)
+				require.LessOrEqual(t, ttl, time.Duration(keys.HistoryTTLSeconds)*time.Second)
+				return got
+			}
+			cur, old := read(now/60000), read(earlier/60000)
+			require.EqualValues(t, 3, cur[keys.HistProcessed], "applied now: a, f and g")
+			require.EqualValues(t, 1, cur[keys.HistFailed])
+			require.Equal(t, int64(5000), keys.HistLateBoundsMs[11])
+			require.EqualValues(t, 1, cur[keys.HistLate+11], "a: 3 s late, over 2 s, at most 5 s (%v)", cur)
+			require.EqualValues(t, 1, cur[keys.HistLate], "x: 1 ms late, counted though dropped (%v)", cur)
+			var late int64
+			for i := keys.HistLate; i < keys.HistoryFields; i++ {
+				late += cur[i]
+			}
+			require.EqualValues(t, 2, late, "this minute: a and x")
+			require.Zero(t, old[keys.HistProcessed], "outcomes count when applied, lateness when fetched")
+			require.EqualValues(t, 1, old[keys.HistoryFields-1], "f: 2 min late, over every bound, two minutes ago (%v)", old)
 		})
 	}
 }

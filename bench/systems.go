@@ -98,6 +98,11 @@ func (s *redeqSystem) consume(workers int, handle func(ctx context.Context, id s
 	if setup != nil {
 		setup(c)
 	}
+	// A deployment of this version alone: the namespace writes the current
+	// job state format (a flush between measurements clears the switch).
+	if err := c.UpgradeFormat(context.Background()); err != nil {
+		fail("redeq UpgradeFormat: %v", err)
+	}
 	if err := c.Register(redeqListener{workers: workers, handle: handle}); err != nil {
 		fail("redeq Register: %v", err)
 	}

@@ -5,13 +5,20 @@
 -- KEYS[1] -> movers ZSET (client id -> last announcement, fleet ms)
 -- KEYS[2] -> unreachable HASH (client id -> addresses it cannot move, one a line)
 -- KEYS[3] -> clock HASH (high -> latest fleet ms, offset -> ms the clock stepped back in all)
+-- KEYS[4] -> formats HASH (client id -> newest job state format it reads;
+--   keys.MoversFormats)
+-- KEYS[5] -> format STRING (the format the clients write; keys.MoversFormat)
 -- ARGV[1] -> this client's id
 -- ARGV[2] -> liveness window, ms: a client silent for longer is dead
 -- ARGV[3] -> most ids to return, and to prune at once
 -- ARGV[4] -> '1': also drop the entries of dead clients
 -- ARGV[5] -> the addresses this client cannot move, one a line; '' none
+-- ARGV[6] -> the newest job state format this client reads; '' none
+--   (as a client of an older version, which writes no entry)
 -- Returns {ids of the live clients, this one included; {id, addresses,
--- ...} of the clients with buckets they cannot move}. The live ones are
+-- ...} of the clients with buckets they cannot move; the format in force
+-- or ''; while one is, the live clients that record another format or
+-- none}. The live ones are
 -- read by score, so entries of dead clients may stay between prunes (each
 -- client asks for one every few announcements): they are only a few bytes
 -- each, and their count is bounded by the clients that died since.
@@ -36,6 +43,11 @@ redis.call('HSET', KEYS[3], 'high', now, 'offset', offset)
 local since = now - tonumber(ARGV[2])
 local most = tonumber(ARGV[3])
 redis.call('ZADD', KEYS[1], now, ARGV[1])
+if ARGV[6] == '' then
+  redis.call('HDEL', KEYS[4], ARGV[1])
+else
+  redis.call('HSET', KEYS[4], ARGV[1], ARGV[6])
+end
 if ARGV[5] == '' then
   redis.call('HDEL', KEYS[2], ARGV[1])
 else
@@ -48,6 +60,7 @@ if ARGV[4] == '1' then
     for j = i, math.min(i + 499, #dead) do part[#part + 1] = dead[j] end
     redis.call('ZREM', KEYS[1], unpack(part))
     redis.call('HDEL', KEYS[2], unpack(part))
+    redis.call('HDEL', KEYS[4], unpack(part))
   end
 end
 local live = redis.call('ZRANGEBYSCORE', KEYS[1], since, '+inf', 'LIMIT', 0, most)
@@ -66,4 +79,18 @@ if redis.call('HLEN', KEYS[2]) > 0 then
     end
   end
 end
-return {live, cannot}
+-- The format costs one GET while none is in force, and an HMGET of the
+-- live clients' formats (500 at a time) while one is.
+local format = redis.call('GET', KEYS[5]) or ''
+local outdated = {}
+if format ~= '' then
+  for i = 1, #live, 500 do
+    local part = {}
+    for j = i, math.min(i + 499, #live) do part[#part + 1] = live[j] end
+    local v = redis.call('HMGET', KEYS[4], unpack(part))
+    for j = 1, #part do
+      if (tonumber(v[j]) or 0) < tonumber(format) then outdated[#outdated + 1] = part[j] end
+    end
+  end
+end
+return {live, cannot, format, outdated}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,6 +21,10 @@ var (
 	//go:embed announce.lua
 	announceSource string
 	announceScript = script.New(announceSource)
+
+	//go:embed format.lua
+	formatSource string
+	formatScript = script.New(formatSource)
 )
 
 // maxFleet bounds the clients one announcement returns.
@@ -49,22 +54,104 @@ const pruneEvery = 10
 // the usual one, which keeps trying.
 type Fleet struct {
 	rdb      redis.UniversalClient
-	keys     []string // movers, unreachable, clock
+	keys     []string // movers, unreachable, clock, formats, format
 	id       string
 	interval time.Duration
+	// older makes this client one of the older format (tests only): it
+	// records no format it reads and writes the older one whatever the
+	// namespace's.
+	older bool
+	// current says the namespace writes the current format of the job
+	// state (keys.MoversFormat), as this client last read it.
+	current atomic.Bool
 
 	mu        sync.Mutex
 	live      []string                   // sorted, this client included
 	cannot    map[string]map[string]bool // live client -> addresses it cannot move
 	mine      string                     // what SetUnreachable gave, one address a line
 	announced int                        // announcements made, for pruneEvery
+	outdated  []string                   // live clients that cannot read the format in force
 }
 
 // NewFleet returns the view of client id, which knows only itself until
 // its first Announce.
 func NewFleet(c redis.UniversalClient, prefix, id string, interval time.Duration) *Fleet {
 	return &Fleet{rdb: c, id: id, interval: interval, live: []string{id},
-		keys: []string{keys.Movers(prefix), keys.MoversUnreachable(prefix), keys.MoversClock(prefix)}}
+		keys: []string{keys.Movers(prefix), keys.MoversUnreachable(prefix), keys.MoversClock(prefix),
+			keys.MoversFormats(prefix), keys.MoversFormat(prefix)}}
+}
+
+// SetOlderFormat makes this client behave, as to the format of the job
+// state, as a client of the version before it (for tests of a rolling
+// upgrade): it announces no format it reads, and writes the older one.
+func (f *Fleet) SetOlderFormat() { f.older = true }
+
+// WritesCurrentFormat reports whether this client writes the current
+// format of the job state (keys.Bucket.State): the namespace switched to
+// it, as read at Start or at the last announcement.
+func (f *Fleet) WritesCurrentFormat() bool { return !f.older && f.current.Load() }
+
+// Outdated returns the live clients, at the last announcement, that do
+// not read the format in force (none while the older one is): clients of
+// an older version started after the switch.
+func (f *Fleet) Outdated() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.outdated)
+}
+
+// formatWindow is how long a client that stopped announcing still counts
+// as alive for a switch of format: longer than any client's LiveFor under
+// a usual ScanInterval, since a client of another ScanInterval may
+// announce less often than this one.
+func (f *Fleet) formatWindow() time.Duration { return max(f.LiveFor(), time.Minute) }
+
+// ReadFormat reads the format the namespace writes (at Start: the
+// announcements reread it). fresh asks to switch a fresh namespace to the
+// current format at once: the caller saw no topic, and the switch happens
+// only when no client but this one is live.
+func (f *Fleet) ReadFormat(ctx context.Context, fresh bool) error {
+	if f.older {
+		return nil
+	}
+	if fresh {
+		if _, err := f.switchFormat(ctx, f.id); err != nil {
+			return err
+		}
+	}
+	v, err := f.rdb.Get(ctx, f.keys[4]).Result()
+	if err != nil && err != redis.Nil {
+		return fmt.Errorf("read format: %w", err)
+	}
+	f.current.Store(v == keys.FormatCurrent)
+	return nil
+}
+
+// UpgradeFormat switches the namespace to the current format of the job
+// state, unless a live client does not read it: then it writes nothing and
+// returns those clients' ids.
+func (f *Fleet) UpgradeFormat(ctx context.Context) (outdated []string, err error) {
+	return f.switchFormat(ctx, "")
+}
+
+func (f *Fleet) switchFormat(ctx context.Context, alone string) ([]string, error) {
+	v, err := formatScript.Run(ctx, f.rdb, []string{f.keys[0], f.keys[3], f.keys[4], f.keys[2]},
+		f.formatWindow().Milliseconds(), keys.FormatCurrent, maxFleet, alone).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("switch format: %w", err)
+	}
+	if len(v) == 0 {
+		return nil, fmt.Errorf("switch format: bad reply %v", v)
+	}
+	if ok, _ := v[0].(int64); ok == 1 {
+		if !f.older {
+			f.current.Store(true)
+		}
+		return nil, nil
+	}
+	ids := strs(v[1:])
+	slices.Sort(ids)
+	return ids, nil
 }
 
 // LiveFor is how long a client that stopped announcing still counts as
@@ -91,8 +178,12 @@ func (f *Fleet) Announce(ctx context.Context) (bool, error) {
 	f.announced++
 	mine := f.mine
 	f.mu.Unlock()
-	v, err := announceScript.Run(ctx, f.rdb, f.keys, f.id, f.LiveFor().Milliseconds(), maxFleet, prune, mine).Slice()
-	if err == nil && len(v) != 2 {
+	reads := keys.FormatCurrent
+	if f.older {
+		reads = ""
+	}
+	v, err := announceScript.Run(ctx, f.rdb, f.keys, f.id, f.LiveFor().Milliseconds(), maxFleet, prune, mine, reads).Slice()
+	if err == nil && len(v) != 4 {
 		err = fmt.Errorf("bad reply %v", v)
 	}
 	if err != nil {
@@ -112,10 +203,14 @@ func (f *Fleet) Announce(ctx context.Context) (bool, error) {
 		}
 		cannot[pairs[i]] = set
 	}
+	format, _ := v[2].(string)
+	outdated := strs(v[3])
+	slices.Sort(outdated)
+	f.current.Store(format == keys.FormatCurrent)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	changed := !slices.Equal(ids, f.live) || !sameCannot(cannot, f.cannot)
-	f.live, f.cannot = ids, cannot
+	f.live, f.cannot, f.outdated = ids, cannot, outdated
 	return changed, nil
 }
 
@@ -154,6 +249,7 @@ func (f *Fleet) Leave(ctx context.Context) error {
 	pipe := f.rdb.TxPipeline()
 	pipe.ZRem(ctx, f.keys[0], f.id)
 	pipe.HDel(ctx, f.keys[1], f.id)
+	pipe.HDel(ctx, f.keys[3], f.id)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("leave movers: %w", err)
 	}

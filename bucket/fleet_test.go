@@ -55,3 +55,70 @@ func TestFleetDropsSilentClients(t *testing.T) {
 		})
 	}
 }
+
+// TestFleetSwitchesFormatOnlyWhenEveryClientReadsIt: UpgradeFormat
+// refuses, naming it and writing nothing, while a live client announces
+// no format it reads (a client of the older version); once it left, the
+// switch is made, every client reads it at its next announcement, and a
+// rerun after a lost reply finds it made. A client of the older version
+// announcing after the switch is reported as outdated. The switch of a
+// fresh namespace at Start is made only while no other client is live.
+func TestFleetSwitchesFormatOnlyWhenEveryClientReadsIt(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := be.New(t)
+			prefix := testutil.Prefix(t)
+			const interval = 100 * time.Millisecond
+			cur := bucket.NewFleet(rdb, prefix, "cur", interval)
+			old := bucket.NewFleet(rdb, prefix, "old", interval)
+			old.SetOlderFormat()
+			for _, f := range []*bucket.Fleet{cur, old} {
+				_, err := f.Announce(ctx)
+				require.NoError(t, err)
+			}
+			require.False(t, cur.WritesCurrentFormat())
+			require.Empty(t, cur.Outdated(), "nothing is outdated while the older format is in force")
+
+			require.NoError(t, cur.ReadFormat(ctx, true))
+			require.False(t, cur.WritesCurrentFormat(), "not fresh: another client is live")
+			formats := rdb.HGetAll(ctx, keys.MoversFormats(prefix)).Val()
+			require.Equal(t, map[string]string{"cur": keys.FormatCurrent}, formats, "the older client records none")
+			out, err := cur.UpgradeFormat(ctx)
+			require.NoError(t, err)
+			require.Equal(t, []string{"old"}, out)
+			require.Zero(t, rdb.Exists(ctx, keys.MoversFormat(prefix)).Val(), "a refusal writes nothing")
+			require.Equal(t, formats, rdb.HGetAll(ctx, keys.MoversFormats(prefix)).Val())
+			require.False(t, cur.WritesCurrentFormat())
+
+			require.NoError(t, old.Leave(ctx))
+			out, err = cur.UpgradeFormat(ctx)
+			require.NoError(t, err)
+			require.Empty(t, out)
+			require.True(t, cur.WritesCurrentFormat())
+			require.Equal(t, keys.FormatCurrent, rdb.Get(ctx, keys.MoversFormat(prefix)).Val())
+			out, err = cur.UpgradeFormat(ctx)
+			require.NoError(t, err)
+			require.Empty(t, out, "a rerun finds the switch made")
+
+			other := bucket.NewFleet(rdb, prefix, "other", interval)
+			require.False(t, other.WritesCurrentFormat())
+			_, err = other.Announce(ctx)
+			require.NoError(t, err)
+			require.True(t, other.WritesCurrentFormat(), "read at the announcement")
+
+			_, err = old.Announce(ctx) // started after the switch
+			require.NoError(t, err)
+			require.False(t, old.WritesCurrentFormat(), "an older client writes the older format")
+			_, err = cur.Announce(ctx)
+			require.NoError(t, err)
+			require.Equal(t, []string{"old"}, cur.Outdated())
+
+			// A fresh namespace: switched at the first client's Start.
+			p2 := testutil.Prefix(t)
+			alone := bucket.NewFleet(rdb, p2, "alone", interval)
+			require.NoError(t, alone.ReadFormat(ctx, true))
+			require.True(t, alone.WritesCurrentFormat())
+		})
+	}
+}

@@ -39,17 +39,29 @@ type MoveResult struct {
 	Ready int
 }
 
-// Move runs one bounded move of bucket n of topic: at most batch due ids.
+// Move runs one bounded move of bucket n of topic: at most batch due ids,
+// written in the current format of the job state (keys.Bucket.State).
 func Move(ctx context.Context, c redis.UniversalClient, prefix, topic string, n, batch int) (MoveResult, error) {
-	return moveOverdue(ctx, c, prefix, topic, n, batch, 0)
+	return moveOverdue(ctx, c, prefix, topic, n, batch, 0, true)
 }
 
-// moveOverdue moves at most batch ids overdue by more than grace.
-func moveOverdue(ctx context.Context, c redis.UniversalClient, prefix, topic string, n, batch int, grace time.Duration) (MoveResult, error) {
+// MoveOlderFormat is Move writing the older format of the job state, the
+// one a namespace keeps until UpgradeFormat switches it.
+func MoveOlderFormat(ctx context.Context, c redis.UniversalClient, prefix, topic string, n, batch int) (MoveResult, error) {
+	return moveOverdue(ctx, c, prefix, topic, n, batch, 0, false)
+}
+
+// moveOverdue moves at most batch ids overdue by more than grace; current
+// says which format of the job state to write.
+func moveOverdue(ctx context.Context, c redis.UniversalClient, prefix, topic string, n, batch int, grace time.Duration, current bool) (MoveResult, error) {
 	k := keys.ForBucket(prefix, topic, n)
+	format := ""
+	if current {
+		format = "1"
+	}
 	v, err := moveScript.Run(ctx, c, []string{k.Scheduled(), k.Ready(), k.Pool(), k.Sent(), k.SentAt(), k.SentSeq(), k.State(), k.Due()},
 		batch, keys.BroadcastMark, keys.ReadyChannel(prefix), keys.BroadcastChannel(prefix),
-		keys.Address(topic, n), grace.Milliseconds(), BroadcastRetention.Milliseconds()).Result()
+		keys.Address(topic, n), grace.Milliseconds(), BroadcastRetention.Milliseconds(), format).Result()
 	if err != nil {
 		return MoveResult{}, fmt.Errorf("move %s: %w", keys.Address(topic, n), err)
 	}

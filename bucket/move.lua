@@ -7,9 +7,10 @@
 -- KEYS[4] -> sent HASH (id "\n" seq -> envelope of a published broadcast job)
 -- KEYS[5] -> sent-at ZSET (id "\n" seq -> published, unix ms)
 -- KEYS[6] -> sent-seq STRING (last sequence number given)
--- KEYS[7] -> state HASH (a moved id's state becomes "r")
--- KEYS[8] -> due HASH (a moved id -> its due time, unix ms, for the fetch
---   to report lateness; not part of the delivery fence)
+-- KEYS[7] -> state HASH (a moved id's state becomes ready: "r<due ms>",
+--   or "r" in the older format; see keys.Bucket.State)
+-- KEYS[8] -> due HASH (older format only: a moved id -> its due time, unix
+--   ms, for the fetch to report lateness; not part of the delivery fence)
 -- ARGV[1] -> most ids to move
 -- ARGV[2] -> broadcast mark
 -- ARGV[3] -> ready channel
@@ -18,6 +19,9 @@
 -- ARGV[6] -> grace, ms: move only jobs overdue by more than this (0 for the
 --   lock holder; a non-holder moves what a dead holder left behind)
 -- ARGV[7] -> broadcast retention, ms: how long sent envelopes are kept
+-- ARGV[8] -> the format to write (see keys.MoversFormat): '1' keeps each
+--   due time in the id's state, one field per job; '' (or absent) writes
+--   "r" and the due HASH, the format clients of older versions read
 -- Returns {ids moved, next due time in unix ms or -1, now in unix ms,
 -- length of the ready list}. Whenever the ready list holds ids, moved now
 -- or earlier, it announces them on the ready channel: a notification lost
@@ -77,17 +81,23 @@ end
 redis.call('ZREM', KEYS[1], unpack(ids))
 if #ready > 0 then
   -- The state marks each id as fetchable; chunked to stay within unpack's
-  -- limit (MoveBatch may be 5,000, two values per id).
+  -- limit (MoveBatch may be 5,000, two values per id). The due time is the
+  -- score as the ZSET gave it: whole ms in plain digits.
+  local current = ARGV[8] == '1'
   for i = 1, #ready, 1000 do
     local st, du = {}, {}
     for j = i, math.min(i + 999, #ready) do
       st[#st + 1] = ready[j]
-      st[#st + 1] = 'r'
-      du[#du + 1] = ready[j]
-      du[#du + 1] = dues[ready[j]]
+      if current then
+        st[#st + 1] = 'r' .. dues[ready[j]]
+      else
+        st[#st + 1] = 'r'
+        du[#du + 1] = ready[j]
+        du[#du + 1] = dues[ready[j]]
+      end
     end
     redis.call('HSET', KEYS[7], unpack(st))
-    redis.call('HSET', KEYS[8], unpack(du))
+    if #du > 0 then redis.call('HSET', KEYS[8], unpack(du)) end
   end
   redis.call('RPUSH', KEYS[2], unpack(ready))
 end

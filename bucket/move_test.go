@@ -3,6 +3,7 @@ package bucket_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -136,6 +137,62 @@ func TestDeletedBeforeMoveNotDelivered(t *testing.T) {
 			require.Equal(t, "c", items[0].ID)
 			k := keys.ForBucket(prefix, "t", 0)
 			require.Zero(t, rdb.LLen(ctx, k.Ready()).Val(), "the stale entry of b is gone too")
+		})
+	}
+}
+
+// TestMoveKeepsEachDueTimeInItsState: a move in the current format marks
+// each id it moves ready with the due time it was moved at ("r<due ms>",
+// the score it left), in chunks past the first thousand ids too, and
+// writes no other key per job; one in the older format writes "r" and the
+// due time in the due HASH, as clients of the version before read it. A
+// rerun after a lost reply finds them moved and moves nothing again.
+func TestMoveKeepsEachDueTimeInItsState(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			for _, current := range []bool{true, false} {
+				ctx, rdb, prefix, s := setup(t, be)
+				const n = 2500
+				addDue(t, s, "t", n)
+				k := keys.ForBucket(prefix, "t", 0)
+				states, dues := map[string]string{}, map[string]string{}
+				for _, z := range rdb.ZRangeWithScores(ctx, k.Scheduled(), 0, -1).Val() {
+					id, due := z.Member.(string), fmt.Sprintf("%d", int64(z.Score))
+					if current {
+						states[id] = "r" + due
+					} else {
+						states[id], dues[id] = "r", due
+					}
+				}
+				require.Len(t, states, n)
+				time.Sleep(2 * time.Millisecond)
+				move := bucket.Move
+				if !current {
+					move = bucket.MoveOlderFormat
+				}
+				res, err := move(ctx, rdb, prefix, "t", 0, 5000)
+				require.NoError(t, err)
+				require.Equal(t, n, res.Moved)
+				require.Equal(t, states, rdb.HGetAll(ctx, k.State()).Val())
+				want := []string{k.Pool(), k.Ready(), k.State()}
+				if !current {
+					require.Equal(t, dues, rdb.HGetAll(ctx, k.Due()).Val())
+					want = append(want, k.Due())
+				}
+				var kinds []string
+				for _, key := range testutil.Keys(t, rdb, prefix) {
+					if !strings.Contains(key, ":op:") { // the add runs' replies
+						kinds = append(kinds, key)
+					}
+				}
+				require.ElementsMatch(t, want, kinds, "no key per job beside the state (current: %v)", current)
+				before := testutil.Dump(t, rdb, prefix)
+
+				res, err = move(ctx, rdb, prefix, "t", 0, 5000)
+				require.NoError(t, err)
+				require.Zero(t, res.Moved, "the rerun moves nothing again")
+				require.Equal(t, before, testutil.Dump(t, rdb, prefix))
+			}
 		})
 	}
 }

@@ -270,6 +270,7 @@ func (m *Mover) announceLoop(ctx context.Context) {
 	bo := env.Backoff{Max: m.cfg.ScanInterval}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var warned []string // the outdated clients last logged
 	for {
 		select {
 		case <-ctx.Done():
@@ -289,6 +290,16 @@ func (m *Mover) announceLoop(ctx context.Context) {
 			bo.Reset()
 			if changed {
 				signal(m.reassign)
+			}
+			if out := m.fleet.Outdated(); !slices.Equal(out, warned) {
+				warned = out
+				if len(out) > 0 {
+					// A client of an older version started after the
+					// switch: it drops the jobs of the current format it
+					// meets in a ready list (docs/operations.md).
+					m.env.Logger.Error("redeq: clients that cannot read the job state format in force are running: stop them; never roll back past UpgradeFormat",
+						"clients", out)
+				}
 			}
 		}
 		if !timer.Stop() {
@@ -659,7 +670,7 @@ func (m *Mover) step(ctx context.Context, topic string, n int, mu *lock.Mutex, l
 	if err == nil && !held {
 		// Someone else holds the lock: only pick up what it leaves behind.
 		var res MoveResult
-		if res, err = moveOverdue(ctx, m.rdb, m.cfg.Prefix, topic, n, m.cfg.MoveBatch, 2*m.cfg.ScanInterval); err == nil {
+		if res, err = moveOverdue(ctx, m.rdb, m.cfg.Prefix, topic, n, m.cfg.MoveBatch, 2*m.cfg.ScanInterval, m.fleet.WritesCurrentFormat()); err == nil {
 			bo.Reset()
 			if res.Moved > 0 {
 				// Rate-limited: after an outage every bucket's holder is
@@ -675,7 +686,7 @@ func (m *Mover) step(ctx context.Context, topic string, n int, mu *lock.Mutex, l
 	}
 	if err == nil && held {
 		var res MoveResult
-		res, err = Move(ctx, m.rdb, m.cfg.Prefix, topic, n, m.cfg.MoveBatch)
+		res, err = moveOverdue(ctx, m.rdb, m.cfg.Prefix, topic, n, m.cfg.MoveBatch, 0, m.fleet.WritesCurrentFormat())
 		if err == nil {
 			if bo.Failing() {
 				log.Info("redeq: mover recovered")

@@ -35,7 +35,7 @@ if redis.call('ZSCORE', KEYS[2], member) == false then
   member = ARGV[2] .. ARGV[1]
   if redis.call('ZSCORE', KEYS[2], member) == false then
     member = ARGV[1]
-    if redis.call('HGET', KEYS[3], member) ~= 'r' then return 2 end
+    if not is_ready(redis.call('HGET', KEYS[3], member)) then return 2 end
     redis.call('HDEL', KEYS[3], member)
   end
 end

@@ -74,7 +74,7 @@ func (r *runner) handle(d delivery) {
 	if err != nil {
 		// A corrupt entry cannot run: park it in the dead set, keep working.
 		g.env.Logger.Error("redeq: corrupt job sent to the dead set", "topic", r.topic, "id", d.item.ID, "err", err)
-		r.submit(d.bucket, ack.Outcome{ID: d.item.ID, Token: token, Op: ack.OpDead, Reason: err.Error()})
+		r.submit(d.bucket, ack.Outcome{ID: d.item.ID, Token: token, Op: ack.OpDead, Reason: err.Error(), Late: d.item.Late})
 		return
 	}
 	job.LastError = d.item.LastError
@@ -113,11 +113,11 @@ func (r *runner) handle(d delivery) {
 		err = ErrConsumeTimeout
 	}
 	if err != nil {
-		r.observeDone(took, job, r.fail(d.bucket, member, job, h, token, err), err)
+		r.observeDone(took, job, r.fail(d.bucket, member, job, h, token, d.item.Late, err), err)
 		return
 	}
 	acked, rejoined, delay := ch.State()
-	out := ack.Outcome{ID: job.ID, Token: token, Delay: delay, HadError: job.LastError != ""}
+	out := ack.Outcome{ID: job.ID, Token: token, Delay: delay, HadError: job.LastError != "", Late: d.item.Late}
 	switch {
 	case acked && rejoined:
 		out.Op = ack.OpAckRejoin
@@ -185,7 +185,7 @@ func (r *runner) warnUnAck(id string) {
 }
 
 // fail applies the retry policy to a failed delivery and tells which.
-func (r *runner) fail(bucket int, member string, job *pool.Job, h pool.Header, token string, cause error) Outcome {
+func (r *runner) fail(bucket int, member string, job *pool.Job, h pool.Header, token string, late time.Duration, cause error) Outcome {
 	g := r.g
 	h.Attempt++
 	policy := retry.For(h.MaxRetries, job.RetryIntervals, r.retries, r.intervals)
@@ -198,7 +198,7 @@ func (r *runner) fail(bucket int, member string, job *pool.Job, h pool.Header, t
 	}
 	if again {
 		g.env.Logger.Debug("redeq: job failed, retrying", "topic", r.topic, "id", job.ID, "attempt", h.Attempt, "retry_in", delay, "err", cause)
-		r.conclude(bucket, member, &ack.Outcome{ID: job.ID, Token: token, Op: ack.OpRetry, Delay: delay, Header: ack.HeaderFor(ack.OpRetry, h), Err: cause.Error()})
+		r.conclude(bucket, member, &ack.Outcome{ID: job.ID, Token: token, Op: ack.OpRetry, Delay: delay, Header: ack.HeaderFor(ack.OpRetry, h), Err: cause.Error(), Late: late})
 		return OutcomeRetry
 	}
 	g.env.Logger.Warn("redeq: job failed for the last time", "topic", r.topic, "id", job.ID, "attempt", h.Attempt, "err", cause)
@@ -209,7 +209,7 @@ func (r *runner) fail(bucket int, member string, job *pool.Job, h pool.Header, t
 		r.final(fr, &final)
 	}
 	r.conclude(bucket, member, &ack.Outcome{ID: job.ID, Token: token, Op: ack.OpDead, Header: ack.HeaderFor(ack.OpDead, h),
-		Reason: fmt.Sprintf("failed %d times; last: %v", h.Attempt, cause), Err: cause.Error()})
+		Reason: fmt.Sprintf("failed %d times; last: %v", h.Attempt, cause), Err: cause.Error(), Late: late})
 	return OutcomeDead
 }
 

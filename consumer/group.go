@@ -64,6 +64,7 @@ type Group struct {
 	base      time.Time
 	topicList string       // the listened topics, "topic#buckets" one per line, for the heartbeat
 	info      string       // this consumer's Info, JSON, for the heartbeat
+	older     bool         // a consumer of the older format (SetOlderFormat)
 	silentAt  atomic.Int64 // where the reaper's next look at silent consumers starts
 	// reaps tells whether this client's reaper looks for silent consumers
 	// now (SetReaper); nil: always.
@@ -99,6 +100,17 @@ func NewGroup(c redis.UniversalClient, cfg config.Config, e env.Env, reg *bucket
 // neverHeard is heardAt before a first heartbeat got through: far enough
 // in the past that heard is false.
 const neverHeard = math.MinInt64 / 2
+
+// SetOlderFormat, before Start, makes the group's consumer behave as one
+// of the version before this one as to the format of the job state (for
+// tests of a rolling upgrade): it fetches only that format and records no
+// format it reads.
+func (g *Group) SetOlderFormat() {
+	g.older = true
+	info := LocalInfo(g.cfg.ClientName)
+	info.Format = ""
+	g.info = info.encode()
+}
 
 // SetReaper, before Start, makes the reaper look for silent consumers
 // only while reaps says so: the client runtime lets the first two clients

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/redeq-go/redeq/config"
+	"github.com/redeq-go/redeq/internal/keys"
 )
 
 // Info is what names a consumer to a person: the consumers view shows
@@ -17,6 +18,9 @@ type Info struct {
 	Name string `json:"name"` // config.Config.ClientName, else the host name
 	Host string `json:"host"` // os.Hostname
 	PID  int    `json:"pid"`
+	// Format is the newest format of the job state the consumer reads
+	// (keys.FormatCurrent); "" from a consumer of an older version.
+	Format string `json:"format,omitempty"`
 }
 
 // maxHost bounds the host name recorded: a DNS name is at most 253 bytes.
@@ -29,7 +33,7 @@ func LocalInfo(name string) Info {
 	if name == "" {
 		name = clip(host, config.MaxClientName)
 	}
-	return Info{Name: clip(name, config.MaxClientName), Host: host, PID: os.Getpid()}
+	return Info{Name: clip(name, config.MaxClientName), Host: host, PID: os.Getpid(), Format: keys.FormatCurrent}
 }
 
 // encode is i as the heartbeat records it: a JSON object, at most a few
@@ -50,6 +54,7 @@ func ParseInfo(s string) (Info, bool) {
 	}
 	i.Name = clip(i.Name, config.MaxClientName)
 	i.Host = clip(i.Host, maxHost)
+	i.Format = clip(i.Format, 8)
 	return i, true
 }
 

@@ -80,8 +80,8 @@ func newRunner(g *Group, l Listener, buckets int) *runner {
 	topic := l.Topic()
 	r := &runner{
 		g: g, l: l, topic: topic, buckets: buckets, workers: w, capacity: w,
-		fetcher:    redisFetcher{rdb: g.rdb, prefix: g.cfg.Prefix, topic: topic, cid: g.cid, limits: opts.Limits.Spec()},
-		applier:    redisApplier{settler: g.settler, rdb: g.rdb, prefix: g.cfg.Prefix, topic: topic, cid: g.cid},
+		fetcher:    redisFetcher{rdb: g.rdb, prefix: g.cfg.Prefix, topic: topic, cid: g.cid, older: g.older, limits: opts.Limits.Spec()},
+		applier:    redisApplier{settler: g.settler, rdb: g.rdb, prefix: g.cfg.Prefix, topic: topic, cid: g.cid, older: g.older},
 		quarantine: g.quarantine,
 		dl:         newDeliveries(buckets),
 		notify:     make(chan struct{}, 1),

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 
@@ -37,10 +38,14 @@ type applier interface {
 type redisFetcher struct {
 	rdb                redis.UniversalClient
 	prefix, topic, cid string
+	older              bool   // fetch as a client of the older format (Group.SetOlderFormat)
 	limits             string // the listener's limits (ready.Limits.Spec)
 }
 
 func (f redisFetcher) Fetch(ctx context.Context, b, want int, alone bool) (ready.Batch, error) {
+	if f.older {
+		return ready.FetchOlderFormat(ctx, f.rdb, f.prefix, f.topic, b, f.cid, want, alone)
+	}
 	return ready.FetchLimited(ctx, f.rdb, f.prefix, f.topic, b, f.cid, want, alone, f.limits)
 }
 
@@ -53,9 +58,17 @@ type redisApplier struct {
 	settler            *ack.Settler
 	rdb                redis.UniversalClient
 	prefix, topic, cid string
+	older              bool // settle as a client of the older format (Group.SetOlderFormat)
 }
 
 func (a redisApplier) Settle(ctx context.Context, b int, outs []ack.Outcome) ([]bool, error) {
+	if a.older {
+		// That version's fetch counted the lateness; its settle did not.
+		outs = slices.Clone(outs)
+		for i := range outs {
+			outs[i].Late = -1
+		}
+	}
 	return a.settler.Settle(ctx, a.topic, b, outs)
 }
 

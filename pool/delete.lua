@@ -46,7 +46,7 @@ local state, holder = 'inflight', ''
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[6], ARGV[1])
 redis.call('HDEL', KEYS[8], ARGV[1])
-if st == 'r' then
+if is_ready(st) then
   state = 'ready'
   redis.call('HDEL', KEYS[3], ARGV[1])
 elseif st ~= false then

@@ -15,7 +15,7 @@ local env = redis.call('HGET', KEYS[1], ARGV[1])
 if env == false then return false end
 local le = redis.call('HGET', KEYS[7], ARGV[1])
 local st = redis.call('HGET', KEYS[3], ARGV[1])
-if st == 'r' then return {env, 'ready', false, false, le} end
+if is_ready(st) then return {env, 'ready', false, false, le} end
 if st ~= false then return {env, 'inflight', false, st, le} end
 local s = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if s == false then s = redis.call('ZSCORE', KEYS[2], ARGV[2] .. ARGV[1]) end

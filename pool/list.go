@@ -134,22 +134,31 @@ func (s *Store) ListBucket(ctx context.Context, topic string, n int, state State
 }
 
 // readyDue sets the RunAt of ready jobs to the due time the mover recorded
-// when it moved them (one HMGET of the bucket's due HASH). A job back in
-// the ready list by recovery has none recorded and keeps a zero RunAt.
+// when it moved them: in the state ("r<due ms>"), or in the due HASH for a
+// state of the older format (keys.Bucket.State); one pipeline of two
+// HMGETs. A job back in the ready list by recovery has none recorded and
+// keeps a zero RunAt.
 func (s *Store) readyDue(ctx context.Context, k keys.Bucket, jobs []*Job) error {
 	ids := make([]string, len(jobs))
 	for i, j := range jobs {
 		ids[i] = j.ID
 	}
-	dues, err := s.rdb.HMGet(ctx, k.Due(), ids...).Result()
-	if err != nil {
+	pipe := s.rdb.Pipeline()
+	states := pipe.HMGet(ctx, k.State(), ids...)
+	dues := pipe.HMGet(ctx, k.Due(), ids...)
+	if _, err := pipe.Exec(ctx); err != nil {
 		return err
 	}
-	for i, d := range dues {
-		if v, ok := d.(string); ok {
-			if ms, err := strconv.ParseFloat(v, 64); err == nil {
-				jobs[i].RunAt = time.UnixMilli(int64(ms))
-			}
+	dv := dues.Val()
+	for i, st := range states.Val() {
+		v, _ := st.(string)
+		if len(v) > 1 && v[0] == 'r' {
+			v = v[1:]
+		} else {
+			v, _ = dv[i].(string)
+		}
+		if ms, err := strconv.ParseFloat(v, 64); err == nil {
+			jobs[i].RunAt = time.UnixMilli(int64(ms))
 		}
 	}
 	return nil

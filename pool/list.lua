@@ -1,6 +1,6 @@
 -- Reads one page of the jobs of a bucket in one state, for List: at most
 -- ARGV[2] jobs, from at most ARGV[3] entries of the source, skipping stale
--- entries: a ready-list entry counts only while state[id] is "r", an
+-- entries: a ready-list entry counts only while state[id] is ready ("r..."), an
 -- in-flight member only while state[id] names its delivery.
 -- A page resumes after the entry the previous one ended on, found by what
 -- does not change while the entry waits: in a ZSET its score and member
@@ -120,7 +120,7 @@ if #cand > 0 then
   for i, c in ipairs(cand) do
     local ok, extra = envs[i] ~= false, false
     if mode == 'ready' then
-      ok = ok and states[i] == 'r' and not seen[c[4]]
+      if not is_ready(states[i]) or seen[c[4]] then ok = false end
       seen[c[4]] = true
     elseif mode == 'inflight' then
       extra = ARGV[5 + c[1]]

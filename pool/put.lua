@@ -58,7 +58,7 @@ if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
     if redis.call('ZSCORE', KEYS[5], ARGV[1]) == false then return {4} end
   else
     local st = redis.call('HGET', KEYS[3], ARGV[1])
-    if st ~= false and st ~= 'r' then return {3} end
+    if st ~= false and not is_ready(st) then return {3} end
   end
   replaced = 1
 elseif redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[8]) then

@@ -27,7 +27,7 @@ local env = redis.call('HGET', KEYS[1], ARGV[1])
 if env == false then return 1 end
 local st = redis.call('HGET', KEYS[3], ARGV[1])
 local place, score = 'ready', false
-if st ~= 'r' then
+if not is_ready(st) then
   if st ~= false then return 2 end
   score = redis.call('ZSCORE', KEYS[2], ARGV[2])
   if score == false then return 2 end

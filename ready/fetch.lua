@@ -1,6 +1,6 @@
 -- Moves at most ARGV[1] ids from a bucket's ready list into this consumer's
 -- in-flight set, giving each delivery its own token, and returns them with
--- their envelopes. An id is taken only while its state is "r": entries of
+-- their envelopes. An id is taken only while it is ready: entries of
 -- jobs deleted, rescheduled or already taken since they were pushed are
 -- stale and dropped here.
 -- A job recovered ARGV[3] times or more (its consumers died while it ran,
@@ -11,15 +11,14 @@
 -- KEYS[1] -> ready LIST
 -- KEYS[2] -> this consumer's in-flight ZSET (member "<token>:<id>" -> fetch ms)
 -- KEYS[3] -> pool HASH
--- KEYS[4] -> state HASH (id -> "r" or "<token>@<consumer>"; field
---   "\0readyhead" counts the entries trimmed from the list's head)
+-- KEYS[4] -> state HASH (id -> "r<due ms>" or "r" while ready, or
+--   "<token>@<consumer>"; field "\0readyhead" counts the entries trimmed
+--   from the list's head; see keys.Bucket.State)
 -- KEYS[5] -> errors HASH (id -> last handler error)
--- KEYS[6] -> due HASH (id -> due ms, written by the mover; read and removed
---   here for every id the fetch consumes; not part of the delivery fence)
--- KEYS[7] -> history key prefix: the script appends this minute (server
---   clock) to it, a STRING of u32 counters written with BITFIELD (see
---   keys.Bucket.History); same hash tag, same slot
--- KEYS[8] -> limit key prefix (keys.Bucket.LimitPrefix; see limits.lua)
+-- KEYS[6] -> due HASH (the older format's due times, written by a mover of
+--   that format for a plain "r" state: read for the ids taken in that
+--   format, removed for the ids consumed whenever one was)
+-- KEYS[7] -> limit key prefix (keys.Bucket.LimitPrefix; see limits.lua)
 -- ARGV[1] -> most ids to fetch (at most 256)
 -- ARGV[2] -> consumer id
 -- ARGV[3] -> recoveries from which a job is quarantined
@@ -46,13 +45,23 @@
 -- envelope, last error or false, ms since its due time or false when the
 -- mover did not record it}; nothing ({0}) while the topic is paused
 -- (state field "\0paused", keys.PausedField, is set).
--- History costs one command per fetch that takes a job the mover timed (a
--- BITFIELD adding the jobs to this minute's lateness counters), plus an
--- EXPIRE when that command created the key. It runs last and with pcall: a
--- server without BITFIELD (miniredis) records no history, never a failed
--- fetch.
-if redis.call('HGET', KEYS[4], '\0paused') then return {0} end
-local want, lwait, lk = limit_open(KEYS[8], limit_spec(ARGV[6]), KEYS[1], KEYS[4], tonumber(ARGV[1]))
+-- It reads both formats of a ready state (keys.Bucket.State), whatever the
+-- format the namespace writes: jobs moved before a switch run after it.
+-- A typical fetch of jobs in the current format costs seven commands,
+-- whatever the number of jobs it takes: LRANGE, one HMGET of the states
+-- (the pause flag and the trimmed count read with them), one HMGET of the
+-- envelopes, TIME, one HSET of the states (the trimmed count written with
+-- them), ZADD and LTRIM; an HMGET of last errors only when a job taken
+-- failed before; an HMGET and an HDEL of the due HASH only when it
+-- consumes an entry in the older format (or a stale one, whose id's due
+-- time that format may have left there). The lateness of the jobs it takes
+-- goes back to the consumer, whose settle counts it in this minute's
+-- history (ack/settle.lua): a fetch writes no history of its own.
+-- Under limits, the pause flag is read first, so that a paused topic's
+-- fetch reads and writes none of them.
+local spec = limit_spec(ARGV[6])
+if spec and redis.call('HGET', KEYS[4], '\0paused') then return {0} end
+local want, lwait, lk = limit_open(KEYS[7], spec, KEYS[1], KEYS[4], tonumber(ARGV[1]))
 if want == 0 then return {lwait and (-1 - lwait) or 0} end
 -- One entry more than it may take, to tell whether the list ends within
 -- the window (ended).
@@ -60,8 +69,13 @@ local ids = redis.call('LRANGE', KEYS[1], 0, want)
 if #ids == 0 then return {limit_close(lk, 0)} end
 local ended = #ids <= want
 if not ended then ids[#ids] = nil end
+local n0 = #ids
+ids[n0 + 1], ids[n0 + 2] = '\0paused', '\0readyhead'
 local states = redis.call('HMGET', KEYS[4], unpack(ids))
--- An entry whose state is not "r" is stale (its job was deleted,
+if states[n0 + 1] then return {0} end
+local head = tonumber(states[n0 + 2] or '0') or 0
+ids[n0 + 1], ids[n0 + 2], states[n0 + 1], states[n0 + 2] = nil, nil, nil, nil
+-- An entry whose state is not ready ("r...") is stale (its job was deleted,
 -- rescheduled or taken since it was pushed). When stale entries fill part
 -- of the window, the fetch reads on, 64 entries at a time and 256 in all,
 -- until the window holds want live entries: a consumer with one free
@@ -69,7 +83,7 @@ local states = redis.call('HMGET', KEYS[4], unpack(ids))
 -- trip.
 local live = 0
 for i = 1, #ids do
-  if states[i] == 'r' then live = live + 1 end
+  if is_ready(states[i]) then live = live + 1 end
 end
 while live < want and not ended and #ids < 256 do
   local from = #ids
@@ -80,7 +94,7 @@ while live < want and not ended and #ids < 256 do
   local mst = redis.call('HMGET', KEYS[4], unpack(more))
   for j = 1, #more do
     ids[#ids + 1], states[#states + 1] = more[j], mst[j]
-    if mst[j] == 'r' then
+    if is_ready(mst[j]) then
       live = live + 1
       if live == want then
         ended = ended and j == #more
@@ -95,7 +109,7 @@ local quarantine, idle = tonumber(ARGV[3]), ARGV[4] == '1'
 local take, seen, gone = {}, {}, {}
 local consumed, stopped = #ids, 0
 for i, id in ipairs(ids) do
-  if envs[i] and states[i] == 'r' and not seen[id] then
+  if envs[i] and is_ready(states[i]) and not seen[id] then
     local rec = tonumber(string.match(envs[i], '^1|%d+|%d+|(%d+)|') or '0')
     if rec >= quarantine then
       if #take == 0 and idle then
@@ -129,9 +143,23 @@ if #take > 0 then
     local got = redis.call('HMGET', KEYS[5], unpack(tids))
     for j, k in ipairs(pos) do errs[k] = got[j] end
   end
-  local due = {}
-  for k, i in ipairs(take) do due[k] = ids[i] end
-  due = redis.call('HMGET', KEYS[6], unpack(due))
+  -- The older format keeps due times in the due HASH.
+  local late, plain, ppos = {}, {}, {}
+  for k, i in ipairs(take) do
+    local due = state_due(states[i])
+    if due then
+      late[k] = now - due
+    else
+      plain[#plain + 1] = ids[i]
+      ppos[#plain] = k
+    end
+  end
+  if #plain > 0 then
+    local got = redis.call('HMGET', KEYS[6], unpack(plain))
+    for j, k in ipairs(ppos) do
+      if got[j] then late[k] = now - tonumber(got[j]) end
+    end
+  end
   local base = tonumber(ARGV[5])
   local st, fl = {}, {}
   for k, i in ipairs(take) do
@@ -146,7 +174,12 @@ if #take > 0 then
     out[#out + 1] = token
     out[#out + 1] = envs[i]
     out[#out + 1] = errs[k] or false
-    out[#out + 1] = due[k] and (now - tonumber(due[k])) or false
+    out[#out + 1] = late[k] or false
+  end
+  if consumed > 0 then
+    -- The entries left keep their places (keys.ReadyHeadField), for List.
+    st[#st + 1] = '\0readyhead'
+    st[#st + 1] = string.format('%d', head + consumed)
   end
   redis.call('HSET', KEYS[4], unpack(st))
   redis.call('ZADD', KEYS[2], unpack(fl))
@@ -154,40 +187,22 @@ if #take > 0 then
 end
 if #gone > 0 then redis.call('HDEL', KEYS[4], unpack(gone)) end
 if consumed > 0 then
-  -- An id consumed is taken or stale: its due time is used or void.
-  redis.call('HDEL', KEYS[6], unpack(ids, 1, consumed))
+  if #take == 0 then
+    -- Only stale entries: the count of trimmed entries is written alone.
+    redis.call('HSET', KEYS[4], '\0readyhead', string.format('%d', head + consumed))
+  end
+  -- An entry consumed in the older format, or stale, or a second entry
+  -- of an id, may have a due time in the due HASH: it is used or void.
+  local olds = false
+  local dup = {}
+  for i = 1, consumed do
+    if not state_due(states[i]) or dup[ids[i]] then
+      olds = true
+      break
+    end
+    dup[ids[i]] = true
+  end
+  if olds then redis.call('HDEL', KEYS[6], unpack(ids, 1, consumed)) end
   redis.call('LTRIM', KEYS[1], consumed, -1)
-  -- The entries left keep their places (keys.ReadyHeadField), for List.
-  redis.call('HINCRBY', KEYS[4], '\0readyhead', consumed)
-end
-if #take > 0 then
-  -- Upper bounds in ms of the lateness counters: keys.HistLateBoundsMs.
-  local bounds = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000}
-  local hist, any = {}, false
-  for k = 1, #take do
-    local late = out[1 + 5 * k]
-    if late then
-      local b = #bounds + 1
-      for j = 1, #bounds do
-        if late <= bounds[j] then b = j break end
-      end
-      hist[b] = (hist[b] or 0) + 1
-      any = true
-    end
-  end
-  if any then
-    local key = KEYS[7] .. string.format('%d', math.floor(now / 60000))
-    local args = {'BITFIELD', key, 'OVERFLOW', 'SAT', 'INCRBY', 'u32', '#0', 1}
-    for b = 1, #bounds + 1 do
-      if hist[b] then
-        args[#args + 1] = 'INCRBY'
-        args[#args + 1] = 'u32'
-        args[#args + 1] = '#' .. (2 + b)
-        args[#args + 1] = hist[b]
-      end
-    end
-    local r = redis.pcall(unpack(args))
-    if type(r) == 'table' and r[1] == 1 then redis.call('EXPIRE', key, 5400) end
-  end
 end
 return out

@@ -20,6 +20,9 @@ var (
 	//go:embed fetch.lua
 	fetchSource string
 	fetchScript = script.New(fetchSource)
+	//go:embed fetch_older.lua
+	fetchOlderSource string
+	fetchOlderScript = script.New(fetchOlderSource)
 	//go:embed release.lua
 	releaseSource string
 	releaseScript = script.New(releaseSource)
@@ -100,7 +103,7 @@ type Batch struct {
 
 // FetchBatch is Fetch, telling also whether the ready list may hold more.
 func FetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, limit int, idle bool) (Batch, error) {
-	return FetchLimited(ctx, c, prefix, topic, n, cid, limit, idle, "")
+	return fetchBatch(ctx, c, prefix, topic, n, cid, limit, idle, false, "")
 }
 
 // FetchLimited is FetchBatch under the global limits spec (Limits.Spec;
@@ -108,6 +111,18 @@ func FetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic stri
 // of a key value at its limit, and records a lease per delivery, which the
 // delivery's outcome, rollback, recovery or release frees.
 func FetchLimited(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, limit int, idle bool, spec string) (Batch, error) {
+	return fetchBatch(ctx, c, prefix, topic, n, cid, limit, idle, false, spec)
+}
+
+// FetchOlderFormat is FetchBatch as a client of the version before this
+// one runs it, reading only the older format of the job state (it drops
+// an entry of the current one as stale) and writing the lateness history
+// itself. Only tests of a rolling upgrade run it.
+func FetchOlderFormat(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, limit int, idle bool) (Batch, error) {
+	return fetchBatch(ctx, c, prefix, topic, n, cid, limit, idle, true, "")
+}
+
+func fetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, limit int, idle, older bool, spec string) (Batch, error) {
 	k := keys.ForBucket(prefix, topic, n)
 	flag := "0"
 	if idle {
@@ -116,8 +131,14 @@ func FetchLimited(ctx context.Context, c redis.UniversalClient, prefix, topic st
 	want := min(limit, MaxFetch)
 	reserve := uint64(max(want, 0))
 	base := tokens.Add(reserve) - reserve
-	v, err := fetchScript.Run(ctx, c, []string{k.Ready(), k.InFlight(cid), k.Pool(), k.State(), k.Errors(), k.Due(), k.HistoryPrefix(), k.LimitPrefix()},
-		want, cid, Quarantine, flag, base, spec).Result()
+	sc, ks := fetchScript, []string{k.Ready(), k.InFlight(cid), k.Pool(), k.State(), k.Errors(), k.Due()}
+	args := []any{want, cid, Quarantine, flag, base}
+	if older {
+		sc, ks = fetchOlderScript, append(ks, k.HistoryPrefix())
+	} else {
+		ks, args = append(ks, k.LimitPrefix()), append(args, spec)
+	}
+	v, err := sc.Run(ctx, c, ks, args...).Result()
 	if err != nil {
 		return Batch{}, fmt.Errorf("fetch %s: %w", keys.Address(topic, n), err)
 	}

@@ -3,6 +3,7 @@ package ready_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,7 +27,7 @@ func makeReady(t *testing.T, rdb redis.UniversalClient, prefix, id string) {
 	require.Eventually(t, func() bool {
 		_, err := bucket.Move(ctx, rdb, prefix, "t", 0, 100)
 		require.NoError(t, err)
-		return rdb.HGet(ctx, keys.ForBucket(prefix, "t", 0).State(), id).Val() == "r"
+		return strings.HasPrefix(rdb.HGet(ctx, keys.ForBucket(prefix, "t", 0).State(), id).Val(), "r") // ready
 	}, 5*time.Second, time.Millisecond)
 }
 
@@ -118,9 +119,9 @@ func TestFetchRerunKeepsDeliveriesApart(t *testing.T) {
 	}
 }
 
-// TestFetchBoundedAmongManyReady: with 100,000 ids ready, a fetch takes at
-// most MaxFetch of them, in order, each with a token of its own, and
-// leaves the rest in the list.
+// TestFetchBoundedAmongManyReady: with 100,000 ids ready, half in each
+// format of the job state, a fetch takes at most MaxFetch of them, in
+// order, each with a token of its own, and leaves the rest in the list.
 func TestFetchBoundedAmongManyReady(t *testing.T) {
 	for _, be := range testutil.RealBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
@@ -138,7 +139,11 @@ func TestFetchBoundedAmongManyReady(t *testing.T) {
 				for i := from; i < from+10_000; i++ {
 					id := fmt.Sprint("j", i)
 					pipe.HSet(ctx, k.Pool(), id, env)
-					pipe.HSet(ctx, k.State(), id, "r")
+					st := "r" // the older format, with no due time kept
+					if i%2 == 1 {
+						st = "r1700000000000" // the current one
+					}
+					pipe.HSet(ctx, k.State(), id, st)
 					ids = append(ids, id)
 				}
 				pipe.RPush(ctx, k.Ready(), ids...)
@@ -151,7 +156,8 @@ func TestFetchBoundedAmongManyReady(t *testing.T) {
 				require.NoError(t, err)
 				require.Len(t, items, ready.MaxFetch)
 				require.Equal(t, fmt.Sprint("j", round*ready.MaxFetch), items[0].ID)
-				for _, it := range items {
+				for i, it := range items {
+					require.Equal(t, i%2 == 1, it.Late > 0, "%s: lateness known in the current format only", it.ID)
 					require.False(t, seen[it.Token], "token %s given twice", it.Token)
 					seen[it.Token] = true
 				}

@@ -48,6 +48,9 @@ type Client struct {
 	closed      bool
 
 	ownsRedis bool // set by Open: Shutdown closes rdb (see open.go)
+	// older makes the client one of the version before this one as to the
+	// format of the job state (tests of a rolling upgrade; format.go).
+	older bool
 }
 
 // processQuarantine is the slot every client of this process runs its

@@ -48,6 +48,9 @@ type ConsumerInfo struct {
 	// Silent reports that its last heartbeat is older than Timeout: it
 	// died or is cut off, and waits for a reaper.
 	Silent bool
+	// Format is the newest format of the job state it reads (see
+	// Client.UpgradeFormat); "" from a consumer of an older version.
+	Format string
 	// Topics are the topics it listens to, sorted.
 	Topics []string
 	// InFlight is how many deliveries it holds.
@@ -119,7 +122,7 @@ func (c *Client) Consumers(ctx context.Context) ([]ConsumerInfo, error) {
 			ci.Started = time.UnixMilli(ms)
 		}
 		if info, ok := consumer.ParseInfo(str(3)); ok {
-			ci.Name, ci.Host, ci.PID = info.Name, info.Host, info.PID
+			ci.Name, ci.Host, ci.PID, ci.Format = info.Name, info.Host, info.PID, info.Format
 		}
 		for _, line := range strings.Split(str(0), "\n") {
 			topic, n, ok := keys.ParseAddress(line)

@@ -37,6 +37,9 @@ func TestMain(m *testing.M) {
 	case "poison":
 		runPoisonChild()
 		return
+	case deadPassKind:
+		runDeadPassChild()
+		return
 	case "slow":
 		runSlowChild()
 		return

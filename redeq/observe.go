@@ -49,8 +49,9 @@ type ScheduleObserver interface {
 	// were added, each once across the fleet.
 	TicksAdded(schedule, topic string, n int)
 	// TicksSkipped: n ticks of schedule were skipped: missed while no
-	// client ran, and dropped by the catch-up policy. The ticks that pass
-	// while a schedule is paused count in ScheduleInfo.Skipped, not here.
+	// client ran and dropped by the catch-up policy, or passed while the
+	// schedule was paused (reported by the pass that moves the cursor
+	// after the resume, whichever client resumed it).
 	TicksSkipped(schedule, topic string, n int64)
 }
 

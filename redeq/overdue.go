@@ -67,7 +67,7 @@ func (c *Client) OldestOverdue(ctx context.Context, topics ...string) (map[strin
 		out[t] = 0
 		for b := range n {
 			k := keys.ForBucket(c.cfg.Prefix, t, b)
-			calls = append(calls, rdb.Call{Keys: []string{k.Scheduled(), k.Ready(), k.Due()}, Args: []any{overdueLook}})
+			calls = append(calls, rdb.Call{Keys: []string{k.Scheduled(), k.Ready(), k.State(), k.Due()}, Args: []any{overdueLook}})
 			owner = append(owner, t)
 		}
 	}

@@ -215,6 +215,10 @@ func (c *Client) start(ctx context.Context) (rt *runtime, err error) {
 			"channels", chans, "err", err)
 	}
 	fleet := bucket.NewFleet(c.rdb, c.cfg.Prefix, c.group.ID(), c.cfg.ScanInterval)
+	if c.older {
+		fleet.SetOlderFormat()
+	}
+	c.readFormat(ctx, fleet)
 	// Two clients of the fleet look for silent consumers, not every one:
 	// two, so that a client whose own heartbeats stall while it still
 	// announces itself is reaped by the other.

@@ -151,12 +151,18 @@ var (
 	scheduleTickSource string
 	//go:embed schedule_clock.lua
 	scheduleClockSource string
+	//go:embed schedule_intent.lua
+	scheduleIntentSource string
+	//go:embed schedule_drop.lua
+	scheduleDropSource string
 
 	schedulePutScript     = script.New(schedulePutSource)
 	scheduleStateScript   = script.New(scheduleStateSource)
 	scheduleAdvanceScript = script.New(scheduleAdvanceSource)
 	scheduleTickScript    = script.New(scheduleTickSource)
 	scheduleClockScript   = script.New(scheduleClockSource)
+	scheduleIntentScript  = script.New(scheduleIntentSource)
+	scheduleDropScript    = script.New(scheduleDropSource)
 )
 
 // compiled is a validated schedule with its parsed spec and zone.
@@ -395,17 +401,78 @@ func parseStateReply(s string) stateReply {
 	return r
 }
 
-// dropWaitingTick removes the job of tick of schedule name from topic when
-// the tick is still to come at now: it is not due, so it waits in its
-// bucket. A job already gone is no error.
-func (c *Client) dropWaitingTick(ctx context.Context, name, topic string, tick, now int64) error {
-	if topic == "" || tick <= now {
-		return nil
+// staleBatch bounds the stale generations, and the ticks of one, read at
+// a time when stopping them.
+const staleBatch = 256
+
+// stopStaleTicks stops the ticks of every generation a change of schedule
+// name ended (schedule_drop.lua on each), and forgets each generation once
+// its ticks are stopped. The caller of a change calls it, and so does any
+// pass that finds one left (the caller died): each step is rerun-safe, so
+// two at once do no harm.
+func (c *Client) stopStaleTicks(ctx context.Context, name string) error {
+	k := keys.ForSchedule(c.cfg.Prefix, name)
+	cur, err := c.rdb.HGet(ctx, k.Record(), "gen").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("schedule %q: stop stale ticks: %w", name, err)
 	}
-	if _, err := c.Delete(ctx, topic, tickID(name, tick)); err != nil && !errors.Is(err, ErrJobNotFound) {
-		return fmt.Errorf("schedule %q: remove the waiting tick: %w", name, err)
+	for {
+		stale, err := c.rdb.ZRange(ctx, k.Stale(), 0, staleBatch-1).Result()
+		if err != nil {
+			return fmt.Errorf("schedule %q: stop stale ticks: %w", name, err)
+		}
+		if len(stale) == 0 {
+			return nil
+		}
+		for _, m := range stale {
+			if err := c.stopGeneration(ctx, name, k, m, cur); err != nil {
+				return err
+			}
+			if err := c.rdb.ZRem(ctx, k.Stale(), m).Err(); err != nil {
+				return fmt.Errorf("schedule %q: stop stale ticks: %w", name, err)
+			}
+		}
 	}
-	return nil
+}
+
+// stopGeneration stops the ticks of the ended generation of stale entry m,
+// "<gen>|<change ms>|<topic>"; cur is the schedule's generation now.
+func (c *Client) stopGeneration(ctx context.Context, name string, k keys.Schedule, m, cur string) error {
+	parts := strings.SplitN(m, "|", 3)
+	if len(parts) != 3 || parts[0] == "" {
+		return nil // no entry this version writes: nothing to stop
+	}
+	gen, change, topic := parts[0], parts[1], parts[2]
+	ticksKey := k.TicksOf(gen)
+	for {
+		ticks, err := c.rdb.ZRange(ctx, ticksKey, 0, staleBatch-1).Result()
+		if err != nil {
+			return fmt.Errorf("schedule %q: stop stale ticks: %w", name, err)
+		}
+		if len(ticks) == 0 {
+			return nil
+		}
+		done := make([]any, 0, len(ticks))
+		for _, tick := range ticks {
+			ms, err := strconv.ParseInt(tick, 10, 64)
+			if err == nil && topic != "" {
+				id := tickID(name, ms)
+				b, err := c.bucketOf(ctx, topic, id)
+				if err != nil {
+					return fmt.Errorf("schedule %q: stop tick %d: %w", name, ms, err)
+				}
+				bk := keys.ForBucket(c.cfg.Prefix, topic, b)
+				if err := scheduleDropScript.Run(ctx, c.rdb, []string{bk.Pool(), bk.Scheduled(), bk.State(), bk.Ticks(), bk.Errors()},
+					id, gen, change, tick, cur).Err(); err != nil {
+					return fmt.Errorf("schedule %q: stop tick %d: %w", name, ms, err)
+				}
+			}
+			done = append(done, tick)
+		}
+		if err := c.rdb.ZRem(ctx, ticksKey, done...).Err(); err != nil {
+			return fmt.Errorf("schedule %q: stop stale ticks: %w", name, err)
+		}
+	}
 }
 
 // PutSchedule creates the schedule s, or replaces the one of that name.
@@ -427,7 +494,7 @@ func (c *Client) PutSchedule(ctx context.Context, s Schedule) error {
 	}
 	k := keys.ForSchedule(c.cfg.Prefix, s.Name)
 	args := append(append([]any{c.opTTLms()}, cs.content()...), uuid.NewString())
-	out, err := schedulePutScript.Run(ctx, c.rdb, []string{k.Record(), k.Op(uuid.NewString())}, args...).Text()
+	out, err := schedulePutScript.Run(ctx, c.rdb, []string{k.Record(), k.Op(uuid.NewString()), k.Stale()}, args...).Text()
 	if err != nil {
 		return fmt.Errorf("put schedule %q: %w", s.Name, err)
 	}
@@ -440,8 +507,8 @@ func (c *Client) PutSchedule(ctx context.Context, s Schedule) error {
 		}
 		return nil
 	}
-	if err := c.dropWaitingTick(ctx, s.Name, r.topic, r.tick, r.now); err != nil {
-		return err
+	if err := c.stopStaleTicks(ctx, s.Name); err != nil {
+		return fmt.Errorf("put schedule %q: %w", s.Name, err)
 	}
 	if err := c.rdb.ZAdd(ctx, index, redis.Z{Score: 0, Member: s.Name}).Err(); err != nil {
 		return fmt.Errorf("put schedule %q: %w", s.Name, err)
@@ -467,7 +534,7 @@ func (c *Client) scheduleState(ctx context.Context, name, action string, extra .
 		args = append(args, "")
 	}
 	args = append(args, uuid.NewString()) // the new generation
-	out, err := scheduleStateScript.Run(ctx, c.rdb, []string{k.Record(), k.Op(uuid.NewString())}, args...).Text()
+	out, err := scheduleStateScript.Run(ctx, c.rdb, []string{k.Record(), k.Op(uuid.NewString()), k.Stale()}, args...).Text()
 	if err != nil {
 		return stateReply{}, fmt.Errorf("%s schedule %q: %w", action, name, err)
 	}
@@ -484,12 +551,11 @@ func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
 	if err := checkScheduleName(ctx, name); err != nil {
 		return err
 	}
-	r, err := c.scheduleState(ctx, name, "delete")
-	if err != nil {
+	if _, err := c.scheduleState(ctx, name, "delete"); err != nil {
 		return err
 	}
-	if err := c.dropWaitingTick(ctx, name, r.topic, r.tick, r.now); err != nil {
-		return err
+	if err := c.stopStaleTicks(ctx, name); err != nil {
+		return fmt.Errorf("delete schedule %q: %w", name, err)
 	}
 	if err := c.rdb.ZRem(ctx, keys.Schedules(c.cfg.Prefix), name).Err(); err != nil {
 		return fmt.Errorf("delete schedule %q: %w", name, err)
@@ -509,8 +575,8 @@ func (c *Client) PauseSchedule(ctx context.Context, name string) error {
 	if err != nil || r.code == "0" {
 		return err
 	}
-	if err := c.dropWaitingTick(ctx, name, r.topic, r.tick, r.now); err != nil {
-		return err
+	if err := c.stopStaleTicks(ctx, name); err != nil {
+		return fmt.Errorf("pause schedule %q: %w", name, err)
 	}
 	if err := c.rdb.ZAdd(ctx, keys.Schedules(c.cfg.Prefix), redis.Z{Score: pausedScore, Member: name}).Err(); err != nil {
 		return fmt.Errorf("pause schedule %q: %w", name, err)

@@ -261,8 +261,18 @@ func (s *scheduler) tickSchedule(ctx context.Context, name string, score, now in
 	c := s.c
 	index := keys.Schedules(c.cfg.Prefix)
 	rec, err := c.readRecord(ctx, name)
-	if err != nil || rec == nil {
-		return pool.MaxDueMs, err // nil, nil: deleted meanwhile
+	if err != nil {
+		return pool.MaxDueMs, err
+	}
+	if rec == nil || rec.paused {
+		// A delete or pause whose caller died before it stopped the ticks
+		// of the generation it ended: they are stopped here.
+		if err := s.stopLeftTicks(ctx, name); err != nil {
+			return pool.MaxDueMs, err
+		}
+		if rec == nil {
+			return pool.MaxDueMs, nil // deleted meanwhile
+		}
 	}
 	setScore := func(to float64) error {
 		if float64(score) == to {
@@ -281,6 +291,15 @@ func (s *scheduler) tickSchedule(ctx context.Context, name string, score, now in
 		return rec.cursor, setScore(float64(rec.cursor))
 	}
 	p := planTicks(rec.cs, rec.cursor, now, down)
+	if len(p.run) > 0 {
+		ok, err := s.recordTicks(ctx, rec, p.run)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			return now, nil // changed meanwhile: the next pass follows the new record
+		}
+	}
 	for _, ms := range p.run {
 		if err := s.addTick(ctx, rec, ms); err != nil {
 			return 0, err
@@ -293,21 +312,21 @@ func (s *scheduler) tickSchedule(ctx context.Context, name string, score, now in
 			prev = p.run[n-2]
 		}
 	}
-	moved, err := scheduleAdvanceScript.Run(ctx, c.rdb, []string{keys.ForSchedule(c.cfg.Prefix, name).Record()},
-		rec.gen, rec.cursor, p.cursor, tick, prev, p.skipped, uuid.NewString()).Int()
+	v, err := scheduleAdvanceScript.Run(ctx, c.rdb, []string{keys.ForSchedule(c.cfg.Prefix, name).Record()},
+		rec.gen, rec.cursor, p.cursor, tick, prev, p.skipped, uuid.NewString()).Int64Slice()
 	if err != nil {
 		return 0, fmt.Errorf("schedule %q: advance: %w", name, err)
 	}
+	if len(v) != 2 {
+		return 0, fmt.Errorf("schedule %q: advance: %d values, want 2", name, len(v))
+	}
+	moved, paused := v[0], v[1]
 	switch moved {
 	case -1:
-		// Changed, paused or deleted while this pass ran: the ticks it
-		// added ahead under the old generation go (the change removed the
-		// one it knew of), and the next pass follows the new record.
-		for _, ms := range p.run {
-			if err := c.dropWaitingTick(ctx, name, rec.cs.s.Topic, ms, now); err != nil {
-				return 0, err
-			}
-		}
+		// Changed, paused or deleted while this pass ran: the change
+		// found the ticks this pass recorded and stops them (or a pass
+		// does, when its caller died); the next pass follows the new
+		// record.
 		return now, nil
 	case 0:
 		return now, nil // another client moved it
@@ -317,16 +336,67 @@ func (s *scheduler) tickSchedule(ctx context.Context, name string, score, now in
 		return p.cursor, setScore(float64(p.cursor))
 	}
 	// This pass moved the cursor: the ticks it planned are its to count,
-	// whoever wrote their jobs (an earlier try whose advance was lost).
+	// whoever wrote their jobs (an earlier try whose advance was lost), and
+	// so are those that passed while the schedule was paused.
 	if so, ok := c.observer.(ScheduleObserver); ok {
 		if len(p.run) > 0 {
 			so.TicksAdded(name, rec.cs.s.Topic, len(p.run))
 		}
-		if p.skipped > 0 {
-			so.TicksSkipped(name, rec.cs.s.Topic, p.skipped)
+		if n := p.skipped + paused; n > 0 {
+			so.TicksSkipped(name, rec.cs.s.Topic, n)
 		}
 	}
 	return p.cursor, setScore(float64(p.cursor))
+}
+
+// stopLeftTicks stops the ticks of the generations a change of schedule
+// name ended whose caller did not stop them: one ZCARD when there are none.
+func (s *scheduler) stopLeftTicks(ctx context.Context, name string) error {
+	c := s.c
+	n, err := c.rdb.ZCard(ctx, keys.ForSchedule(c.cfg.Prefix, name).Stale()).Result()
+	if err != nil {
+		return fmt.Errorf("schedule %q: %w", name, err)
+	}
+	if n == 0 {
+		return nil
+	}
+	return c.stopStaleTicks(ctx, name)
+}
+
+// maxIntentTicks bounds the ticks schedule_intent.lua records at once: more
+// than a pass plans (maxRunPerPass on time, MaxCatchUpTicks+1 missed).
+const maxIntentTicks = 1024
+
+// recordTicks records the ticks of a pass in the schedule's slot before
+// their jobs are written, so that a change finds them however the pass
+// ends. False when the schedule changed since rec was read. Ticks of an
+// ended generation still to stop are stopped first.
+func (s *scheduler) recordTicks(ctx context.Context, rec *record, ticks []int64) (bool, error) {
+	c := s.c
+	name := rec.cs.s.Name
+	k := keys.ForSchedule(c.cfg.Prefix, name)
+	args := make([]any, 0, len(ticks)+1)
+	args = append(args, rec.gen)
+	for _, ms := range ticks {
+		args = append(args, ms)
+	}
+	for try := 0; ; try++ {
+		v, err := scheduleIntentScript.Run(ctx, c.rdb, []string{k.Record(), k.TicksOf(rec.gen), k.Stale()}, args...).Int()
+		if err != nil {
+			return false, fmt.Errorf("schedule %q: record ticks: %w", name, err)
+		}
+		switch {
+		case v == 1:
+			return true, nil
+		case v == -1:
+			return false, nil
+		case try > 0:
+			return false, fmt.Errorf("schedule %q: record ticks: ticks of an ended generation came back", name)
+		}
+		if err := c.stopStaleTicks(ctx, name); err != nil {
+			return false, err
+		}
+	}
 }
 
 // addTick adds the job of tick ms of rec's schedule, with its claim.

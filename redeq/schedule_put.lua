@@ -3,6 +3,7 @@
 -- put its schedules at start-up.
 -- KEYS[1] -> record HASH
 -- KEYS[2] -> op STRING of this call
+-- KEYS[3] -> stale ZSET: generations whose ticks are still to be stopped
 -- ARGV[1] -> how long the op key keeps the reply, ms
 -- ARGV[2..19] -> 9 content field/value pairs
 -- ARGV[20] -> the new generation when the content changes: unique per call
@@ -10,8 +11,9 @@
 -- "<1 created | 2 replaced>|<now ms>|<old topic>|<old tick ms>": the
 -- caller removes the old tick's job when it is still waiting. A change
 -- gives the schedule a new generation and moves its cursor to now, so the
--- next tick follows the new content. A rerun after a lost reply returns
--- the first run's reply.
+-- next tick follows the new content; the generation it ends goes to the
+-- stale set, whose ticks the caller (or, when it dies, a pass) stops. A
+-- rerun after a lost reply returns the first run's reply.
 if #ARGV ~= 20 then return redis.error_reply('schedule_put.lua: ' .. #ARGV .. ' arguments, want 20') end
 if not string.find(ARGV[1], '^%d+$') then return redis.error_reply('schedule_put.lua: op TTL ' .. ARGV[1] .. ' is no whole number') end
 local done = redis.call('GET', KEYS[2])
@@ -29,12 +31,15 @@ end
 if same then return '0' end
 local t = redis.call('TIME')
 local now = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-local old = redis.call('HMGET', KEYS[1], 'topic', 'tick', 'prevtick')
+local old = redis.call('HMGET', KEYS[1], 'topic', 'tick', 'prevtick', 'gen')
 local existed = old[1] ~= false
 -- The waiting tick goes (the caller removes its job): the latest tick
 -- added is then the one before it.
 if existed and tonumber(old[2]) > tonumber(now) then
   redis.call('HSET', KEYS[1], 'tick', old[3] or '0')
+end
+if existed and old[4] then
+  redis.call('ZADD', KEYS[3], now, old[4] .. '|' .. now .. '|' .. old[1])
 end
 redis.call('HINCRBY', KEYS[1], 'version', 1)
 redis.call('HSET', KEYS[1], unpack(pairs_))

@@ -3,6 +3,9 @@ package redeq_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/bucket"
+	"github.com/redeq-go/redeq/internal/script"
 	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
@@ -639,6 +643,42 @@ func TestScheduleObserverAndLag(t *testing.T) {
 	require.Equal(t, int64(8), s)
 }
 
+// TestScheduleObserverHearsTicksSkippedWhilePaused: the ticks that pass
+// while a schedule is paused are counted in ScheduleInfo.Skipped and
+// reported once to the ScheduleObserver of the client whose pass moves the
+// cursor after the resume, whichever client resumed it (one with no
+// observer, as the CLI's).
+func TestScheduleObserverHearsTicksSkippedWhilePaused(t *testing.T) {
+	be := testutil.Backends(t)[0] // the clock moves on miniredis only
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	t0 := time.Date(2026, 3, 1, 12, 0, 10, 0, time.UTC)
+	minute := func(m int) time.Time { return t0.Truncate(time.Minute).Add(time.Duration(m) * time.Minute) }
+	frozen(e, t0)
+	require.NoError(t, e.c.PutSchedule(ctx, redeq.Schedule{Name: "digest", Topic: "digests", Spec: "@every 1m"}))
+	o := newTickObserver()
+	require.NoError(t, e.c.Observe(o))
+	startSched(t, e.c, nil)
+	require.Eventually(t, func() bool { n, _ := o.counts("digest/digests"); return n == 1 }, 5*time.Second, 10*time.Millisecond)
+
+	cli := e.another(t, nil) // not started, no observer
+	require.NoError(t, cli.PauseSchedule(ctx, "digest"))
+	frozen(e, minute(5).Add(30*time.Second))
+	require.NoError(t, cli.ResumeSchedule(ctx, "digest"))
+	// 12:01 (removed by the pause) to 12:05 passed while paused; 12:06
+	// waits ahead.
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "digests", "digest", minute(6)) }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { _, s := o.counts("digest/digests"); return s == 5 }, 5*time.Second, 10*time.Millisecond)
+	in := waitSchedule(t, e.c, "digest", func(in redeq.ScheduleInfo) bool { return in.Skipped == 5 })
+	require.False(t, in.Paused)
+
+	frozen(e, minute(6).Add(time.Second))
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "digests", "digest", minute(7)) }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { n, _ := o.counts("digest/digests"); return n == 3 }, 5*time.Second, 10*time.Millisecond)
+	_, s := o.counts("digest/digests")
+	require.Equal(t, int64(5), s, "reported once")
+}
+
 // TestNextTicksAcrossDaylightSaving: in a zone's wall clock, a local time
 // that the spring change skips ticks once, at the first instant after the
 // gap, and one that the autumn change repeats ticks once, at its first
@@ -704,6 +744,231 @@ func TestNextTicksAcrossDaylightSaving(t *testing.T) {
 				have = append(have, g.Format(time.RFC3339))
 			}
 			require.Equal(t, tc.want, have)
+		})
+	}
+}
+
+// TestScheduleChangeStopsTicksOfADeadPass: a delete, pause or change of a
+// schedule made while a pass is writing a tick (after the pass read the
+// record, or just after it wrote the tick) stops that tick even when the
+// pass's process dies before its second step (the cursor move never
+// comes): the rest of the fleet never runs a tick of the schedule as it
+// was before the call.
+func TestScheduleChangeStopsTicksOfADeadPass(t *testing.T) {
+	testutil.FaultTier(t) // a few seconds per backend and change
+	for _, tc := range []struct {
+		change string
+		after  bool // the call comes just after the tick's write, not before
+	}{{"Delete", false}, {"Pause", false}, {"Change", false}, {"Delete", true}, {"Pause", true}} {
+		change := tc.change
+		name := change + "BeforeTheWrite"
+		if tc.after {
+			name = change + "AfterTheWrite"
+		}
+		t.Run(name, func(t *testing.T) {
+			each(t, func(t *testing.T, e *env) {
+				ctx := context.Background()
+				s := redeq.Schedule{Name: "r", Topic: "rs", Spec: "@every 1s", Body: []byte("old")}
+				require.NoError(t, e.c.PutSchedule(ctx, s))
+				tick := newScriptHook(t, "redeq/schedule_tick.lua")
+				advance := newScriptHook(t, "redeq/schedule_advance.lua")
+				var (
+					mu     sync.Mutex
+					orphan string // the job id the dying pass writes
+				)
+				tick.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+					mu.Lock()
+					first := orphan == ""
+					if first {
+						orphan = cmd.Args()[6].(string) // ARGV[1], after 3 keys
+					}
+					mu.Unlock()
+					call := func() {
+						switch change {
+						case "Delete":
+							require.NoError(t, e.c.DeleteSchedule(ctx, "r"))
+						case "Pause":
+							require.NoError(t, e.c.PauseSchedule(ctx, "r"))
+						case "Change":
+							changed := s
+							changed.Body = []byte("new")
+							require.NoError(t, e.c.PutSchedule(ctx, changed))
+						}
+					}
+					if !first {
+						return next()
+					}
+					if !tc.after {
+						call() // after this pass read the record
+						return next()
+					}
+					err := next()
+					call() // after the tick's write, before the cursor move
+					return err
+				})
+				// The process is gone before its cursor move.
+				advance.set(func(context.Context, redis.Cmder, func() error) error {
+					return errors.New("connection lost: the process died")
+				})
+				dying := e.hooked(t, tick, advance)
+				startSched(t, dying, nil)
+				require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return orphan != "" }, 10*time.Second, 10*time.Millisecond)
+				mu.Lock()
+				id := orphan
+				mu.Unlock()
+				ms, err := strconv.ParseInt(strings.TrimPrefix(id, "r@"), 10, 64)
+				require.NoError(t, err)
+				_ = dying.Shutdown(ctx)
+
+				// The rest of the fleet runs on, past the tick's instant.
+				var (
+					lmu  sync.Mutex
+					runs []string // "<id> <body>" of each delivery
+				)
+				l := redeq.ListenerFunc("rs", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+					lmu.Lock()
+					runs = append(runs, job.ID+" "+string(job.Body))
+					lmu.Unlock()
+					ch.Ack()
+					return nil
+				})
+				startSched(t, e.another(t, nil), l)
+				require.Eventually(t, func() bool { return time.Now().After(time.UnixMilli(ms).Add(3 * time.Second)) }, 20*time.Second, 50*time.Millisecond)
+				lmu.Lock()
+				defer lmu.Unlock()
+				require.NotContains(t, runs, id+" old", "tick %s of the schedule as it was before the %s ran", id, change)
+			})
+		})
+	}
+}
+
+// deadPassKind is the child that runs schedules until a pass has written
+// a tick: it prints "wrote <job id>" and hangs before the cursor move, for
+// its parent to SIGKILL it there.
+const deadPassKind = "deadpass"
+
+func runDeadPassChild() {
+	load := func(path string) *scriptHook {
+		src, err := os.ReadFile(path)
+		childMust(err)
+		return &scriptHook{Script: testutil.ScriptOf(filepath.Base(path), script.Source(string(src)))}
+	}
+	tick, advance := load("schedule_tick.lua"), load("schedule_advance.lua")
+	var (
+		mu    sync.Mutex
+		wrote string
+	)
+	tick.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+		err := next()
+		mu.Lock()
+		if wrote == "" && err == nil {
+			wrote = fmt.Sprint(cmd.Args()[6]) // ARGV[1], after 3 keys
+		}
+		mu.Unlock()
+		return err
+	})
+	advance.set(func(context.Context, redis.Cmder, func() error) error {
+		mu.Lock()
+		id := wrote
+		mu.Unlock()
+		fmt.Println("wrote " + id)
+		select {} // killed here
+	})
+	c := childClient(nil, tick, advance)
+	childMust(c.Start(context.Background()))
+	select {}
+}
+
+// TestSchedulePauseOrDeleteStopsTickOfAKilledPass: a client SIGKILLed between the
+// two steps of a pass (its tick's job written, the cursor not yet moved),
+// then a pause or delete of the schedule: the rest of the fleet never
+// runs that tick.
+func TestSchedulePauseOrDeleteStopsTickOfAKilledPass(t *testing.T) {
+	testutil.FaultTier(t)
+	for _, change := range []string{"Pause", "Delete"} {
+		t.Run(change, func(t *testing.T) {
+			eachReal(t, func(t *testing.T, e *env) {
+				ctx := context.Background()
+				require.NoError(t, e.c.PutSchedule(ctx, redeq.Schedule{Name: "r", Topic: "rs", Spec: "@every 1s"}))
+				wrote := make(chan string, 1)
+				k := startChildKind(t, deadPassKind, e.be, e.cfg.Prefix, "rs", func(line string) {
+					if id, ok := strings.CutPrefix(line, "wrote "); ok {
+						wrote <- id
+					}
+				})
+				var id string
+				select {
+				case id = <-wrote:
+				case <-time.After(30 * time.Second):
+					t.Fatal("the child wrote no tick")
+				}
+				k.kill()
+				if change == "Pause" {
+					require.NoError(t, e.c.PauseSchedule(ctx, "r"))
+				} else {
+					require.NoError(t, e.c.DeleteSchedule(ctx, "r"))
+				}
+				ms, err := strconv.ParseInt(strings.TrimPrefix(id, "r@"), 10, 64)
+				require.NoError(t, err)
+
+				l := newTickCounter("rs")
+				startSched(t, e.c, l)
+				require.Eventually(t, func() bool { return time.Now().After(time.UnixMilli(ms).Add(3 * time.Second)) }, 20*time.Second, 50*time.Millisecond)
+				ticks, _ := l.ticks()
+				require.NotContains(t, ticks, ms, "tick %s, written by the killed pass, ran after the %s", id, change)
+			})
+		})
+	}
+}
+
+// TestScheduleChangeWhoseCallerDiesIsFinishedByAPass: a put that changes a
+// schedule, a pause or a delete whose caller dies after its record write,
+// before it stopped the waiting tick of the generation it ended, is
+// finished by the next pass of any client: the old tick's job goes (a
+// changed schedule's tick at that instant comes back with the new
+// content), so it never runs.
+func TestScheduleChangeWhoseCallerDiesIsFinishedByAPass(t *testing.T) {
+	for _, change := range []string{"Change", "Pause", "Delete"} {
+		t.Run(change, func(t *testing.T) {
+			each(t, func(t *testing.T, e *env) {
+				ctx := context.Background()
+				s := redeq.Schedule{Name: "y", Topic: "ys", Spec: "0 0 1 1 *", Body: []byte("old")}
+				require.NoError(t, e.c.PutSchedule(ctx, s))
+				startSched(t, e.c, nil)
+				next, err := redeq.NextTicks(s, time.Now(), 1)
+				require.NoError(t, err)
+				id := "y@" + strconv.FormatInt(next[0].UnixMilli(), 10)
+				require.Eventually(t, func() bool { return hasTick(t, e.c, "ys", "y", next[0]) }, 10*time.Second, 10*time.Millisecond)
+
+				drop := newScriptHook(t, "redeq/schedule_drop.lua")
+				drop.set(func(context.Context, redis.Cmder, func() error) error {
+					return errors.New("connection lost: the process died")
+				})
+				dying := e.hooked(t, drop)
+				switch change {
+				case "Change":
+					changed := s
+					changed.Body = []byte("new")
+					require.Error(t, dying.PutSchedule(ctx, changed))
+				case "Pause":
+					require.Error(t, dying.PauseSchedule(ctx, "y"))
+				case "Delete":
+					require.Error(t, dying.DeleteSchedule(ctx, "y"))
+				}
+				require.True(t, hasTick(t, e.c, "ys", "y", next[0]), "the caller died before it stopped the tick")
+
+				require.Eventually(t, func() bool {
+					job, err := e.c.Get(ctx, "ys", id)
+					if errors.Is(err, redeq.ErrJobNotFound) {
+						return change != "Change"
+					}
+					require.NoError(t, err)
+					return string(job.Body) == "new"
+				}, 10*time.Second, 10*time.Millisecond, "a pass stops the old generation's tick")
+				require.Eventually(t, func() bool {
+					return e.rdb.Exists(ctx, e.cfg.Prefix+":{sched:y}:stale").Val() == 0
+				}, 10*time.Second, 10*time.Millisecond, "and forgets the generation")
+			})
 		})
 	}
 }

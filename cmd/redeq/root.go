@@ -161,7 +161,7 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not found.`,
 	root.AddCommand(
 		topicsCmd(o), statsCmd(o), listCmd(o), getCmd(o), addCmd(o), deleteCmd(o),
 		rescheduleCmd(o), requeueCmd(o), purgeCmd(o), pauseCmd(o, true), pauseCmd(o, false), dashboardCmd(o),
-		overdueCmd(o), runCmd(o), historyCmd(o), serversCmd(o), redisCmd(o), schedulesCmd(o), scheduleCmd(o),
+		overdueCmd(o), runCmd(o), historyCmd(o), serversCmd(o), redisCmd(o), schedulesCmd(o), scheduleCmd(o), upgradeFormatCmd(o),
 	)
 	return root
 }

@@ -51,6 +51,7 @@ const (
 	AttrOutcome       = attribute.Key("redeq.outcome")
 	AttrFirstAttempt  = attribute.Key("redeq.first_attempt")
 	AttrReason        = attribute.Key("redeq.reason")
+	AttrSchedule      = attribute.Key("redeq.schedule")
 )
 
 var system = AttrSystem.String("redeq")
@@ -71,7 +72,8 @@ type Options struct {
 }
 
 // Instrumentation traces and measures one client's jobs. It is a
-// redeq.ReturnObserver; its Middleware starts the consumer spans.
+// redeq.ReturnObserver and a redeq.ScheduleObserver; its Middleware starts
+// the consumer spans.
 type Instrumentation struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
@@ -80,8 +82,8 @@ type Instrumentation struct {
 	// adds nothing to a context but the remote span context.
 	spanOnly bool
 
-	added, processed, returned metric.Int64Counter
-	lateness, duration         metric.Float64Histogram
+	added, processed, returned, ticks metric.Int64Counter
+	lateness, duration                metric.Float64Histogram
 
 	topics topiccache.Cache[*topicAttrs]
 
@@ -170,7 +172,7 @@ func New(opts Options) (*Instrumentation, error) {
 	in := &Instrumentation{tracer: opts.TracerProvider.Tracer(ScopeName), prop: opts.Propagator,
 		fields: opts.Propagator.Fields(), spanOnly: spanOnly}
 	m := opts.MeterProvider.Meter(ScopeName)
-	var errs [5]error
+	var errs [6]error
 	in.added, errs[0] = m.Int64Counter("redeq.jobs.added", metric.WithUnit("{job}"),
 		metric.WithDescription("Jobs stored by Add, AddBatch, AddTyped or a Put that added."))
 	in.processed, errs[1] = m.Int64Counter("redeq.jobs.processed", metric.WithUnit("{job}"),
@@ -181,6 +183,8 @@ func New(opts Options) (*Instrumentation, error) {
 		metric.WithDescription("Handler start minus the job's due time."), metric.WithExplicitBucketBoundaries(LatenessBoundaries...))
 	in.duration, errs[4] = m.Float64Histogram("redeq.job.duration", metric.WithUnit("s"),
 		metric.WithDescription("How long handlers ran."), metric.WithExplicitBucketBoundaries(DurationBoundaries...))
+	in.ticks, errs[5] = m.Int64Counter("redeq.schedule.ticks", metric.WithUnit("{tick}"),
+		metric.WithDescription("Ticks of a periodic schedule this client handled: run (its job added) or skipped (missed while no client ran and dropped by the catch-up policy, or passed while paused). Summed over the fleet, each tick counts once."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
@@ -412,4 +416,19 @@ func (in *Instrumentation) JobsReturned(topic string, n int, recovered bool) {
 	in.returned.Add(context.Background(), int64(n), in.topics.Get(topic, newTopicAttrs).returned[i]...)
 }
 
-var _ redeq.ReturnObserver = (*Instrumentation)(nil)
+// TicksAdded implements redeq.ScheduleObserver.
+func (in *Instrumentation) TicksAdded(schedule, topic string, n int) {
+	in.ticks.Add(context.Background(), int64(n), metric.WithAttributes(system, AttrDestination.String(topic),
+		AttrSchedule.String(schedule), AttrOutcome.String("run")))
+}
+
+// TicksSkipped implements redeq.ScheduleObserver.
+func (in *Instrumentation) TicksSkipped(schedule, topic string, n int64) {
+	in.ticks.Add(context.Background(), n, metric.WithAttributes(system, AttrDestination.String(topic),
+		AttrSchedule.String(schedule), AttrOutcome.String("skipped")))
+}
+
+var (
+	_ redeq.ReturnObserver   = (*Instrumentation)(nil)
+	_ redeq.ScheduleObserver = (*Instrumentation)(nil)
+)

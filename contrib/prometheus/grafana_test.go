@@ -153,7 +153,8 @@ func TestGrafanaDashboardNamesOnlyExportedMetrics(t *testing.T) {
 			used[n] = true
 		}
 	}
-	for _, n := range []string{"redeq_job_lateness_seconds_bucket", "redeq_jobs", "redeq_jobs_processed_total", "redeq_oldest_overdue_seconds"} {
+	for _, n := range []string{"redeq_job_lateness_seconds_bucket", "redeq_jobs", "redeq_jobs_processed_total", "redeq_oldest_overdue_seconds",
+		"redeq_schedule_ticks_total", "redeq_schedule_lag_seconds", "redeq_schedule_last_tick_timestamp_seconds"} {
 		require.True(t, used[n], "the dashboard shows %s", n)
 	}
 }

@@ -201,7 +201,7 @@ func New(c *redeq.Client, opts Options) *Collector {
 			[]string{"topic", "state"}, cl),
 		ticks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "redeq_schedule_ticks_total",
-			Help:        "Ticks of a periodic schedule this client handled: run (its job added) or skipped (missed while no client ran, dropped by the catch-up policy). Summed over the fleet, each tick counts once.",
+			Help:        "Ticks of a periodic schedule this client handled: run (its job added) or skipped (missed while no client ran and dropped by the catch-up policy, or passed while paused). Summed over the fleet, each tick counts once.",
 			ConstLabels: cl,
 		}, []string{"schedule", "outcome"}),
 		lagDesc: prometheus.NewDesc("redeq_schedule_lag_seconds",

@@ -45,7 +45,7 @@ redeq_schedule_lag_seconds{schedule="digest"} 0
 # HELP redeq_schedule_last_tick_timestamp_seconds Unix time of the latest tick of a schedule, at or before now, whose job was added; 0 when none was. Read at scrape (cached).
 # TYPE redeq_schedule_last_tick_timestamp_seconds gauge
 redeq_schedule_last_tick_timestamp_seconds{schedule="digest"} 0
-# HELP redeq_schedule_ticks_total Ticks of a periodic schedule this client handled: run (its job added) or skipped (missed while no client ran, dropped by the catch-up policy). Summed over the fleet, each tick counts once.
+# HELP redeq_schedule_ticks_total Ticks of a periodic schedule this client handled: run (its job added) or skipped (missed while no client ran and dropped by the catch-up policy, or passed while paused). Summed over the fleet, each tick counts once.
 # TYPE redeq_schedule_ticks_total counter
 redeq_schedule_ticks_total{outcome="run",schedule="digest"} 0
 redeq_schedule_ticks_total{outcome="skipped",schedule="digest"} 0

@@ -28,17 +28,27 @@ func (b Bucket) Ready() string { return b.tag + "ready" }
 // id (a stale one and a new one) without confusing them.
 func (b Bucket) InFlight(cid string) string { return b.tag + "inflight:" + cid }
 
-// State is a HASH: job id -> "r" while the id waits in the ready list, or
-// "<token>@<consumer>" while that delivery holds it. Scheduled, un_ack and
-// dead jobs have no entry. It is the delivery fence: a fetch takes an id
-// only when it is "r", and an outcome, rollback or recovery acts only when
-// the entry still names its delivery.
+// State is a HASH: job id -> ready ("r<due ms>" or "r") while the id
+// waits in the ready list, or "<token>@<consumer>" while that delivery
+// holds it. Scheduled, un_ack and dead jobs have no entry. It is the
+// delivery fence: a fetch takes an id only when it is ready (its entry
+// starts with "r"), and an outcome, rollback or recovery acts only when
+// the entry still names its delivery. Tokens are digits, so the first byte
+// tells the two apart.
+//
+// A ready entry comes in two formats (see MoversFormat). In the current
+// one the mover writes "r<due ms>": the due time it moved the id at, for
+// the lateness the fetch reports, in the one field a ready job has anyway.
+// In the older one it writes "r" and keeps the due time in Due. Every
+// reader reads both; a job that crash recovery or a rollback put back is
+// plain "r" in both, with no due time kept.
 func (b Bucket) State() string { return b.tag + "state" }
 
-// Due is a HASH: job id -> the due time, unix ms, at which the mover put
-// it in the ready list. The fetch reads and removes it, for the lateness
-// an Observer sees; entries of stale ready ids leave when the fetch drops
-// them. It is not part of the delivery fence.
+// Due is a HASH: job id -> the due time, unix ms, at which a mover of the
+// older format (see State) put it in the ready list. The fetch reads and
+// removes it, for the lateness an Observer sees; entries of stale ready
+// ids leave when a fetch drops them. It is not part of the delivery fence,
+// and the current format writes none.
 func (b Bucket) Due() string { return b.tag + "due" }
 
 // HistoryPrefix is the name of the bucket's history keys without their
@@ -223,6 +233,22 @@ func MoversUnreachable(prefix string) string { return "{" + Movers(prefix) + "}:
 // shares Movers' slot.
 func MoversClock(prefix string) string { return "{" + Movers(prefix) + "}:clock" }
 
+// MoversFormats is a HASH: client id -> the newest format of the job
+// state it reads (FormatCurrent), written by each announcement of a
+// client that reads it; a client of an older version writes none. It
+// shares Movers' slot.
+func MoversFormats(prefix string) string { return "{" + Movers(prefix) + "}:formats" }
+
+// MoversFormat is a STRING: the format of the job state the clients write
+// (see State), FormatCurrent once UpgradeFormat switched the namespace to
+// it; absent while they write the older one. Clients read it at Start and
+// at each announcement, never per job. It shares Movers' slot.
+func MoversFormat(prefix string) string { return "{" + Movers(prefix) + "}:format" }
+
+// FormatCurrent is the format of the job state in which a ready entry
+// carries its due time ("r<due ms>", see State).
+const FormatCurrent = "2"
+
 // Alive is a ZSET: consumer id -> its last heartbeat, unix ms (Redis
 // clock). One entry per started client with listeners, whatever the
 // number of topics it listens to: the heartbeat costs one call per client,
@@ -291,6 +317,20 @@ func ForSchedule(prefix, name string) Schedule {
 // tick whose job was added and the one before it, and the count of
 // skipped ticks.
 func (s Schedule) Record() string { return s.tag + "schedule" }
+
+// TicksOf is a ZSET of the ticks whose job a pass of generation gen of the
+// schedule writes or wrote and which were not due at its last pass:
+// member and score the tick instant, unix ms. Each pass records its ticks
+// here before it writes their jobs, so a change of the schedule finds the
+// ticks of the generation it ends, whether the pass that wrote them lived
+// or died.
+func (s Schedule) TicksOf(gen string) string { return s.tag + "ticks:" + gen }
+
+// Stale is a ZSET of the generations a change of the schedule ended whose
+// ticks' jobs are still to be stopped: member "<gen>|<change ms>|<topic>"
+// -> the change's instant, unix ms. The caller of the change stops them,
+// and any pass that finds the entry left (the caller died) does.
+func (s Schedule) Stale() string { return s.tag + "stale" }
 
 // Op is a STRING holding the reply of one schedule admin call (put, pause,
 // resume, delete) for a short while, so that a rerun after a lost reply

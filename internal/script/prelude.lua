@@ -24,6 +24,25 @@ local function now_ms_floor() return floor_ms(now_us()) end
 local function cap_due(ms) return math.min(ms, MAX_DUE_MS) end
 -- due_in is the due time delay_ms from now: rounded up, capped.
 local function due_in(delay_ms) return cap_due(now_ms_ceil() + delay_ms) end
+-- is_ready tells whether a state HASH entry is that of a ready job: "r",
+-- or "r" and the due time the mover moved it at (keys.Bucket.State); a
+-- delivery's entry starts with its token's digits. (An if, not an and
+-- chain: miniredis's Lua has evaluated such chains wrong.)
+local function is_ready(st)
+  if st then return string.byte(st, 1) == 114 end
+  return false
+end
+-- state_due is the due time a ready state entry carries ("r<due ms>"), or
+-- nil for a plain "r" (the older format keeps it in the due HASH; a job
+-- put back by recovery or a rollback has none) and for any other entry.
+local function state_due(st)
+  if st then
+    if string.byte(st, 1) == 114 then
+      if #st > 1 then return tonumber(string.sub(st, 2)) end
+    end
+  end
+  return nil
+end
 -- trim_dead drops the oldest members of a dead ZSET past the most it
 -- keeps, at most 1000 a call, with their fields in each HASH of hashes
 -- (the pool, the reasons, the errors). Returns how many it dropped.

@@ -1,0 +1,44 @@
+-- Stops one tick of a generation a change of its schedule ended: it
+-- claims the tick for that generation (so a pass of it that writes later,
+-- one whose process hung or died, finds the claim and writes nothing),
+-- and removes the tick's job while it waits, when its instant came after
+-- the change and the job is not one the current generation claimed.
+-- KEYS[1] -> pool HASH
+-- KEYS[2] -> bucket ZSET
+-- KEYS[3] -> state HASH
+-- KEYS[4] -> ticks ZSET: the claims
+-- KEYS[5] -> errors HASH
+-- ARGV[1] -> job id, "<schedule>@<tick ms>"
+-- ARGV[2] -> the generation ended
+-- ARGV[3] -> the change's instant, unix ms
+-- ARGV[4] -> tick instant, unix ms
+-- ARGV[5] -> the schedule's current generation, or "" when deleted
+-- Returns 1 when it removed the job, 0 otherwise (nothing waiting, a tick
+-- due before the change, a job of the current generation, one running).
+-- O(log n); a rerun, or a second client stopping the same tick, finds the
+-- claim made and the job gone and writes nothing.
+for i, what in pairs({[3] = 'change', [4] = 'tick'}) do
+  if not string.find(ARGV[i], '^%d+$') then
+    return redis.error_reply('schedule_drop.lua: ' .. what .. ' ' .. ARGV[i] .. ' is no whole number')
+  end
+end
+if ARGV[2] == '' then return redis.error_reply('schedule_drop.lua: no generation') end
+local tick, change = tonumber(ARGV[4]), tonumber(ARGV[3])
+redis.call('ZADD', KEYS[4], 'NX', string.format('%d', math.max(tick, change)), ARGV[1] .. '#' .. ARGV[2])
+if tick <= change then return 0 end
+if ARGV[5] ~= '' and redis.call('ZSCORE', KEYS[4], ARGV[1] .. '#' .. ARGV[5]) ~= false then return 0 end
+local due = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if due ~= false then
+  if tonumber(due) ~= tick then return 0 end -- a retry of the job, no waiting tick
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return 1
+end
+if redis.call('HGET', KEYS[3], ARGV[1]) == 'r' and redis.call('HEXISTS', KEYS[5], ARGV[1]) == 0 then
+  -- Due and not fetched yet: the stale ready entry is dropped by the
+  -- next fetch, as for a deleted job.
+  redis.call('HDEL', KEYS[3], ARGV[1])
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return 1
+end
+return 0

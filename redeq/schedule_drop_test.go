@@ -1,0 +1,129 @@
+package redeq
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+)
+
+// TestScheduleDropScript: schedule_drop.lua claims a tick for the
+// generation a change ended and removes the tick's job while it waits
+// (scheduled at the tick, or due and not fetched), only when the tick came
+// after the change and the current generation did not claim it; a rerun,
+// or a second client stopping the same tick, writes nothing more; a bad
+// argument writes nothing; among 100,000 other claims and jobs it touches
+// only its own.
+func TestScheduleDropScript(t *testing.T) {
+	for _, b := range testutil.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := b.New(t)
+			prefix := testutil.Config(t).Prefix
+			k := keys.ForBucket(prefix, "rs", 0)
+			const change, tick = 1000, 5000
+			id := tickID("s", tick)
+			run := func(id, gen string, change, tick any, cur string) (int64, error) {
+				return scheduleDropScript.Run(ctx, rdb, []string{k.Pool(), k.Scheduled(), k.State(), k.Ticks(), k.Errors()},
+					id, gen, change, tick, cur).Int64()
+			}
+			waiting := func(id string, at int64) {
+				require.NoError(t, rdb.HSet(ctx, k.Pool(), id, "1|1|envelope").Err())
+				require.NoError(t, rdb.ZAdd(ctx, k.Scheduled(), redis.Z{Score: float64(at), Member: id}).Err())
+			}
+
+			waiting(id, tick)
+			n, err := run(id, "g1", change, tick, "g2")
+			require.NoError(t, err)
+			require.EqualValues(t, 1, n, "a waiting tick of the ended generation goes")
+			after := testutil.Dump(t, rdb, prefix)
+			require.NotContains(t, rdb.HKeys(ctx, k.Pool()).Val(), id)
+			require.Equal(t, float64(tick), rdb.ZScore(ctx, k.Ticks(), id+"#g1").Val(), "the ended generation's claim of it is made")
+
+			for _, who := range []string{"a rerun after a lost reply", "a second client"} {
+				n, err = run(id, "g1", change, tick, "g2")
+				require.NoError(t, err)
+				require.EqualValues(t, 0, n, who)
+				require.Equal(t, after, testutil.Dump(t, rdb, prefix), "%s writes nothing", who)
+			}
+			for _, tc := range []struct {
+				name         string
+				gen          string
+				change, tick any
+				want         string
+			}{
+				{"a change instant that is no number", "g1", "x", tick, "no whole number"},
+				{"a tick that is no number", "g1", change, "5s", "no whole number"},
+				{"no generation", "", change, tick, "no generation"},
+			} {
+				_, err := run(id, tc.gen, tc.change, tc.tick, "g2")
+				require.ErrorContains(t, err, tc.want, tc.name)
+				require.Equal(t, after, testutil.Dump(t, rdb, prefix), "%s writes nothing", tc.name)
+			}
+
+			// What stays.
+			for _, tc := range []struct {
+				name string
+				at   int64 // tick instant
+				due  int64 // the job's due time
+				cur  string
+			}{
+				{"a tick due before the change", change - 1, change - 1, ""},
+				{"a job the current generation claimed", tick + 1, tick + 1, "g2"},
+				{"a retry of the tick's job, due later", tick + 2, tick + 60_000, ""},
+			} {
+				id := tickID("s", tc.at)
+				waiting(id, tc.due)
+				if tc.cur != "" {
+					require.NoError(t, rdb.ZAdd(ctx, k.Ticks(), redis.Z{Score: float64(tc.at), Member: id + "#" + tc.cur}).Err())
+				}
+				n, err := run(id, "g1", change, tc.at, tc.cur)
+				require.NoError(t, err)
+				require.EqualValues(t, 0, n, tc.name)
+				require.Contains(t, rdb.HKeys(ctx, k.Pool()).Val(), id, "%s stays", tc.name)
+				require.NotEqual(t, redis.Nil, rdb.ZScore(ctx, k.Ticks(), id+"#g1").Err(), "%s: the ended generation's claim is made", tc.name)
+			}
+
+			// Due and not fetched yet; in flight.
+			ready, inflight := tickID("s", tick+3), tickID("s", tick+4)
+			require.NoError(t, rdb.HSet(ctx, k.Pool(), ready, "1|1|envelope", inflight, "1|1|envelope").Err())
+			require.NoError(t, rdb.HSet(ctx, k.State(), ready, "r", inflight, "token@consumer").Err())
+			n, err = run(ready, "g1", change, strconv.Itoa(tick+3), "")
+			require.NoError(t, err)
+			require.EqualValues(t, 1, n, "a due tick not fetched yet goes")
+			require.NotContains(t, rdb.HKeys(ctx, k.Pool()).Val(), ready)
+			require.NotContains(t, rdb.HKeys(ctx, k.State()).Val(), ready)
+			n, err = run(inflight, "g1", change, strconv.Itoa(tick+4), "")
+			require.NoError(t, err)
+			require.EqualValues(t, 0, n, "a running tick's job is its delivery's")
+			require.Contains(t, rdb.HKeys(ctx, k.Pool()).Val(), inflight)
+			// Among 100,000 other claims and jobs: only its own change.
+			require.NoError(t, rdb.Del(ctx, k.Pool(), k.Scheduled(), k.State(), k.Ticks()).Err())
+			others := make([]redis.Z, 0, 100_000)
+			fields := make([]any, 0, 200_000)
+			for i := range 100_000 {
+				other := tickID("o", int64(i))
+				others = append(others, redis.Z{Score: float64(i), Member: other + "#g1"})
+				fields = append(fields, other, "1|1|envelope")
+			}
+			for i := 0; i < len(others); i += 10_000 {
+				require.NoError(t, rdb.ZAdd(ctx, k.Ticks(), others[i:i+10_000]...).Err())
+				require.NoError(t, rdb.ZAdd(ctx, k.Scheduled(), others[i:i+10_000]...).Err())
+				require.NoError(t, rdb.HSet(ctx, k.Pool(), fields[2*i:2*i+20_000]...).Err())
+			}
+
+			waiting(id, tick)
+			n, err = run(id, "g1", change, tick, "g2")
+			require.NoError(t, err)
+			require.EqualValues(t, 1, n)
+			require.Equal(t, int64(100_001), rdb.ZCard(ctx, k.Ticks()).Val(), "the others' claims stay, its own is made")
+			require.Equal(t, int64(100_000), rdb.HLen(ctx, k.Pool()).Val(), "the others' jobs stay, its own goes")
+			require.Equal(t, int64(100_000), rdb.ZCard(ctx, k.Scheduled()).Val())
+		})
+	}
+}
