@@ -16,7 +16,12 @@
 -- KEYS[9] -> history key prefix: the script appends this minute (server
 --   clock) to it, a STRING of u32 counters written with BITFIELD (see
 --   keys.Bucket.History); same hash tag, same slot
--- ARGV[1] -> wake channel
+-- KEYS[12] -> limit key prefix (limits.lua): the leases of the deliveries
+--   whose members leave the in-flight set are freed
+-- KEYS[13] -> ready LIST (read only: whether jobs wait for a freed slot)
+-- Uses limits.lua.
+-- ARGV[1] -> wake channel (prefix ":wake"; a freed slot is announced on
+--   the ready channel, prefix ":ready", with the same message)
 -- ARGV[2] -> wake message
 -- ARGV[3] -> most jobs the dead set keeps
 -- KEYS[10] -> done ZSET (id -> when its record expires, ms)
@@ -89,6 +94,11 @@ for i = 1, n do
   end
 end
 if #members > 0 then redis.call('ZREM', KEYS[2], unpack(members)) end
+local leases = {}
+for i, m in ipairs(members) do
+  local token, id = string.match(m, '^(%d+):(.*)$')
+  leases[i] = limit_lease(token, ARGV[4], id)
+end
 -- Retention (ARGV[5] > 0): an acked job's record (when, by whom, its
 -- trace, its envelope) stays in the done set until now+ARGV[5], at most
 -- ARGV[6] of them (the oldest go first, at most 512 a call), and a
@@ -183,6 +193,7 @@ end
 if dead then
   trim_dead(KEYS[5], tonumber(ARGV[3]), {KEYS[1], KEYS[6], KEYS[8]})
 end
+limit_release(KEYS[12], leases, KEYS[13], string.gsub(ARGV[1], 'wake$', 'ready'), ARGV[2])
 -- The history: per minute (server clock), the outcomes applied and the
 -- failures now, and the deliveries by lateness in the minute each was
 -- fetched (a delivery is counted once: its member left the set above).

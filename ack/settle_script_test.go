@@ -45,6 +45,24 @@ func TestSettleScript(t *testing.T) {
 		want    ks
 		keep    []any // retention ms and cap; nil for none
 	}{
+		{"AckFreesTheDeliverysSlots", func(k keys.Bucket) []testutil.Entry {
+			// A lease in the topic's and in its key value's running sets,
+			// beside another delivery's.
+			lp := k.LimitPrefix()
+			return held(k, testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.LimitRunning(), "7@c\nj=1", "8@d\nk=2"),
+				testutil.Hash(lp+"keyof", "7@c\nj=hot", "8@d\nk=hot"), testutil.ZSet(k.LimitKeyRunning("hot"), "7@c\nj=1", "8@d\nk=2"))
+		}, []any{"j", "7", "a", 0, "", "", ""}, 1, "", func(k keys.Bucket, _ string) []testutil.Entry {
+			lp := k.LimitPrefix()
+			return []testutil.Entry{testutil.ZSet(k.LimitRunning(), "8@d\nk=2"), testutil.Hash(lp+"keyof", "8@d\nk=hot"),
+				testutil.ZSet(k.LimitKeyRunning("hot"), "8@d\nk=2")}
+		}, nil},
+		{"StaleDeliveryFreesItsSlotToo", func(k keys.Bucket) []testutil.Entry {
+			return []testutil.Entry{testutil.ZSet(k.InFlight("c"), "6:j=1"), testutil.Hash(k.State(), "j=7@c"),
+				testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.LimitRunning(), "6@c\nj=1", "7@c\nj=2")}
+		}, []any{"j", "6", "a", 0, "", "", ""}, 0, "", func(k keys.Bucket, _ string) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.State(), "j=7@c"), testutil.Hash(k.Pool(), "j=h\nb"),
+				testutil.ZSet(k.LimitRunning(), "7@c\nj=2")}
+		}, nil},
 		{"AckRemovesTheJobAndItsLastError", func(k keys.Bucket) []testutil.Entry {
 			return held(k, testutil.Hash(k.Pool(), "j=h\nb", "k=F"), testutil.Hash(k.Errors(), "j=e"))
 		}, []any{"j", "7", "a", 0, "", "", "-"}, 1, "", func(k keys.Bucket, _ string) []testutil.Entry {
@@ -135,7 +153,7 @@ func TestSettleScript(t *testing.T) {
 						args := append([]any{keys.WakeChannel(got), "t#0", 1, "c"}, keep...)
 						args = append(append(args, tc.outcome...), "")
 						v, err := settleScript.Run(ctx, c, []string{k.Pool(), k.InFlight("c"), k.Scheduled(), k.UnAck(), k.Dead(),
-							k.Reasons(), k.State(), k.Errors(), hist, k.Done(), k.DoneJobs()}, args...).Slice()
+							k.Reasons(), k.State(), k.Errors(), hist, k.Done(), k.DoneJobs(), k.LimitPrefix(), k.Ready()}, args...).Slice()
 						require.NoError(t, err)
 						return v
 					}
@@ -220,7 +238,7 @@ func TestSettleRecordsHistory(t *testing.T) {
 				"y", "5", "a", 0, "", "", "", 1, // settled before: not counted
 			}
 			v, err := settleScript.Run(ctx, c, []string{k.Pool(), k.InFlight("c"), k.Scheduled(), k.UnAck(), k.Dead(),
-				k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix(), k.Done(), k.DoneJobs()}, args...).Slice()
+				k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix(), k.Done(), k.DoneJobs(), k.LimitPrefix(), k.Ready()}, args...).Slice()
 			require.NoError(t, err)
 			require.Equal(t, []any{int64(1), int64(1), int64(1), int64(0), int64(0)}, v)
 			require.Zero(t, c.Exists(ctx, k.InFlight("c")).Val(), "every member of this consumer left")
@@ -291,7 +309,7 @@ func TestSettleTrimsBoundedRecords(t *testing.T) {
 			testutil.Seed(t, c, testutil.ZSet(k.Done(), old...), testutil.Hash(k.DoneJobs(), recs...),
 				testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.InFlight("c"), "7:j=1"), testutil.Hash(k.State(), "j=7@c"))
 			v, err := settleScript.Run(ctx, c, []string{k.Pool(), k.InFlight("c"), k.Scheduled(), k.UnAck(), k.Dead(),
-				k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix(), k.Done(), k.DoneJobs()},
+				k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix(), k.Done(), k.DoneJobs(), k.LimitPrefix(), k.Ready()},
 				keys.WakeChannel("x"), "t#0", 1, "c", 60000, 10000, "j", "7", "a", 0, "", "", "", "").Slice()
 			require.NoError(t, err)
 			require.Equal(t, []any{int64(1)}, v)

@@ -139,6 +139,7 @@ var measurements = []measurement{
 	{"burst", (*bench).burst},
 	{"ceiling", (*bench).ceiling},
 	{"overhead", (*bench).overhead},
+	{"limits", (*bench).limits},
 }
 
 func measurementNames() []string {

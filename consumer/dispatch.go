@@ -50,8 +50,11 @@ type dispatchState struct {
 	soloFetch  bool        // a task fetches a quarantined job alone
 	slow       []bool      // the bucket's last fetch overran slowAfter
 	retryAt    []time.Time // a failed bucket's next fetch, not before
-	backoff    []env.Backoff
-	failing    int // buckets whose last task failed
+	// limitAt is when a rate limit lets the bucket's held jobs go: the
+	// bucket is fetched from again then (zero: no such wait).
+	limitAt []time.Time
+	backoff []env.Backoff
+	failing int // buckets whose last task failed
 	// slowAfter is slowFetch; tests shorten it.
 	slowAfter time.Duration
 }
@@ -68,6 +71,7 @@ func newDispatchState(buckets int) dispatchState {
 		reservedBy: make([]int, buckets),
 		slow:       make([]bool, buckets),
 		retryAt:    make([]time.Time, buckets),
+		limitAt:    make([]time.Time, buckets),
 		backoff:    make([]env.Backoff, buckets),
 		slowAfter:  slowFetch,
 	}
@@ -92,7 +96,8 @@ type fetchResult struct {
 	reconciled bool
 	items      []ready.Item
 	stopped    bool
-	more       bool // the ready list may hold more (ready.Batch.More)
+	more       bool          // the ready list may hold more (ready.Batch.More)
+	wait       time.Duration // a rate limit holds jobs this long (ready.Batch.Wait)
 	err        error
 }
 
@@ -118,7 +123,7 @@ func (r *runner) fetchTask(ctx context.Context, b, want int, alone, reconcile bo
 	if want > 0 {
 		var got ready.Batch
 		got, res.err = r.fetcher.Fetch(ctx, b, want, alone)
-		res.items, res.stopped, res.more = got.Items, got.Stopped, got.More
+		res.items, res.stopped, res.more, res.wait = got.Items, got.Stopped, got.More, got.Wait
 	}
 	return res
 }
@@ -190,7 +195,10 @@ func (r *runner) landed(res fetchResult, log *slog.Logger) {
 		r.slow[b] = false
 	}
 	items := res.items
-	if res.more {
+	if res.wait > 0 {
+		// Jobs wait for a rate limit: fetch again when it lets one go.
+		r.limitAt[b] = r.g.env.Clock.Now().Add(res.wait)
+	} else if res.more {
 		r.maybe[b].Store(true) // more may wait (a stop included)
 	}
 	// A fetch that answered after slowFetch no longer had workers
@@ -313,6 +321,14 @@ func (r *runner) dispatch(ctx context.Context, tasks *sync.WaitGroup) {
 		waiting := false
 		for i := range r.buckets {
 			b := (r.rr + i) % r.buckets
+			if at := r.limitAt[b]; !at.IsZero() {
+				if now.Before(at) {
+					next = earliest(next, at)
+				} else {
+					r.limitAt[b] = time.Time{}
+					r.maybe[b].Store(true)
+				}
+			}
 			if r.fetching[b] {
 				if r.reservedBy[b] > 0 {
 					next = earliest(next, r.launched[b].Add(r.slowAfter))

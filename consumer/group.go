@@ -145,6 +145,18 @@ func (g *Group) Register(l Listener) error {
 			return fmt.Errorf("register listener for %q: %w", topic, ErrDuplicate)
 		}
 	}
+	if c, ok := l.(Configured); ok {
+		lim := c.ListenerOptions().Limits
+		if err := lim.Check(); err != nil {
+			return fmt.Errorf("%w: listener of %q: %v", pool.ErrInvalidArgument, topic, err)
+		}
+		if lim.Set() && g.cfg.Concurrency != 1 {
+			// Every key a limited fetch touches must share one slot, so
+			// that one script sees every delivery of the topic.
+			return fmt.Errorf("%w: listener of %q: global limits need a topic of one bucket (Concurrency 1), not %d",
+				pool.ErrInvalidArgument, topic, g.cfg.Concurrency)
+		}
+	}
 	g.listeners = append(g.listeners, l)
 	return nil
 }
@@ -231,6 +243,7 @@ func (g *Group) announce(ctx context.Context) (pending map[string]bool, err erro
 			g.env.Logger.Warn("redeq: start: a listened topic cannot be recorded; it is served once it is, the others now", "topic", l.Topic(), "err", err)
 		}
 	}
+	g.publishLimits(ctx)
 	lines := make([]string, len(g.listeners))
 	for i, l := range g.listeners {
 		lines[i] = keys.Address(l.Topic(), g.cfg.Concurrency)
@@ -583,5 +596,28 @@ func (g *Group) leave(ctx context.Context) {
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		g.env.Logger.Warn("redeq: cannot remove consumer from its topics", "err", err)
+	}
+}
+
+// publishLimits writes the limits of each listener into its topic's meta
+// (keys.LimitsField), where Stats and the tools read them; a listener
+// without limits clears them. The fetch takes its limits from its own
+// listener, not from there: a failed write only hides them from view.
+func (g *Group) publishLimits(ctx context.Context) {
+	pipe := g.rdb.Pipeline()
+	for _, l := range g.listeners {
+		var lim ready.Limits
+		if c, ok := l.(Configured); ok {
+			lim = c.ListenerOptions().Limits
+		}
+		meta := keys.ForTopic(g.cfg.Prefix, l.Topic()).Meta()
+		if lim.Set() {
+			pipe.HSet(ctx, meta, keys.LimitsField, lim.Spec())
+		} else {
+			pipe.HDel(ctx, meta, keys.LimitsField)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		g.env.Logger.Warn("redeq: start: cannot record the listeners' limits for Stats", "err", err)
 	}
 }

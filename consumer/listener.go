@@ -6,6 +6,7 @@ import (
 
 	"github.com/redeq-go/redeq/ack"
 	"github.com/redeq-go/redeq/pool"
+	"github.com/redeq-go/redeq/ready"
 )
 
 // Listener runs the jobs of one topic.
@@ -72,6 +73,9 @@ type Options struct {
 	// RetentionMax is the most done records kept for the topic; 0 keeps
 	// the config's RetentionMax.
 	RetentionMax int
+	// Limits are the topic's global limits, enforced at fetch across
+	// every client that listens with them; zero for none.
+	Limits ready.Limits
 }
 
 // Configured is a Listener with options of its own.

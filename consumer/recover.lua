@@ -17,6 +17,9 @@
 -- KEYS[6] -> reasons HASH (why each dead job died)
 -- KEYS[7] -> state HASH
 -- KEYS[8] -> errors HASH
+-- KEYS[9] -> limit key prefix (limits.lua): the leases of the deliveries
+--   handled are freed, so a dead consumer's slots return with its jobs
+-- Uses limits.lua.
 -- ARGV[1] -> mode: recover or rollback
 -- ARGV[2] -> most deliveries to handle (at most 1000)
 -- ARGV[3] -> most recoveries of a job
@@ -92,6 +95,8 @@ for i, id in ipairs(ids) do
   end
 end
 redis.call('ZREM', KEYS[1], unpack(members))
+local leases = {}
+for i = 1, #members do leases[i] = limit_lease(tokens[i], ARGV[8], ids[i]) end
 if #sdel > 0 then redis.call('HDEL', KEYS[7], unpack(sdel)) end
 if #ready > 0 then
   redis.call('HSET', KEYS[7], unpack(rst))
@@ -102,4 +107,5 @@ if not recover and #sdel > 0 then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
 if dead > 0 then
   trim_dead(KEYS[5], tonumber(ARGV[4]), {KEYS[3], KEYS[6], KEYS[8]})
 end
+limit_release(KEYS[9], leases, KEYS[2], ARGV[5], ARGV[7])
 return {#members, redis.call('ZCARD', KEYS[1]), dead, 0}

@@ -37,6 +37,20 @@ func TestRecoverScript(t *testing.T) {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "j=1|5|2|1|x"), testutil.Hash(k.State(), "j=r"),
 				testutil.List(k.Ready(), "z", "j")}
 		}},
+		{"RecoverFreesTheDeadConsumersSlots", "recover", 0, func(k keys.Bucket) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=1|5|2|0|x"), testutil.ZSet(k.InFlight("c"), "7:j=1"),
+				testutil.Hash(k.State(), "j=7@c"), testutil.ZSet(k.LimitRunning(), "7@c\nj=1", "3@d\nz=1"),
+				testutil.Hash(k.LimitPrefix()+"keyof", "7@c\nj=hot"), testutil.ZSet(k.LimitKeyRunning("hot"), "7@c\nj=1")}
+		}, []int64{1, 0, 0, 0}, []int64{0, 0, 0, 0}, "", func(k keys.Bucket, _ string) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=1|5|2|1|x"), testutil.Hash(k.State(), "j=r"),
+				testutil.List(k.Ready(), "j"), testutil.ZSet(k.LimitRunning(), "3@d\nz=1")}
+		}},
+		{"RollbackFreesTheSlots", "rollback", 0, func(k keys.Bucket) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=1|5|2|0|x"), testutil.ZSet(k.InFlight("c"), "7:j=1"),
+				testutil.Hash(k.State(), "j=7@c"), testutil.ZSet(k.LimitRunning(), "7@c\nj=1")}
+		}, []int64{1, 0, 0, 0}, []int64{0, 0, 0, 0}, "bucket", func(k keys.Bucket, stamp string) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=1|5|2|0|x"), testutil.ZSet(k.Scheduled(), "j="+stamp)}
+		}},
 		{"PoisonJobGoesDead", "recover", 0, func(k keys.Bucket) []testutil.Entry {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "j=1|5|2|3|x"), testutil.ZSet(k.InFlight("c"), "7:j=1"),
 				testutil.Hash(k.State(), "j=7@c")}
@@ -81,7 +95,7 @@ func TestRecoverScript(t *testing.T) {
 					testutil.Seed(t, c, tc.seed(k)...)
 					run := func() []int64 {
 						v, err := recoverScript.Run(ctx, c,
-							[]string{k.InFlight("c"), k.Ready(), k.Pool(), k.Scheduled(), k.Dead(), k.Reasons(), k.State(), k.Errors()},
+							[]string{k.InFlight("c"), k.Ready(), k.Pool(), k.Scheduled(), k.Dead(), k.Reasons(), k.State(), k.Errors(), k.LimitPrefix()},
 							tc.mode, 10, 3, 100, keys.ReadyChannel(got), keys.WakeChannel(got), "t#0", "c", tc.quiet, 1000).Int64Slice()
 						require.NoError(t, err)
 						return v

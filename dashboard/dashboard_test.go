@@ -157,6 +157,46 @@ func TestTopicPagesAndSearch(t *testing.T) {
 	}
 }
 
+// TestTopicPageShowsLimits: the page of a topic with global limits shows
+// them, the jobs holding their slots and those waiting for one; a topic
+// without limits shows no such line.
+func TestTopicPageShowsLimits(t *testing.T) {
+	for _, b := range testutil.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			e := setup(t, b, dashboard.Options{})
+			ctx := context.Background()
+			for i := range 3 {
+				add(t, e.c, "calls", fmt.Sprint("c", i), "x", 0)
+			}
+			add(t, e.c, "orders", "o", "x", time.Hour)
+			hold := make(chan struct{})
+			w, err := redeq.New(b.New(t), e.c.Config())
+			require.NoError(t, err)
+			require.NoError(t, w.Register(redeq.ListenerFunc("calls", func(ctx context.Context, _ *redeq.Job, ch *redeq.Channel) error {
+				select {
+				case <-hold:
+				case <-ctx.Done():
+				}
+				ch.Ack()
+				return nil
+			}, redeq.WithMaxRunning(1), redeq.WithLimitKey("partner"))))
+			require.NoError(t, w.Start(ctx))
+			t.Cleanup(func() { _ = w.Shutdown(context.Background()) })
+			t.Cleanup(func() { close(hold) }) // before the Shutdown: the handler ends
+			testutil.Eventually(t, 10*time.Second, "one call runs, two wait", func() bool {
+				s, err := e.c.Stats(ctx, "calls")
+				return err == nil && s.Running == 1 && s.Waiting == 2
+			})
+			code, page := e.get(t, "/topic?t=calls")
+			require.Equal(t, http.StatusOK, code, page)
+			require.Contains(t, page, `<p id="limits">Global limits: at most <strong>1</strong> running, per value of header <code>partner</code>.`)
+			require.Contains(t, page, `<span class="running">1 running</span>, <span class="waiting">2 waiting for a slot</span>`)
+			_, page = e.get(t, "/topic?t=orders")
+			require.NotContains(t, page, `id="limits"`)
+		})
+	}
+}
+
 // TestBodiesAreEscaped: a body, an id and a header are shown as text,
 // never as markup; a binary body is shown in hex.
 func TestBodiesAreEscaped(t *testing.T) {

@@ -18,6 +18,7 @@
 -- KEYS[6] -> due HASH (the older format's due times, written by a mover of
 --   that format for a plain "r" state: read for the ids taken in that
 --   format, removed for the ids consumed whenever one was)
+-- KEYS[7] -> limit key prefix (keys.Bucket.LimitPrefix; see limits.lua)
 -- ARGV[1] -> most ids to fetch (at most 256)
 -- ARGV[2] -> consumer id
 -- ARGV[3] -> recoveries from which a job is quarantined
@@ -30,6 +31,13 @@
 --   reply gives the ids it takes the same tokens as the first run gave
 --   others (taken ids are no longer "r"), so each member is still one
 --   delivery.
+-- ARGV[6] -> the listener's limits, "max|n|per ms|header" (limits.lua),
+--   or '' for none: the one check a topic without limits pays
+-- Uses limits.lua.
+-- Under limits, the fetch takes no more than they allow (topic-wide) or
+-- parks the jobs of a key value at its limit (per key) and records a
+-- lease per delivery; its first reply value is then -1 - ms when it could
+-- take nothing more until a rate allows one in that many ms.
 -- Returns {1 when it stopped at a quarantined job, else 2 when the list
 -- may hold more than it read (so that a fetch that met stale entries is
 -- followed by another at once, not by the mover's next scan), else 0; then
@@ -49,11 +57,16 @@
 -- time that format may have left there). The lateness of the jobs it takes
 -- goes back to the consumer, whose settle counts it in this minute's
 -- history (ack/settle.lua): a fetch writes no history of its own.
-local want = tonumber(ARGV[1])
+-- Under limits, the pause flag is read first, so that a paused topic's
+-- fetch reads and writes none of them.
+local spec = limit_spec(ARGV[6])
+if spec and redis.call('HGET', KEYS[4], '\0paused') then return {0} end
+local want, lwait, lk = limit_open(KEYS[7], spec, KEYS[1], KEYS[4], tonumber(ARGV[1]))
+if want == 0 then return {lwait and (-1 - lwait) or 0} end
 -- One entry more than it may take, to tell whether the list ends within
 -- the window (ended).
 local ids = redis.call('LRANGE', KEYS[1], 0, want)
-if #ids == 0 then return {0} end
+if #ids == 0 then return {limit_close(lk, 0)} end
 local ended = #ids <= want
 if not ended then ids[#ids] = nil end
 local n0 = #ids
@@ -100,7 +113,7 @@ for i, id in ipairs(ids) do
     local rec = tonumber(string.match(envs[i], '^1|%d+|%d+|(%d+)|') or '0')
     if rec >= quarantine then
       if #take == 0 and idle then
-        take[1] = i
+        if limit_admit(lk, envs[i], id) then take[1] = i end
         consumed = i
       else
         consumed, stopped = i - 1, 1
@@ -108,13 +121,14 @@ for i, id in ipairs(ids) do
       break
     end
     seen[id] = true
-    take[#take + 1] = i
+    if limit_admit(lk, envs[i], id) then take[#take + 1] = i end
   elseif not envs[i] and states[i] then
     gone[#gone + 1] = id -- a state left without its job: clear it
   end
 end
 -- Every read is done; now the writes, the ready list's trim last.
 local out = {stopped == 1 and 1 or ((consumed < #ids or not ended) and 2 or 0)}
+out[1] = limit_close(lk, out[1])
 if #take > 0 then
   -- Only a job that failed before has a last error.
   local tids, pos = {}, {}
@@ -155,6 +169,7 @@ if #take > 0 then
     st[#st + 1] = token .. '@' .. ARGV[2]
     fl[#fl + 1] = now
     fl[#fl + 1] = token .. ':' .. id
+    limit_record(lk, token, ARGV[2], id)
     out[#out + 1] = id
     out[#out + 1] = token
     out[#out + 1] = envs[i]
@@ -168,6 +183,7 @@ if #take > 0 then
   end
   redis.call('HSET', KEYS[4], unpack(st))
   redis.call('ZADD', KEYS[2], unpack(fl))
+  limit_flush(lk)
 end
 if #gone > 0 then redis.call('HDEL', KEYS[4], unpack(gone)) end
 if consumed > 0 then

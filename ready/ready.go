@@ -97,11 +97,22 @@ type Batch struct {
 	// or read as many entries as it could take (some may have been stale:
 	// deleted jobs leave their ids in the list until a fetch drops them).
 	More bool
+	// Wait, when not 0, is when a rate limit allows the next job: the
+	// bucket holds jobs that wait for it (FetchLimited).
+	Wait time.Duration
 }
 
 // FetchBatch is Fetch, telling also whether the ready list may hold more.
 func FetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, limit int, idle bool) (Batch, error) {
-	return fetchBatch(ctx, c, prefix, topic, n, cid, limit, idle, false)
+	return fetchBatch(ctx, c, prefix, topic, n, cid, limit, idle, false, "")
+}
+
+// FetchLimited is FetchBatch under the global limits spec (Limits.Spec;
+// "" for none): it takes no more jobs than they allow, sets aside the jobs
+// of a key value at its limit, and records a lease per delivery, which the
+// delivery's outcome, rollback, recovery or release frees.
+func FetchLimited(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, limit int, idle bool, spec string) (Batch, error) {
+	return fetchBatch(ctx, c, prefix, topic, n, cid, limit, idle, false, spec)
 }
 
 // FetchOlderFormat is FetchBatch as a client of the version before this
@@ -109,10 +120,10 @@ func FetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic stri
 // an entry of the current one as stale) and writing the lateness history
 // itself. Only tests of a rolling upgrade run it.
 func FetchOlderFormat(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, limit int, idle bool) (Batch, error) {
-	return fetchBatch(ctx, c, prefix, topic, n, cid, limit, idle, true)
+	return fetchBatch(ctx, c, prefix, topic, n, cid, limit, idle, true, "")
 }
 
-func fetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, limit int, idle, older bool) (Batch, error) {
+func fetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, limit int, idle, older bool, spec string) (Batch, error) {
 	k := keys.ForBucket(prefix, topic, n)
 	flag := "0"
 	if idle {
@@ -122,10 +133,13 @@ func fetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic stri
 	reserve := uint64(max(want, 0))
 	base := tokens.Add(reserve) - reserve
 	sc, ks := fetchScript, []string{k.Ready(), k.InFlight(cid), k.Pool(), k.State(), k.Errors(), k.Due()}
+	args := []any{want, cid, Quarantine, flag, base}
 	if older {
 		sc, ks = fetchOlderScript, append(ks, k.HistoryPrefix())
+	} else {
+		ks, args = append(ks, k.LimitPrefix()), append(args, spec)
 	}
-	v, err := sc.Run(ctx, c, ks, want, cid, Quarantine, flag, base).Result()
+	v, err := sc.Run(ctx, c, ks, args...).Result()
 	if err != nil {
 		return Batch{}, fmt.Errorf("fetch %s: %w", keys.Address(topic, n), err)
 	}
@@ -148,7 +162,11 @@ func fetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic stri
 			items[i].Late = time.Duration(ms) * time.Millisecond
 		}
 	}
-	return Batch{Items: items, Stopped: first == 1, More: first >= 1}, nil
+	b := Batch{Items: items, Stopped: first == 1, More: first >= 1}
+	if first < 0 {
+		b.More, b.Wait = true, time.Duration(-1-first)*time.Millisecond+time.Millisecond
+	}
+	return b, nil
 }
 
 // ReleaseMembers returns to the head of the ready list of bucket n the
@@ -168,7 +186,7 @@ func ReleaseMembers(ctx context.Context, c redis.UniversalClient, prefix, topic 
 	for _, m := range members {
 		args = append(args, m)
 	}
-	got, err := releaseScript.Run(ctx, c, []string{k.InFlight(cid), k.Ready(), k.State()}, args...).Int()
+	got, err := releaseScript.Run(ctx, c, []string{k.InFlight(cid), k.Ready(), k.State(), k.LimitPrefix()}, args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("release %s: %w", keys.Address(topic, n), err)
 	}

@@ -6,6 +6,9 @@
 -- KEYS[1] -> this consumer's in-flight ZSET
 -- KEYS[2] -> ready LIST
 -- KEYS[3] -> state HASH (field "\0readyhead": see fetch.lua)
+-- KEYS[4] -> limit key prefix (limits.lua): the leases of the members
+--   removed are freed
+-- Uses limits.lua.
 -- ARGV[1] -> ready channel
 -- ARGV[2] -> bucket address
 -- ARGV[3] -> consumer id
@@ -28,6 +31,12 @@ for _, m in ipairs(members) do
 end
 if #present == 0 then return 0 end
 redis.call('ZREM', KEYS[1], unpack(present))
+local leases = {}
+for i, m in ipairs(present) do
+  local token, id = string.match(m, '^(%d+):(.*)$')
+  leases[i] = limit_lease(token or '', ARGV[3], id or m)
+end
+limit_release(KEYS[4], leases, KEYS[2], ARGV[1], ARGV[2])
 if #back > 0 then
   redis.call('HSET', KEYS[3], unpack(st))
   -- LPUSH reverses, so push the oldest last: it is fetched first.

@@ -79,6 +79,58 @@ func WithConsumeTimeout(d time.Duration) ListenerOption {
 	return func(s *listenerSettings) { s.opts.ConsumeTimeout = d }
 }
 
+// WithMaxRunning lets at most n jobs of the listener's topic run at once
+// across every client that listens with it (or, with WithLimitKey, at
+// most n of each value of the key header). A job over the limit waits
+// where it is and spends no attempt. Each running job holds a slot, a
+// lease of its delivery, freed by its outcome, by the rollback at
+// Shutdown, or when the reaper recovers the jobs of a dead consumer. The
+// limit needs a topic of one bucket (Concurrency 1): Register refuses it
+// otherwise. n must be at least 1.
+func WithMaxRunning(n int) ListenerOption {
+	return func(s *listenerSettings) {
+		if n <= 0 {
+			s.err = fmt.Errorf("max running %d: want at least 1", n)
+			return
+		}
+		s.opts.Limits.MaxRunning = n
+	}
+}
+
+// WithRateLimit lets at most n jobs of the listener's topic start in any
+// span of per (1ms to 24h), on the Redis server's clock, across every
+// client that listens with it (or, with WithLimitKey, per value of the
+// key header): up to n at once after a quiet period, then n per per. A
+// job over the limit waits where it is and spends no attempt. The limit
+// needs a topic of one bucket (Concurrency 1). n must be at least 1.
+func WithRateLimit(n int, per time.Duration) ListenerOption {
+	return func(s *listenerSettings) {
+		switch {
+		case n <= 0:
+			s.err = fmt.Errorf("rate limit %d per %v: want at least 1 job", n, per)
+		case per < time.Millisecond || per > 24*time.Hour:
+			s.err = fmt.Errorf("rate limit %d per %v: the period must be 1ms to 24h", n, per)
+		default:
+			s.opts.Limits.Rate, s.opts.Limits.Per = n, per
+		}
+	}
+}
+
+// WithLimitKey applies WithMaxRunning and WithRateLimit to each value of
+// the job header instead of to the topic as a whole: per tenant, per
+// partner. Jobs without the header share the value "". A value at its
+// limit holds up only its own jobs: they are set aside, and the others
+// run. Idle values cost nothing in Redis. The header must not be empty.
+func WithLimitKey(header string) ListenerOption {
+	return func(s *listenerSettings) {
+		if header == "" {
+			s.err = errors.New("limit key: empty header name")
+			return
+		}
+		s.opts.Limits.Key = header
+	}
+}
+
 // WithMiddleware wraps the listener's handler, inside the client's
 // middleware; the first given is the outermost.
 func WithMiddleware(mw ...Middleware) ListenerOption {
@@ -196,6 +248,9 @@ func newFuncListener(topic string, build func(s *listenerSettings) Handler, opts
 		return nil, fmt.Errorf("%w: listener of %q: negative ConsumeTimeout %v", ErrInvalidArgument, topic, o.ConsumeTimeout)
 	case l.s.codec == nil:
 		return nil, fmt.Errorf("%w: listener of %q: nil codec", ErrInvalidArgument, topic)
+	}
+	if err := l.s.opts.Limits.Check(); err != nil {
+		return nil, fmt.Errorf("%w: listener of %q: %v", ErrInvalidArgument, topic, err)
 	}
 	for i, d := range l.s.opts.RetryIntervals {
 		if d < time.Millisecond || d > 365*24*time.Hour {

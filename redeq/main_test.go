@@ -49,6 +49,9 @@ func TestMain(m *testing.M) {
 	case "twoclients":
 		runTwoClientsChild()
 		return
+	case limitedKind:
+		runLimitedChild()
+		return
 	case shutdownOrderKind:
 		runShutdownOrderChild()
 		return

@@ -2,6 +2,7 @@ package redeq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/redeq-go/redeq/ack"
 	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/pool"
+	"github.com/redeq-go/redeq/ready"
 )
 
 // Stats counts the jobs of a topic by where they wait.
@@ -23,7 +25,28 @@ type Stats struct {
 	Consumers int64 // consumers that heartbeat for the topic
 	Buckets   int   // the topic's recorded bucket count
 	Paused    bool  // listeners do not fetch (see Pause)
+	// Limits are the global limits the topic's listeners last started
+	// with (WithMaxRunning, WithRateLimit, WithLimitKey); zero for none.
+	Limits Limits
+	// Running counts the deliveries that hold a slot of the limits: the
+	// jobs of the topic running under them, across every client.
+	Running int64
+	// Waiting counts the due jobs held back by a limit: per key value,
+	// those set aside for a value at its limit (not counted in Ready);
+	// topic-wide, the Ready jobs while Running is at MaxRunning.
+	Waiting int64
 }
+
+// Limits are a topic's global limits as Stats reports them.
+type Limits struct {
+	MaxRunning int           // at most this many running at once; 0 none
+	Rate       int           // at most this many started per Per; 0 none
+	Per        time.Duration // the rate's period
+	Key        string        // the header whose values the limits apply to; "" the topic
+}
+
+// Set reports whether any limit is set.
+func (l Limits) Set() bool { return l.MaxRunning > 0 || l.Rate > 0 }
 
 // Stats counts the jobs of topic in one pipelined round trip (after two
 // that read its meta and list its consumers). ErrUnknownTopic for a topic
@@ -43,22 +66,30 @@ func (c *Client) Stats(ctx context.Context, topic string) (Stats, error) {
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats %s: %w", topic, err)
 	}
-	type row struct{ pool, sched, ready, unack, dead *redis.IntCmd }
+	type row struct{ pool, sched, ready, unack, dead, running *redis.IntCmd }
 	rows := make([]row, n)
 	var inflight []*redis.IntCmd
+	var parked []*redis.StringSliceCmd
 	pipe := c.rdb.Pipeline()
+	spec := pipe.HGet(ctx, keys.ForTopic(c.cfg.Prefix, topic).Meta(), keys.LimitsField)
 	for b := range n {
 		k := keys.ForBucket(c.cfg.Prefix, topic, b)
 		rows[b] = row{pipe.HLen(ctx, k.Pool()), pipe.ZCard(ctx, k.Scheduled()), pipe.LLen(ctx, k.Ready()),
-			pipe.ZCard(ctx, k.UnAck()), pipe.ZCard(ctx, k.Dead())}
+			pipe.ZCard(ctx, k.UnAck()), pipe.ZCard(ctx, k.Dead()), pipe.ZCard(ctx, k.LimitRunning())}
+		parked = append(parked, pipe.ZRange(ctx, k.LimitParked(), 0, maxParkedValues-1))
 		for _, cid := range cids {
 			inflight = append(inflight, pipe.ZCard(ctx, k.InFlight(cid)))
 		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Stats{}, fmt.Errorf("stats %s: %w", topic, err)
 	}
 	st := Stats{Consumers: int64(len(cids)), Buckets: n, Paused: paused}
+	if s, err := spec.Result(); err == nil {
+		if l, err := ready.ParseLimits(s); err == nil {
+			st.Limits = Limits(l)
+		}
+	}
 	for _, r := range rows {
 		st.Pool += r.pool.Val()
 		st.Scheduled += r.sched.Val()
@@ -68,6 +99,17 @@ func (c *Client) Stats(ctx context.Context, topic string) (Stats, error) {
 	}
 	for _, l := range inflight {
 		st.InFlight += l.Val()
+	}
+	for _, r := range rows {
+		st.Running += r.running.Val()
+	}
+	waiting, err := c.parkedJobs(ctx, topic, parked)
+	if err != nil {
+		return Stats{}, fmt.Errorf("stats %s: %w", topic, err)
+	}
+	st.Waiting = waiting
+	if st.Limits.Key == "" && st.Limits.MaxRunning > 0 && st.Running >= int64(st.Limits.MaxRunning) {
+		st.Waiting += st.Ready
 	}
 	return st, nil
 }
@@ -173,4 +215,32 @@ func (c *Client) PurgeDead(ctx context.Context, topic string) (int, error) {
 		}
 	}
 	return total, nil
+}
+
+// maxParkedValues bounds the key values whose set-aside jobs Stats counts,
+// per bucket.
+const maxParkedValues = 1000
+
+// parkedJobs counts the jobs set aside for the key values of parked (per
+// bucket, as Stats read them): one more round trip when any is.
+func (c *Client) parkedJobs(ctx context.Context, topic string, parked []*redis.StringSliceCmd) (int64, error) {
+	var lens []*redis.IntCmd
+	pipe := c.rdb.Pipeline()
+	for b, vals := range parked {
+		k := keys.ForBucket(c.cfg.Prefix, topic, b)
+		for _, v := range vals.Val() {
+			lens = append(lens, pipe.LLen(ctx, k.LimitPark(v)))
+		}
+	}
+	if len(lens) == 0 {
+		return 0, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, l := range lens {
+		n += l.Val()
+	}
+	return n, nil
 }

@@ -63,6 +63,50 @@ type statsJSON struct {
 	Consumers int64  `json:"consumers"`
 	Buckets   int    `json:"buckets"`
 	Paused    bool   `json:"paused"`
+	// Running and Waiting count the jobs holding a slot of the topic's
+	// global limits and those held back by them; Limits is absent when
+	// the topic has none.
+	Running int64       `json:"running"`
+	Waiting int64       `json:"waiting"`
+	Limits  *limitsJSON `json:"limits,omitempty"`
+}
+
+type limitsJSON struct {
+	MaxRunning int    `json:"max_running,omitempty"`
+	Rate       int    `json:"rate,omitempty"`
+	Per        string `json:"per,omitempty"`
+	Key        string `json:"key,omitempty"`
+}
+
+func limitsOf(l redeq.Limits) *limitsJSON {
+	if !l.Set() {
+		return nil
+	}
+	out := &limitsJSON{MaxRunning: l.MaxRunning, Rate: l.Rate, Key: l.Key}
+	if l.Rate > 0 {
+		out.Per = l.Per.String()
+	}
+	return out
+}
+
+// text is the limits as the stats table shows them: "max 5, 50/1s per
+// tenant", "-" for none.
+func (l *limitsJSON) text() string {
+	if l == nil {
+		return "-"
+	}
+	var parts []string
+	if l.MaxRunning > 0 {
+		parts = append(parts, fmt.Sprintf("max %d", l.MaxRunning))
+	}
+	if l.Rate > 0 {
+		parts = append(parts, fmt.Sprintf("%d/%s", l.Rate, l.Per))
+	}
+	s := strings.Join(parts, ", ")
+	if l.Key != "" {
+		s += " per " + l.Key
+	}
+	return s
 }
 
 func statsCmd(o *opts) *cobra.Command {
@@ -136,16 +180,18 @@ func printStats(ctx context.Context, o *opts, c *redeq.Client, cmd *cobra.Comman
 		if err != nil {
 			return fmt.Errorf("stats %s: %w", n, err)
 		}
-		out = append(out, statsJSON{n, s.Pool, s.Scheduled, s.Ready, s.InFlight, s.UnAck, s.Dead, s.Consumers, s.Buckets, s.Paused})
+		out = append(out, statsJSON{n, s.Pool, s.Scheduled, s.Ready, s.InFlight, s.UnAck, s.Dead, s.Consumers, s.Buckets, s.Paused,
+			s.Running, s.Waiting, limitsOf(s.Limits)})
 	}
 	if o.json() {
 		// An array whether one topic was named or none: one shape to parse.
 		return writeJSON(cmd.OutOrStdout(), out)
 	}
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPIC\tSCHEDULED\tREADY\tINFLIGHT\tUNACK\tDEAD\tPOOL\tCONSUMERS\tPAUSED")
+	fmt.Fprintln(tw, "TOPIC\tSCHEDULED\tREADY\tINFLIGHT\tUNACK\tDEAD\tPOOL\tCONSUMERS\tPAUSED\tRUNNING\tWAITING\tLIMITS")
 	for _, s := range out {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%v\n", s.Topic, s.Scheduled, s.Ready, s.InFlight, s.UnAck, s.Dead, s.Pool, s.Consumers, s.Paused)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%v\t%d\t%d\t%s\n", s.Topic, s.Scheduled, s.Ready, s.InFlight, s.UnAck, s.Dead, s.Pool, s.Consumers, s.Paused,
+			s.Running, s.Waiting, s.Limits.text())
 	}
 	return tw.Flush()
 }

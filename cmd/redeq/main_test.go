@@ -200,6 +200,54 @@ func TestCLIRequeue(t *testing.T) {
 	}
 }
 
+// TestCLIStatsShowsLimits: stats shows a topic's global limits, the jobs
+// holding their slots and those waiting for one, as a table and as JSON;
+// a topic without limits shows none.
+func TestCLIStatsShowsLimits(t *testing.T) {
+	for _, b := range testutil.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			e := newEnv(t, b)
+			ctx := context.Background()
+			for _, id := range []string{"a", "b", "c"} {
+				e.ok(t, "add", "--create", "calls", id)
+			}
+			e.ok(t, "add", "--create", "orders", "o")
+			hold := make(chan struct{})
+			w, err := redeq.New(b.New(t), e.c.Config())
+			require.NoError(t, err)
+			require.NoError(t, w.Register(redeq.ListenerFunc("calls", func(ctx context.Context, _ *redeq.Job, ch *redeq.Channel) error {
+				select {
+				case <-hold:
+				case <-ctx.Done():
+				}
+				ch.Ack()
+				return nil
+			}, redeq.WithMaxRunning(1), redeq.WithRateLimit(50, time.Second))))
+			require.NoError(t, w.Start(ctx))
+			t.Cleanup(func() { _ = w.Shutdown(context.Background()) })
+			t.Cleanup(func() { close(hold) }) // before the Shutdown: the handler ends
+			testutil.Eventually(t, 10*time.Second, "one call runs", func() bool {
+				s, err := e.c.Stats(ctx, "calls")
+				return err == nil && s.Running == 1 && s.Waiting == 2
+			})
+			var all []statsJSON
+			require.NoError(t, json.Unmarshal([]byte(e.ok(t, "stats", "-o", "json")), &all))
+			got := map[string]statsJSON{}
+			for _, s := range all {
+				got[s.Topic] = s
+			}
+			require.Equal(t, int64(1), got["calls"].Running)
+			require.Equal(t, int64(2), got["calls"].Waiting)
+			require.Equal(t, &limitsJSON{MaxRunning: 1, Rate: 50, Per: "1s"}, got["calls"].Limits)
+			require.Nil(t, got["orders"].Limits)
+			out := e.ok(t, "stats")
+			require.Regexp(t, `RUNNING\s+WAITING\s+LIMITS`, out)
+			require.Regexp(t, `(?m)^calls\s.*\s1\s+2\s+max 1, 50/1s$`, out)
+			require.Regexp(t, `(?m)^orders\s.*\s0\s+0\s+-$`, out)
+		})
+	}
+}
+
 // serverTime is the clock of the Redis server that holds topic "orders"'s
 // keys, by TIME.
 func serverTime(t *testing.T, b testutil.Backend) time.Time {

@@ -126,8 +126,10 @@ type Collector struct {
 	ticks     *prometheus.CounterVec
 
 	jobsDesc, consumersDesc, overdueDesc *prometheus.Desc
-	topicProcessedDesc, topicFailedDesc  *prometheus.Desc
-	lagDesc, lastTickDesc                *prometheus.Desc
+	// The global limits of the topics that have them (see Stats).
+	limitDesc, limitedDesc              *prometheus.Desc
+	topicProcessedDesc, topicFailedDesc *prometheus.Desc
+	lagDesc, lastTickDesc               *prometheus.Desc
 
 	asynq *asynqMetrics // nil unless Options.AsynqNames
 
@@ -193,6 +195,10 @@ func New(c *redeq.Client, opts Options) *Collector {
 		}),
 		jobsDesc:      prometheus.NewDesc("redeq_jobs", "Jobs of a topic by state, read from Redis at scrape (cached).", []string{"topic", "state"}, cl),
 		consumersDesc: prometheus.NewDesc("redeq_consumers", "Consumers that heartbeat for a topic, read at scrape (cached).", []string{"topic"}, cl),
+		limitDesc: prometheus.NewDesc("redeq_limit", "A topic's global limits, for the topics that have them: max_running, or rate (jobs started per period_seconds), read at scrape (cached).",
+			[]string{"topic", "limit", "key"}, cl),
+		limitedDesc: prometheus.NewDesc("redeq_limited_jobs", "Jobs of a topic with global limits: running (holding a slot) or waiting (held back by a limit), read at scrape (cached).",
+			[]string{"topic", "state"}, cl),
 		ticks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "redeq_schedule_ticks_total",
 			Help:        "Ticks of a periodic schedule this client handled: run (its job added) or skipped (missed while no client ran and dropped by the catch-up policy, or passed while paused). Summed over the fleet, each tick counts once.",
@@ -336,6 +342,8 @@ func (x *Collector) Describe(ch chan<- *prometheus.Desc) {
 		x.dropped.Describe(ch)
 		ch <- x.jobsDesc
 		ch <- x.consumersDesc
+		ch <- x.limitDesc
+		ch <- x.limitedDesc
 		ch <- x.overdueDesc
 		ch <- x.lagDesc
 		ch <- x.lastTickDesc
@@ -408,6 +416,17 @@ func (x *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(x.jobsDesc, prometheus.GaugeValue, float64(s.n), topic, s.state)
 		}
 		ch <- prometheus.MustNewConstMetric(x.consumersDesc, prometheus.GaugeValue, float64(st.Consumers), topic)
+		if l := st.Limits; l.Set() {
+			if l.MaxRunning > 0 {
+				ch <- prometheus.MustNewConstMetric(x.limitDesc, prometheus.GaugeValue, float64(l.MaxRunning), topic, "max_running", l.Key)
+			}
+			if l.Rate > 0 {
+				ch <- prometheus.MustNewConstMetric(x.limitDesc, prometheus.GaugeValue, float64(l.Rate), topic, "rate", l.Key)
+				ch <- prometheus.MustNewConstMetric(x.limitDesc, prometheus.GaugeValue, l.Per.Seconds(), topic, "period_seconds", l.Key)
+			}
+			ch <- prometheus.MustNewConstMetric(x.limitedDesc, prometheus.GaugeValue, float64(st.Running), topic, "running")
+			ch <- prometheus.MustNewConstMetric(x.limitedDesc, prometheus.GaugeValue, float64(st.Waiting), topic, "waiting")
+		}
 	}
 }
 

@@ -170,6 +170,52 @@ redeq_jobs{state="unack",topic="cached"} 0
 	})
 }
 
+// TestLimitsAreExported: a topic with global limits has its limits, the
+// jobs running under them and those waiting for a slot as series; a topic
+// without limits has none.
+func TestLimitsAreExported(t *testing.T) {
+	backends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		c := newClient(t, rdb)
+		for i := range 3 {
+			require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "calls", ID: fmt.Sprint(i)}))
+		}
+		require.NoError(t, c.Add(ctx, &redeq.Job{Topic: "orders", ID: "1", Delay: time.Hour}))
+		hold := make(chan struct{})
+		require.NoError(t, c.Register(redeq.ListenerFunc("calls", func(ctx context.Context, _ *redeq.Job, ch *redeq.Channel) error {
+			select {
+			case <-hold:
+			case <-ctx.Done():
+			}
+			ch.Ack()
+			return nil
+		}, redeq.WithMaxRunning(1), redeq.WithRateLimit(10, time.Minute))))
+		require.NoError(t, c.Start(ctx))
+		t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+		t.Cleanup(func() { close(hold) })
+		rqtest.Eventually(t, 10*time.Second, "one call runs", func() bool {
+			s, err := c.Stats(ctx, "calls")
+			return err == nil && s.Running == 1 && s.Waiting == 2
+		})
+		reg := prometheus.NewRegistry()
+		require.NoError(t, reg.Register(redeqprom.New(c, redeqprom.Options{})))
+		want := `
+# HELP redeq_limit A topic's global limits, for the topics that have them: max_running, or rate (jobs started per period_seconds), read at scrape (cached).
+# TYPE redeq_limit gauge
+redeq_limit{key="",limit="max_running",prefix="$P",topic="calls"} 1
+redeq_limit{key="",limit="period_seconds",prefix="$P",topic="calls"} 60
+redeq_limit{key="",limit="rate",prefix="$P",topic="calls"} 10
+# HELP redeq_limited_jobs Jobs of a topic with global limits: running (holding a slot) or waiting (held back by a limit), read at scrape (cached).
+# TYPE redeq_limited_jobs gauge
+redeq_limited_jobs{prefix="$P",state="running",topic="calls"} 1
+redeq_limited_jobs{prefix="$P",state="waiting",topic="calls"} 2
+`
+		// The labels in their sorted order, the prefix among them.
+		want = strings.ReplaceAll(want, "$P", c.Config().Prefix)
+		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "redeq_limit", "redeq_limited_jobs"))
+	})
+}
+
 // Broadcast runs count under outcome "broadcast", with a duration sample
 // and no lateness sample (their due time is unknown); under asynq's names
 // they are processed, and failed when the handler panicked.

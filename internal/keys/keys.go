@@ -356,3 +356,41 @@ func Schedules(prefix string) string { return prefix + ":schedules" }
 // schedule loop, unix ms, server clock) and down_from, down_to: the latest
 // span during which no client ran a pass, whose ticks were missed.
 func ScheduleClock(prefix string) string { return prefix + ":schedules:clock" }
+
+// LimitPrefix starts the names of the bucket's limit keys (see
+// internal/script's limits.lua, which appends the rest): the scripts that
+// enforce or free a limit get it as a KEYS entry and derive, all under the
+// bucket's hash tag and so in its slot,
+//
+//	<prefix>run          ZSET  lease -> fetch ms: every delivery fetched under a limit
+//	<prefix>keyof        HASH  lease -> limit key value (per-key limits only)
+//	<prefix>krun:<value> ZSET  lease -> fetch ms, the deliveries of one key value
+//	<prefix>rate         ZSET  lease -> start µs within the last rate period
+//	<prefix>krate:<value> ZSET the same per key value; expires after the period
+//	<prefix>park:<value> LIST  ids held for their key value, oldest first
+//	<prefix>parked       ZSET  key value -> when its parked ids may be tried again, ms
+//	<prefix>held         STRING set while a topic-wide MaxRunning held a fetch back
+//
+// A lease is "<token>@<consumer>\n<id>": the delivery's state value, then
+// its id. Idle key values own no key at all.
+func (b Bucket) LimitPrefix() string { return b.tag + "limit:" }
+
+// LimitsField is the field of a topic's Meta HASH holding the limits its
+// listeners enforce (written at Start, read by Stats): "max|n|per ms|header".
+const LimitsField = "limits"
+
+// LimitRunning is a ZSET of the leases of the deliveries fetched under a
+// limit (LimitPrefix "run").
+func (b Bucket) LimitRunning() string { return b.LimitPrefix() + "run" }
+
+// LimitParked is a ZSET: key value -> when its parked ids may be tried
+// again (LimitPrefix "parked").
+func (b Bucket) LimitParked() string { return b.LimitPrefix() + "parked" }
+
+// LimitPark is a LIST of the ids set aside for key value v (LimitPrefix
+// "park:" v).
+func (b Bucket) LimitPark(v string) string { return b.LimitPrefix() + "park:" + v }
+
+// LimitKeyRunning is a ZSET of the leases of key value v (LimitPrefix
+// "krun:" v).
+func (b Bucket) LimitKeyRunning(v string) string { return b.LimitPrefix() + "krun:" + v }

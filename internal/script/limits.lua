@@ -1,0 +1,323 @@
+-- The limits: helpers of the scripts that enforce a topic's global limits
+-- (at most N running, at most N started per period, for the topic or per
+-- value of a job header) or free a slot, put after the prelude and before
+-- the script's own source by script.NewLimited. The keys live under the
+-- bucket's limit prefix p (keys.Bucket.LimitPrefix: same hash tag, same
+-- slot as the rest of the bucket):
+--   p..'run'          ZSET lease -> fetch ms, every delivery fetched under a limit
+--   p..'keyof'        HASH lease -> its key value (per-key MaxRunning only)
+--   p..'krun:'..v     ZSET lease -> fetch ms, per key value v
+--   p..'rate'         ZSET lease -> start ms within the last period
+--   p..'krate:'..v    ZSET the same per key value; expires after the period
+--   p..'park:'..v     LIST ids held for key value v, oldest first
+--   p..'parked'       ZSET key value -> when its parked ids may be tried
+--                     again, ms; LIMIT_HOLD while they wait for a slot
+--   p..'held'         STRING set while a topic-wide MaxRunning held a
+--                     fetch back: the next freed slot is announced
+-- A lease is "<token>@<consumer>\n<id>": the delivery's state value, then
+-- its id, so that a lease is live exactly while the job's state names its
+-- delivery. Every key empties and vanishes when its key value is idle.
+local LIMIT_HOLD = 9000000000000000
+-- limit_score reads a ZSET score, as "9e+15" too (some servers write it
+-- so, and not every Lua reads it).
+local function limit_score(s)
+  local n = tonumber(s)
+  if n then return n end
+  local m, e = string.match(s, '^([-%d.]+)[eE]%+?(-?%d+)$')
+  return tonumber(m) * 10 ^ tonumber(e)
+end
+-- limit_spec reads a spec "max|n|per ms|header" (0 = no such limit, header
+-- '' = topic-wide); nil for '' (no limits: the one check a topic without
+-- limits pays).
+local function limit_spec(s)
+  if s == nil or s == '' then return nil end
+  local max, n, per, header = string.match(s, '^(%d+)|(%d+)|(%d+)|(.*)$')
+  if not max then error('bad limit spec ' .. s) end
+  return {max = tonumber(max), n = tonumber(n), per = tonumber(per), header = header}
+end
+-- limit_value is the value of header in envelope env ('' when the job has
+-- no such header), read from its headers block: "<len>:<key><len>:<value>"...
+local function limit_value(env, header)
+  local nl = string.find(env, '\n', 1, true)
+  if not nl then return '' end
+  local hlen = string.match(string.sub(env, 1, nl - 1), '^1|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(%d+)$')
+  if not hlen then return '' end
+  local pos, stop = nl + 1, nl + tonumber(hlen)
+  local function field()
+    local c = string.find(env, ':', pos, true)
+    if not c or c > stop then return nil end
+    local len = tonumber(string.sub(env, pos, c - 1))
+    if not len then return nil end
+    local s = string.sub(env, c + 1, c + len)
+    pos = c + len + 1
+    return s
+  end
+  while pos <= stop do
+    local k, v = field(), field()
+    if k == nil or v == nil then return '' end
+    if k == header then return v end
+  end
+  return ''
+end
+-- limit_lease is the lease of delivery token of id to consumer cid.
+local function limit_lease(token, cid, id) return token .. '@' .. cid .. '\n' .. id end
+-- limit_free removes leases (at most a script's batch) wherever they are
+-- counted, and makes the parked ids of each key value freed due now.
+-- Returns how many key values it freed that had parked ids, and how many
+-- leases it removed. A bucket that never ran under a limit has no 'run'
+-- key: one EXISTS.
+local function limit_free(p, leases, now)
+  if #leases == 0 or redis.call('EXISTS', p .. 'run') == 0 then return 0, 0 end
+  local freed = redis.call('ZREM', p .. 'run', unpack(leases))
+  local vals = redis.call('HMGET', p .. 'keyof', unpack(leases))
+  local order, by = {}, {}
+  for i, v in ipairs(vals) do
+    if v then
+      if not by[v] then by[v] = {}; order[#order + 1] = v end
+      by[v][#by[v] + 1] = leases[i]
+    end
+  end
+  if #order == 0 then return 0, freed end
+  redis.call('HDEL', p .. 'keyof', unpack(leases))
+  local woke = 0
+  for _, v in ipairs(order) do
+    redis.call('ZREM', p .. 'krun:' .. v, unpack(by[v]))
+    local at = redis.call('ZSCORE', p .. 'parked', v)
+    if at and limit_score(at) > now then
+      redis.call('ZADD', p .. 'parked', now, v)
+      woke = woke + 1
+    end
+  end
+  return woke, freed
+end
+-- limit_release is limit_free for the scripts that end deliveries: when it
+-- freed a slot while jobs wait for one (a fetch was held back by the
+-- topic's MaxRunning and the ready list readyk holds jobs, or a key value
+-- it freed has parked ids), it announces the bucket on the ready channel
+-- (message msg), so that the consumers fetch again.
+local function limit_release(p, leases, readyk, channel, msg)
+  local woke, freed = limit_free(p, leases, now_ms_floor())
+  if freed == 0 then return end
+  if woke > 0 or (redis.call('DEL', p .. 'held') == 1 and redis.call('LLEN', readyk) > 0) then
+    redis.call('PUBLISH', channel, msg)
+  end
+end
+-- limit_heal frees up to 16 of the oldest leases of ZSET z whose delivery
+-- no longer owns its job (the job's state in HASH state no longer names
+-- it): a slot some path could not free (the job was deleted while in
+-- flight, say) comes back at the first fetch that finds the limit
+-- reached. Returns how many it freed.
+local function limit_heal(p, z, state, now)
+  local old = redis.call('ZRANGE', z, 0, 15)
+  if #old == 0 then return 0 end
+  local ids, own = {}, {}
+  for i, l in ipairs(old) do
+    local s, id = string.match(l, '^([^\n]*)\n(.*)$')
+    ids[i], own[i] = id or l, s or ''
+  end
+  local st = redis.call('HMGET', state, unpack(ids))
+  local stale = {}
+  for i = 1, #old do
+    if st[i] ~= own[i] then stale[#stale + 1] = old[i] end
+  end
+  if #stale > 0 then
+    limit_free(p, stale, now)
+    redis.call('ZREM', z, unpack(stale))
+  end
+  return #stale
+end
+-- limit_room is how many more deliveries the running ZSET run (at most
+-- spec.max, 0 for no such limit) and the start ZSET rate (spec.n per
+-- spec.per ms) allow now, and, when the rate allows none, in how many ms it
+-- allows one; math.huge with no limit. A running limit found reached is
+-- healed first (limit_heal).
+local function limit_room(p, run, rate, spec, state, now)
+  local room, wait = math.huge, nil
+  if spec.max > 0 then
+    local c = redis.call('ZCARD', run)
+    if c >= spec.max then c = c - limit_heal(p, run, state, now) end
+    room = spec.max - c
+  end
+  if spec.n > 0 then
+    redis.call('ZREMRANGEBYSCORE', rate, '-inf', now - spec.per)
+    local r = spec.n - redis.call('ZCARD', rate)
+    if r <= 0 then
+      local first = redis.call('ZRANGE', rate, 0, 0, 'WITHSCORES')
+      wait = math.max(1, (first[2] and limit_score(first[2]) or now) + spec.per - now)
+    end
+    room = math.min(room, r)
+  end
+  return room, wait
+end
+-- limit_rate_wait is, when the rate of key value v is full once extra
+-- more start now, in how many ms it allows one again; nil when it is not
+-- full (or there is no rate): then only a slot can hold the value up.
+local function limit_rate_wait(p, spec, v, extra, now)
+  if spec.n == 0 then return nil end
+  local rate = p .. 'krate:' .. v
+  if redis.call('ZCARD', rate) + extra < spec.n then return nil end
+  local first = redis.call('ZRANGE', rate, 0, 0, 'WITHSCORES')
+  local oldest = first[2] and limit_score(first[2]) or now
+  return math.max(1, oldest + spec.per - now)
+end
+-- limit_key_room is limit_room for key value v.
+local function limit_key_room(p, spec, v, state, now)
+  return limit_room(p, p .. 'krun:' .. v, p .. 'krate:' .. v, spec, state, now)
+end
+-- limit_unpark gives the ids parked for key values that may run again
+-- (due in 'parked', at most 8 values, at most most ids in all, each value
+-- at most its room) back to the head of the ready list, oldest first,
+-- where the fetch reads them first, and notes each value's room in room
+-- (so that the ids given back use it, and, when none is left parked, new
+-- ones too). A value whose ids still wait is parked again: until its rate
+-- allows one (a time), or until a slot of it frees (LIMIT_HOLD). Returns
+-- how many ids it gave back.
+local function limit_unpark(p, spec, readyk, state, now, most, room, waits)
+  local due = redis.call('ZRANGEBYSCORE', p .. 'parked', '-inf', now, 'LIMIT', 0, 8)
+  local back = {}
+  for _, v in ipairs(due) do
+    local r, wait = limit_key_room(p, spec, v, state, now)
+    local n = math.max(0, math.min(r, most - #back))
+    local plist = p .. 'park:' .. v
+    if n > 0 then
+      local got = redis.call('LPOP', plist, n)
+      if got then for _, id in ipairs(got) do back[#back + 1] = id end end
+    end
+    if redis.call('EXISTS', plist) == 0 then
+      redis.call('ZREM', p .. 'parked', v)
+      room[v], waits[v] = r, wait
+    else
+      room[v], waits[v] = n, wait
+      if n >= r then
+        -- Its room is used up (when the fetch ran out of room instead,
+        -- it stays due): until its rate lets one go, or a slot frees.
+        wait = wait or limit_rate_wait(p, spec, v, n, now)
+        redis.call('ZADD', p .. 'parked', wait and (now + wait) or LIMIT_HOLD, v)
+      end
+    end
+    if #back >= most then break end
+  end
+  if #back > 0 then
+    local rev = {}
+    for i = #back, 1, -1 do rev[#rev + 1] = back[i] end
+    redis.call('LPUSH', readyk, unpack(rev))
+    -- The entries behind keep their places (keys.ReadyHeadField).
+    redis.call('HINCRBY', state, '\0readyhead', -#back)
+  end
+  return #back
+end
+-- limit_park sets ids aside for key value v (at its limit), behind those
+-- already parked; a value newly parked waits until wait ms from now (its
+-- rate) or for a slot (wait nil).
+local function limit_park(p, v, ids, wait, now)
+  redis.call('RPUSH', p .. 'park:' .. v, unpack(ids))
+  if redis.call('ZSCORE', p .. 'parked', v) == false then
+    redis.call('ZADD', p .. 'parked', wait and (now + wait) or LIMIT_HOLD, v)
+  end
+end
+-- limit_next is in how many ms a parked key value falls due, or nil when
+-- none waits for a time.
+local function limit_next(p, now)
+  local first = redis.call('ZRANGE', p .. 'parked', 0, 0, 'WITHSCORES')
+  if first[1] == nil or limit_score(first[2]) >= LIMIT_HOLD then return nil end
+  return math.max(0, limit_score(first[2]) - now)
+end
+-- limit_open starts a fetch under spec (nil: no limits, and nil back) in
+-- the bucket of limit prefix p, ready list readyk and state HASH state,
+-- for at most want jobs. Topic-wide, it returns how many the limits let
+-- the fetch take, and when that is none because of the rate, the ms until
+-- the rate allows one. Per key value, it first gives back the parked ids
+-- that may run again (limit_unpark), and the fetch reads as many as it
+-- would. The third value is the fetch's limit state, for limit_admit,
+-- limit_record and limit_close.
+local function limit_open(p, spec, readyk, state, want)
+  if spec == nil then return want, nil, nil end
+  local now = now_ms_floor()
+  local lk = {p = p, spec = spec, state = state, now = now, room = {}, wait = {}, took = {}, val = {}, park = {}, order = {}}
+  if spec.header == '' then
+    local room, wait = limit_room(p, p .. 'run', p .. 'rate', spec, state, now)
+    if room < want and not wait then redis.call('SET', p .. 'held', '1') end
+    return math.max(0, math.min(want, room)), wait, lk
+  end
+  limit_unpark(p, spec, readyk, state, now, want, lk.room, lk.wait)
+  return want, nil, lk
+end
+-- limit_admit tells whether the fetch may take the job id of envelope env
+-- (always, topic-wide: the fetch asked for no more than the limits let
+-- it). Per key value, a job whose value has no room left, or whose value
+-- has ids parked before it, is set aside, for limit_close to park.
+local function limit_admit(lk, env, id)
+  if lk == nil or lk.spec.header == '' then return true end
+  local v = limit_value(env, lk.spec.header)
+  local room = lk.room[v]
+  if room == nil then
+    room, lk.wait[v] = limit_key_room(lk.p, lk.spec, v, lk.state, lk.now)
+    if redis.call('ZSCORE', lk.p .. 'parked', v) then room = 0 end
+  end
+  if room > 0 then
+    lk.room[v] = room - 1
+    lk.took[v] = (lk.took[v] or 0) + 1
+    lk.val[id] = v
+    return true
+  end
+  lk.room[v] = 0
+  if not lk.park[v] then lk.park[v] = {}; lk.order[#lk.order + 1] = v end
+  lk.park[v][#lk.park[v] + 1] = id
+  return false
+end
+-- limit_record records the lease of the delivery token of id to consumer
+-- cid, which the fetch took.
+local function limit_record(lk, token, cid, id)
+  if lk == nil then return end
+  local lease, v = limit_lease(token, cid, id), lk.val[id] or ''
+  if not lk.took_by then lk.took_by, lk.took_order = {}, {} end
+  if not lk.took_by[v] then lk.took_by[v] = {}; lk.took_order[#lk.took_order + 1] = v end
+  local t = lk.took_by[v]
+  t[#t + 1] = lk.now
+  t[#t + 1] = lease
+end
+-- limit_flush writes the leases limit_record noted, one command per key
+-- (and per key value) for the whole fetch: in the running set, and where
+-- the limits count them (the rate windows, which expire a period after
+-- their last start; the key value's running set and the lease's value).
+local function limit_flush(lk)
+  if lk == nil or not lk.took_by then return end
+  local p, spec = lk.p, lk.spec
+  for _, v in ipairs(lk.took_order) do
+    local t = lk.took_by[v]
+    redis.call('ZADD', p .. 'run', unpack(t))
+    if spec.header == '' then
+      if spec.n > 0 then
+        redis.call('ZADD', p .. 'rate', unpack(t))
+        redis.call('PEXPIRE', p .. 'rate', spec.per)
+      end
+    else
+      if spec.max > 0 then
+        local kv = {}
+        for i = 2, #t, 2 do kv[#kv + 1] = t[i]; kv[#kv + 1] = v end
+        redis.call('HSET', p .. 'keyof', unpack(kv))
+        redis.call('ZADD', p .. 'krun:' .. v, unpack(t))
+      end
+      if spec.n > 0 then
+        redis.call('ZADD', p .. 'krate:' .. v, unpack(t))
+        redis.call('PEXPIRE', p .. 'krate:' .. v, spec.per)
+      end
+    end
+  end
+end
+-- limit_close parks the ids limit_admit set aside, and gives the fetch's
+-- first reply value: flag, or, when flag is 0 (nothing more to read now)
+-- and a key value's ids fall due at a time, -1 - the ms until then, so
+-- that the consumer fetches again at that time.
+local function limit_close(lk, flag)
+  if lk == nil then return flag end
+  for _, v in ipairs(lk.order) do
+    local wait = lk.wait[v] or limit_rate_wait(lk.p, lk.spec, v, lk.took[v] or 0, lk.now)
+    limit_park(lk.p, v, lk.park[v], wait, lk.now)
+  end
+  if flag ~= 0 or lk.spec.header == '' then return flag end
+  local next = limit_next(lk.p, lk.now)
+  if next == nil then return flag end
+  return -1 - next
+end
+-- The script's own source follows.

@@ -1,0 +1,214 @@
+package ready
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/pool"
+)
+
+// limitJobs seeds ready jobs of bucket k: id -> the value of header
+// "tenant" ("" for none), in order.
+func limitJobs(t *testing.T, c redis.UniversalClient, k keys.Bucket, jobs ...[2]string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, j := range jobs {
+		job := &pool.Job{ID: j[0]}
+		if j[1] != "" {
+			job.Headers = map[string]string{"tenant": j[1]}
+		}
+		h := pool.Header{CreatedMs: 1}
+		if len(job.Headers) > 0 {
+			h.HeadersLen = len(pool.AppendHeaders(nil, job.Headers))
+		}
+		env := append(pool.AppendHeader(nil, h), pool.AppendHeaders(nil, job.Headers)...)
+		require.NoError(t, c.HSet(ctx, k.Pool(), j[0], string(env)).Err())
+		require.NoError(t, c.HSet(ctx, k.State(), j[0], "r").Err())
+		require.NoError(t, c.RPush(ctx, k.Ready(), j[0]).Err())
+	}
+}
+
+func ids(items []Item) []string {
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = it.ID
+	}
+	return out
+}
+
+// lease is the lease fetch.lua records for delivery it to consumer cid.
+func lease(it Item, cid string) string { return it.Token + "@" + cid + "\n" + it.ID }
+
+// TestFetchUnderLimits: fetch.lua with limits (limits.lua) takes no more
+// jobs than the topic's slots and rate allow, records one lease per
+// delivery, frees leases whose delivery no longer owns its job when it
+// finds the limit reached, and per key value parks the jobs of a value at
+// its limit so that the others are taken; a slot freed (here by
+// release.lua) brings the parked jobs back, oldest first.
+func TestFetchUnderLimits(t *testing.T) {
+	ctx := context.Background()
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			fetch := func(t *testing.T, prefix, spec string, want int) Batch {
+				t.Helper()
+				b, err := FetchLimited(ctx, c, prefix, "t", 0, "c", want, false, spec)
+				require.NoError(t, err)
+				return b
+			}
+			t.Run("TakesOnlyFreeSlots", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, [2]string{"a", ""}, [2]string{"b", ""}, [2]string{"c", ""})
+				spec := Limits{MaxRunning: 2}.Spec()
+				got := fetch(t, p, spec, 10)
+				require.Equal(t, []string{"a", "b"}, ids(got.Items))
+				leases, err := c.ZRange(ctx, k.LimitRunning(), 0, -1).Result()
+				require.NoError(t, err)
+				require.ElementsMatch(t, []string{lease(got.Items[0], "c"), lease(got.Items[1], "c")}, leases)
+				// A rerun, as after a lost reply, takes nothing more: the
+				// limit counts the deliveries the lost reply carried.
+				again := fetch(t, p, spec, 10)
+				require.Empty(t, again.Items)
+				require.Equal(t, int64(1), c.LLen(ctx, k.Ready()).Val())
+				// Releasing one (a lost reply given back) frees its slot.
+				n, err := ReleaseMembers(ctx, c, p, "t", 0, "c", []string{got.Items[0].Member()})
+				require.NoError(t, err)
+				require.Equal(t, 1, n)
+				require.Equal(t, []string{"a"}, ids(fetch(t, p, spec, 10).Items), "the freed slot, to the job given back first")
+			})
+			t.Run("FreesLeasesOfDeliveriesThatNoLongerOwnTheirJob", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				// Two leases of deliveries whose jobs were deleted, and one of
+				// a job the same consumer fetched again since (token 9 now).
+				testutil.Seed(t, c, testutil.ZSet(k.LimitRunning(), "1@c\ngone1=1", "2@c\ngone2=2", "3@c\nx=3"),
+					testutil.Hash(k.State(), "x=9@c"))
+				limitJobs(t, c, k, [2]string{"a", ""}, [2]string{"b", ""})
+				got := fetch(t, p, Limits{MaxRunning: 3}.Spec(), 10)
+				require.Equal(t, []string{"a", "b"}, ids(got.Items))
+				require.Equal(t, int64(2), c.ZCard(ctx, k.LimitRunning()).Val())
+			})
+			t.Run("RateTellsWhenItAllowsMore", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, [2]string{"a", ""}, [2]string{"b", ""}, [2]string{"c", ""})
+				spec := Limits{Rate: 2, Per: time.Minute}.Spec()
+				require.Equal(t, []string{"a", "b"}, ids(fetch(t, p, spec, 10).Items))
+				held := fetch(t, p, spec, 10)
+				require.Empty(t, held.Items)
+				require.True(t, held.More)
+				require.InDelta(t, float64(time.Minute), float64(held.Wait), float64(5*time.Second))
+			})
+			t.Run("ParksTheJobsOfAKeyAtItsLimit", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, [2]string{"h1", "hot"}, [2]string{"h2", "hot"}, [2]string{"h3", "hot"},
+					[2]string{"o1", "x"}, [2]string{"n1", ""})
+				spec := Limits{MaxRunning: 1, Key: "tenant"}.Spec()
+				got := fetch(t, p, spec, 10)
+				require.Equal(t, []string{"h1", "o1", "n1"}, ids(got.Items), "one of each value, jobs without the header as value \"\"")
+				require.Equal(t, []string{"h2", "h3"}, c.LRange(ctx, k.LimitPark("hot"), 0, -1).Val())
+				require.Equal(t, int64(0), c.LLen(ctx, k.Ready()).Val())
+				require.Empty(t, fetch(t, p, spec, 10).Items, "parked jobs are not read again while their value is full")
+				// Its slot freed, the hot value's next job comes back.
+				_, err := ReleaseMembers(ctx, c, p, "t", 0, "c", []string{got.Items[0].Member()})
+				require.NoError(t, err)
+				next := fetch(t, p, spec, 10)
+				// The parked job goes first (the value has one slot); the one
+				// given back waits behind the value's other parked job.
+				require.Equal(t, []string{"h2"}, ids(next.Items))
+				require.Equal(t, []string{"h3", "h1"}, c.LRange(ctx, k.LimitPark("hot"), 0, -1).Val())
+				_, err = ReleaseMembers(ctx, c, p, "t", 0, "c", []string{next.Items[0].Member()})
+				require.NoError(t, err)
+				require.Equal(t, []string{"h3"}, ids(fetch(t, p, spec, 10).Items))
+				require.Equal(t, []string{"h1", "h2"}, c.LRange(ctx, k.LimitPark("hot"), 0, -1).Val())
+			})
+			t.Run("RateParkedKeyComesBackAtItsTime", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, [2]string{"h1", "hot"}, [2]string{"h2", "hot"}, [2]string{"o1", "x"})
+				spec := Limits{Rate: 1, Per: time.Minute, Key: "tenant"}.Spec()
+				got := fetch(t, p, spec, 10)
+				require.Equal(t, []string{"h1", "o1"}, ids(got.Items))
+				require.InDelta(t, float64(time.Minute), float64(got.Wait), float64(5*time.Second), "when the parked value may go")
+				at := c.ZScore(ctx, k.LimitParked(), "hot").Val()
+				require.Greater(t, at, float64(time.Now().Add(50*time.Second).UnixMilli()))
+			})
+			t.Run("ParkedBacklogIsReadInBoundedSteps", func(t *testing.T) {
+				// 100,000 ids parked for one value: a fetch once a slot is
+				// free gives back only what the value may run.
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, [2]string{"h0", "hot"})
+				pipe := c.Pipeline()
+				for i := 1; i <= 100_000; i += 1000 {
+					chunk := make([]any, 0, 1000)
+					for j := i; j < i+1000; j++ {
+						chunk = append(chunk, fmt.Sprint("h", j))
+					}
+					pipe.RPush(ctx, k.LimitPark("hot"), chunk...)
+				}
+				pipe.ZAdd(ctx, k.LimitParked(), redis.Z{Score: 0, Member: "hot"})
+				_, err := pipe.Exec(ctx)
+				require.NoError(t, err)
+				got := fetch(t, p, Limits{MaxRunning: 2, Key: "tenant"}.Spec(), 256)
+				// h1..h2 come back (stale: no job, dropped), h0 is taken.
+				require.Equal(t, []string{"h0"}, ids(got.Items))
+				require.Equal(t, int64(100_000-2), c.LLen(ctx, k.LimitPark("hot")).Val())
+			})
+			t.Run("SameConsumerTwiceHoldsTwoLeases", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, [2]string{"j", ""})
+				spec := Limits{MaxRunning: 2}.Spec()
+				first := fetch(t, p, spec, 1)
+				require.Len(t, first.Items, 1)
+				// The job comes back (the reaper took it back meanwhile) and
+				// the same consumer takes it again: a delivery of its own.
+				require.NoError(t, c.HSet(ctx, k.State(), "j", "r").Err())
+				require.NoError(t, c.RPush(ctx, k.Ready(), "j").Err())
+				second := fetch(t, p, spec, 1)
+				require.Len(t, second.Items, 1)
+				require.NotEqual(t, first.Items[0].Token, second.Items[0].Token)
+				leases := c.ZRange(ctx, k.LimitRunning(), 0, -1).Val()
+				require.ElementsMatch(t, []string{lease(first.Items[0], "c"), lease(second.Items[0], "c")}, leases)
+				// Releasing the stale one frees its lease only.
+				_, err := ReleaseMembers(ctx, c, p, "t", 0, "c", []string{first.Items[0].Member()})
+				require.NoError(t, err)
+				require.Equal(t, []string{lease(second.Items[0], "c")}, c.ZRange(ctx, k.LimitRunning(), 0, -1).Val())
+				require.Equal(t, second.Items[0].Token+"@c", c.HGet(ctx, k.State(), "j").Val())
+			})
+			t.Run("AnErrorWritesNothing", func(t *testing.T) {
+				// The limits are read before any write: a spec the script
+				// cannot read fails the fetch and leaves every key as it was.
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, [2]string{"a", "x"})
+				testutil.Seed(t, c, testutil.ZSet(k.LimitRunning(), "1@d\nz=1"))
+				before := testutil.DumpUnder(t, c, p)
+				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 10, false, "bad")
+				require.ErrorContains(t, err, "bad limit spec")
+				require.Equal(t, before, testutil.DumpUnder(t, c, p))
+			})
+			t.Run("WithoutLimitsNoLimitKey", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, [2]string{"a", "x"})
+				got := fetch(t, p, "", 10)
+				require.Len(t, got.Items, 1)
+				for _, key := range testutil.Keys(t, c, p) {
+					require.False(t, strings.Contains(key, ":limit:"), key)
+				}
+			})
+		})
+	}
+}

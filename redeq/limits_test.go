@@ -1,0 +1,456 @@
+package redeq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redeq-go/redeq/config"
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/redeq"
+)
+
+// gauge measures how many handlers run at once, and the most that ever did.
+type gauge struct {
+	now, peak atomic.Int64
+}
+
+func (g *gauge) enter() {
+	n := g.now.Add(1)
+	for {
+		p := g.peak.Load()
+		if n <= p || g.peak.CompareAndSwap(p, n) {
+			return
+		}
+	}
+}
+
+func (g *gauge) leave() { g.now.Add(-1) }
+
+// TestMaxRunningHoldsAcrossClients: ten clients of sixteen workers each
+// listen to a topic with MaxRunning 5: the handlers never run more than
+// five jobs at once, measured by the handlers themselves, and they do
+// reach five; every job runs once.
+func TestMaxRunningHoldsAcrossClients(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const jobs = 150
+		var g gauge
+		var done atomic.Int64
+		h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			g.enter()
+			time.Sleep(10 * time.Millisecond)
+			g.leave()
+			done.Add(1)
+			ch.Ack()
+			return nil
+		}
+		for i := range jobs {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))
+		}
+		for i := range 10 {
+			c := e.c
+			if i > 0 {
+				c = e.another(t, nil)
+			}
+			startWith(t, c, redeq.ListenerFunc("t", h, redeq.WithWorkers(16), redeq.WithMaxRunning(5)))
+		}
+		testutil.Eventually(t, 60*time.Second, "every job ran", func() bool { return done.Load() >= jobs })
+		require.LessOrEqual(t, g.peak.Load(), int64(5), "jobs running at once")
+		require.Equal(t, int64(5), g.peak.Load(), "the limit is reached")
+		require.Equal(t, int64(jobs), done.Load(), "every job ran once")
+		testutil.Eventually(t, 10*time.Second, "every slot is free", func() bool { return stats(t, e.c, "t").Running == 0 })
+	})
+}
+
+// TestLimitKeyHoldsTheHotKeyAlone: with MaxRunning 1 per value of the
+// header "tenant", a hot tenant whose 100 jobs were added first, and whose
+// first job runs until every other tenant's job has run, holds up no one:
+// the jobs of 1,000 other tenants run meanwhile, several at once. The hot
+// tenant never runs two jobs at once, and all its jobs run in the end.
+func TestLimitKeyHoldsTheHotKeyAlone(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const hotJobs, cold = 100, 1000
+		var hot, others gauge
+		var hotDone, coldDone atomic.Int64
+		coldRan := make(chan struct{})
+		var once sync.Once
+		h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			if job.Headers["tenant"] == "hot" {
+				hot.enter()
+				if job.ID == "hot0" {
+					select {
+					case <-coldRan:
+					case <-ctx.Done():
+						hot.leave()
+						return ctx.Err()
+					}
+				}
+				hot.leave()
+				hotDone.Add(1)
+			} else {
+				others.enter()
+				time.Sleep(time.Millisecond)
+				others.leave()
+				if coldDone.Add(1) == cold {
+					once.Do(func() { close(coldRan) })
+				}
+			}
+			ch.Ack()
+			return nil
+		}
+		var batch []*redeq.Job
+		for i := range hotJobs {
+			batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("hot", i), Headers: map[string]string{"tenant": "hot"}})
+		}
+		for i := range cold {
+			batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("c", i), Headers: map[string]string{"tenant": fmt.Sprint("tenant", i)}})
+		}
+		require.NoError(t, e.c.AddBatch(ctx, batch[:hotJobs]))
+		require.NoError(t, e.c.AddBatch(ctx, batch[hotJobs:]))
+		cfg := e.cfg
+		cfg.ConsumeTimeout = time.Minute
+		c, err := redeq.New(e.be.New(t), cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+		for _, cl := range []*redeq.Client{c, e.another(t, func(c *config.Config) { c.ConsumeTimeout = time.Minute })} {
+			startWith(t, cl, redeq.ListenerFunc("t", h, redeq.WithWorkers(16), redeq.WithMaxRunning(1), redeq.WithLimitKey("tenant")))
+		}
+		select {
+		case <-coldRan:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("the other tenants' jobs are held up: %d of %d ran", coldDone.Load(), cold)
+		}
+		testutil.Eventually(t, 60*time.Second, "every hot job ran", func() bool { return hotDone.Load() >= hotJobs })
+		require.Equal(t, int64(1), hot.peak.Load(), "hot tenant's jobs running at once")
+		require.Greater(t, others.peak.Load(), int64(1), "other tenants run side by side")
+		require.Equal(t, int64(hotJobs), hotDone.Load())
+		require.Equal(t, int64(cold), coldDone.Load())
+		testutil.Eventually(t, 10*time.Second, "every limit key is gone", func() bool {
+			for _, k := range testutil.Keys(t, e.rdb, e.cfg.Prefix) {
+				if strings.Contains(k, ":limit:") && !strings.HasSuffix(k, ":limit:run") {
+					t.Logf("left: %s", k)
+					return false
+				}
+			}
+			return stats(t, e.c, "t").Running == 0
+		})
+	})
+}
+
+// TestLimitChangedWhileJobsRun: a client with MaxRunning 2 holds two jobs
+// running; a client started later with MaxRunning 4 runs two more, not
+// four: the limit counts every running job of the topic, whoever fetched
+// it and under which limit. Stats shows the limit last started with and
+// the slots held.
+func TestLimitChangedWhileJobsRun(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		var g gauge
+		release := make(chan struct{})
+		var done atomic.Int64
+		h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			g.enter()
+			defer g.leave()
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			done.Add(1)
+			ch.Ack()
+			return nil
+		}
+		for i := range 12 {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))
+		}
+		mod := func(c *config.Config) { c.ConsumeTimeout = time.Minute }
+		startWith(t, e.another(t, mod), redeq.ListenerFunc("t", h, redeq.WithWorkers(8), redeq.WithMaxRunning(2)))
+		testutil.Eventually(t, 10*time.Second, "two jobs run", func() bool { return g.now.Load() == 2 })
+		startWith(t, e.another(t, mod), redeq.ListenerFunc("t", h, redeq.WithWorkers(8), redeq.WithMaxRunning(4)))
+		testutil.Eventually(t, 10*time.Second, "four jobs run", func() bool { return g.now.Load() == 4 })
+		st := stats(t, e.c, "t")
+		require.Equal(t, redeq.Limits{MaxRunning: 4}, st.Limits)
+		require.Equal(t, int64(4), st.Running)
+		require.Equal(t, int64(8), st.Waiting, "the ready jobs wait for a slot")
+		// Give the fetches every chance to overrun the limit.
+		for range 5 {
+			require.NoError(t, e.rdb.Publish(ctx, keys.ReadyChannel(e.cfg.Prefix), keys.Address("t", 0)).Err())
+			time.Sleep(20 * time.Millisecond)
+		}
+		require.Equal(t, int64(4), g.peak.Load())
+		close(release)
+		testutil.Eventually(t, 30*time.Second, "every job ran", func() bool { return done.Load() == 12 })
+		require.LessOrEqual(t, g.peak.Load(), int64(4))
+	})
+}
+
+// TestRateLimitHoldsJobsWithoutSpendingAttempts: with at most 3 jobs
+// started per minute, a topic of 10 ready jobs starts 3, and the others
+// wait where they are: ready, no attempt spent.
+func TestRateLimitHoldsJobsWithoutSpendingAttempts(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		var started atomic.Int64
+		h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			started.Add(1)
+			ch.Ack()
+			return nil
+		}
+		for i := range 10 {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))
+		}
+		for i := range 3 {
+			c := e.c
+			if i > 0 {
+				c = e.another(t, nil)
+			}
+			startWith(t, c, redeq.ListenerFunc("t", h, redeq.WithRateLimit(3, time.Minute)))
+		}
+		testutil.Eventually(t, 10*time.Second, "three jobs start", func() bool { return started.Load() == 3 })
+		testutil.Eventually(t, 10*time.Second, "the others are ready", func() bool { return stats(t, e.c, "t").Ready == 7 })
+		time.Sleep(300 * time.Millisecond) // fetches that would overrun it had the time to
+		require.Equal(t, int64(3), started.Load())
+		for i := range 10 {
+			j, err := e.c.Get(ctx, "t", fmt.Sprint("j", i))
+			if errors.Is(err, redeq.ErrJobNotFound) {
+				continue // acked
+			}
+			require.NoError(t, err)
+			require.Equal(t, 0, j.Attempt, "a held job spends no attempt")
+			require.Equal(t, redeq.StateReady, j.State)
+		}
+		require.Equal(t, redeq.Limits{Rate: 3, Per: time.Minute}, stats(t, e.c, "t").Limits)
+	})
+}
+
+// TestLimitOptionsRefuseBadInput: a limit of zero or less, a rate period
+// of zero or less, an empty limit key, and limits on a topic of several
+// buckets are refused at Register with ErrInvalidArgument, naming the
+// problem, and register nothing.
+func TestLimitOptionsRefuseBadInput(t *testing.T) {
+	h := func(context.Context, *redeq.Job, *redeq.Channel) error { return nil }
+	cases := []struct {
+		name string
+		opt  redeq.ListenerOption
+		want string
+	}{
+		{"MaxRunningZero", redeq.WithMaxRunning(0), "max running 0"},
+		{"MaxRunningNegative", redeq.WithMaxRunning(-3), "max running -3"},
+		{"RateZero", redeq.WithRateLimit(0, time.Second), "rate limit 0"},
+		{"PeriodZero", redeq.WithRateLimit(5, 0), "the period must be 1ms to 24h"},
+		{"PeriodNegative", redeq.WithRateLimit(5, -time.Second), "the period must be 1ms to 24h"},
+		{"EmptyKey", redeq.WithLimitKey(""), "empty header name"},
+		{"KeyWithoutLimit", redeq.WithLimitKey("tenant"), "without a limit"},
+	}
+	c, err := redeq.New(testutil.Backends(t)[0].New(t), testutil.Config(t))
+	require.NoError(t, err)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := c.Register(redeq.ListenerFunc("t", h, tc.opt))
+			require.ErrorIs(t, err, redeq.ErrInvalidArgument)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	t.Run("SeveralBuckets", func(t *testing.T) {
+		cfg := testutil.Config(t)
+		cfg.Concurrency = 4
+		c, err := redeq.New(testutil.Backends(t)[0].New(t), cfg)
+		require.NoError(t, err)
+		err = c.Register(redeq.ListenerFunc("t", h, redeq.WithMaxRunning(2)))
+		require.ErrorIs(t, err, redeq.ErrInvalidArgument)
+		require.ErrorContains(t, err, "one bucket")
+	})
+	// Nothing was registered: a good listener of the topic still is.
+	require.NoError(t, c.Register(redeq.ListenerFunc("t", h, redeq.WithMaxRunning(1))))
+}
+
+// limitedKind is the child that listens to REDEQ_TEST_TOPIC with
+// MaxRunning CHILD_MAX_RUNNING and 4 workers, holding every job it takes.
+const limitedKind = "limited"
+
+// runLimitedChild is the limitedKind child: it prints "id <cid>" and
+// "start <id>" for each job it takes.
+func runLimitedChild() {
+	c := childClient(faultChildConfig)
+	n, _ := strconv.Atoi(os.Getenv("CHILD_MAX_RUNNING"))
+	h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+		fmt.Println("start", job.ID)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	childMust(c.Register(redeq.ListenerFunc(os.Getenv("REDEQ_TEST_TOPIC"), h, redeq.WithWorkers(4), redeq.WithMaxRunning(n))))
+	childMust(c.Start(context.Background()))
+	fmt.Println("id", c.ConsumerID())
+	select {}
+}
+
+// TestKilledClientsSlotsReturn: a client holding both slots of a topic
+// with MaxRunning 2 is killed with SIGKILL. While it holds them, the
+// other client runs nothing; its slots return when the reaper recovers
+// its jobs: the survivor then runs every job, the killed client's two
+// included, never more than two at once, and the topic does not stall.
+func TestKilledClientsSlotsReturn(t *testing.T) {
+	testutil.FaultTier(t)
+	eachReal(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		ch := startFaultChild(t, limitedKind, e.be, e.cfg.Prefix, "t", "CHILD_MAX_RUNNING=2")
+		ch.expect(t, "id ", 10*time.Second)
+		for i := range 10 {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))
+		}
+		held := map[string]bool{}
+		for len(held) < 2 {
+			held[strings.TrimSpace(ch.expect(t, "start ", 10*time.Second))] = true
+		}
+		require.Equal(t, int64(2), stats(t, e.c, "t").Running)
+		var g gauge
+		var mu sync.Mutex
+		ran := map[string]int{}
+		h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			g.enter()
+			time.Sleep(20 * time.Millisecond)
+			g.leave()
+			mu.Lock()
+			ran[job.ID]++
+			mu.Unlock()
+			ch.Ack()
+			return nil
+		}
+		survivor := e.another(t, nil)
+		startWith(t, survivor, redeq.ListenerFunc("t", h, redeq.WithWorkers(8), redeq.WithMaxRunning(2)))
+		time.Sleep(300 * time.Millisecond) // fetches that would overrun the limit had the time to
+		mu.Lock()
+		require.Empty(t, ran, "the child holds both slots")
+		mu.Unlock()
+		ch.kill()
+		testutil.Eventually(t, 30*time.Second, "the killed client's jobs run", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(ran) == 10
+		})
+		require.LessOrEqual(t, g.peak.Load(), int64(2))
+		for id := range held {
+			require.Equal(t, 1, ran[id], id)
+		}
+		testutil.Eventually(t, 10*time.Second, "every slot is free", func() bool { return stats(t, e.c, "t").Running == 0 })
+	})
+}
+
+// TestRateLimitHoldsOverTime: a rate of 50 jobs a second, on a topic with
+// a backlog of 1,500 jobs and 3 or 6 clients, starts 1,000 jobs in 20 s
+// (and 50 at once at the start) within a few percent, whatever the number
+// of clients.
+func TestRateLimitHoldsOverTime(t *testing.T) {
+	testutil.FaultTier(t)
+	for _, clients := range []int{3, 6} {
+		t.Run(fmt.Sprint(clients, "clients"), func(t *testing.T) {
+			eachReal(t, func(t *testing.T, e *env) {
+				ctx := context.Background()
+				var mu sync.Mutex
+				var starts []time.Time
+				h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+					mu.Lock()
+					starts = append(starts, time.Now())
+					mu.Unlock()
+					ch.Ack()
+					return nil
+				}
+				var batch []*redeq.Job
+				for i := range 1500 {
+					batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)})
+				}
+				require.NoError(t, e.c.AddBatch(ctx, batch))
+				for i := range clients {
+					c := e.c
+					if i > 0 {
+						c = e.another(t, nil)
+					}
+					startWith(t, c, redeq.ListenerFunc("t", h, redeq.WithWorkers(16), redeq.WithRateLimit(50, time.Second)))
+				}
+				testutil.Eventually(t, 10*time.Second, "the first start", func() bool {
+					mu.Lock()
+					defer mu.Unlock()
+					return len(starts) > 0
+				})
+				mu.Lock()
+				first := starts[0]
+				mu.Unlock()
+				time.Sleep(time.Until(first.Add(20*time.Second + 500*time.Millisecond)))
+				mu.Lock()
+				n := 0
+				for _, s := range starts {
+					if s.Before(first.Add(20 * time.Second)) {
+						n++
+					}
+				}
+				mu.Unlock()
+				// 50 at once, then 50 per second: 1,000 within 20 s (the
+				// window's edge may let the 21st second's first in).
+				t.Logf("%d clients: %d starts in 20 s", clients, n)
+				require.InDelta(t, 1000, n, 40, "starts in 20 s")
+			})
+		})
+	}
+}
+
+// TestLimitHoldsAcrossRedisRestart: Redis (with an fsync'd AOF) restarts
+// while two jobs hold both slots of a MaxRunning 2 topic. The slots come
+// back with the data: the other jobs still wait, and once the two finish
+// every job runs, never more than two at once.
+func TestLimitHoldsAcrossRedisRestart(t *testing.T) {
+	testutil.FaultTier(t)
+	srv, be := privateServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	var g gauge
+	release := make(chan struct{})
+	var mu sync.Mutex
+	ran := map[string]int{}
+	h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+		g.enter()
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		g.leave()
+		mu.Lock()
+		ran[job.ID]++
+		mu.Unlock()
+		ch.Ack()
+		return nil
+	}
+	for i := range 10 {
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))
+	}
+	w := e.another(t, func(c *config.Config) { c.ConsumeTimeout = time.Minute })
+	startWith(t, w, redeq.ListenerFunc("t", h, redeq.WithWorkers(8), redeq.WithMaxRunning(2)))
+	testutil.Eventually(t, 10*time.Second, "two jobs run", func() bool { return g.now.Load() == 2 })
+	srv.Stop()
+	srv.Start()
+	testutil.Eventually(t, 10*time.Second, "the slots are back with the data", func() bool {
+		st, err := e.c.Stats(ctx, "t")
+		return err == nil && st.Running == 2 && st.Ready == 8
+	})
+	time.Sleep(300 * time.Millisecond) // fetches that would overrun the limit had the time to
+	require.Equal(t, int64(2), g.peak.Load())
+	close(release)
+	testutil.Eventually(t, 30*time.Second, "every job ran", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ran) == 10
+	})
+	require.Equal(t, int64(2), g.peak.Load())
+	testutil.Eventually(t, 10*time.Second, "every slot is free", func() bool { return stats(t, e.c, "t").Running == 0 })
+}
