@@ -9,29 +9,78 @@ import (
 // Run is one run of a job a Recorder saw.
 type Run struct {
 	ID string
-	At time.Time
+	At time.Time // when it began
+	// Due is when the job was due, zero when the test did not say
+	// (Record).
+	Due time.Time
+	// Attempt and Recoveries are the job's counts as its handler saw them.
+	Attempt, Recoveries int
+	// End is when it ended, zero while it runs or when the test recorded
+	// only its start (Record).
+	End time.Time
 }
 
-// Recorder records the jobs a test's handlers run: which, how often and
-// when. Its zero value is ready to use and it is safe for concurrent use.
-// Ran signals each record, so that a test waits for a run instead of
-// sleeping.
+// Recorder records the jobs a test's handlers run: which, how often,
+// when, how many at once, and whether one ran before it was due. Its zero
+// value is ready to use and it is safe for concurrent use, across the
+// listeners and clients of a test. Ran signals each record, so that a
+// test waits for a run instead of sleeping.
 type Recorder struct {
-	mu   sync.Mutex
-	runs []Run
-	ran  chan struct{}
+	mu      sync.Mutex
+	runs    []Run
+	ran     chan struct{}
+	running map[string]int // runs under way, per job
+	now     int            // runs under way, of every job
+	most    int            // the most runs under way at once
+	atOnce  []string       // jobs seen running twice at once
 }
 
-// Record notes one run of id, now.
+// Record notes one run of id, now, that the test does not follow to its
+// end.
 func (r *Recorder) Record(id string) {
+	r.add(Run{ID: id, At: time.Now()}, false)
+}
+
+// Begin notes the start of run of run.ID, now (its At is set here); the
+// run counts as under way until the returned end is called, which records
+// its end. Call end once, when the handler returns.
+func (r *Recorder) Begin(run Run) (end func()) {
+	run.At = time.Now()
+	i := r.add(run, true)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.runs[i].End = time.Now()
+			r.running[run.ID]--
+			r.now--
+		})
+	}
+}
+
+func (r *Recorder) add(run Run, under bool) int {
 	r.mu.Lock()
-	r.runs = append(r.runs, Run{ID: id, At: time.Now()})
+	r.runs = append(r.runs, run)
+	i := len(r.runs) - 1
+	if under {
+		if r.running == nil {
+			r.running = map[string]int{}
+		}
+		r.running[run.ID]++
+		if r.running[run.ID] == 2 {
+			r.atOnce = append(r.atOnce, run.ID)
+		}
+		r.now++
+		r.most = max(r.most, r.now)
+	}
 	ch := r.signal()
 	r.mu.Unlock()
 	select {
 	case ch <- struct{}{}:
 	default:
 	}
+	return i
 }
 
 func (r *Recorder) signal() chan struct{} {
@@ -54,6 +103,30 @@ func (r *Recorder) Runs() []Run {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.runs)
+}
+
+// Of returns the runs of id, in the order recorded.
+func (r *Recorder) Of(id string) []Run {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Run
+	for _, run := range r.runs {
+		if run.ID == id {
+			out = append(out, run)
+		}
+	}
+	return out
+}
+
+// ByID maps each job that ran to its runs, in the order recorded.
+func (r *Recorder) ByID() map[string][]Run {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string][]Run{}
+	for _, run := range r.runs {
+		out[run.ID] = append(out[run.ID], run)
+	}
+	return out
 }
 
 // Total is the number of runs of every job.
@@ -92,6 +165,19 @@ func (r *Recorder) Times(id string) []time.Time {
 	return out
 }
 
+// Firsts maps each job that ran to the start of its first run.
+func (r *Recorder) Firsts() map[string]time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]time.Time{}
+	for _, run := range r.runs {
+		if _, ok := out[run.ID]; !ok {
+			out[run.ID] = run.At
+		}
+	}
+	return out
+}
+
 // Twice returns, sorted, the jobs that ran more than once.
 func (r *Recorder) Twice() []string {
 	var out []string
@@ -101,5 +187,46 @@ func (r *Recorder) Twice() []string {
 		}
 	}
 	slices.Sort(out)
+	return out
+}
+
+// AtOnce returns, sorted, the jobs of which two runs begun with Begin
+// were under way at the same time.
+func (r *Recorder) AtOnce() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := slices.Clone(r.atOnce)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Running is the number of runs begun with Begin and not ended.
+func (r *Recorder) Running() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.now
+}
+
+// MaxRunning is the most runs begun with Begin that were under way at
+// once.
+func (r *Recorder) MaxRunning() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.most
+}
+
+// Early returns the runs that began more than tolerance before their Due
+// time, by the wall clock (Redis schedules by the server's wall clock, so
+// both sides of the comparison are wall readings). Runs without a Due
+// time are never early.
+func (r *Recorder) Early(tolerance time.Duration) []Run {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Run
+	for _, run := range r.runs {
+		if !run.Due.IsZero() && run.Due.Round(0).Sub(run.At.Round(0)) > tolerance {
+			out = append(out, run)
+		}
+	}
 	return out
 }

@@ -47,3 +47,44 @@ func TestRecorder(t *testing.T) {
 		t.Fatal("Ran did not signal a later run")
 	}
 }
+
+// TestRecorderFollowsRunsToTheirEnd: runs begun with Begin count as under
+// way until they end; a job with two runs under way at once is named, the
+// most runs at once is kept, each run keeps its job's counts and end, and
+// a run that began before its due time is early.
+func TestRecorderFollowsRunsToTheirEnd(t *testing.T) {
+	var r testutil.Recorder
+	endA := r.Begin(testutil.Run{ID: "a", Attempt: 1, Recoveries: 2})
+	endB := r.Begin(testutil.Run{ID: "b", Due: time.Now().Add(time.Hour)})
+	require.Equal(t, 2, r.Running())
+	require.Empty(t, r.AtOnce(), "no job ran twice at once yet")
+	endA()
+	endA() // a second call changes nothing
+	require.Equal(t, 1, r.Running())
+	endA2 := r.Begin(testutil.Run{ID: "a"})
+	require.Empty(t, r.AtOnce(), "a's first run had ended when its second began")
+	endA3 := r.Begin(testutil.Run{ID: "a", Due: time.Now().Add(-time.Second)})
+	require.Equal(t, []string{"a"}, r.AtOnce())
+	require.Equal(t, 3, r.Running())
+	require.Equal(t, 3, r.MaxRunning())
+	endA2()
+	endA3()
+	endB()
+	require.Zero(t, r.Running())
+	require.Equal(t, 3, r.MaxRunning(), "the most at once is kept")
+
+	runs := r.Of("a")
+	require.Len(t, runs, 3)
+	require.Equal(t, 1, runs[0].Attempt)
+	require.Equal(t, 2, runs[0].Recoveries)
+	for _, run := range r.Runs() {
+		require.False(t, run.End.Before(run.At), "run of %s ended before it began", run.ID)
+	}
+	require.Equal(t, map[string]int{"a": 3, "b": 1}, r.Counts())
+	require.Len(t, r.ByID()["a"], 3)
+	require.Equal(t, runs[0].At, r.Firsts()["a"])
+
+	early := r.Early(5 * time.Millisecond)
+	require.Len(t, early, 1, "b's run began an hour before it was due")
+	require.Equal(t, "b", early[0].ID)
+}
