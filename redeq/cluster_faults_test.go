@@ -338,7 +338,7 @@ func TestClusterKilledConsumerRecoveredThroughAliveNodePause(t *testing.T) {
 	}
 	testutil.Eventually(t, 40*time.Second, "every job ran", func() bool { return runs.ranAll("j", n, nil) && runs.ranAll("k", 8, nil) })
 	t.Logf("all ran %v after the kill", time.Since(killed))
-	got := runs.snapshot()
+	got := runs.ByID()
 	var bad []string
 	for id, js := range got {
 		want := 0

@@ -239,52 +239,29 @@ func pauseNode(t *testing.T, addr string, d time.Duration, mode string) {
 
 // jobRuns records every run of every job across clients.
 type jobRuns struct {
-	mu   sync.Mutex
-	runs map[string][]*redeq.Job
-	at   map[string]time.Time // first run
+	testutil.Recorder
 }
 
 func (r *jobRuns) handler(hold time.Duration) func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 	return func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-		r.mu.Lock()
-		if r.runs == nil {
-			r.runs = map[string][]*redeq.Job{}
-		}
-		r.runs[job.ID] = append(r.runs[job.ID], job)
-		if r.at == nil {
-			r.at = map[string]time.Time{}
-		}
-		if _, ok := r.at[job.ID]; !ok {
-			r.at[job.ID] = time.Now()
-		}
-		r.mu.Unlock()
+		defer r.Begin(testutil.Run{ID: job.ID, Attempt: job.Attempt, Recoveries: job.Recoveries, Headers: maps.Clone(job.Headers)})()
 		time.Sleep(hold)
 		ch.Ack()
 		return nil
 	}
 }
 
-func (r *jobRuns) snapshot() map[string][]*redeq.Job {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := map[string][]*redeq.Job{}
-	for k, v := range r.runs {
-		out[k] = append([]*redeq.Job(nil), v...)
-	}
-	return out
-}
-
 // ranAll reports whether the jobs <prefix>0 to <prefix>n-1 and every job
 // of also have run.
 func (r *jobRuns) ranAll(prefix string, n int, also map[string]bool) bool {
-	got := r.snapshot()
+	got := r.Counts()
 	for i := range n {
-		if len(got[fmt.Sprint(prefix, i)]) == 0 {
+		if got[fmt.Sprint(prefix, i)] == 0 {
 			return false
 		}
 	}
 	for id := range also {
-		if len(got[id]) == 0 {
+		if got[id] == 0 {
 			return false
 		}
 	}

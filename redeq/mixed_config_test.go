@@ -61,7 +61,7 @@ func TestReapersWaitForConsumersOwnTimeout(t *testing.T) {
 
 	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
 	time.Sleep(6 * time.Second)
-	got := runs.snapshot()["j"]
+	got := runs.ByID()["j"]
 	var recs []int
 	for _, j := range got {
 		recs = append(recs, j.Recoveries)

@@ -197,7 +197,7 @@ func TestServerRestartRecoversConsumerKilledWhileDown(t *testing.T) {
 			testutil.Eventually(t, 30*time.Second, "every job ran", func() bool { return runs.ranAll("j", n, held) })
 			t.Logf("all ran %v after the restart", time.Since(restarted))
 			var bad []string
-			for id, js := range runs.snapshot() {
+			for id, js := range runs.ByID() {
 				want := 0
 				if held[id] {
 					want = 1
@@ -248,15 +248,14 @@ func TestRedisTroubleRecoversOnlyKilledConsumersJobs(t *testing.T) {
 	require.NoError(t, admin.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err())
 
 	testutil.Eventually(t, 30*time.Second, "every job ran", func() bool { return runs.ranAll("j", n, held) })
-	got := runs.snapshot()
-	runs.mu.Lock()
+	got := runs.ByID()
+	firsts := runs.Firsts()
 	var lastRecovered time.Time
 	for id := range held {
-		if a := runs.at[id]; a.After(lastRecovered) {
+		if a := firsts[id]; a.After(lastRecovered) {
 			lastRecovered = a
 		}
 	}
-	runs.mu.Unlock()
 	t.Logf("killed consumer's jobs all ran again %v after the kill (trouble lasted ~10s from the kill)", lastRecovered.Sub(killed))
 	for id := range held {
 		j := got[id][0]

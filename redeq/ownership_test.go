@@ -246,7 +246,7 @@ func TestOwnerCutOffFromMasterHandsItsBucketsOver(t *testing.T) {
 	// Due in 1 s; then UnreachableAfter (3 scans) and two announcements
 	// pass before B moves what A could not.
 	testutil.Eventually(t, time.Second+40*cfg.ScanInterval, "every job ran", func() bool { return runs.ranAll("j", jobs, nil) })
-	for id, r := range runs.snapshot() {
+	for id, r := range runs.ByID() {
 		require.Len(t, r, 1, "job %s ran more than once", id)
 	}
 	require.EqualValues(t, 2, e.rdb.ZCard(ctx, keys.Movers(prefix)).Val(), "A stopped announcing")
@@ -616,8 +616,8 @@ func testOwnerHungOnOneMaster(t *testing.T, be testutil.Backend, hangWith hangDi
 	bound := bucket.MoverConfig{ScanInterval: cfg.ScanInterval}.StepTimeout() + cfg.LockExpiry
 	var lateHung, lateOther time.Duration
 	var early, twice, tooLate []string
-	runs.mu.Lock()
-	for id, at := range runs.at {
+	firsts, counts := runs.Firsts(), runs.Counts()
+	for id, at := range firsts {
 		b := bucketOf(id, cfg.Concurrency)
 		late := at.Round(0).Sub(due[id].Round(0))
 		handed := nodes[b] == hung && bucket.Owner(live, keys.Address(topic, b)) == a.ConsumerID()
@@ -629,14 +629,13 @@ func testOwnerHungOnOneMaster(t *testing.T, be testutil.Backend, hangWith hangDi
 		if d := earlyBy(at, due[id], base); d > 5*time.Millisecond {
 			early = append(early, fmt.Sprintf("%s %v early", id, d))
 		}
-		if len(runs.runs[id]) > 1 {
+		if counts[id] > 1 {
 			twice = append(twice, id)
 		}
 		if late > bound {
 			tooLate = append(tooLate, fmt.Sprintf("%s (bucket %d, handed over %v) %v late", id, b, handed, late.Round(time.Millisecond)))
 		}
 	}
-	runs.mu.Unlock()
 	t.Logf("%d of %d buckets on the hung master %s are A's; latest job there %v late, elsewhere %v late (bound %v)",
 		ownedOnHung, cfg.Concurrency, hung, lateHung.Round(time.Millisecond), lateOther.Round(time.Millisecond), bound)
 	require.Empty(t, early, "jobs ran before their due time")
@@ -716,16 +715,15 @@ func testStartBesideHungMaster(t *testing.T, be testutil.Backend, prefix, hung s
 	testutil.Eventually(t, 30*time.Second, "every job ran", func() bool { return runs.ranAll("j", jobs, nil) })
 	time.Sleep(2 * cfg.ScanInterval) // a second run, if any
 	var early, twice []string
-	runs.mu.Lock()
-	for id, at := range runs.at {
+	firsts, counts := runs.Firsts(), runs.Counts()
+	for id, at := range firsts {
 		if d := earlyBy(at, due[id], base); d > 5*time.Millisecond {
 			early = append(early, fmt.Sprintf("%s %v early", id, d))
 		}
-		if len(runs.runs[id]) > 1 {
+		if counts[id] > 1 {
 			twice = append(twice, id)
 		}
 	}
-	runs.mu.Unlock()
 	require.Empty(t, early, "jobs ran before their due time")
 	require.Empty(t, twice, "jobs ran twice")
 	require.Positive(t, ranByA.Load(), "A ran none of the jobs it reaches")
@@ -835,7 +833,7 @@ func TestOwnerCutOffMidRunHandsItsBucketsOver(t *testing.T) {
 			before := fromA.Load()
 			testutil.Eventually(t, time.Second+cfg.LockExpiry+40*cfg.ScanInterval, "every job ran", func() bool { return runs.ranAll("j", jobs, nil) })
 			t.Logf("all ran %v after the cut; A ran %d of them", time.Since(start), fromA.Load()-before)
-			for id, r := range runs.snapshot() {
+			for id, r := range runs.ByID() {
 				require.Len(t, r, 1, "job %s ran more than once", id)
 			}
 			require.EqualValues(t, 3, e.rdb.ZCard(ctx, keys.Movers(prefix)).Val(), "A stopped announcing")
@@ -910,7 +908,7 @@ func TestClientCutOffFromASharedKeysMasterKeepsServingTheRest(t *testing.T) {
 				testutil.Eventually(t, 10*time.Second, "A reports that it does not fetch", func() bool {
 					return slices.ContainsFunc(logs.since(cutAt), func(l string) bool { return strings.Contains(l, "fetch waits for a heartbeat") })
 				})
-				for id, r := range runs.snapshot() {
+				for id, r := range runs.ByID() {
 					require.Len(t, r, 1, "job %s ran more than once", id)
 				}
 				return
@@ -942,7 +940,7 @@ func TestClientCutOffFromASharedKeysMasterKeepsServingTheRest(t *testing.T) {
 				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: id, Delay: 500 * time.Millisecond}))
 			}
 			testutil.Eventually(t, 500*time.Millisecond+cfg.LockExpiry+40*cfg.ScanInterval, "the cut master's jobs ran", func() bool { return runs.ranAll("", 0, cutJobs) })
-			for id, r := range runs.snapshot() {
+			for id, r := range runs.ByID() {
 				require.Len(t, r, 1, "job %s ran more than once", id)
 			}
 		})

@@ -13,8 +13,10 @@ type Run struct {
 	// Due is when the job was due, zero when the test did not say
 	// (Record).
 	Due time.Time
-	// Attempt and Recoveries are the job's counts as its handler saw them.
+	// Attempt, Recoveries and Headers are the job's as its handler saw
+	// them.
 	Attempt, Recoveries int
+	Headers             map[string]string
 	// End is when it ended, zero while it runs or when the test recorded
 	// only its start (Record).
 	End time.Time
