@@ -283,7 +283,10 @@ func firstMaster(ctx context.Context, cc *redis.ClusterClient, pings *sync.WaitG
 	if d, ok := rdb.ReadTimeout(cc); ok && d > 0 {
 		window += d
 	}
-	pctx, cancel := context.WithTimeout(ctx, window)
+	// The pings outlive Start's ctx, bounded by their window: a caller's
+	// ctx that ends once Start returns must not fail the pings of healthy
+	// masters slower than the first (they would be reported as down).
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), window)
 	var answered atomic.Bool
 	type answer struct {
 		node *redis.Client
@@ -309,8 +312,13 @@ func firstMaster(ctx context.Context, cc *redis.ClusterClient, pings *sync.WaitG
 			first <- answer{err: err}
 		}
 	})
-	a := <-first
-	return a.node, a.err
+	select {
+	case a := <-first:
+		return a.node, a.err
+	case <-ctx.Done():
+		cancel()
+		return nil, ctx.Err()
+	}
 }
 
 // subscribeOn subscribes to chans through rdb, or on a Redis Cluster on
