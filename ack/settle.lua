@@ -99,14 +99,19 @@ for i, m in ipairs(members) do
   local token, id = string.match(m, '^(%d+):(.*)$')
   leases[i] = limit_lease(token, ARGV[4], id)
 end
--- Retention (ARGV[5] > 0): an acked job's record (when, by whom, its
--- trace, its envelope) stays in the done set until now+ARGV[5], at most
--- ARGV[6] of them (the oldest go first, at most 512 a call), and a
--- failure keeps the job's earlier failures (at most 9) after it in its
--- trace. A rerun after a lost reply finds its deliveries gone and writes
--- nothing. Off, it costs nothing.
-local trail = {}
-if keep > 0 then
+-- A failure keeps the job's earlier failures (at most 9) after it in its
+-- trace, each with its time and consumer: one HMGET of the errors HASH
+-- per call that applies a failure. Retention (ARGV[5] > 0): an acked
+-- job's record (when, by whom, its trace, its envelope) stays in the done
+-- set until now+ARGV[5], at most ARGV[6] of them (the oldest go first, at
+-- most 512 a call). A rerun after a lost reply finds its deliveries gone
+-- and writes nothing. Off, retention costs nothing.
+local trail, failing = {}, false
+for i = 1, n do
+  local lasterr = ARGV[first + (i - 1) * W + 6]
+  if ok[i] and lasterr ~= '' and lasterr ~= '-' then failing = true end
+end
+if keep > 0 or failing then
   local olds = redis.call('HMGET', KEYS[8], unpack(ids))
   local function head(v, k) -- the first k failures of trace v
     local at = 1
@@ -126,7 +131,7 @@ if keep > 0 then
     local op, lasterr, old = ARGV[base + 2], ARGV[base + 6], olds[i] or ''
     if ok[i] and lasterr ~= '' and lasterr ~= '-' then
       trail[i] = head(old, 9)
-    elseif ok[i] and op == 'a' then
+    elseif keep > 0 and ok[i] and op == 'a' then
       redis.call('HSET', KEYS[11], ids[i], string.format('%d|%d|%d\n', now, #ARGV[4], #old) .. ARGV[4] .. old .. envs[i])
       redis.call('ZADD', KEYS[10], now + keep, ids[i])
       acked = true
@@ -164,7 +169,7 @@ for i = 1, n do
     end
     local lasterr = ARGV[base + 6]
     if lasterr ~= '' and lasterr ~= '-' then
-      redis.call('HSET', KEYS[8], id, string.format('\31%d,%d:', now, #lasterr) .. lasterr .. (trail[i] or ''))
+      redis.call('HSET', KEYS[8], id, string.format('\31%d@%s,%d:', now, ARGV[4], #lasterr) .. lasterr .. (trail[i] or ''))
     elseif lasterr == '-' and (op == 'a' or op == 'n') then
       edel[#edel + 1] = id -- it had failed before: its last error goes with it
     end

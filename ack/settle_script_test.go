@@ -77,19 +77,25 @@ func TestSettleScript(t *testing.T) {
 			return held(k, testutil.Hash(k.Pool(), "j=h\nb"))
 		}, []any{"j", "7", "f", maxDue, "H\n", "", "boom"}, 1, "errors", func(k keys.Bucket, stamp string) []testutil.Entry {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "j=H\nb"), testutil.ZSet(k.Scheduled(), "j="+maxDue),
-				testutil.Hash(k.Errors(), "j=\x1f"+stamp+",4:boom")}
+				testutil.Hash(k.Errors(), "j=\x1f"+stamp+"@c,4:boom")}
 		}, nil},
-		{"FailureWithoutRetentionKeepsOnlyTheLast", func(k keys.Bucket) []testutil.Entry {
-			return held(k, testutil.Hash(k.Pool(), "j=h\nb"), testutil.Hash(k.Errors(), "j=\x1f5,3:old"))
+		{"FailureKeepsItsEarlierFailures", func(k keys.Bucket) []testutil.Entry {
+			return held(k, testutil.Hash(k.Pool(), "j=h\nb"), testutil.Hash(k.Errors(), "j=\x1f5@d,3:old"))
 		}, []any{"j", "7", "f", maxDue, "", "", "boom"}, 1, "errors", func(k keys.Bucket, stamp string) []testutil.Entry {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.Scheduled(), "j="+maxDue),
-				testutil.Hash(k.Errors(), "j=\x1f"+stamp+",4:boom")}
+				testutil.Hash(k.Errors(), "j=\x1f"+stamp+"@c,4:boom\x1f5@d,3:old")}
+		}, nil},
+		{"FailureKeepsNineEarlierWithoutRetention", func(k keys.Bucket) []testutil.Entry {
+			return held(k, testutil.Hash(k.Pool(), "j=h\nb"), testutil.Hash(k.Errors(), "j="+traceOf(10)))
+		}, []any{"j", "7", "f", maxDue, "", "", "boom"}, 1, "errors", func(k keys.Bucket, stamp string) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.Scheduled(), "j="+maxDue),
+				testutil.Hash(k.Errors(), "j=\x1f"+stamp+"@c,4:boom"+strings.TrimSuffix(traceOf(10), "\x1f1,2:e1"))}
 		}, nil},
 		{"FailureWithRetentionKeepsNineEarlier", func(k keys.Bucket) []testutil.Entry {
 			return held(k, testutil.Hash(k.Pool(), "j=h\nb"), testutil.Hash(k.Errors(), "j="+traceOf(10)))
 		}, []any{"j", "7", "f", maxDue, "", "", "boom"}, 1, "errors", func(k keys.Bucket, stamp string) []testutil.Entry {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.Scheduled(), "j="+maxDue),
-				testutil.Hash(k.Errors(), "j=\x1f"+stamp+",4:boom"+strings.TrimSuffix(traceOf(10), "\x1f1,2:e1"))}
+				testutil.Hash(k.Errors(), "j=\x1f"+stamp+"@c,4:boom"+strings.TrimSuffix(traceOf(10), "\x1f1,2:e1"))}
 		}, []any{60000, 10}},
 		{"AckWithRetentionKeepsItsRecord", func(k keys.Bucket) []testutil.Entry {
 			return held(k, testutil.Hash(k.Pool(), "j=h\nb"), testutil.Hash(k.Errors(), "j=\x1f5,1:e"))

@@ -183,7 +183,9 @@ func TestPagesShowDoneJobsAndTheirFailures(t *testing.T) {
 			require.Equal(t, "none: done, acked at "+stamp(j.FinishedAt), cellOf(t, page, "next"))
 			m := regexp.MustCompile(`(?s)<ol id="failures">(.*?)</ol>`).FindStringSubmatch(page)
 			require.NotNil(t, m, page)
-			require.Equal(t, "<li>"+stamp(j.Failures[0].At)+": partner down 2</li><li>"+stamp(j.Failures[1].At)+": partner down 1</li>", m[1])
+			on := " on <code>" + j.Failures[0].Consumer + "</code>"
+			require.NotEmpty(t, j.Failures[0].Consumer)
+			require.Equal(t, "<li>"+stamp(j.Failures[0].At)+on+": partner down 2</li><li>"+stamp(j.Failures[1].At)+on+": partner down 1</li>", m[1])
 		})
 	}
 }

@@ -63,9 +63,9 @@ type Job struct {
 	// Redis clock; zero when the job never failed (or failed before redeq
 	// recorded the time of failures). Set by Get and the listings.
 	FailedAt time.Time
-	// Failures are the job's failed deliveries, newest first: the last one;
-	// on a topic with retention of finished jobs (redeq.WithRetention), the last MaxFailures. Set by Get and
-	// the listings.
+	// Failures are the job's failed deliveries, newest first, the last
+	// MaxFailures, each with its time and consumer. Set by Get and the
+	// listings.
 	Failures []Failure
 	// ConsumerSilentSince is, for a job in flight whose consumer missed its
 	// heartbeats for longer than its ConsumerTimeout and whose jobs no

@@ -9,12 +9,12 @@ import (
 // A job's errors-hash entry (keys.Bucket.Errors) is its trace: the
 // failures of its deliveries, newest first, each as
 //
-//	"\x1f" <unix ms> "," <length of the error> ":" <error>
+//	"\x1f" <unix ms> ["@" <consumer id>] "," <length of the error> ":" <error>
 //
-// written by the settle script on the Redis clock. A topic without
-// retention keeps the last failure only; with retention the script keeps
-// the last MaxFailures. An entry stored before failures carried their time
-// is the bare error text: it reads as a failure at an unknown (zero) time.
+// written by the settle script on the Redis clock; it keeps the last
+// MaxFailures. An entry stored before failures carried their time is the
+// bare error text: it reads as a failure at an unknown (zero) time; one
+// stored before they carried their consumer reads with no consumer.
 
 // MaxFailures bounds the failures a trace keeps.
 const MaxFailures = 10
@@ -26,6 +26,9 @@ type Failure struct {
 	At time.Time
 	// Error is the handler's error, cut to 512 bytes.
 	Error string
+	// Consumer is the id of the consumer whose delivery failed ("" when
+	// not recorded); Client.Consumers names it while it runs.
+	Consumer string
 }
 
 // ParseTrace reads a job's errors-hash entry: its failures, newest first
@@ -40,16 +43,21 @@ func ParseTrace(v string) []Failure {
 	var out []Failure
 	for len(v) > 0 && v[0] == '\x1f' && len(out) < MaxFailures {
 		comma := strings.IndexByte(v, ',')
-		colon := strings.IndexByte(v, ':')
-		if comma < 0 || colon < comma {
+		if comma < 0 {
 			break
 		}
-		ms, err1 := strconv.ParseInt(v[1:comma], 10, 64)
+		colon := strings.IndexByte(v[comma:], ':')
+		if colon < 0 {
+			break
+		}
+		colon += comma
+		stamp, consumer, _ := strings.Cut(v[1:comma], "@")
+		ms, err1 := strconv.ParseInt(stamp, 10, 64)
 		n, err2 := strconv.Atoi(v[comma+1 : colon])
 		if err1 != nil || err2 != nil || n < 0 || colon+1+n > len(v) {
 			break
 		}
-		out = append(out, Failure{At: time.UnixMilli(ms), Error: v[colon+1 : colon+1+n]})
+		out = append(out, Failure{At: time.UnixMilli(ms), Error: v[colon+1 : colon+1+n], Consumer: consumer})
 		v = v[colon+1+n:]
 	}
 	return out

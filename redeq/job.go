@@ -67,9 +67,9 @@ type Job struct {
 	// Redis clock; zero when the job never failed (or failed before redeq
 	// recorded the time of failures). Set by Get and the listings.
 	FailedAt time.Time
-	// Failures are the job's failed deliveries, newest first: the last one;
-	// on a topic with retention of finished jobs (WithRetention), the last MaxFailures. Set by Get and
-	// the listings.
+	// Failures are the job's failed deliveries, newest first, the last
+	// MaxFailures, each with its time and consumer. Set by Get and the
+	// listings.
 	Failures []Failure
 	// ConsumerSilentSince is, for a job in flight whose consumer missed its
 	// heartbeats for longer than its ConsumerTimeout and whose jobs no
@@ -106,6 +106,9 @@ type Failure struct {
 	At time.Time
 	// Error is the handler's error, cut to 512 bytes.
 	Error string
+	// Consumer is the id of the consumer whose delivery failed ("" when
+	// not recorded); Client.Consumers names it while it runs.
+	Consumer string
 }
 
 // A Job is a pool.Job under the facade's name: the same fields, in the

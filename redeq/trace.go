@@ -15,8 +15,7 @@ import (
 // WithRetention keeps the record of each job the listener acks readable
 // for d (at most config.MaxRetention, 30 days), then it expires: Get
 // returns it with State StateDone, FinishedAt and the Consumer that acked
-// it, List(StateDone) lists it, and while the job waits for a retry its
-// Failures keep the last MaxFailures failed deliveries, not only the last.
+// it (with its Failures), and List(StateDone) lists it.
 // At most config's RetentionMax records are kept per topic (10,000 by
 // default), the oldest going first. An ack that also rejoins (Ack and
 // Rejoin) re-adds the job, which leaves no record. d 0 keeps the

@@ -26,9 +26,9 @@ func serverNow(t *testing.T, e *env) time.Time {
 
 // TestFailureTimeIsRecordedWithTheError: a failed delivery leaves its
 // error and when it failed, by the Redis clock, on the job: Get and List
-// give LastError and FailedAt, and Failures holds that one failure (a
-// topic without retention keeps the last only); an ack takes them away
-// with the job.
+// give LastError and FailedAt, and Failures holds both failures, newest
+// first, each with its time and the consumer whose delivery failed; an
+// ack takes them away with the job.
 func TestFailureTimeIsRecordedWithTheError(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -52,7 +52,16 @@ func TestFailureTimeIsRecordedWithTheError(t *testing.T) {
 		require.Equal(t, "partner answered 2", j.LastError)
 		require.False(t, j.FailedAt.Before(before.Truncate(time.Millisecond)), "failed at %v, before %v", j.FailedAt, before)
 		require.False(t, j.FailedAt.After(after), "failed at %v, after %v", j.FailedAt, after)
-		require.Equal(t, []redeq.Failure{{At: j.FailedAt, Error: "partner answered 2"}}, j.Failures)
+		require.Len(t, j.Failures, 2, "%+v", j.Failures)
+		require.Equal(t, redeq.Failure{At: j.FailedAt, Error: "partner answered 2", Consumer: j.Failures[0].Consumer}, j.Failures[0])
+		require.Equal(t, "partner answered 1", j.Failures[1].Error)
+		require.False(t, j.Failures[1].At.After(j.FailedAt), "newest first: %+v", j.Failures)
+		require.NotEmpty(t, j.Failures[0].Consumer)
+		infos, err := e.c.Consumers(ctx)
+		require.NoError(t, err)
+		require.Len(t, infos, 1)
+		require.Equal(t, infos[0].ID, j.Failures[0].Consumer, "the consumer that ran the delivery")
+		require.Equal(t, j.Failures[0].Consumer, j.Failures[1].Consumer)
 		page, err := e.c.List(ctx, "t", redeq.StateInFlight, redeq.ListOptions{})
 		require.NoError(t, err)
 		require.Len(t, page.Jobs, 1)

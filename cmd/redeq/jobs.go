@@ -69,8 +69,9 @@ func fullJSON(j *redeq.Job, cfg config.Config) jobJSON {
 
 // failureJSON is one failed delivery.
 type failureJSON struct {
-	At    *time.Time `json:"at,omitempty"`
-	Error string     `json:"error"`
+	At       *time.Time `json:"at,omitempty"`
+	Error    string     `json:"error"`
+	Consumer string     `json:"consumer,omitempty"`
 }
 
 func toJSON(j *redeq.Job, withBody bool) jobJSON {
@@ -79,7 +80,7 @@ func toJSON(j *redeq.Job, withBody bool) jobJSON {
 		LastError: j.LastError, FailedAt: timePtr(j.FailedAt), ConsumerSilentSince: timePtr(j.ConsumerSilentSince),
 		FinishedAt: timePtr(j.FinishedAt), Headers: j.Headers, Size: len(j.Body)}
 	for _, f := range j.Failures {
-		out.Failures = append(out.Failures, failureJSON{At: timePtr(f.At), Error: f.Error})
+		out.Failures = append(out.Failures, failureJSON{At: timePtr(f.At), Error: f.Error, Consumer: f.Consumer})
 	}
 	if withBody {
 		if printable(j.Body) {
@@ -149,7 +150,11 @@ func writeJob(w io.Writer, j *redeq.Job, s *storyJSON) {
 	}
 	if len(j.Failures) > 1 {
 		for i, f := range j.Failures {
-			row(fmt.Sprintf("failure %d", i+1), fmtTime(f.At)+"  "+oneLine(f.Error))
+			on := ""
+			if f.Consumer != "" {
+				on = "  on " + f.Consumer
+			}
+			row(fmt.Sprintf("failure %d", i+1), fmtTime(f.At)+on+"  "+oneLine(f.Error))
 		}
 	}
 	if s != nil {

@@ -118,8 +118,8 @@ func TestCLIShowsDoneJobsAndTheirFailures(t *testing.T) {
 			require.Regexp(t, `(?m)^finished:\s+20\d\d-`, out)
 			require.Regexp(t, `(?m)^consumer:\s+`+w.ConsumerID()+`$`, out)
 			require.Regexp(t, `(?m)^failed at:\s+20\d\d-`, out)
-			require.Regexp(t, `(?m)^failure 1:\s+20\d\d-\S+\s+partner down 2$`, out)
-			require.Regexp(t, `(?m)^failure 2:\s+20\d\d-\S+\s+partner down 1$`, out)
+			require.Regexp(t, `(?m)^failure 1:\s+20\d\d-\S+\s+on [0-9a-f-]{36}\s+partner down 2$`, out)
+			require.Regexp(t, `(?m)^failure 2:\s+20\d\d-\S+\s+on [0-9a-f-]{36}\s+partner down 1$`, out)
 			require.Regexp(t, `(?m)^next attempt:\s+none: done, acked at 20\d\d-`, out)
 
 			var j struct {
