@@ -163,8 +163,9 @@ func (g *Group) Topics() []string {
 
 // Start records the listened topics, announces this consumer with a first
 // heartbeat, and starts the heartbeat, the reaper, the broadcast
-// dispatcher and the listeners, in that order. Values of ctx reach the
-// handlers; its cancellation does not stop the group (Shutdown does).
+// dispatcher, the listeners and the lease renewals, in that order. Values
+// of ctx reach the handlers; its cancellation does not stop the group
+// (Shutdown does).
 func (g *Group) Start(ctx context.Context) error {
 	if !g.started.CompareAndSwap(false, true) {
 		return ErrStarted
@@ -192,6 +193,7 @@ func (g *Group) Start(ctx context.Context) error {
 		g.runners[l.Topic()] = r
 		r.runAll(fetchCtx, &g.fetchWG, &g.workerWG)
 	}
+	g.bgWG.Go(func() { g.leaseLoop(bgCtx) }) // after the runners: it reads them
 	if len(pending) > 0 {
 		g.bgWG.Go(func() { g.recordLoop(bgCtx, pending) })
 	}
