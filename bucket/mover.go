@@ -238,6 +238,46 @@ func (m *Mover) Run(ctx context.Context) {
 	bo := env.Backoff{Max: 5 * m.cfg.ScanInterval}
 	var topics map[string]int
 	var reread time.Time // when the topic set is next read
+	reads := make(chan topicRead, 1)
+	reading := false // a read of the topic set is under way
+	// fallback moves, while the topic set cannot be read and never was,
+	// the topics whose bucket counts this client has read (its
+	// listeners' and producers').
+	fallback := func() {
+		topics = m.reg.Checked()
+		m.mu.Lock()
+		m.known = topics // their wake-ups do not reread the set
+		m.mu.Unlock()
+	}
+	// apply takes a read of the topic set; false: ctx ended.
+	apply := func(res topicRead) bool {
+		now := m.env.Clock.Now()
+		err := res.err
+		if res.topics != nil {
+			// Those that could be read: the others wait for the next
+			// read, and hold up nothing else.
+			topics = res.topics
+			select {
+			case <-snap:
+			default:
+			}
+			snap <- maps.Clone(topics)
+		} else if topics == nil {
+			fallback()
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return false
+			}
+			wait := bo.Next()
+			reread = now.Add(wait)
+			m.env.Failure("redeq: mover cannot read every topic", "err", err, "retry_in", wait)
+		} else {
+			bo.Reset()
+			reread = now.Add(5 * m.cfg.ScanInterval)
+		}
+		return true
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -248,6 +288,11 @@ func (m *Mover) Run(ctx context.Context) {
 		case <-m.refresh:
 			reread = time.Time{}
 		case <-m.reassign:
+		case res := <-reads:
+			reading = false
+			if !apply(res) {
+				return
+			}
 		case gone := <-m.retired:
 			// Unknown from now on: a wake-up naming one records it again.
 			m.mu.Lock()
@@ -257,40 +302,30 @@ func (m *Mover) Run(ctx context.Context) {
 			m.mu.Unlock()
 		}
 		now := m.env.Clock.Now()
-		if !now.Before(reread) {
-			got, lost, err := m.reg.TopicsAndLost(ctx)
-			if got != nil {
-				// Those that could be read: the others wait for the next
-				// read, and hold up nothing else.
-				topics = got
-				err = errors.Join(err, m.recordUnknown(ctx, topics))
-				m.recordCounts(ctx, topics, lost)
-				select {
-				case <-snap:
-				default:
-				}
-				snap <- maps.Clone(topics)
-			} else if topics == nil {
-				// The topic set cannot be read (its node is down) and
-				// never was: move the topics whose bucket counts this
-				// client has read, its listeners' and producers', until
-				// it can.
-				topics = m.reg.Checked()
-				m.mu.Lock()
-				m.known = topics // their wake-ups do not reread the set
-				m.mu.Unlock()
-			}
-			if err != nil {
-				if ctx.Err() != nil {
+		if !reading && !now.Before(reread) {
+			// The read runs on a goroutine of its own and is waited for
+			// StepTimeout at most: a node of the topic set that hangs
+			// holds up no move of the topics already known.
+			reading = true
+			bg.Go(func() { reads <- m.readTopics(ctx) })
+			step := time.NewTimer(m.cfg.StepTimeout())
+			select {
+			case <-ctx.Done():
+				step.Stop()
+				return
+			case res := <-reads:
+				reading = false
+				if !apply(res) {
+					step.Stop()
 					return
 				}
-				wait := bo.Next()
-				reread = now.Add(wait)
-				m.env.Failure("redeq: mover cannot read every topic", "err", err, "retry_in", wait)
-			} else {
-				bo.Reset()
-				reread = now.Add(5 * m.cfg.ScanInterval)
+			case <-step.C:
+				m.env.Failure("redeq: mover gets no answer from the topic set's node; it moves the topics it knows", "within", m.cfg.StepTimeout())
+				if topics == nil {
+					fallback()
+				}
 			}
+			step.Stop()
 		}
 		m.assign(ctx, &loops, topics)
 		if !timer.Stop() {
@@ -299,7 +334,11 @@ func (m *Mover) Run(ctx context.Context) {
 			default:
 			}
 		}
-		timer.Reset(max(reread.Sub(m.env.Clock.Now()), time.Millisecond))
+		next := reread
+		if reading { // the read's answer wakes the loop
+			next = m.env.Clock.Now().Add(5 * m.cfg.ScanInterval)
+		}
+		timer.Reset(max(next.Sub(m.env.Clock.Now()), time.Millisecond))
 	}
 }
 
@@ -311,6 +350,24 @@ func (m *Mover) fleetChanged(ctx context.Context) {
 	if err := m.rdb.Publish(ctx, keys.WakeChannel(m.cfg.Prefix), FleetChanged).Err(); err != nil && ctx.Err() == nil {
 		m.env.Logger.Warn("redeq: mover cannot tell the fleet it joined or left", "err", err)
 	}
+}
+
+// topicRead is one read of the topic set (readTopics).
+type topicRead struct {
+	topics map[string]int // nil: none could be read
+	err    error
+}
+
+// readTopics reads the topic set and the topics' bucket counts, records
+// again the topics wake-ups named and the listened topics the set lacks,
+// and the bucket counts a failover lost.
+func (m *Mover) readTopics(ctx context.Context) topicRead {
+	got, lost, err := m.reg.TopicsAndLost(ctx)
+	if got != nil {
+		err = errors.Join(err, m.recordUnknown(ctx, got))
+		m.recordCounts(ctx, got, lost)
+	}
+	return topicRead{topics: got, err: err}
 }
 
 // announceLoop announces this client every ScanInterval, and at once

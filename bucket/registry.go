@@ -72,6 +72,9 @@ func (r *Registry) Ensure(ctx context.Context, topic string, n int) (fresh bool,
 			return false, fmt.Errorf("record topic %q in %s: %w", topic, r.where(ctx, meta), err)
 		}
 		if got == n {
+			// Checked: known before the listing, so that a topic set
+			// whose node hangs holds up no fetch of the topic.
+			r.remember(topic, got)
 			// Only a count that matches ours is worth registering; a
 			// topic registered already costs a read only (see meta.lua).
 			set := keys.Topics(r.prefix)

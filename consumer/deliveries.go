@@ -139,6 +139,20 @@ func (d *deliveries) heldLen(b int) int {
 	return len(d.held[b])
 }
 
+// heldBuckets returns the buckets in which a delivery is held, in order:
+// those this consumer renews its lease on.
+func (d *deliveries) heldBuckets() []int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []int
+	for b, h := range d.held {
+		if len(h) > 0 {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
 // idle reports that no delivery is held: none running, none waiting for
 // its outcome to be applied. Only then may a runner take a quarantined
 // job, so that if that job kills the process, nothing else of its topic

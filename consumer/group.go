@@ -187,8 +187,9 @@ func (g *Group) Topics() []string {
 
 // Start records the listened topics, announces this consumer with a first
 // heartbeat, and starts the heartbeat, the reaper, the broadcast
-// dispatcher and the listeners, in that order. Values of ctx reach the
-// handlers; its cancellation does not stop the group (Shutdown does).
+// dispatcher, the listeners and the lease renewals, in that order. Values
+// of ctx reach the handlers; its cancellation does not stop the group
+// (Shutdown does).
 func (g *Group) Start(ctx context.Context) error {
 	if !g.started.CompareAndSwap(false, true) {
 		return ErrStarted
@@ -216,6 +217,7 @@ func (g *Group) Start(ctx context.Context) error {
 		g.runners[l.Topic()] = r
 		r.runAll(fetchCtx, &g.fetchWG, &g.workerWG)
 	}
+	g.bgWG.Go(func() { g.leaseLoop(bgCtx) }) // after the runners: it reads them
 	if len(pending) > 0 {
 		g.bgWG.Go(func() { g.recordLoop(bgCtx, pending) })
 	}
@@ -231,17 +233,57 @@ func (g *Group) Start(ctx context.Context) error {
 // heartbeat got through (heard), so that no in-flight set exists for a
 // consumer the reaper does not know.
 func (g *Group) announce(ctx context.Context) (pending map[string]bool, err error) {
+	// The topics are recorded side by side, and waited for StepTimeout at
+	// most: a node that hangs (a topic's meta, the topic set) holds up
+	// Start no longer than a bucket step.
+	type recorded struct {
+		topic string
+		err   error
+	}
+	results := make(chan recorded, len(g.listeners))
 	for _, l := range g.listeners {
-		if _, err := g.reg.Ensure(ctx, l.Topic(), g.cfg.Concurrency); err != nil {
-			if errors.Is(err, pool.ErrBucketMismatch) || ctx.Err() != nil {
-				return nil, err
-			}
-			if pending == nil {
-				pending = map[string]bool{}
-			}
-			pending[l.Topic()] = true
-			g.env.Logger.Warn("redeq: start: a listened topic cannot be recorded; it is served once it is, the others now", "topic", l.Topic(), "err", err)
+		go func() {
+			_, err := g.reg.Ensure(ctx, l.Topic(), g.cfg.Concurrency)
+			results <- recorded{topic: l.Topic(), err: err}
+		}()
+	}
+	addPending := func(topic string, err error) {
+		if pending == nil {
+			pending = map[string]bool{}
 		}
+		pending[topic] = true
+		g.env.Logger.Warn("redeq: start: a listened topic cannot be recorded; it is served once it is, the others now", "topic", topic, "err", err)
+	}
+	unanswered := map[string]bool{}
+	for _, l := range g.listeners {
+		unanswered[l.Topic()] = true
+	}
+	step := time.NewTimer(bucket.MoverConfig{ScanInterval: g.cfg.ScanInterval}.StepTimeout())
+	defer step.Stop()
+wait:
+	for range g.listeners {
+		select {
+		case r := <-results:
+			delete(unanswered, r.topic)
+			if r.err == nil {
+				continue
+			}
+			if errors.Is(r.err, pool.ErrBucketMismatch) || ctx.Err() != nil {
+				return nil, r.err
+			}
+			addPending(r.topic, r.err)
+		case <-step.C:
+			break wait
+		}
+	}
+	for topic := range unanswered {
+		if g.reg.Matches(topic, g.cfg.Concurrency) {
+			// Its bucket count is checked; only its listing in the topic
+			// set waits, and the movers record it again.
+			g.env.Logger.Warn("redeq: start: a listened topic's listing gets no answer; it is served now", "topic", topic)
+			continue
+		}
+		addPending(topic, errors.New("no answer within StepTimeout"))
 	}
 	g.publishLimits(ctx)
 	lines := make([]string, len(g.listeners))
@@ -280,12 +322,16 @@ func (g *Group) recordLoop(ctx context.Context, pending map[string]bool) {
 		case <-timer.C:
 		}
 		for topic := range pending {
-			_, err := g.reg.Ensure(ctx, topic, g.cfg.Concurrency)
-			if !served[topic] && g.reg.Matches(topic, g.cfg.Concurrency) {
-				served[topic] = true
-				close(g.runners[topic].unchecked)
-				g.env.Logger.Info("redeq: a listened topic is recorded; it is served now", "topic", topic)
+			serve := func() {
+				if !served[topic] && g.reg.Matches(topic, g.cfg.Concurrency) {
+					served[topic] = true
+					close(g.runners[topic].unchecked)
+					g.env.Logger.Info("redeq: a listened topic is recorded; it is served now", "topic", topic)
+				}
 			}
+			serve() // a late answer of Start's call may have checked it
+			_, err := g.reg.Ensure(ctx, topic, g.cfg.Concurrency)
+			serve()
 			switch {
 			case err == nil:
 				delete(pending, topic)

@@ -394,13 +394,14 @@ func (g *Group) reapLockExpiry() time.Duration {
 // recoverList empties one in-flight set of consumer cid in bucket b of
 // topic, in bounded script calls, and returns the deliveries handled. In
 // recover mode it does nothing, and reports busy, while the set holds a
-// delivery fetched within the last quiet (the consumer's ConsumerTimeout).
+// delivery fetched within the last quiet (the consumer's ConsumerTimeout)
+// or while the consumer's lease on the bucket lives (leaseLoop).
 func (g *Group) recoverList(ctx context.Context, topic string, b int, cid, mode, declared string, quiet time.Duration) (n int, busy bool, err error) {
 	k := keys.ForBucket(g.cfg.Prefix, topic, b)
 	for {
 		call := func(ctx context.Context) ([]int64, error) {
 			return recoverScript.Run(ctx, g.rdb,
-				[]string{k.InFlight(cid), k.Ready(), k.Pool(), k.Scheduled(), k.Dead(), k.Reasons(), k.State(), k.Errors(), k.LimitPrefix()},
+				[]string{k.InFlight(cid), k.Ready(), k.Pool(), k.Scheduled(), k.Dead(), k.Reasons(), k.State(), k.Errors(), k.LimitPrefix(), k.Lease(cid)},
 				mode, recoverBatch, g.cfg.MaxRecoveries, g.cfg.DeadRetention,
 				keys.ReadyChannel(g.cfg.Prefix), keys.WakeChannel(g.cfg.Prefix), keys.Address(topic, b),
 				cid, quiet.Milliseconds(), declared).Int64Slice()

@@ -5,8 +5,13 @@
 --   mode "recover" (the consumer went silent): each job counts a recovery
 --   and goes to the ready list; one recovered more than ARGV[3] times is
 --   poison and goes to the dead set. Nothing is done while the set's newest
---   delivery is younger than ARGV[9] ms: the consumer fetched recently, so
---   it is alive (it came back while being reaped).
+--   delivery is younger than ARGV[9] ms (the consumer fetched recently, so
+--   it is alive: it came back while being reaped), nor while the
+--   consumer's lease on this bucket (KEYS[10]) lasts: it still reaches
+--   this node and runs these jobs, though the alive set's node may not
+--   hear it. Checked here, with the read of the set, so that no renewal
+--   lands between the check and the recovery. No lease key (a client that
+--   never renews one) is no lease.
 --   mode "rollback" (the consumer shuts down): each job goes back to its
 --   bucket due now, nothing counted.
 -- KEYS[1] -> the consumer's in-flight ZSET ("<token>:<id>" -> fetch ms)
@@ -20,6 +25,8 @@
 -- KEYS[9] -> limit key prefix (limits.lua): the leases of the deliveries
 --   handled are freed, so a dead consumer's slots return with its jobs
 -- Uses limits.lua.
+-- KEYS[10] -> the consumer's lease on this bucket, STRING: when it ends,
+--   unix ms, by this node's clock (lease.lua; recover only)
 -- ARGV[1] -> mode: recover or rollback
 -- ARGV[2] -> most deliveries to handle (at most 1000)
 -- ARGV[3] -> most recoveries of a job
@@ -34,14 +41,19 @@
 --   came back and fetched them, or a late fetch landed: a later look
 --   takes those) and the set counts as active
 -- Returns {deliveries handled, deliveries left in the set, jobs sent to the
--- dead set, 1 when skipped because the consumer is active else 0}.
+-- dead set, 1 when skipped because the consumer is active (or leased)
+-- else 0}. A rerun after a lost reply finds the members it handled gone
+-- and writes nothing more.
 local now = now_ms_ceil()
 local recover = ARGV[1] == 'recover'
 local members
 if recover then
   local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-  if newest[1] ~= nil and tonumber(newest[2]) > now - tonumber(ARGV[9]) then
-    return {0, redis.call('ZCARD', KEYS[1]), 0, 1}
+  if newest[1] ~= nil then
+    local lease = tonumber(redis.call('GET', KEYS[10]) or '')
+    if tonumber(newest[2]) > now - tonumber(ARGV[9]) or (lease and lease > now) then
+      return {0, redis.call('ZCARD', KEYS[1]), 0, 1}
+    end
   end
   members = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[10], 'LIMIT', 0, tonumber(ARGV[2]))
   if #members == 0 then

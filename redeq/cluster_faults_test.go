@@ -3,6 +3,7 @@ package redeq_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -606,4 +607,87 @@ func TestClusterBackgroundLoopsLogNoError(t *testing.T) {
 		bad = append(bad[:20], fmt.Sprintf("... %d more", len(bad)-20))
 	}
 	require.Emptyf(t, bad, "background loops logged warnings/errors on Redis Cluster")
+}
+
+// TestConsumerHungOnAliveMasterRunsNoInFlightJobTwice: a consumer (A)
+// runs a job whose keys live on a healthy master when its connections to
+// the alive set's master hang (replies held, new connections unanswered);
+// another consumer (B) reaches every master. While A's handler still runs
+// the job (it would stop if its context ended), B does not run it too: the
+// job runs once at a time, and once in all when A's handler acks it.
+func TestConsumerHungOnAliveMasterRunsNoInFlightJobTwice(t *testing.T) {
+	testutil.FaultTier(t)
+	be := testutil.Cluster(t)
+	for run := range 3 {
+		t.Run(fmt.Sprint("run", run), func(t *testing.T) {
+			cfg := testutil.Config(t)
+			cfg.Concurrency = 16
+			ctx := context.Background()
+			e := setup(t, be, cfg)
+			alive := nodeOf(t, e.rdb, keys.Alive(cfg.Prefix))
+			topic := "t"
+			for i := 0; nodeOf(t, e.rdb, keys.ForTopic(cfg.Prefix, topic).Meta()) == alive; i++ {
+				topic = fmt.Sprint("t", i)
+			}
+			nodes := bucketNodes(t, e, topic, cfg.Concurrency)
+			id := ""
+			for i := 0; id == ""; i++ {
+				if c := fmt.Sprint("j", i); nodes[bucketOf(c, cfg.Concurrency)] != alive {
+					id = c
+				}
+			}
+
+			var mu sync.Mutex
+			var running, overlaps, runs int
+			entered := make(chan struct{}, 10)
+			handler := func(who string, hold time.Duration) func(context.Context, *redeq.Job, *redeq.Channel) error {
+				return func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+					mu.Lock()
+					runs++
+					if running > 0 {
+						overlaps++
+						t.Logf("%s runs %s while another handler runs it", who, job.ID)
+					}
+					running++
+					mu.Unlock()
+					entered <- struct{}{}
+					select { // a long job that stops when its context ends
+					case <-time.After(hold):
+					case <-ctx.Done():
+					}
+					mu.Lock()
+					running--
+					mu.Unlock()
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					ch.Ack()
+					return nil
+				}
+			}
+			rdbA, hang := hangByProxy(t, be.Addrs, alive)
+			a, err := redeq.New(rdbA, e.cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+			startWith(t, a, newListener(topic, handler("A", 4*time.Second)))
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: id}))
+			select {
+			case <-entered:
+			case <-time.After(10 * time.Second):
+				t.Fatal("A did not start the job")
+			}
+			hang()
+			b := e.another(t, nil)
+			startWith(t, b, newListener(topic, handler("B", 0)))
+			testutil.Eventually(t, 30*time.Second, "the job is done", func() bool {
+				_, err := e.c.Get(ctx, topic, id)
+				return errors.Is(err, redeq.ErrJobNotFound)
+			})
+			time.Sleep(10 * cfg.ScanInterval) // a second run, if any
+			mu.Lock()
+			defer mu.Unlock()
+			require.Zero(t, overlaps, "the job ran beside its running handler (%d runs)", runs)
+			require.Equal(t, 1, runs, "the job ran more than once")
+		})
+	}
 }

@@ -267,9 +267,11 @@ func TestStaleOutcomeAfterRefetch(t *testing.T) {
 			settles.Add(1)
 			return err
 		})
+		var stalled atomic.Bool // its lease renewals fail with its heartbeats
 		rdb := e.be.New(t)
 		rdb.AddHook(hb)
 		rdb.AddHook(sh)
+		rdb.AddHook(cutLeases(t, &stalled))
 		c, err := redeq.New(rdb, e.cfg)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
@@ -283,6 +285,7 @@ func TestStaleOutcomeAfterRefetch(t *testing.T) {
 			case 1:
 				// Stall: the heartbeats fail until the job is taken back;
 				// then they get through, and the consumer fetches it again.
+				stalled.Store(true)
 				hb.set(func(context.Context, redis.Cmder, func() error) error { return errors.New("stalled") })
 				for {
 					j, err := e.c.Get(ctx, "t", "j")
@@ -292,6 +295,7 @@ func TestStaleOutcomeAfterRefetch(t *testing.T) {
 					time.Sleep(5 * time.Millisecond)
 				}
 				hb.set(nil)
+				stalled.Store(false)
 				<-second
 				return errors.New("stale failure")
 			case 2:
@@ -568,12 +572,15 @@ func TestOutageLongerThanConsumerTimeout(t *testing.T) {
 		t.Run(be.Name, func(t *testing.T) {
 			e := setup(t, be, testutil.Config(t))
 			ctx := context.Background()
-			// The consumer's heartbeats can be held back, as if they
-			// reached the server after the reaper's queries.
+			// The consumer's heartbeats (and its lease renewals) can be
+			// held back, as if they reached the server after the
+			// reaper's queries.
 			hb := newScriptHook(t, "consumer/heartbeat.lua")
+			leases := leaseRenewals(t)
 			held := make(chan struct{})
 			rdb := be.New(t)
 			rdb.AddHook(hb)
+			rdb.AddHook(leases)
 			a, err := redeq.New(rdb, e.cfg)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
@@ -592,6 +599,10 @@ func TestOutageLongerThanConsumerTimeout(t *testing.T) {
 				<-held
 				return next()
 			})
+			leases.Set(func(ctx context.Context, _ []redis.Cmder, next func() error) error {
+				<-held
+				return next()
+			})
 			pause := 3 * e.cfg.ConsumerTimeout // well past it, well inside go-redis's read timeout
 			pauseAll(t, be.New(t), pause)
 			// The reaper's queries get through first; the heartbeats a
@@ -599,6 +610,7 @@ func TestOutageLongerThanConsumerTimeout(t *testing.T) {
 			time.Sleep(pause + e.cfg.ConsumerTimeout/2)
 			close(held)
 			hb.set(nil)
+			leases.Set(nil)
 			time.Sleep(3 * e.cfg.ConsumerTimeout) // the window in which a wrong reap would strike
 			close(release)
 			testutil.Eventually(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })

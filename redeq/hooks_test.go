@@ -2,7 +2,9 @@ package redeq_test
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -90,4 +92,30 @@ func rerun(ctx context.Context, cmd redis.Cmder, next func() error) error {
 		return err
 	}
 	return next()
+}
+
+// leaseRenewals is a Hook on a consumer's lease renewals (lease.lua, on
+// each bucket where it holds deliveries). A test that makes a consumer
+// silent by failing its heartbeats fails these too (cutLeases), so that
+// the consumer is cut off as a stopped process or a partition cuts it
+// off, not only from the alive set's node.
+func leaseRenewals(t *testing.T) *testutil.Hook {
+	return testutil.HookScript(testutil.LoadScript(t, "../consumer/lease.lua"))
+}
+
+// cutLeases fails the lease renewals of the client it is added to while
+// cut is true.
+func cutLeases(t *testing.T, cut *atomic.Bool) *testutil.Hook {
+	h := leaseRenewals(t)
+	h.Set(func(ctx context.Context, cmds []redis.Cmder, next func() error) error {
+		if !cut.Load() {
+			return next()
+		}
+		err := errors.New("cut off")
+		for _, cmd := range cmds {
+			cmd.SetErr(err)
+		}
+		return err
+	})
+	return h
 }

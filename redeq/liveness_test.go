@@ -48,6 +48,7 @@ func TestForgottenConsumerRejoinsAfterHeartbeatRerun(t *testing.T) {
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
 		var beats atomic.Int64
 		var mode atomic.Int32 // 0 pass, 1 rerun the next one, 2 fail (the consumer is dead)
+		var dead atomic.Bool  // its lease renewals fail too
 		hb.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
 			switch mode.Load() {
 			case 1:
@@ -63,6 +64,7 @@ func TestForgottenConsumerRejoinsAfterHeartbeatRerun(t *testing.T) {
 		})
 		rdb := e.be.New(t)
 		rdb.AddHook(hb)
+		rdb.AddHook(cutLeases(t, &dead))
 		a, err := redeq.New(rdb, e.cfg)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
@@ -85,6 +87,7 @@ func TestForgottenConsumerRejoinsAfterHeartbeatRerun(t *testing.T) {
 		// It fetches a job, then dies.
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
 		testutil.Eventually(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
+		dead.Store(true)
 		mode.Store(2)
 		member := e.rdb.ZScore(ctx, consumers, cid).Err()
 		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout+5*time.Second, fmt.Sprintf("recovered (consumer-set lookup: %v)", member), func() bool {
@@ -624,6 +627,7 @@ func TestLostConsumerEntryStillRecovered(t *testing.T) {
 		})
 		rdb := e.be.New(t)
 		rdb.AddHook(hb)
+		rdb.AddHook(cutLeases(t, &dead))
 		a, err := redeq.New(rdb, e.cfg)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
@@ -695,4 +699,64 @@ func TestStallWithinToleranceKeepsJob(t *testing.T) {
 	require.Zerof(t, l.count(), "a consumer stalled %v < ConsumerTimeout %v - HeartbeatInterval %v had its job handed to another live consumer (%d deliveries there, recoveries %v) while it still ran it",
 		stall, cfg.ConsumerTimeout, cfg.HeartbeatInterval, l.count(), recoveriesOf(l))
 	_ = redis.Nil
+}
+
+// TestLeaseKeepsJobOfConsumerCutOffFromAliveSet: a consumer whose
+// heartbeats fail (cut off from the alive set's node) while it reaches
+// its job's node keeps the job it runs: a reaper finds it silent, but its
+// lease on the job's bucket lives (renewed, expiring within
+// ConsumerTimeout), so the job is not recovered, runs once, and its ack
+// applies. Once the consumer holds nothing there, the lease expires by
+// itself and the reaper forgets the consumer.
+func TestLeaseKeepsJobOfConsumerCutOffFromAliveSet(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		hb := newScriptHook(t, "consumer/heartbeat.lua")
+		var cut atomic.Bool
+		hb.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+			if cut.Load() {
+				cmd.SetErr(errors.New("cut off from the alive set"))
+				return cmd.Err()
+			}
+			return next()
+		})
+		a := e.hooked(t, hb)
+		release := make(chan struct{})
+		l := blockingListener("t", release)
+		startWith(t, a, l)
+		require.NoError(t, e.c.Start(ctx)) // moves and reaps
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		testutil.Eventually(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
+		cid := a.ConsumerID()
+		lease := keys.ForBucket(e.cfg.Prefix, "t", 0).Lease(cid)
+		testutil.Eventually(t, 5*time.Second, "leased", func() bool {
+			ttl, err := e.rdb.PTTL(ctx, lease).Result()
+			require.NoError(t, err)
+			require.LessOrEqual(t, ttl, e.cfg.ConsumerTimeout, "a lease longer than ConsumerTimeout")
+			return ttl > 0
+		})
+
+		cut.Store(true)
+		alive := keys.Alive(e.cfg.Prefix)
+		beat, err := e.rdb.ZScore(ctx, alive, cid).Result()
+		require.NoError(t, err)
+		// Silent for the reaper from a ConsumerTimeout on; it would have
+		// recovered the job by 2 of them, had the lease not held it.
+		time.Sleep(4 * e.cfg.ConsumerTimeout)
+		job, err := e.c.Get(ctx, "t", "j")
+		require.NoError(t, err)
+		require.Equal(t, redeq.StateInFlight, job.State)
+		require.Zero(t, job.Recoveries)
+		require.Equal(t, beat, e.rdb.ZScore(ctx, alive, cid).Val(), "no heartbeat got through")
+		close(release)
+		testutil.Eventually(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
+		require.Equal(t, 1, l.count())
+		testutil.Eventually(t, 20*e.cfg.ConsumerTimeout, "the lease expired and the consumer is forgotten", func() bool {
+			if e.be.Mini != nil {
+				e.be.Mini.FastForward(e.cfg.ConsumerTimeout / 4) // its keys expire only so
+			}
+			return e.rdb.Exists(ctx, lease).Val() == 0 && e.rdb.ZScore(ctx, alive, cid).Err() == redis.Nil
+		})
+	})
 }

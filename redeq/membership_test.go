@@ -110,7 +110,7 @@ func TestResumedConsumerIsVisibleAgain(t *testing.T) {
 			return next()
 		})
 		settles, settled := completions(t, "ack/settle.lua")
-		c := e.hooked(t, hb, settles)
+		c := e.hooked(t, hb, cutLeases(t, &stopped), settles)
 		l, runs := holdingListener("t")
 		startWith(t, c, l)
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps

@@ -946,3 +946,82 @@ func TestClientCutOffFromASharedKeysMasterKeepsServingTheRest(t *testing.T) {
 		})
 	}
 }
+
+// TestStartServesWhenASharedKeysMasterHangs: the only started client (A)
+// starts while its connections to the master holding the movers' set, or
+// the topic set, hang (replies held, new connections unanswered); the
+// alive set and the topic's meta live elsewhere. Start returns nil, and A
+// runs, once each and none early, every job of the buckets on the masters
+// that answer, within a few seconds of its due time.
+func TestStartServesWhenASharedKeysMasterHangs(t *testing.T) {
+	testutil.FaultTier(t)
+	be := testutil.Cluster(t)
+	probe := be.New(t)
+	roles := map[string]func(string) string{"movers": keys.Movers, "topics": keys.Topics}
+	for _, role := range []string{"movers", "topics", "movers", "topics"} {
+		t.Run(role, func(t *testing.T) {
+			prefix := testutil.Prefix(t)
+			for masterOf(t, probe, roles[role](prefix)) == masterOf(t, probe, keys.Alive(prefix)) {
+				prefix = testutil.Prefix(t)
+			}
+			hung := masterOf(t, probe, roles[role](prefix))
+			topic := "t"
+			for i := 0; masterOf(t, probe, keys.ForTopic(prefix, topic).Meta()) == hung; i++ {
+				topic = fmt.Sprint("t", i)
+			}
+			cfg := testutil.Config(t)
+			cfg.Prefix = prefix
+			cfg.Concurrency = 16
+			ctx := context.Background()
+			e := setup(t, be, cfg) // the producer: Add only, never started
+			nodes := bucketNodes(t, e, topic, cfg.Concurrency)
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: "seed", Delay: time.Hour}))
+
+			var runs jobRuns
+			rdbA, hang := hangByProxy(t, be.Addrs, hung)
+			hang()
+			a, err := redeq.New(rdbA, e.cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+			l := newListener(topic, runs.handler(0))
+			l.workers = 8
+			require.NoError(t, a.Register(l))
+			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			began := time.Now()
+			require.NoError(t, a.Start(sctx), "A does not start while the %s master hangs", role)
+			t.Logf("Start returned after %v", time.Since(began).Round(time.Millisecond))
+
+			base := time.Now()
+			due := map[string]time.Time{}
+			want := map[string]bool{}
+			for i := 0; len(want) < 32; i++ {
+				id := fmt.Sprint("j", i)
+				if nodes[bucketOf(id, cfg.Concurrency)] == hung {
+					continue
+				}
+				want[id] = true
+				due[id] = base.Add(300*time.Millisecond + time.Duration(len(want))*20*time.Millisecond)
+				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: id, RunAt: due[id]}))
+			}
+			testutil.Eventually(t, 30*time.Second, "A ran every job of the masters that answer", func() bool { return runs.ranAll("", 0, want) })
+			time.Sleep(2 * cfg.ScanInterval)
+			var early, twice, late []string
+			firsts, counts := runs.Firsts(), runs.Counts()
+			for id, at := range firsts {
+				if d := earlyBy(at, due[id], base); d > 5*time.Millisecond {
+					early = append(early, fmt.Sprintf("%s %v early", id, d))
+				}
+				if counts[id] > 1 {
+					twice = append(twice, id)
+				}
+				if l := at.Round(0).Sub(due[id].Round(0)); l > 5*time.Second {
+					late = append(late, fmt.Sprintf("%s %v late", id, l.Round(time.Millisecond)))
+				}
+			}
+			require.Empty(t, early, "jobs ran before their due time")
+			require.Empty(t, twice, "jobs ran twice")
+			require.Empty(t, late, "jobs of the masters that answer ran late")
+		})
+	}
+}

@@ -58,6 +58,7 @@ func newMortal(t *testing.T, e *env, topic string) *mortal {
 	})
 	rdb := e.be.New(t)
 	rdb.AddHook(hb)
+	rdb.AddHook(cutLeases(t, &m.dead))
 	rdb.AddHook(fetch)
 	c, err := redeq.New(rdb, e.cfg)
 	require.NoError(t, err)

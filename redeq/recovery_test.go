@@ -580,7 +580,7 @@ func TestRecoveryKeepsScheduleHeadersAndAttempts(t *testing.T) {
 		<-gone // the process is gone: no outcome before the test ends
 		return errors.New("too late")
 	})
-	a := e.hooked(t, hb)
+	a := e.hooked(t, hb, cutLeases(t, &dead))
 	startWith(t, a, la)
 	intervals := []time.Duration{50 * time.Millisecond, 50 * time.Millisecond, 4 * time.Second, 50 * time.Millisecond}
 	require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j", MaxRetries: 4, RetryIntervals: intervals,

@@ -28,6 +28,14 @@ func (b Bucket) Ready() string { return b.tag + "ready" }
 // id (a stale one and a new one) without confusing them.
 func (b Bucket) InFlight(cid string) string { return b.tag + "inflight:" + cid }
 
+// Lease is a STRING: when consumer cid's lease on this bucket ends, unix
+// ms (the bucket node's clock; the key expires then too). The consumer
+// renews it for its ConsumerTimeout every HeartbeatInterval while it
+// holds deliveries of the bucket, and a reaper recovers none of its
+// deliveries here while it lasts. It lives on the bucket's node, so a
+// consumer cut off only from the alive set's node keeps the jobs it runs.
+func (b Bucket) Lease(cid string) string { return b.tag + "lease:" + cid }
+
 // State is a HASH: job id -> ready ("r<due ms>" or "r") while the id
 // waits in the ready list, or "<token>@<consumer>" while that delivery
 // holds it. Scheduled, un_ack and dead jobs have no entry. It is the
