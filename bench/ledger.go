@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"strconv"
 	"strings"
@@ -78,7 +79,7 @@ func phaseOf(system string, keys []string) string {
 // ledgerCost is one system's ledger: per phase, server µs and commands per
 // job, and the client's CPU per job for the adds and for the drain.
 type ledgerCost struct {
-	us, cmds           map[string]float64
+	us, cmds, calls    map[string]float64
 	clientAdd, clientD float64
 }
 
@@ -87,7 +88,7 @@ func (b *bench) ledger() {
 	fmt.Printf("cost ledger: %d jobs added from 16 goroutines, due 1 s later, drained by 16 workers; per script, from the slow log and MONITOR\n", n)
 	costs := map[string]ledgerCost{}
 	for _, s := range b.systems(false) {
-		c := ledgerCost{us: map[string]float64{}, cmds: map[string]float64{}}
+		c := ledgerCost{us: map[string]float64{}, cmds: map[string]float64{}, calls: map[string]float64{}}
 		// Timed run.
 		b.flush()
 		b.slowlog(true)
@@ -106,8 +107,14 @@ func (b *bench) ledger() {
 		b.flush()
 		stop := b.monitor(s.Name())
 		b.ledgerRun(s, n, "m", func() {})
-		for phase, k := range stop() {
+		counts, calls := stop()
+		for phase, k := range counts {
 			c.cmds[phase] = float64(k) / float64(n)
+		}
+		for phase, k := range calls {
+			if k > 0 {
+				c.calls[phase] = float64(n) / float64(k)
+			}
 		}
 		costs[s.Name()] = c
 		s.Close()
@@ -123,6 +130,9 @@ func (b *bench) ledger() {
 		comment := fmt.Sprintf("redeq: %s; asynq: %s", p.redeq, p.asynq)
 		b.add("ledger "+p.name+": Redis µs per job", "µs", "lower", comment+"; slow log execution times", pick(func(c ledgerCost) float64 { return c.us[p.name] }))
 		b.add("ledger "+p.name+": commands per job", "cmds", "lower", comment+"; MONITOR, script-inner included", pick(func(c ledgerCost) float64 { return c.cmds[p.name] }))
+		if p.name != "other" {
+			b.add("ledger "+p.name+": jobs per call", "jobs", "higher", comment+"; MONITOR, the jobs over the calls the client sent", pick(func(c ledgerCost) float64 { return c.calls[p.name] }))
+		}
 	}
 	b.add("ledger: client CPU per job, adding", "µs", "lower", "the bench process's user + sys time over the adds", pick(func(c ledgerCost) float64 { return c.clientAdd }))
 	b.add("ledger: client CPU per job, draining", "µs", "lower", "the bench process's user + sys time over the drain (move, fetch, handler, settle)", pick(func(c ledgerCost) float64 { return c.clientD }))
@@ -264,8 +274,8 @@ func phaseOfCommand(system string, words []string) string {
 
 // monitor counts, by ledger phase, every command the server runs from now
 // until stop, a script's inner commands with their call; stop returns the
-// counts.
-func (b *bench) monitor(system string) (stop func() map[string]int64) {
+// counts, and the calls the clients sent (inner commands not counted).
+func (b *bench) monitor(system string) (stop func() (counts, calls map[string]int64)) {
 	o, ok := b.admin.(*redis.Client)
 	if !ok {
 		fail("monitor: the admin client is no *redis.Client")
@@ -281,7 +291,7 @@ func (b *bench) monitor(system string) (stop func() map[string]int64) {
 	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "+OK") {
 		fail("monitor: %q %v", line, err)
 	}
-	counts := map[string]int64{}
+	counts, sent := map[string]int64{}, map[string]int64{}
 	var mu sync.Mutex
 	done := make(chan struct{})
 	go func() {
@@ -312,21 +322,18 @@ func (b *bench) monitor(system string) (stop func() map[string]int64) {
 			} else {
 				current = phaseOfCommand(system, words)
 				counts[current]++
+				sent[current]++
 			}
 			mu.Unlock()
 		}
 	}()
-	return func() map[string]int64 {
+	return func() (map[string]int64, map[string]int64) {
 		time.Sleep(100 * time.Millisecond) // the last lines of the feed
 		conn.Close()
 		<-done
 		mu.Lock()
 		defer mu.Unlock()
-		out := map[string]int64{}
-		for k, v := range counts {
-			out[k] = v
-		}
-		return out
+		return maps.Clone(counts), maps.Clone(sent)
 	}
 }
 
