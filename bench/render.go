@@ -28,6 +28,7 @@ func renderDocs(res *results, perfPath, readmePath string) error {
 		"alone":    d.alone(),
 		"ceiling":  d.ceiling(),
 		"overhead": d.overhead(),
+		"ledger":   d.ledgerTable(),
 		"run":      d.run(),
 	}); err != nil {
 		return err
@@ -234,6 +235,8 @@ func section(measurementOrRow row) string {
 		return "alone"
 	case measurementOrRow.Name == "ceiling":
 		return "ceiling"
+	case strings.HasPrefix(measurementOrRow.Name, "ledger"):
+		return "ledger"
 	}
 	return "results"
 }
@@ -457,4 +460,23 @@ func (d docs) failedNames() []string {
 		}
 	}
 	return names
+}
+
+// ledgerTable is the cost ledger: per step of a job's journey, each
+// system's server time and commands per job, then the client's CPU.
+func (d docs) ledgerTable() string {
+	return d.table("ledger", "| step (redeq script; asynq's) | redeq | asynq | redeq/asynq |\n|---|---:|---:|---:|\n", func(r row) string {
+		rt := ""
+		if r.Asynq != 0 {
+			rt = fmt.Sprintf("%.2fx", ratio(r))
+		}
+		label := strings.TrimPrefix(r.Name, "ledger ")
+		label = strings.TrimPrefix(label, "ledger: ")
+		if c, _, ok := strings.Cut(r.Comment, "; slow log"); ok {
+			label += " (" + c + ")"
+		} else if c, _, ok := strings.Cut(r.Comment, "; MONITOR"); ok {
+			label += " (" + c + ")"
+		}
+		return fmt.Sprintf("| %s | %s | %s | %s |", label, num(r.Redeq), num(r.Asynq), rt)
+	}, "")
 }

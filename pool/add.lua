@@ -6,12 +6,15 @@
 -- run, and the writes of its jobs are one ZADD and one HSET.
 -- KEYS[1] -> pool HASH
 -- KEYS[2] -> bucket ZSET
--- KEYS[3] -> op STRING of this run: its reply, kept for a rerun
+-- KEYS[3] -> op STRING of the caller's lane: "<run number>|<reply>" of the
+--            latest run on it that added a job (one run at a time uses a
+--            lane, and the numbers of the runs on a lane grow)
 -- ARGV[1] -> most jobs this pool may hold
 -- ARGV[2] -> wake channel
 -- ARGV[3] -> wake message, published when a job added becomes the bucket's first
 -- ARGV[4] -> how long the op key keeps the reply, ms
--- ARGV[5..] -> 6 values per job:
+-- ARGV[5] -> this run's number, plain digits
+-- ARGV[6..] -> 6 values per job:
 --   id; ZSET member (the id, or the broadcast mark and the id);
 --   the envelope header after the created time, newline included; body;
 --   delay, ms (used when the next is empty); absolute due time, unix ms, or
@@ -21,15 +24,23 @@
 -- its id exists; -2 when the pool is full. A rerun of the same run (go-redis
 -- sends a script again when its reply is late or lost) returns the first
 -- run's reply and writes nothing: it neither reports its own jobs as
--- existing nor adds again a job that ran and was acked meanwhile.
-if #ARGV < 10 or (#ARGV - 4) % 6 ~= 0 then
-  return redis.error_reply('add.lua: ' .. #ARGV .. ' arguments, want 4 + 6 per job')
+-- existing nor adds again a job that ran and was acked meanwhile. A copy
+-- of a run that arrives after a later run on its lane (its caller has long
+-- had its answer or an error) fails and writes nothing.
+if #ARGV < 11 or (#ARGV - 5) % 6 ~= 0 then
+  return redis.error_reply('add.lua: ' .. #ARGV .. ' arguments, want 5 + 6 per job')
 end
 -- Go joins at most 256 jobs into a run; the bound keeps every unpack below
 -- small whatever a caller sends.
-if #ARGV > 4 + 6 * 256 then
-  return redis.error_reply('add.lua: ' .. (#ARGV - 4) / 6 .. ' jobs in one run, at most 256')
+if #ARGV > 5 + 6 * 256 then
+  return redis.error_reply('add.lua: ' .. (#ARGV - 5) / 6 .. ' jobs in one run, at most 256')
 end
+-- The run number as digits, compared as digits: no float rounds it.
+local seq = ARGV[5]
+if not string.find(seq, '^%d+$') or #seq > 20 then
+  return redis.error_reply('add.lua: run number ' .. seq .. ' is no whole number')
+end
+seq = string.gsub(seq, '^0+(%d)', '%1')
 -- The op TTL too, before any write: SET refusing it after the jobs were
 -- written would leave them without their op record, and a rerun would
 -- report them as existing.
@@ -48,7 +59,7 @@ end
 local us = now_us()
 local created = '1|' .. string.format('%d', floor_ms(us))
 local soon = ceil_ms(us)
-local n = (#ARGV - 4) / 6
+local n = (#ARGV - 5) / 6
 -- Every due time first: an argument that is no due time fails the run
 -- before it wrote anything, not after the jobs before it. A delay and an
 -- absolute due time are whole ms in plain digits, as Go sends them, and
@@ -77,14 +88,22 @@ end
 local function bad_due(i)
   return redis.error_reply('add.lua: job ' .. ARGV[i] .. ': due time is no whole number of ms from 0 to ' .. MAX_DUE_MS_TEXT)
 end
--- A rerun returns the first run's reply. GET is a read: a server that
--- refuses writes (maxmemory with noeviction, min-replicas-to-write) still
--- answers it.
-local done = redis.call('GET', KEYS[3])
-if done then
-  local out = {}
-  for v in string.gmatch(done, '[^,]+') do out[#out + 1] = tonumber(v) end
-  return out
+-- A rerun returns the first run's reply; a copy of a run older than the
+-- lane's latest writes nothing. GET is a read: a server that refuses
+-- writes (maxmemory with noeviction, min-replicas-to-write) still answers
+-- it. A lane whose latest run added nothing holds an older number, and a
+-- rerun of that run is a run like any other.
+local rec = redis.call('GET', KEYS[3])
+if rec then
+  local last, done = string.match(rec, '^(%d+)|(.*)$')
+  if last == seq then
+    local out = {}
+    for v in string.gmatch(done, '[^,]+') do out[#out + 1] = tonumber(v) end
+    return out
+  end
+  if last and (#last > #seq or (#last == #seq and last > seq)) then
+    return redis.error_reply('add.lua: run ' .. seq .. ' is older than run ' .. last .. ' of its lane: a stale copy, not run')
+  end
 end
 -- Wake-ups: a run whose earliest new job is due before every job of the
 -- bucket's ZSET (ZCOUNT up to its due time is 0, before the ZADD) is due
@@ -103,26 +122,26 @@ if n == 1 then
   -- Go never makes: the pool entry would then stay. And HSETNX is a
   -- write: a server that refuses writes fails the run of a stored id
   -- instead of answering exists.)
-  local due, s = due_of(5)
-  if due == nil then return bad_due(5) end
-  local id = ARGV[5]
+  local due, s = due_of(6)
+  if due == nil then return bad_due(6) end
+  local id = ARGV[6]
   if limit <= redis.call('HLEN', KEYS[1]) then
     if redis.call('HEXISTS', KEYS[1], id) == 1 then return {-1} end
     return {-2}
   end
-  if redis.call('HSETNX', KEYS[1], id, created .. ARGV[7] .. ARGV[8]) == 0 then return {-1} end
+  if redis.call('HSETNX', KEYS[1], id, created .. ARGV[8] .. ARGV[9]) == 0 then return {-1} end
   local wake = redis.call('ZCOUNT', KEYS[2], '-inf', s) == 0
-  redis.call('ZADD', KEYS[2], s, ARGV[6])
+  redis.call('ZADD', KEYS[2], s, ARGV[7])
   if wake then
     redis.call('PUBLISH', ARGV[2], ARGV[3])
   end
-  redis.call('SET', KEYS[3], s, 'PX', ttl)
+  redis.call('SET', KEYS[3], seq .. '|' .. s, 'PX', ttl)
   return {due}
 end
 -- Many jobs, a joined run.
 local dues, dstr, ids = {}, {}, {}
 for k = 1, n do
-  local i = k * 6 - 1
+  local i = k * 6
   local due, s = due_of(i)
   if due == nil then return bad_due(i) end
   dues[k], dstr[k], ids[k] = due, s, ARGV[i]
@@ -136,7 +155,7 @@ local have = redis.call('HMGET', KEYS[1], unpack(ids))
 local out, least, lstr = {}, nil, nil
 local ours, fields, members, nf = {}, {}, {}, 0
 for k = 1, n do
-  local i, id = k * 6 - 1, ids[k]
+  local i, id = k * 6, ids[k]
   if have[k] or ours[id] then
     out[k] = -1 -- stored already, or earlier in this run
   elseif room <= 0 then
@@ -164,6 +183,6 @@ if least ~= nil then
   for k = 1, n do
     if out[k] == -1 or out[k] == -2 then reply[k] = out[k] == -1 and '-1' or '-2' else reply[k] = dstr[k] end
   end
-  redis.call('SET', KEYS[3], table.concat(reply, ','), 'PX', ttl)
+  redis.call('SET', KEYS[3], seq .. '|' .. table.concat(reply, ','), 'PX', ttl)
 end
 return out

@@ -303,7 +303,7 @@ func TestConcurrentAddsOwnReplies(t *testing.T) {
 			var joined atomic.Int32 // runs of more than one job seen
 			h.Set(func(ctx context.Context, cmds []redis.Cmder, next func() error) error {
 				for _, cmd := range cmds {
-					if len(cmd.Args()) > 3+3+4+6 { // evalsha sha numkeys, 3 keys, 4 shared, >1 job
+					if len(cmd.Args()) > 3+3+4+1+6 { // evalsha sha numkeys, 3 keys, 4 shared, the run number, >1 job
 						joined.Add(1)
 					}
 				}
@@ -567,8 +567,8 @@ func TestAddCallerCtxEnds(t *testing.T) {
 				var ids []string
 				for _, cmd := range cmds {
 					args := cmd.Args()
-					// evalsha sha 3 pool bucket op, 4 shared, then 6 per job
-					for i := 3 + 3 + 4; i < len(args); i += 6 {
+					// evalsha sha 3 pool bucket op, 4 shared, the run number, then 6 per job
+					for i := 3 + 3 + 4 + 1; i < len(args); i += 6 {
 						ids = append(ids, fmt.Sprint(args[i]))
 					}
 				}
@@ -887,7 +887,7 @@ func TestScriptsFailBeforeWriting(t *testing.T) {
 				// One job, then two: delay bad, or due time bad.
 				one := []any{"new", "new", "|0|0||||\n", "body"}
 				for _, due := range [][2]any{{bad, ""}, {0, bad}} {
-					args := []any{10, "ch", "msg", 30000}
+					args := []any{10, "ch", "msg", 30000, 1}
 					args = append(append(args, one...), due[0], due[1])
 					err := add.Run(ctx, c, []string{k.Pool(), k.Scheduled(), k.Op("x1")}, args...).Err()
 					require.Equal(t, before, testutil.Dump(t, c, prefix), "add.lua, one job, wrote before it failed (%v): %v", due, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 
 // addDirect runs add.lua as no Go caller would: jobs are {id, delay, due}.
 func addDirect(ctx context.Context, c redis.UniversalClient, k keys.Bucket, op string, ttl any, jobs ...[3]any) ([]any, error) {
-	args := []any{1000, "ch", "w", ttl}
+	args := []any{1000, "ch", "w", ttl, 1}
 	for _, j := range jobs {
 		args = append(args, j[0], j[0], "|0|0||\n", "b", j[1], j[2])
 	}
@@ -68,7 +69,7 @@ func TestAddScriptDueStrings(t *testing.T) {
 				require.Equal(t, score, float64(reply), "%s: reply %d, stored %v", name, reply, score)
 				rec, err := c.Get(ctx, k.Op(id)).Result()
 				require.NoError(t, err, "%s: no op record", name)
-				n, err := strconv.ParseFloat(rec, 64)
+				n, err := strconv.ParseFloat(strings.TrimPrefix(rec, "1|"), 64)
 				require.NoError(t, err, "%s: op record %q", name, rec)
 				require.Equal(t, score, n, "%s: op record %q, stored %v", name, rec, score)
 				again, err := addDirect(ctx, c, k, id, 30000, [3]any{id, delay, due})
@@ -172,7 +173,7 @@ func TestAddScriptRunOf256(t *testing.T) {
 			}
 			ps := c.Subscribe(ctx, keys.WakeChannel(prefix))
 			defer ps.Close()
-			args := []any{1000, keys.WakeChannel(prefix), "w", 30000}
+			args := []any{1000, keys.WakeChannel(prefix), "w", 30000, 1}
 			for _, j := range jobs {
 				args = append(args, j[0], j[0], "|0|0||\n", "b", j[1], j[2])
 			}
@@ -202,7 +203,8 @@ func TestAddScriptRunOf256(t *testing.T) {
 			rec, err := c.Get(ctx, k.Op("big")).Result()
 			require.NoError(t, err)
 			var dec []any
-			for _, f := range splitComma(rec) {
+			require.True(t, strings.HasPrefix(rec, "1|"), "op record %q: the run number first", rec)
+			for _, f := range splitComma(strings.TrimPrefix(rec, "1|")) {
 				n, err := strconv.ParseInt(f, 10, 64)
 				require.NoError(t, err, "op record field %q", f)
 				dec = append(dec, n)
@@ -351,12 +353,12 @@ func TestAddScriptRefusedRunWritesNothing(t *testing.T) {
 			}
 			sc := redis.NewScript(pool.AddSource)
 			for _, n := range []int{0, 1, 5, 7, 9, 11, 15} {
-				args := []any{1000, "ch", "w", 30000}
+				args := []any{1000, "ch", "w", 30000, 1}
 				for j := range n {
 					args = append(args, fmt.Sprint("a", j))
 				}
 				err := sc.Run(ctx, c, []string{k.Pool(), k.Scheduled(), k.Op(fmt.Sprint("n", n))}, args...).Err()
-				require.ErrorContains(t, err, "arguments, want 4 + 6 per job", "%d job arguments", n)
+				require.ErrorContains(t, err, "arguments, want 5 + 6 per job", "%d job arguments", n)
 				require.Equal(t, before, testutil.Dump(t, c, prefix), "%d job arguments: wrote", n)
 			}
 		})
@@ -422,12 +424,12 @@ func TestAddLoneRunOpRecord(t *testing.T) {
 			sc := redis.NewScript(pool.AddSource)
 			run := func(op string, limit int, id string) ([]any, error) {
 				return sc.Run(ctx, c, []string{k.Pool(), k.Scheduled(), k.Op(op)},
-					limit, "ch", "w", 30000, id, id, "|0|0||\n", "b", "60000", "").Slice()
+					limit, "ch", "w", 30000, 1, id, id, "|0|0||\n", "b", "60000", "").Slice()
 			}
 			v, err := run("a", 2, "a")
 			require.NoError(t, err)
 			due := v[0].(int64)
-			require.Equal(t, strconv.FormatInt(due, 10), c.Get(ctx, k.Op("a")).Val(), "the op record holds the reply")
+			require.Equal(t, "1|"+strconv.FormatInt(due, 10), c.Get(ctx, k.Op("a")).Val(), "the op record holds the run number and the reply")
 			after := testutil.Dump(t, c, prefix)
 			again, err := run("a", 2, "a")
 			require.NoError(t, err)
@@ -465,6 +467,66 @@ func TestAddLoneRunOpRecord(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, []any{want}, v, op)
 				require.Equal(t, before, testutil.Dump(t, c, prefix), "%s: a refused run left something", op)
+			}
+		})
+	}
+}
+
+// TestAddScriptStaleCopyWritesNothing: a lane's op record holds its latest
+// run's number. A copy of an older run on the lane (sent long ago, its
+// caller answered or failed since, delivered late) fails and writes
+// nothing, even when its jobs are gone; a rerun of the latest run returns
+// its reply; a newer run runs. Numbers compare as whole numbers, not as
+// text ("10" is after "9").
+func TestAddScriptStaleCopyWritesNothing(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			prefix := testutil.Prefix(t)
+			k := keys.ForBucket(prefix, "t", 0)
+			sc := redis.NewScript(pool.AddSource)
+			run := func(seq string, ids ...string) ([]any, error) {
+				args := []any{1000, "ch", "w", 30000, seq}
+				for _, id := range ids {
+					args = append(args, id, id, "|0|0||\n", "b", "60000", "")
+				}
+				return sc.Run(ctx, c, []string{k.Pool(), k.Scheduled(), k.Op("lane")}, args...).Slice()
+			}
+			for _, ids := range [][]string{{"a"}, {"a", "b"}} {
+				require.NoError(t, c.Del(ctx, k.Op("lane")).Err())
+				v9, err := run("9", ids...)
+				require.NoError(t, err)
+				v10, err := run("10", "x-"+ids[len(ids)-1])
+				require.NoError(t, err)
+				// The jobs of run 9 ran and were acked.
+				for _, id := range ids {
+					require.NoError(t, c.HDel(ctx, k.Pool(), id).Err())
+					require.NoError(t, c.ZRem(ctx, k.Scheduled(), id).Err())
+				}
+				before := testutil.Dump(t, c, prefix)
+				_, err = run("9", ids...)
+				require.ErrorContains(t, err, "stale copy", "%v: a copy of run 9 after run 10", ids)
+				_, err = run("09", ids...)
+				require.ErrorContains(t, err, "stale copy", "%v: run 09 is run 9", ids)
+				require.Equal(t, before, testutil.Dump(t, c, prefix), "%v: a stale copy wrote", ids)
+				again, err := run("10", "x-"+ids[len(ids)-1])
+				require.NoError(t, err)
+				require.Equal(t, v10, again, "%v: the rerun of the latest run", ids)
+				require.Equal(t, before, testutil.Dump(t, c, prefix), "%v: the rerun wrote", ids)
+				v11, err := run("11", ids...)
+				require.NoError(t, err)
+				require.Len(t, v11, len(v9))
+				for i, r := range v11 {
+					require.Greater(t, r.(int64), int64(0), "%v: job %d of a newer run", ids, i)
+				}
+				require.NoError(t, c.Del(ctx, k.Pool(), k.Scheduled()).Err())
+			}
+			before := testutil.Dump(t, c, prefix)
+			for _, bad := range []string{"x1", "", "-1", "1.5", "123456789012345678901"} {
+				_, err := run(bad, "a")
+				require.ErrorContains(t, err, "is no whole number", "run number %q", bad)
+				require.Equal(t, before, testutil.Dump(t, c, prefix), "run number %q: refused after writing", bad)
 			}
 		})
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -244,7 +246,7 @@ func TestAddRunBound(t *testing.T) {
 			ctx := context.Background()
 			prefix := testutil.Prefix(t)
 			k := keys.ForBucket(prefix, "t", 0)
-			args := []any{100000, keys.WakeChannel(prefix), "w", 30000}
+			args := []any{100000, keys.WakeChannel(prefix), "w", 30000, 1}
 			for i := range 257 {
 				id := fmt.Sprint("j", i)
 				args = append(args, id, id, "|0|0||\n", "b", 1000, "")
@@ -362,4 +364,48 @@ func TestAddManyKeepsOrderAcrossNoScript(t *testing.T) {
 	got, err := s.Get(ctx, "t", "x", 0)
 	require.NoError(t, err)
 	assert.Equal(t, "first", string(got.Body), "the copy stored")
+}
+
+// TestAddKeepsFewOpKeys: the op keys Adds leave for their reruns are as
+// many as the runs under way at once on a bucket, not one per Add: after
+// thousands of Adds from many goroutines to two buckets, a few remain.
+func TestAddKeepsFewOpKeys(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			prefix := testutil.Prefix(t)
+			s := pool.NewStore(c, prefix)
+			const goroutines, each = 16, 150
+			var wg sync.WaitGroup
+			for g := range goroutines {
+				wg.Go(func() {
+					for i := range each {
+						j := &pool.Job{Topic: "t", ID: fmt.Sprint("g", g, "-", i), Body: []byte("b"), Delay: time.Hour}
+						// A ctx that can end sends the Add through the pipelines.
+						actx, cancel := context.WithTimeout(ctx, time.Minute)
+						_, err := s.Add(actx, j, pool.Placement{Bucket: i % 2, Limit: 1 << 20})
+						cancel()
+						if !assert.NoError(t, err) {
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			ops := 0
+			for _, key := range testutil.Keys(t, c, prefix) {
+				if strings.Contains(key, ":op:") {
+					ops++
+				}
+			}
+			require.Positive(t, ops, "no op key: a rerun would find no reply")
+			// Two buckets, at most two round trips of pipelines under way,
+			// each with at most one run per bucket, and lone runs besides.
+			require.LessOrEqual(t, ops, 2*goroutines, "op keys after %d Adds", goroutines*each)
+			n, err := c.HLen(ctx, keys.ForBucket(prefix, "t", 0).Pool()).Result()
+			require.NoError(t, err)
+			require.Equal(t, int64(goroutines*each/2), n)
+		})
+	}
 }

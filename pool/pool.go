@@ -39,9 +39,13 @@ type Store struct {
 	adds    *rdb.Committer
 	durable rdb.Durability
 	opTTL   any           // ms, rdb.OpTTL of the client and durable: how long an op key keeps a reply
-	runs    string        // names this Store's add runs: a uuid and "-"
-	runSeq  atomic.Uint64 // numbers them
-	bounded bool          // go-redis's timeouts bound every attempt (rdb.TimeoutsSet)
+	runs    string        // names this Store's add run keys: a uuid and "-"
+	runSeq  atomic.Uint64 // numbers the runs
+	lanes   struct {
+		sync.Mutex
+		m map[string]*laneSet // by pool key
+	}
+	bounded bool // go-redis's timeouts bound every attempt (rdb.TimeoutsSet)
 
 	targets struct {
 		sync.RWMutex
@@ -64,10 +68,54 @@ func NewStore(c redis.UniversalClient, prefix string) *Store {
 	return s
 }
 
-// runKey names the op key of one run of add.lua, beside the run's pool
-// (its first key) in the bucket's slot: a fresh name per run.
-func (s *Store) runKey(k []string) string {
-	return strings.TrimSuffix(k[0], "pool") + "op:" + s.runs + strconv.FormatUint(s.runSeq.Add(1), 36)
+// runKey takes a run key of add.lua for a run on k (its pool first): a
+// lane of the run's bucket, a key beside its pool in the bucket's slot
+// that holds the reply of the latest run on it, and a number greater than
+// every run's before it. A lane serves one run at a time, until every
+// attempt go-redis makes of it ended, so the keys a Store keeps are as
+// many as its runs under way at once on a bucket, whatever its add rate;
+// each lives the op TTL after its latest run.
+func (s *Store) runKey(k []string) (string, any, func()) {
+	pk := k[0]
+	s.lanes.Lock()
+	if s.lanes.m == nil {
+		s.lanes.m = make(map[string]*laneSet)
+	}
+	ls := s.lanes.m[pk]
+	if ls == nil {
+		ls = &laneSet{}
+		s.lanes.m[pk] = ls
+	}
+	var lane uint32
+	if n := len(ls.free); n > 0 {
+		lane, ls.free = ls.free[n-1], ls.free[:n-1]
+	} else {
+		lane = ls.next
+		ls.next++
+	}
+	ls.busy++
+	s.lanes.Unlock()
+	// Taken after the lane: a later run on the lane takes a greater one.
+	seq := s.runSeq.Add(1)
+	key := strings.TrimSuffix(pk, "pool") + "op:" + s.runs + strconv.FormatUint(uint64(lane), 36)
+	return key, seq, func() {
+		s.lanes.Lock()
+		ls.free = append(ls.free, lane)
+		ls.busy--
+		if ls.busy == 0 && len(s.lanes.m) > maxTargets {
+			// A bucket with no run under way: its lanes start again at 0
+			// on its next run, whose number is greater than any before.
+			delete(s.lanes.m, pk)
+		}
+		s.lanes.Unlock()
+	}
+}
+
+// laneSet is the run keys of one bucket: the lanes not in use, the next
+// new one, and how many are in use.
+type laneSet struct {
+	free       []uint32
+	next, busy uint32
 }
 
 // Placement is where a job lives: its topic's bucket.

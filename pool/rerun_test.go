@@ -391,7 +391,7 @@ func TestAddOpRecord(t *testing.T) {
 				for i, limit := range []string{"abc", ""} {
 					for _, n := range []int{2, 1} {
 						op := fmt.Sprint("lim", i, "-", n)
-						args := []any{limit, "ch", "w", 30000}
+						args := []any{limit, "ch", "w", 30000, 1}
 						for j := range n {
 							id := fmt.Sprint(op, "-", j)
 							args = append(args, id, id, "|0|0||\n", "b", "1000", "")

@@ -44,11 +44,11 @@ const (
 type Committer struct {
 	rdb     redis.UniversalClient
 	script  *redis.Script
-	join    bool                       // the script takes many calls in one run (NewJoiningCommitter)
-	runKey  func(keys []string) string // names a run's op key; its round trips then run under Bounded (window.go)
-	shared  int                        // Args the joined calls have in common
-	durable Durability                 // see durable.go; off by default
-	bounded bool                       // go-redis's timeouts bound each attempt (TimeoutsSet)
+	join    bool       // the script takes many calls in one run (NewJoiningCommitter)
+	runKey  RunKey     // a run's op key and number; its round trips then run under Bounded (window.go)
+	shared  int        // Args the joined calls have in common
+	durable Durability // see durable.go; off by default
+	bounded bool       // go-redis's timeouts bound each attempt (TimeoutsSet)
 
 	mu       sync.Mutex
 	queue    []*request
@@ -84,11 +84,15 @@ func (c *Committer) runOne(ctx context.Context, call Call) (any, error) {
 	if !c.join {
 		return Run(ctx, c.rdb, c.durable, c.script, call.Keys, call.Args...).Result()
 	}
-	keys := call.Keys
+	keys, args := call.Keys, call.Args
 	if c.runKey != nil {
-		keys = append(slices.Clip(keys), c.runKey(keys))
+		key, seq, release := c.runKey(keys)
+		defer release()
+		keys = append(slices.Clip(keys), key)
+		args = make([]any, 0, len(call.Args)+1)
+		args = append(append(append(args, call.Args[:c.shared]...), seq), call.Args[c.shared:]...)
 	}
-	cmd := Run(ctx, c.rdb, c.durable, c.script, keys, call.Args...)
+	cmd := Run(ctx, c.rdb, c.durable, c.script, keys, args...)
 	vals, errs := make([]any, 1), make([]error, 1)
 	split(cmd, []int{0}, vals, errs)
 	return vals[0], errs[0]

@@ -21,14 +21,23 @@ const MaxJoin = 64
 // one. One run costs the server one EVALSHA, one argument parse and one
 // set of per-run reads instead of one each per call.
 //
-// runKey, when not nil, names a key of one run from the Keys of its calls:
-// it is appended to the run's Keys, a fresh one per run, so that the
-// script can keep its reply there for a rerun of the same run.
-func NewJoiningCommitter(c redis.UniversalClient, script *redis.Script, shared int, runKey func(keys []string) string) *Committer {
+// runKey, when not nil, gives each run a key and a number (see RunKey):
+// the key is appended to the run's Keys and the number follows the shared
+// Args, so that the script can keep its reply there for a rerun of the
+// same run.
+func NewJoiningCommitter(c redis.UniversalClient, script *redis.Script, shared int, runKey RunKey) *Committer {
 	cm := NewCommitter(c, script)
 	cm.join, cm.shared, cm.runKey = true, shared, runKey
 	return cm
 }
+
+// RunKey takes, for one run of a joining script on keys, the key the run
+// keeps its reply in for a rerun and the run's number, an argument that
+// follows the shared Args; release gives the key back once every attempt
+// go-redis makes of the run has ended. A key serves one run at a time, and
+// the numbers of the runs on a key grow: a copy of a run that arrives
+// after a later run on its key is known to be stale.
+type RunKey func(keys []string) (key string, seq any, release func())
 
 // RunJoined runs calls of a joining script (see NewJoiningCommitter), at
 // most most to a run, in a single pipeline (waiting for d's replicas when
@@ -42,8 +51,13 @@ func NewJoiningCommitter(c redis.UniversalClient, script *redis.Script, shared i
 // moment fail with NOSCRIPT and run again after the pipeline, after the
 // runs that followed them. A caller that needs the order of calls on the
 // same Keys sends at most most calls of the same Keys in one pipeline.
-func RunJoined(ctx context.Context, c redis.UniversalClient, s *redis.Script, calls []Call, shared, most int, runKey func(keys []string) string, d Durability) (vals []any, errs []error, whole error) {
-	joined, members := join(calls, shared, most, runKey)
+func RunJoined(ctx context.Context, c redis.UniversalClient, s *redis.Script, calls []Call, shared, most int, runKey RunKey, d Durability) (vals []any, errs []error, whole error) {
+	joined, members, releases := join(calls, shared, most, runKey)
+	defer func() {
+		for _, r := range releases {
+			r()
+		}
+	}()
 	cmds := runCalls(ctx, c, d, s, joined)
 	vals, errs = make([]any, len(calls)), make([]error, len(calls))
 	for g, cmd := range cmds {
@@ -54,9 +68,10 @@ func RunJoined(ctx context.Context, c redis.UniversalClient, s *redis.Script, ca
 
 // join groups calls with the same Keys and shared first Args, at most
 // most to a group, in the order of their first call; members[g] lists
-// the calls of joined[g], in order. Calls on the same Keys run in call
-// order: a call joins only the latest group of its Keys.
-func join(calls []Call, shared, most int, runKey func(keys []string) string) (joined []Call, members [][]int) {
+// the calls of joined[g], in order; releases give back the run keys
+// taken (runKey). Calls on the same Keys run in call order: a call joins
+// only the latest group of its Keys.
+func join(calls []Call, shared, most int, runKey RunKey) (joined []Call, members [][]int, releases []func()) {
 	for i, call := range calls {
 		// The latest group of the call's keys is the one that may have
 		// room; a call whose shared Args differ from that group's starts a
@@ -71,11 +86,14 @@ func join(calls []Call, shared, most int, runKey func(keys []string) string) (jo
 			g = -1
 		}
 		if g < 0 {
-			args := make([]any, shared, shared+(len(call.Args)-shared)*min(len(calls)-i, most))
+			args := make([]any, shared, shared+1+(len(call.Args)-shared)*min(len(calls)-i, most))
 			copy(args, call.Args[:shared])
 			keys := call.Keys
 			if runKey != nil {
-				keys = append(slices.Clip(keys), runKey(keys))
+				key, seq, release := runKey(keys)
+				keys = append(slices.Clip(keys), key)
+				args = append(args, seq)
+				releases = append(releases, release)
 			}
 			joined = append(joined, Call{Keys: keys, Args: args})
 			members = append(members, nil)
@@ -84,7 +102,7 @@ func join(calls []Call, shared, most int, runKey func(keys []string) string) (jo
 		joined[g].Args = append(joined[g].Args, call.Args[shared:]...)
 		members[g] = append(members[g], i)
 	}
-	return joined, members
+	return joined, members, releases
 }
 
 // sameKeys tells whether call has the Keys of the run j (which may end
