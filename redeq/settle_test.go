@@ -150,8 +150,12 @@ func isSettle(cmd redis.Cmder) bool {
 		return false
 	}
 	name := strings.ToLower(fmt.Sprint(a[0]))
-	return (name == "evalsha" || name == "eval") && fmt.Sprint(a[2]) == "9" &&
-		strings.HasSuffix(fmt.Sprint(a[3]), ":pool") && strings.Contains(fmt.Sprint(a[4]), ":inflight:")
+	// The settle script's keys start with the pool and the consumer's
+	// in-flight set, and its third is the bucket's ZSET (the recover
+	// script's start with the in-flight set).
+	return (name == "evalsha" || name == "eval") && len(a) >= 6 &&
+		strings.HasSuffix(fmt.Sprint(a[3]), ":pool") && strings.Contains(fmt.Sprint(a[4]), ":inflight:") &&
+		strings.HasSuffix(fmt.Sprint(a[5]), ":bucket")
 }
 
 func (h *settleReplyLost) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
