@@ -9,6 +9,7 @@ import (
 
 	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/rdb"
 	"github.com/redeq-go/redeq/pool"
 )
 
@@ -45,8 +46,9 @@ func (c *Client) getDone(ctx context.Context, topic, id string, b int) (*Job, er
 // markSilent sets ConsumerSilentSince on the jobs in flight whose consumer
 // is silent for longer than its own ConsumerTimeout (this client's when
 // it recorded none): the consumer's last heartbeat. One round trip of a
-// pipeline: the server's clock, and the heartbeat and timeout of each
-// consumer named.
+// pipeline to the alive set's node: its clock, and the heartbeat and
+// timeout of each consumer named (on a cluster, TIME goes there too, not
+// to a node that may not answer).
 func (c *Client) markSilent(ctx context.Context, jobs []*Job) error {
 	var cids []string
 	seen := map[string]bool{}
@@ -63,7 +65,11 @@ func (c *Client) markSilent(ctx context.Context, jobs []*Job) error {
 	for i, cid := range cids {
 		fields[i] = keys.AliveTimeout(cid)
 	}
-	pipe := c.rdb.Pipeline()
+	node, err := rdb.On(ctx, c.rdb, keys.Alive(c.cfg.Prefix))
+	if err != nil {
+		return fmt.Errorf("consumers of jobs in flight: %w", err)
+	}
+	pipe := node.Pipeline()
 	now := pipe.Time(ctx)
 	beats := pipe.ZMScore(ctx, keys.Alive(c.cfg.Prefix), cids...)
 	timeouts := pipe.HMGet(ctx, keys.AliveTopics(c.cfg.Prefix), fields...)

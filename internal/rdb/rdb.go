@@ -108,3 +108,18 @@ func NodeOf(ctx context.Context, c redis.UniversalClient, key string) string {
 	}
 	return n.Options().Addr
 }
+
+// On is the client that holds key: on a Redis Cluster its master (so a
+// keyless command such as TIME, sent with commands of key's slot, reaches
+// that node and no other), else c itself.
+func On(ctx context.Context, c redis.UniversalClient, key string) (redis.Cmdable, error) {
+	cc, ok := c.(*redis.ClusterClient)
+	if !ok {
+		return c, nil
+	}
+	n, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return n, nil
+}
