@@ -375,6 +375,8 @@ func (m *Mover) readTopics(ctx context.Context) topicRead {
 // when the fleet's shares changed.
 func (m *Mover) announceLoop(ctx context.Context) {
 	joined := false
+	var told sync.WaitGroup // the message that this client joined
+	defer told.Wait()
 	bo := env.Backoff{Max: m.cfg.ScanInterval}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -411,7 +413,15 @@ func (m *Mover) announceLoop(ctx context.Context) {
 			}
 			if !joined {
 				joined = true
-				m.fleetChanged(ctx)
+				// On a goroutine of its own, within a step's time: a
+				// PUBLISH may go to a master that does not answer, and
+				// the announcements must go on meanwhile (a lost message
+				// costs only the wait for the others' next announcement).
+				told.Go(func() {
+					pctx, cancel := context.WithTimeout(ctx, m.cfg.StepTimeout())
+					defer cancel()
+					m.fleetChanged(pctx)
+				})
 			}
 		}
 		if !timer.Stop() {

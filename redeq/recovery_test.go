@@ -455,11 +455,11 @@ type sends struct {
 	ids   map[string]int
 }
 
-// addIDs are the ids one run of pool/add.lua adds: after 4 arguments, 6
-// per job, the id first.
+// addIDs are the ids one run of pool/add.lua adds: after 5 arguments
+// (the last the run's number), 6 per job, the id first.
 func addIDs(argv []string) []string {
 	var ids []string
-	for i := 4; i < len(argv); i += 6 {
+	for i := 5; i < len(argv); i += 6 {
 		ids = append(ids, argv[i])
 	}
 	return ids
