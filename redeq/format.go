@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/redeq-go/redeq/bucket"
 	"github.com/redeq-go/redeq/internal/keys"
@@ -72,8 +74,31 @@ func (c *Client) UpgradeFormat(ctx context.Context) error {
 // readFormat reads, at Start, the format the namespace writes, after
 // switching a fresh one (no topic yet) to the current format. A failure
 // holds up nothing: the client writes the older format, which every
-// client reads, until an announcement reads the namespace's.
-func (c *Client) readFormat(ctx context.Context, f *bucket.Fleet) {
+// client reads, until an announcement reads the namespace's. Start waits
+// StepTimeout for it at most, so that a hung master of the topic set or
+// of the format flag does not hold up Start; the read goes on under bg,
+// bounded as long again, and the format it reads is in force once it
+// does.
+func (c *Client) readFormat(ctx context.Context, f *bucket.Fleet, bg *sync.WaitGroup) {
+	step := bucket.MoverConfig{ScanInterval: c.cfg.ScanInterval}.StepTimeout()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*step)
+	done := make(chan struct{})
+	bg.Go(func() {
+		defer close(done)
+		defer cancel()
+		c.readFormatNow(rctx, f)
+	})
+	timer := time.NewTimer(step)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		c.env.Logger.Warn("redeq: start: no answer about the job state format; it is read at the next announcement", "within", step)
+	case <-ctx.Done():
+	}
+}
+
+func (c *Client) readFormatNow(ctx context.Context, f *bucket.Fleet) {
 	fresh := false
 	if !c.older {
 		n, err := c.rdb.SCard(ctx, keys.Topics(c.cfg.Prefix)).Result()

@@ -218,7 +218,7 @@ func (c *Client) start(ctx context.Context) (rt *runtime, err error) {
 	if c.older {
 		fleet.SetOlderFormat()
 	}
-	c.readFormat(ctx, fleet)
+	c.readFormat(ctx, fleet, &pings)
 	// Two clients of the fleet look for silent consumers, not every one:
 	// two, so that a client whose own heartbeats stall while it still
 	// announces itself is reaped by the other.
