@@ -16,6 +16,7 @@ import (
 	"github.com/redeq-go/redeq/ack"
 	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/internal/env"
+	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/pool"
 	"github.com/redeq-go/redeq/ready"
 )
@@ -379,13 +380,7 @@ func (rg *rig) stop() {
 // deadline that only a hung runner reaches.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.EventuallyEvery(t, 10*time.Second, time.Millisecond, what, cond)
 }
 
 // gate is a handler that blocks each job until the test opens its gate,

@@ -226,11 +226,7 @@ func TestCLIRequeueAllRequeuesEachJobOnce(t *testing.T) {
 // waitFor polls cond until it holds, for at most 20 seconds.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		require.True(t, time.Now().Before(deadline), "condition never held")
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.EventuallyEvery(t, 20*time.Second, 20*time.Millisecond, "the condition", cond)
 }
 
 // TestCLIStatsWatch: stats --watch prints the counts again every interval,

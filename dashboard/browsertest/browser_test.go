@@ -284,11 +284,8 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 	return s
 }
 
+// waitFor waits 20 s at most until ok holds.
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !ok() {
-		require.True(t, time.Now().Before(deadline), "waited 20s for %s", what)
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.EventuallyEvery(t, 20*time.Second, 20*time.Millisecond, what, ok)
 }
