@@ -62,9 +62,9 @@ func TestRestartBesideWindingDownHandlerRunsNoJobTwiceAtOnce(t *testing.T) {
 	counts := o.counts()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	t.Logf("Workers 1: at most %d handlers at once; jobs run twice at once: %v; runs %v", o.max[""], o.twice, counts)
-	require.Equal(t, 1, o.max[""], "a Workers-1 listener ran more handlers at once")
-	require.Empty(t, o.twice, "a job ran twice at once")
+	t.Logf("Workers 1: at most %d handlers at once; jobs run twice at once: %v; runs %v", o.MaxRunningIn(""), o.twiceAtOnce(), counts)
+	require.Equal(t, 1, o.MaxRunningIn(""), "a Workers-1 listener ran more handlers at once")
+	require.Empty(t, o.twiceAtOnce(), "a job ran twice at once")
 }
 
 // TestStartShutdownCyclesLoseNoJob: a service restarts its consumer five
@@ -112,18 +112,17 @@ func TestStartShutdownCyclesLoseNoJob(t *testing.T) {
 	last := e.another(t, nil)
 	startWith(t, last, l)
 	testutil.Eventually(t, 20*time.Second, "every job gone", func() bool { return stats(t, e.c, "t").Pool == 0 })
-	o.mu.Lock()
-	defer o.mu.Unlock()
+	counts := o.counts()
 	missing := 0
 	for i := range n {
-		if len(o.runs[fmt.Sprint("c", i)]) == 0 {
+		if counts[fmt.Sprint("c", i)] == 0 {
 			missing++
 		}
 	}
-	t.Logf("at most %d at once; twice at once %v; never ran %d; stats %+v", o.max[""], o.twice, missing, stats(t, e.c, "t"))
+	t.Logf("at most %d at once; twice at once %v; never ran %d; stats %+v", o.MaxRunningIn(""), o.twiceAtOnce(), missing, stats(t, e.c, "t"))
 	require.Zero(t, missing, "jobs gone without running")
-	require.LessOrEqual(t, o.max[""], 3)
-	require.Empty(t, o.twice)
+	require.LessOrEqual(t, o.MaxRunningIn(""), 3)
+	require.Empty(t, o.twiceAtOnce())
 	st := stats(t, e.c, "t")
 	require.Zero(t, st.Dead+st.UnAck)
 }
@@ -184,7 +183,7 @@ func TestRestartsAmidMixedWindDownsLoseNothing(t *testing.T) {
 		st := stats(t, e.c, "t")
 		lost, spent, recovered, runs := r.summary("m", n)
 		r.mu.Lock()
-		maxL, maxX, twice, canceled := r.max["L"], r.max["X"], append([]string(nil), r.twice...), r.canceled
+		maxL, maxX, twice, canceled := r.MaxRunningIn("L"), r.MaxRunningIn("X"), r.twiceAtOnce(), r.canceled
 		var kinds []string
 		for k, name := range mixedKinds {
 			kinds = append(kinds, fmt.Sprintf("%s: %d", name, r.byKind[k]))
@@ -248,7 +247,7 @@ func TestRestartRunsNoJobTwiceAtOnce(t *testing.T) {
 		startWith(t, b, l)
 		time.Sleep(1500 * time.Millisecond)
 		r.mu.Lock()
-		maxL, twice := r.max["L"], r.twice
+		maxL, twice := r.MaxRunningIn("L"), r.twiceAtOnce()
 		r.mu.Unlock()
 		t.Logf("Shutdown took %v: %v", took.Round(time.Millisecond), err)
 		t.Logf("Workers 2: at most %d handlers at once across the old and the new client; twice at once %v", maxL, twice)

@@ -6,26 +6,25 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redeq-go/redeq/internal/testutil"
 	"github.com/redeq-go/redeq/redeq"
 )
 
-// runRecorder records handler runs across listeners and clients: every
-// run of every job (its bound, Attempt, Recoveries, start, end and
-// result), the handlers running at once per bound (one listener object,
-// or one client), a job running twice at once, the jobs a handler acked,
-// FinalRetry calls and canceled runs. A handler calls enter when it
-// starts and leave, with the index enter returned, when it returns.
+// runRecorder records handler runs across listeners and clients on the
+// kit's Recorder (every run of every job with its bound, Attempt,
+// Recoveries, start, end and result; the handlers running at once per
+// bound; a job running twice at once), plus what only these tests ask:
+// the jobs a handler acked, FinalRetry calls and canceled runs. A handler
+// calls enter when it starts and leave, with the index enter returned,
+// when it returns.
 type runRecorder struct {
+	testutil.Recorder
 	mu       sync.Mutex
-	t0       time.Time
-	now, max map[string]int // handlers running at once, per bound
-	running  map[string]int // per job
-	twice    []string       // jobs seen running twice at once
-	runs     map[string][]handlerRun
-	asked    map[string]int // runs that called ch.Ack and returned nil
-	finals   map[string]int // FinalRetry calls per job
-	canceled int            // runs that saw their context canceled
-	byKind   map[int]int    // canceled runs per kind of handler
+	ends     []func(result string) // per index enter returned
+	asked    map[string]int        // runs that called ch.Ack and returned nil
+	finals   map[string]int        // FinalRetry calls per job
+	canceled int                   // runs that saw their context canceled
+	byKind   map[int]int           // canceled runs per kind of handler
 }
 
 // handlerRun is one run of a job's handler.
@@ -37,33 +36,25 @@ type handlerRun struct {
 }
 
 func newRunRecorder() *runRecorder {
-	return &runRecorder{t0: time.Now(), now: map[string]int{}, max: map[string]int{}, running: map[string]int{},
-		runs: map[string][]handlerRun{}, asked: map[string]int{}, finals: map[string]int{}, byKind: map[int]int{}}
+	return &runRecorder{asked: map[string]int{}, finals: map[string]int{}, byKind: map[int]int{}}
 }
 
 // enter records the start of a run of job under bound; it returns the
 // run's index for leave.
 func (r *runRecorder) enter(bound string, job *redeq.Job) int {
+	end := r.BeginWith(testutil.Run{ID: job.ID, Bound: bound, Attempt: job.Attempt, Recoveries: job.Recoveries})
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.now[bound]++
-	r.max[bound] = max(r.max[bound], r.now[bound])
-	r.running[job.ID]++
-	if r.running[job.ID] > 1 {
-		r.twice = append(r.twice, job.ID)
-	}
-	r.runs[job.ID] = append(r.runs[job.ID], handlerRun{bound: bound, attempt: job.Attempt, recoveries: job.Recoveries, start: time.Now()})
-	return len(r.runs[job.ID]) - 1
+	r.ends = append(r.ends, end)
+	return len(r.ends) - 1
 }
 
-// leave records the end of run i of job id, and what it returned.
-func (r *runRecorder) leave(bound, id string, i int, result string) {
+// leave records the end of run i, and what it returned.
+func (r *runRecorder) leave(_, _ string, i int, result string) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.now[bound]--
-	r.running[id]--
-	r.runs[id][i].end = time.Now()
-	r.runs[id][i].result = result
+	end := r.ends[i]
+	r.mu.Unlock()
+	end(result)
 }
 
 // ack acks the job on ch and counts it as asked to ack.
@@ -91,43 +82,19 @@ func (r *runRecorder) final(id string) {
 }
 
 // runningIn returns how many handlers of bound run now.
-func (r *runRecorder) runningIn(bound string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.now[bound]
-}
+func (r *runRecorder) runningIn(bound string) int { return r.RunningIn(bound) }
 
 // runningNow returns how many handlers run now, whatever their bound.
-func (r *runRecorder) runningNow() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, k := range r.running {
-		n += k
-	}
-	return n
-}
+func (r *runRecorder) runningNow() int { return r.Running() }
 
 // count returns how many runs of id began.
-func (r *runRecorder) count(id string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.runs[id])
-}
+func (r *runRecorder) count(id string) int { return r.Count(id) }
 
 // nth is count, for a handler asking which run of its job it is.
 func (r *runRecorder) nth(id string) int { return r.count(id) }
 
 // counts returns how many runs of each job began.
-func (r *runRecorder) counts() map[string]int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := map[string]int{}
-	for id, rs := range r.runs {
-		out[id] = len(rs)
-	}
-	return out
-}
+func (r *runRecorder) counts() map[string]int { return r.Counts() }
 
 func (r *runRecorder) finalCount(id string) int {
 	r.mu.Lock()
@@ -136,21 +103,22 @@ func (r *runRecorder) finalCount(id string) int {
 }
 
 func (r *runRecorder) get(id string) []handlerRun {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]handlerRun(nil), r.runs[id]...)
+	var out []handlerRun
+	for _, run := range r.Of(id) {
+		out = append(out, handlerRun{bound: run.Bound, attempt: run.Attempt, recoveries: run.Recoveries,
+			start: run.At, end: run.End, result: run.Result})
+	}
+	return out
 }
 
-func (r *runRecorder) twiceAtOnce() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.twice...)
-}
+// twiceAtOnce returns the jobs seen running twice at once.
+func (r *runRecorder) twiceAtOnce() []string { return r.AtOnce() }
 
 // summary returns, for the jobs prefix0 .. prefix(n-1), those no handler
 // acked, and how many runs there were, with an attempt spent and
 // recovered.
 func (r *runRecorder) summary(prefix string, n int) (lost []string, spent, recovered, runs int) {
+	byID := r.ByID()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := range n {
@@ -158,12 +126,12 @@ func (r *runRecorder) summary(prefix string, n int) (lost []string, spent, recov
 		if r.asked[id] == 0 {
 			lost = append(lost, id)
 		}
-		for _, run := range r.runs[id] {
+		for _, run := range byID[id] {
 			runs++
-			if run.attempt > 0 {
+			if run.Attempt > 0 {
 				spent++
 			}
-			if run.recoveries > 0 {
+			if run.Recoveries > 0 {
 				recovered++
 			}
 		}

@@ -74,7 +74,7 @@ func testShutdownWhileRedisStoppedAsHandlersWindDown(t *testing.T) {
 	testutil.Eventually(t, 25*time.Second, "every job done", func() bool { return stats(t, e.c, "t").Pool == 0 })
 	lost, spent, recovered, runs := r.summary("s", n)
 	r.mu.Lock()
-	maxL, twice := r.max["L"], r.twice
+	maxL, twice := r.MaxRunningIn("L"), r.twiceAtOnce()
 	r.mu.Unlock()
 	t.Logf("Shutdown(300 ms ctx) with Redis stopped took %v: %v", took.Round(time.Millisecond), err)
 	t.Logf("%d jobs, %d runs; lost %v; twice at once %v; Workers 8: at most %d at once; attempts spent %d; runs after a recovery %d",
@@ -125,7 +125,7 @@ func TestShutdownWhileClusterNodePausedLosesNothing(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, "every job done", func() bool { return stats(t, e.c, "t").Pool == 0 })
 	lost, spent, recovered, runs := r.summary("p", n)
 	r.mu.Lock()
-	maxL, twice := r.max["L"], r.twice
+	maxL, twice := r.MaxRunningIn("L"), r.twiceAtOnce()
 	r.mu.Unlock()
 	t.Logf("bucket nodes %v; Shutdown(300 ms ctx) with bucket 0's node paused took %v: %v", nodes, took.Round(time.Millisecond), err)
 	t.Logf("handlers running when Shutdown began: %d, when it returned: %d; canceled by it: %d", running, after, r.canceled)

@@ -20,6 +20,13 @@ type Run struct {
 	// End is when it ended, zero while it runs or when the test recorded
 	// only its start (Record).
 	End time.Time
+	// Bound names what ran it (a listener, a client), for the runs under
+	// way at once per bound (RunningIn, MaxRunningIn); "" when the test
+	// does not tell.
+	Bound string
+	// Result is what the test said of the run when it ended (EndWith),
+	// such as "ack" or "canceled".
+	Result string
 }
 
 // Recorder records the jobs a test's handlers run: which, how often,
@@ -34,6 +41,8 @@ type Recorder struct {
 	running map[string]int // runs under way, per job
 	now     int            // runs under way, of every job
 	most    int            // the most runs under way at once
+	nowIn   map[string]int // runs under way, per bound
+	mostIn  map[string]int // the most runs under way at once, per bound
 	atOnce  []string       // jobs seen running twice at once
 }
 
@@ -47,16 +56,24 @@ func (r *Recorder) Record(id string) {
 // run counts as under way until the returned end is called, which records
 // its end. Call end once, when the handler returns.
 func (r *Recorder) Begin(run Run) (end func()) {
+	endWith := r.BeginWith(run)
+	return func() { endWith("") }
+}
+
+// BeginWith is Begin whose end also records the run's result.
+func (r *Recorder) BeginWith(run Run) (end func(result string)) {
 	run.At = time.Now()
 	i := r.add(run, true)
 	var once sync.Once
-	return func() {
+	return func(result string) {
 		once.Do(func() {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			r.runs[i].End = time.Now()
+			r.runs[i].Result = result
 			r.running[run.ID]--
 			r.now--
+			r.nowIn[run.Bound]--
 		})
 	}
 }
@@ -75,6 +92,11 @@ func (r *Recorder) add(run Run, under bool) int {
 		}
 		r.now++
 		r.most = max(r.most, r.now)
+		if r.nowIn == nil {
+			r.nowIn, r.mostIn = map[string]int{}, map[string]int{}
+		}
+		r.nowIn[run.Bound]++
+		r.mostIn[run.Bound] = max(r.mostIn[run.Bound], r.nowIn[run.Bound])
 	}
 	ch := r.signal()
 	r.mu.Unlock()
@@ -215,6 +237,22 @@ func (r *Recorder) MaxRunning() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.most
+}
+
+// RunningIn is the number of runs of bound begun with Begin and not
+// ended.
+func (r *Recorder) RunningIn(bound string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.nowIn[bound]
+}
+
+// MaxRunningIn is the most runs of bound begun with Begin that were under
+// way at once.
+func (r *Recorder) MaxRunningIn(bound string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mostIn[bound]
 }
 
 // Early returns the runs that began more than tolerance before their Due

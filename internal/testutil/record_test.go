@@ -88,3 +88,27 @@ func TestRecorderFollowsRunsToTheirEnd(t *testing.T) {
 	require.Len(t, early, 1, "b's run began an hour before it was due")
 	require.Equal(t, "b", early[0].ID)
 }
+
+// TestRecorderCountsRunsAtOncePerBound: runs begun with a Bound count as
+// under way in that bound only, the most at once is kept per bound, and
+// a run ended with EndWith keeps its result.
+func TestRecorderCountsRunsAtOncePerBound(t *testing.T) {
+	var r testutil.Recorder
+	endL1 := r.BeginWith(testutil.Run{ID: "a", Bound: "L"})
+	endL2 := r.BeginWith(testutil.Run{ID: "b", Bound: "L"})
+	endX := r.BeginWith(testutil.Run{ID: "c", Bound: "X"})
+	require.Equal(t, 2, r.RunningIn("L"))
+	require.Equal(t, 1, r.RunningIn("X"))
+	require.Equal(t, 3, r.Running())
+	endL1("ack")
+	endL1("again") // a second call changes nothing
+	require.Equal(t, 1, r.RunningIn("L"))
+	require.Equal(t, 2, r.MaxRunningIn("L"), "the most at once is kept per bound")
+	endL2("canceled")
+	endX("")
+	require.Zero(t, r.RunningIn("L"))
+	require.Equal(t, 1, r.MaxRunningIn("X"))
+	require.Zero(t, r.MaxRunningIn("Y"), "a bound that never ran")
+	require.Equal(t, "ack", r.Of("a")[0].Result)
+	require.Equal(t, "canceled", r.Of("b")[0].Result)
+}
