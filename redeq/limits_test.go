@@ -454,3 +454,289 @@ func TestLimitHoldsAcrossRedisRestart(t *testing.T) {
 	require.Equal(t, int64(2), g.peak.Load())
 	testutil.Eventually(t, 10*time.Second, "every slot is free", func() bool { return stats(t, e.c, "t").Running == 0 })
 }
+
+// holdGate is a handler that runs each job until its gate opens (or its
+// ctx ends), measuring the handlers running at once (per tenant header
+// too) and counting each job's runs.
+type holdGate struct {
+	mu     sync.Mutex
+	open   map[string]bool // ids whose runs end at once
+	all    bool            // every run ends at once
+	wake   chan struct{}   // closed and replaced when the gates change
+	ran    map[string]int
+	g      gauge
+	tenant map[string]*gauge
+}
+
+func newHoldGate() *holdGate {
+	return &holdGate{open: map[string]bool{}, wake: make(chan struct{}), ran: map[string]int{}, tenant: map[string]*gauge{}}
+}
+
+// release opens the gate of ids, or of every job for none.
+func (h *holdGate) release(ids ...string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(ids) == 0 {
+		h.all = true
+	}
+	for _, id := range ids {
+		h.open[id] = true
+	}
+	close(h.wake)
+	h.wake = make(chan struct{})
+}
+
+func (h *holdGate) tenantGauge(v string) *gauge {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.tenant[v] == nil {
+		h.tenant[v] = &gauge{}
+	}
+	return h.tenant[v]
+}
+
+func (h *holdGate) handle(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+	tg := h.tenantGauge(job.Headers["tenant"])
+	h.g.enter()
+	tg.enter()
+	defer h.g.leave()
+	defer tg.leave()
+	for {
+		h.mu.Lock()
+		open, wake := h.all || h.open[job.ID], h.wake
+		h.mu.Unlock()
+		if open {
+			break
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	h.mu.Lock()
+	h.ran[job.ID]++
+	h.mu.Unlock()
+	ch.Ack()
+	return nil
+}
+
+func (h *holdGate) runs(id string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ran[id]
+}
+
+// addTenantJobs adds jobs prefix0..prefix<n-1> of header tenant v, in order.
+func addTenantJobs(t *testing.T, c *redeq.Client, prefix, v string, n int) {
+	t.Helper()
+	for i := range n {
+		require.NoError(t, c.Add(context.Background(), &redeq.Job{Topic: "t", ID: fmt.Sprint(prefix, i), Headers: map[string]string{"tenant": v}}))
+	}
+}
+
+// pokeFetches announces the topic's bucket a few times, so that every
+// consumer with a free worker fetches again.
+func pokeFetches(t *testing.T, e *env) {
+	t.Helper()
+	for range 5 {
+		require.NoError(t, e.rdb.Publish(context.Background(), keys.ReadyChannel(e.cfg.Prefix), keys.Address("t", 0)).Err())
+		time.Sleep(30 * time.Millisecond)
+	}
+}
+
+// TestDeletedRunningJobKeepsItsSlotUntilItsHandlerEnds: a job deleted
+// while its handler runs holds its slot until the handler ends: with
+// MaxRunning 2, deleting one of the two running jobs lets no third one
+// start (measured by the handlers); once the handler ends the slot is
+// free again, and the topic runs two at once afterwards.
+func TestDeletedRunningJobKeepsItsSlotUntilItsHandlerEnds(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		h := newHoldGate()
+		for i := range 8 {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))
+		}
+		mod := func(c *config.Config) { c.ConsumeTimeout = time.Minute }
+		for range 2 {
+			startWith(t, e.another(t, mod), redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(4), redeq.WithMaxRunning(2)))
+		}
+		testutil.Eventually(t, 10*time.Second, "two jobs run", func() bool { return h.g.now.Load() == 2 })
+		running := ""
+		for i := range 8 {
+			j, err := e.c.Get(ctx, "t", fmt.Sprint("j", i))
+			require.NoError(t, err)
+			if j.State == redeq.StateInFlight {
+				running = j.ID
+				break
+			}
+		}
+		require.NotEmpty(t, running)
+		_, err := e.c.Delete(ctx, "t", running)
+		require.NoError(t, err)
+		pokeFetches(t, e)
+		require.Equal(t, int64(2), h.g.peak.Load(), "a deleted job's handler still holds its slot")
+		require.Equal(t, int64(2), stats(t, e.c, "t").Running)
+		// The deleted job's handler ends: its slot frees, and one job more runs.
+		h.release(running)
+		testutil.Eventually(t, 10*time.Second, "a job takes the freed slot", func() bool {
+			return h.g.now.Load() == 2 && h.runs(running) == 1
+		})
+		pokeFetches(t, e)
+		require.Equal(t, int64(2), h.g.peak.Load())
+		h.release()
+		testutil.Eventually(t, 30*time.Second, "every other job ran", func() bool {
+			for i := range 8 {
+				if id := fmt.Sprint("j", i); id != running && h.runs(id) != 1 {
+					return false
+				}
+			}
+			return true
+		})
+		require.Equal(t, int64(2), h.g.peak.Load())
+		testutil.Eventually(t, 10*time.Second, "every slot is free", func() bool { return stats(t, e.c, "t").Running == 0 })
+		// No slot leaked: the topic runs at its limit again.
+		h.mu.Lock()
+		h.all = false
+		h.mu.Unlock()
+		for i := range 4 {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("k", i)}))
+		}
+		testutil.Eventually(t, 10*time.Second, "two jobs run again", func() bool { return h.g.now.Load() == 2 })
+		h.release()
+	})
+}
+
+// parkFive starts a client whose listener runs one job at a time per
+// tenant (MaxRunning 1, limit key "tenant"), adds five jobs of tenant x
+// (x0 runs and holds, x1..x4 wait for its slot), and returns the client.
+func parkFive(t *testing.T, e *env, h *holdGate) *redeq.Client {
+	t.Helper()
+	a := e.another(t, func(c *config.Config) { c.ConsumeTimeout = time.Minute })
+	startWith(t, a, redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(4), redeq.WithMaxRunning(1), redeq.WithLimitKey("tenant")))
+	addTenantJobs(t, e.c, "x", "x", 5)
+	testutil.Eventually(t, 10*time.Second, "x0 runs, the others wait for its slot", func() bool {
+		return h.g.now.Load() == 1 && stats(t, e.c, "t").Waiting == 4
+	})
+	return a
+}
+
+// shutdownCanceling shuts c down within 300 ms, canceling the handlers
+// still running then (their jobs are rolled back).
+func shutdownCanceling(t *testing.T, c *redeq.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := c.Shutdown(ctx); err != nil {
+		require.ErrorContains(t, err, "canceled handlers")
+	}
+}
+
+// TestParkedJobsRunOnceTheirLimitIsLifted: jobs waiting for a slot of
+// their key value run once no limit holds them: when the listener that
+// parked them is replaced by one without limits, or with a topic-wide
+// limit instead of the key's, or when a listener with a higher limit
+// starts beside it. Nothing waits for a slot no limit guards.
+func TestParkedJobsRunOnceTheirLimitIsLifted(t *testing.T) {
+	t.Run("ListenerWithoutLimits", func(t *testing.T) {
+		each(t, func(t *testing.T, e *env) {
+			h := newHoldGate()
+			a := parkFive(t, e, h)
+			shutdownCanceling(t, a)
+			h.release()
+			startWith(t, e.another(t, nil), redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(4)))
+			testutil.Eventually(t, 10*time.Second, "every job ran", func() bool {
+				for i := range 5 {
+					if h.runs(fmt.Sprint("x", i)) == 0 {
+						return false
+					}
+				}
+				return true
+			})
+		})
+	})
+	t.Run("KeyDropped", func(t *testing.T) {
+		each(t, func(t *testing.T, e *env) {
+			h := newHoldGate()
+			a := parkFive(t, e, h)
+			shutdownCanceling(t, a)
+			h.release()
+			startWith(t, e.another(t, nil), redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(4), redeq.WithMaxRunning(2)))
+			testutil.Eventually(t, 10*time.Second, "every job ran", func() bool {
+				for i := range 5 {
+					if h.runs(fmt.Sprint("x", i)) == 0 {
+						return false
+					}
+				}
+				return true
+			})
+			require.Equal(t, 0, int(stats(t, e.c, "t").Waiting))
+		})
+	})
+	t.Run("LimitRaised", func(t *testing.T) {
+		each(t, func(t *testing.T, e *env) {
+			h := newHoldGate()
+			parkFive(t, e, h)
+			startWith(t, e.another(t, func(c *config.Config) { c.ConsumeTimeout = time.Minute }),
+				redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(4), redeq.WithMaxRunning(3), redeq.WithLimitKey("tenant")))
+			testutil.Eventually(t, 10*time.Second, "three of x run", func() bool { return h.g.now.Load() == 3 })
+			h.release()
+			testutil.Eventually(t, 10*time.Second, "every job ran", func() bool {
+				for i := range 5 {
+					if h.runs(fmt.Sprint("x", i)) == 0 {
+						return false
+					}
+				}
+				return true
+			})
+			require.LessOrEqual(t, h.g.peak.Load(), int64(3))
+		})
+	})
+}
+
+// TestTakingAParkedJobOutStrandsNoOther: taking the first of the jobs
+// that wait for a slot of their key value out of the topic (Delete,
+// Reschedule, Put, DeleteJobs) leaves the others waiting for the slot:
+// once it frees, they all run, one at a time.
+func TestTakingAParkedJobOutStrandsNoOther(t *testing.T) {
+	cases := []struct {
+		name string
+		take func(t *testing.T, c *redeq.Client)
+	}{
+		{"Delete", func(t *testing.T, c *redeq.Client) {
+			_, err := c.Delete(context.Background(), "t", "x1")
+			require.NoError(t, err)
+		}},
+		{"Reschedule", func(t *testing.T, c *redeq.Client) {
+			require.NoError(t, c.RescheduleIn(context.Background(), "t", "x1", time.Hour))
+		}},
+		{"Put", func(t *testing.T, c *redeq.Client) {
+			require.NoError(t, c.Put(context.Background(), &redeq.Job{Topic: "t", ID: "x1", Delay: time.Hour, Headers: map[string]string{"tenant": "x"}}))
+		}},
+		{"DeleteJobs", func(t *testing.T, c *redeq.Client) {
+			res, err := c.DeleteJobs(context.Background(), "t", redeq.StateReady, []string{"x1"})
+			require.NoError(t, err)
+			require.Equal(t, 1, res.Done, "%+v", res)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			each(t, func(t *testing.T, e *env) {
+				h := newHoldGate()
+				parkFive(t, e, h)
+				tc.take(t, e.c)
+				h.release()
+				testutil.Eventually(t, 10*time.Second, "the other waiting jobs run", func() bool {
+					for _, id := range []string{"x0", "x2", "x3", "x4"} {
+						if h.runs(id) != 1 {
+							return false
+						}
+					}
+					return true
+				})
+				require.Equal(t, 0, h.runs("x1"))
+				require.Equal(t, int64(1), h.g.peak.Load())
+			})
+		})
+	}
+}

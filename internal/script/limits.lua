@@ -14,10 +14,16 @@
 --                     again, ms; LIMIT_HOLD while they wait for a slot
 --   p..'held'         STRING set while a topic-wide MaxRunning held a
 --                     fetch back: the next freed slot is announced
+-- and, in the bucket's state HASH, field LIMIT_FLAG ("\0parked"): the spec
+-- the ids parked in the bucket were parked under, while any may be. A
+-- fetch under other limits (or none) gives them back to the ready list
+-- (limit_giveback), whatever their values' due times: no id waits for a
+-- slot no limit guards.
 -- A lease is "<token>@<consumer>\n<id>": the delivery's state value, then
 -- its id, so that a lease is live exactly while the job's state names its
 -- delivery. Every key empties and vanishes when its key value is idle.
 local LIMIT_HOLD = 9000000000000000
+local LIMIT_FLAG = '\0parked'
 -- limit_score reads a ZSET score, as "9e+15" too (some servers write it
 -- so, and not every Lua reads it).
 local function limit_score(s)
@@ -33,7 +39,7 @@ local function limit_spec(s)
   if s == nil or s == '' then return nil end
   local max, n, per, header = string.match(s, '^(%d+)|(%d+)|(%d+)|(.*)$')
   if not max then error('bad limit spec ' .. s) end
-  return {max = tonumber(max), n = tonumber(n), per = tonumber(per), header = header}
+  return {max = tonumber(max), n = tonumber(n), per = tonumber(per), header = header, raw = s}
 end
 -- limit_value is the value of header in envelope env ('' when the job has
 -- no such header), read from its headers block: "<len>:<key><len>:<value>"...
@@ -103,10 +109,14 @@ local function limit_release(p, leases, readyk, channel, msg)
   end
 end
 -- limit_heal frees up to 16 of the oldest leases of ZSET z whose delivery
--- no longer owns its job (the job's state in HASH state no longer names
--- it): a slot some path could not free (the job was deleted while in
--- flight, say) comes back at the first fetch that finds the limit
--- reached. Returns how many it freed.
+-- has ended without freeing it: the job's state in HASH state no longer
+-- names the delivery, and the delivery's member is gone from its
+-- consumer's in-flight set (the bucket's key beside p). A delivery whose
+-- job was deleted (or fenced off) while its handler runs still holds its
+-- member, and its slot, until its outcome: the handler still runs. A slot
+-- some path could not free (a restart that kept a lease but not its
+-- in-flight member, say) comes back at the first fetch that finds the
+-- limit reached. Returns how many it freed.
 local function limit_heal(p, z, state, now)
   local old = redis.call('ZRANGE', z, 0, 15)
   if #old == 0 then return 0 end
@@ -116,9 +126,15 @@ local function limit_heal(p, z, state, now)
     ids[i], own[i] = id or l, s or ''
   end
   local st = redis.call('HMGET', state, unpack(ids))
+  local tag = string.sub(p, 1, #p - #'limit:')
   local stale = {}
   for i = 1, #old do
-    if st[i] ~= own[i] then stale[#stale + 1] = old[i] end
+    if st[i] ~= own[i] then
+      local token, cid = string.match(own[i], '^(%d+)@(.*)$')
+      if not token or redis.call('ZSCORE', tag .. 'inflight:' .. cid, token .. ':' .. ids[i]) == false then
+        stale[#stale + 1] = old[i]
+      end
+    end
   end
   if #stale > 0 then
     limit_free(p, stale, now)
@@ -164,39 +180,37 @@ end
 local function limit_key_room(p, spec, v, state, now)
   return limit_room(p, p .. 'krun:' .. v, p .. 'krate:' .. v, spec, state, now)
 end
--- limit_unpark gives the ids parked for key values that may run again
--- (due in 'parked', at most 8 values, at most most ids in all, each value
--- at most its room) back to the head of the ready list, oldest first,
--- where the fetch reads them first, and notes each value's room in room
--- (so that the ids given back use it, and, when none is left parked, new
--- ones too). A value whose ids still wait is parked again: until its rate
--- allows one (a time), or until a slot of it frees (LIMIT_HOLD). Returns
--- how many ids it gave back.
-local function limit_unpark(p, spec, readyk, state, now, most, room, waits)
-  local due = redis.call('ZRANGEBYSCORE', p .. 'parked', '-inf', now, 'LIMIT', 0, 8)
-  local back = {}
-  for _, v in ipairs(due) do
-    local r, wait = limit_key_room(p, spec, v, state, now)
-    local n = math.max(0, math.min(r, most - #back))
-    local plist = p .. 'park:' .. v
-    if n > 0 then
-      local got = redis.call('LPOP', plist, n)
-      if got then for _, id in ipairs(got) do back[#back + 1] = id end end
+-- limit_take notes in back at most n ids parked for key value v that are
+-- still ready (their state in HASH state says so: a parked job deleted,
+-- rescheduled or replaced since is stale, and skipped), reading at most
+-- n + 256 entries, and notes in trims how many entries of the park list
+-- it read. It writes nothing: limit_push gives the ids back, then trims.
+-- Returns how many ids it noted, and how many entries the list keeps
+-- after its trim.
+local function limit_take(p, v, state, n, back, trims)
+  local plist = p .. 'park:' .. v
+  local left = redis.call('LLEN', plist)
+  if n <= 0 or left == 0 then return 0, left end
+  local got = redis.call('LRANGE', plist, 0, n + 255)
+  local st = redis.call('HMGET', state, unpack(got))
+  local live, used = 0, 0
+  for i, id in ipairs(got) do
+    if live == n then break end
+    used = i
+    if is_ready(st[i]) then
+      live = live + 1
+      back[#back + 1] = id
     end
-    if redis.call('EXISTS', plist) == 0 then
-      redis.call('ZREM', p .. 'parked', v)
-      room[v], waits[v] = r, wait
-    else
-      room[v], waits[v] = n, wait
-      if n >= r then
-        -- Its room is used up (when the fetch ran out of room instead,
-        -- it stays due): until its rate lets one go, or a slot frees.
-        wait = wait or limit_rate_wait(p, spec, v, n, now)
-        redis.call('ZADD', p .. 'parked', wait and (now + wait) or LIMIT_HOLD, v)
-      end
-    end
-    if #back >= most then break end
   end
+  if used > 0 then trims[#trims + 1] = {plist, used} end
+  return live, left - used
+end
+-- limit_push gives the ids in back to the head of the ready list readyk,
+-- oldest first, where the fetch reads them first, and only then trims
+-- from the park lists the entries read (trims): an error or a kill
+-- between the two leaves an id in both places, never in neither (the
+-- second entry a fetch meets is stale, and dropped).
+local function limit_push(readyk, state, back, trims)
   if #back > 0 then
     local rev = {}
     for i = #back, 1, -1 do rev[#rev + 1] = back[i] end
@@ -204,6 +218,62 @@ local function limit_unpark(p, spec, readyk, state, now, most, room, waits)
     -- The entries behind keep their places (keys.ReadyHeadField).
     redis.call('HINCRBY', state, '\0readyhead', -#back)
   end
+  for _, t in ipairs(trims) do redis.call('LTRIM', t[1], t[2], -1) end
+end
+-- limit_giveback gives back to the head of the ready list at most most
+-- parked ids, whatever their values wait for, from at most 8 values: a
+-- fetch with no limit per key value (topic-wide, or none) parks nothing,
+-- and the ids parked under limits per key value wait there for no slot
+-- it guards. Returns how many ids it gave back, and whether no id is
+-- parked any more (then it clears the state's LIMIT_FLAG).
+local function limit_giveback(p, readyk, state, most)
+  local vals = redis.call('ZRANGE', p .. 'parked', 0, 7)
+  local back, trims, emptied = {}, {}, {}
+  for _, v in ipairs(vals) do
+    local _, left = limit_take(p, v, state, most - #back, back, trims)
+    if left == 0 then emptied[#emptied + 1] = v end
+    if #back >= most then break end
+  end
+  limit_push(readyk, state, back, trims)
+  if #emptied > 0 then redis.call('ZREM', p .. 'parked', unpack(emptied)) end
+  local done = #emptied == #vals and #vals < 8
+  if done then redis.call('HDEL', state, LIMIT_FLAG) end
+  return #back, done
+end
+-- limit_unpark gives the ids parked for key values that may run again
+-- (due in 'parked', at most 8 values, at most most ids in all, each value
+-- at most its room) back to the head of the ready list, oldest first,
+-- where the fetch reads them first, and notes each value's room in room
+-- (so that the ids given back use it, and, when none is left parked, new
+-- ones too). A value whose ids still wait is parked again: until its rate
+-- allows one (a time), or until a slot of it frees (LIMIT_HOLD), when the
+-- ids given back use its room; otherwise (stale ids read, or the fetch's
+-- budget spent) it stays due. Returns how many ids it gave back.
+local function limit_unpark(p, spec, readyk, state, now, most, room, waits)
+  local due = redis.call('ZRANGEBYSCORE', p .. 'parked', '-inf', now, 'LIMIT', 0, 8)
+  local back, trims, gone, again = {}, {}, {}, {}
+  for _, v in ipairs(due) do
+    local r, wait = limit_key_room(p, spec, v, state, now)
+    local n = math.max(0, math.min(r, most - #back))
+    local live, left = limit_take(p, v, state, n, back, trims)
+    if left == 0 then
+      gone[#gone + 1] = v
+      room[v], waits[v] = r, wait
+    else
+      room[v], waits[v] = live, wait
+      if live >= r then
+        -- Its room is used up: until its rate lets one go, or a slot frees.
+        wait = wait or limit_rate_wait(p, spec, v, live, now)
+        again[#again + 1] = wait and (now + wait) or LIMIT_HOLD
+        again[#again + 1] = v
+      end
+    end
+    if #back >= most then break end
+  end
+  -- The values' entries change only once their ids are back.
+  limit_push(readyk, state, back, trims)
+  if #gone > 0 then redis.call('ZREM', p .. 'parked', unpack(gone)) end
+  if #again > 0 then redis.call('ZADD', p .. 'parked', unpack(again)) end
   return #back
 end
 -- limit_park sets ids aside for key value v (at its limit), behind those
@@ -222,22 +292,44 @@ local function limit_next(p, now)
   if first[1] == nil or limit_score(first[2]) >= LIMIT_HOLD then return nil end
   return math.max(0, limit_score(first[2]) - now)
 end
+-- limit_rewake makes at most 64 key values held for a slot (LIMIT_HOLD)
+-- due now, so that limits that changed (another max, header or rate)
+-- apply to the ids parked under the old ones at once: those not held for
+-- a slot are due at a time already. Returns true when it found fewer (no
+-- value is held any more under the old limits).
+local function limit_rewake(p, now)
+  local held = redis.call('ZRANGEBYSCORE', p .. 'parked', LIMIT_HOLD, '+inf', 'LIMIT', 0, 64)
+  if #held > 0 then
+    local za = {}
+    for _, v in ipairs(held) do za[#za + 1] = now; za[#za + 1] = v end
+    redis.call('ZADD', p .. 'parked', unpack(za))
+  end
+  return #held < 64
+end
 -- limit_open starts a fetch under spec (nil: no limits, and nil back) in
 -- the bucket of limit prefix p, ready list readyk and state HASH state,
--- for at most want jobs. Topic-wide, it returns how many the limits let
--- the fetch take, and when that is none because of the rate, the ms until
--- the rate allows one. Per key value, it first gives back the parked ids
--- that may run again (limit_unpark), and the fetch reads as many as it
--- would. The third value is the fetch's limit state, for limit_admit,
--- limit_record and limit_close.
-local function limit_open(p, spec, readyk, state, want)
+-- for at most want jobs; flag is the state's LIMIT_FLAG (false when no id
+-- is parked). Ids parked under other limits are sorted again: topic-wide
+-- they go back to the ready list (limit_giveback), per key value their
+-- values fall due (limit_rewake). Topic-wide, it returns how many the
+-- limits let the fetch take, and when that is none because of the rate,
+-- the ms until the rate allows one. Per key value, it then gives back the
+-- parked ids that may run again (limit_unpark), and the fetch reads as
+-- many as it would. The third value is the fetch's limit state, for
+-- limit_admit, limit_record and limit_close.
+local function limit_open(p, spec, readyk, state, want, flag)
   if spec == nil then return want, nil, nil end
   local now = now_ms_floor()
-  local lk = {p = p, spec = spec, state = state, now = now, room = {}, wait = {}, took = {}, val = {}, park = {}, order = {}}
+  local lk = {p = p, spec = spec, state = state, now = now, room = {}, wait = {}, took = {}, val = {}, park = {}, order = {}, flag = flag}
   if spec.header == '' then
+    if flag then limit_giveback(p, readyk, state, want) end
     local room, wait = limit_room(p, p .. 'run', p .. 'rate', spec, state, now)
     if room < want and not wait then redis.call('SET', p .. 'held', '1') end
     return math.max(0, math.min(want, room)), wait, lk
+  end
+  if flag and flag ~= spec.raw and limit_rewake(p, now) then
+    redis.call('HSET', state, LIMIT_FLAG, spec.raw)
+    lk.flag = spec.raw
   end
   limit_unpark(p, spec, readyk, state, now, want, lk.room, lk.wait)
   return want, nil, lk
@@ -252,7 +344,15 @@ local function limit_admit(lk, env, id)
   local room = lk.room[v]
   if room == nil then
     room, lk.wait[v] = limit_key_room(lk.p, lk.spec, v, lk.state, lk.now)
-    if redis.call('ZSCORE', lk.p .. 'parked', v) then room = 0 end
+    local at = redis.call('ZSCORE', lk.p .. 'parked', v)
+    if at then
+      if room > 0 and limit_score(at) >= LIMIT_HOLD then
+        -- Held for a slot that is free (its ids given back were not
+        -- taken: the fetch stopped short of them): they fall due now.
+        redis.call('ZADD', lk.p .. 'parked', lk.now, v)
+      end
+      room = 0
+    end
   end
   if room > 0 then
     lk.room[v] = room - 1
@@ -314,6 +414,11 @@ local function limit_close(lk, flag)
   for _, v in ipairs(lk.order) do
     local wait = lk.wait[v] or limit_rate_wait(lk.p, lk.spec, v, lk.took[v] or 0, lk.now)
     limit_park(lk.p, v, lk.park[v], wait, lk.now)
+  end
+  -- A first id parked names the limits; ids parked under others name
+  -- theirs until limit_rewake has woken them all.
+  if #lk.order > 0 and not lk.flag then
+    redis.call('HSET', lk.state, LIMIT_FLAG, lk.spec.raw)
   end
   if flag ~= 0 or lk.spec.header == '' then return flag end
   local next = limit_next(lk.p, lk.now)
