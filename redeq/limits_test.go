@@ -740,3 +740,38 @@ func TestTakingAParkedJobOutStrandsNoOther(t *testing.T) {
 		})
 	}
 }
+
+// TestParkedJobsAreVisible: jobs that wait for a slot of their key value
+// are ready jobs to every reader: Get shows them ready, List(ready) lists
+// them (after the ready list, value by value, each value's in the order
+// they will run), page by page, and Stats counts them in Waiting.
+func TestParkedJobsAreVisible(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		h := newHoldGate()
+		parkFive(t, e, h)
+		addTenantJobs(t, e.c, "y", "y", 3)
+		testutil.Eventually(t, 10*time.Second, "y0 runs, y1 and y2 wait", func() bool {
+			return h.g.now.Load() == 2 && stats(t, e.c, "t").Waiting == 6
+		})
+		for i := 1; i < 5; i++ {
+			j, err := e.c.Get(ctx, "t", fmt.Sprint("x", i))
+			require.NoError(t, err)
+			require.Equal(t, redeq.StateReady, j.State, j.ID)
+		}
+		var ids []string
+		for cur := ""; ; {
+			page, err := e.c.List(ctx, "t", redeq.StateReady, redeq.ListOptions{Limit: 2, Cursor: cur})
+			require.NoError(t, err)
+			for _, j := range page.Jobs {
+				require.Equal(t, redeq.StateReady, j.State)
+				ids = append(ids, j.ID)
+			}
+			if cur = page.Next; cur == "" {
+				break
+			}
+		}
+		require.Equal(t, []string{"x1", "x2", "x3", "x4", "y1", "y2"}, ids)
+		h.release()
+	})
+}

@@ -12,6 +12,11 @@
 --   p..'park:'..v     LIST ids held for key value v, oldest first
 --   p..'parked'       ZSET key value -> when its parked ids may be tried
 --                     again, ms; LIMIT_HOLD while they wait for a slot
+--   p..'pvals'        ZSET key value -> 0, every value with parked ids, in
+--                     byte order for List (its score never changes)
+--   p..'phead'        HASH key value -> entries trimmed from the head of
+--                     its park list: an entry's place (index + this)
+--                     stays while it waits, for List's cursor
 --   p..'held'         STRING set while a topic-wide MaxRunning held a
 --                     fetch back: the next freed slot is announced
 -- and, in the bucket's state HASH, field LIMIT_FLAG ("\0parked"): the spec
@@ -202,7 +207,7 @@ local function limit_take(p, v, state, n, back, trims)
       back[#back + 1] = id
     end
   end
-  if used > 0 then trims[#trims + 1] = {plist, used} end
+  if used > 0 then trims[#trims + 1] = {plist, used, v} end
   return live, left - used
 end
 -- limit_push gives the ids in back to the head of the ready list readyk,
@@ -210,7 +215,7 @@ end
 -- from the park lists the entries read (trims): an error or a kill
 -- between the two leaves an id in both places, never in neither (the
 -- second entry a fetch meets is stale, and dropped).
-local function limit_push(readyk, state, back, trims)
+local function limit_push(p, readyk, state, back, trims)
   if #back > 0 then
     local rev = {}
     for i = #back, 1, -1 do rev[#rev + 1] = back[i] end
@@ -218,7 +223,18 @@ local function limit_push(readyk, state, back, trims)
     -- The entries behind keep their places (keys.ReadyHeadField).
     redis.call('HINCRBY', state, '\0readyhead', -#back)
   end
-  for _, t in ipairs(trims) do redis.call('LTRIM', t[1], t[2], -1) end
+  for _, t in ipairs(trims) do
+    redis.call('LTRIM', t[1], t[2], -1)
+    redis.call('HINCRBY', p .. 'phead', t[3], t[2])
+  end
+end
+-- limit_gone forgets key values vals whose park lists emptied: their
+-- entries in 'parked', 'pvals' and 'phead'.
+local function limit_gone(p, vals)
+  if #vals == 0 then return end
+  redis.call('ZREM', p .. 'parked', unpack(vals))
+  redis.call('ZREM', p .. 'pvals', unpack(vals))
+  redis.call('HDEL', p .. 'phead', unpack(vals))
 end
 -- limit_giveback gives back to the head of the ready list at most most
 -- parked ids, whatever their values wait for, from at most 8 values: a
@@ -234,8 +250,8 @@ local function limit_giveback(p, readyk, state, most)
     if left == 0 then emptied[#emptied + 1] = v end
     if #back >= most then break end
   end
-  limit_push(readyk, state, back, trims)
-  if #emptied > 0 then redis.call('ZREM', p .. 'parked', unpack(emptied)) end
+  limit_push(p, readyk, state, back, trims)
+  limit_gone(p, emptied)
   local done = #emptied == #vals and #vals < 8
   if done then redis.call('HDEL', state, LIMIT_FLAG) end
   return #back, done
@@ -271,8 +287,8 @@ local function limit_unpark(p, spec, readyk, state, now, most, room, waits)
     if #back >= most then break end
   end
   -- The values' entries change only once their ids are back.
-  limit_push(readyk, state, back, trims)
-  if #gone > 0 then redis.call('ZREM', p .. 'parked', unpack(gone)) end
+  limit_push(p, readyk, state, back, trims)
+  limit_gone(p, gone)
   if #again > 0 then redis.call('ZADD', p .. 'parked', unpack(again)) end
   return #back
 end
@@ -283,6 +299,7 @@ local function limit_park(p, v, ids, wait, now)
   redis.call('RPUSH', p .. 'park:' .. v, unpack(ids))
   if redis.call('ZSCORE', p .. 'parked', v) == false then
     redis.call('ZADD', p .. 'parked', wait and (now + wait) or LIMIT_HOLD, v)
+    redis.call('ZADD', p .. 'pvals', 0, v)
   end
 end
 -- limit_next is in how many ms a parked key value falls due, or nil when
