@@ -775,3 +775,30 @@ func TestParkedJobsAreVisible(t *testing.T) {
 		h.release()
 	})
 }
+
+// TestConfigLimitsApplyToListeners: the limits of a topic's section in
+// Config.Listeners hold for a listener of the topic that sets none of its
+// own (at most 2 running, measured by the handlers; Stats shows them),
+// and a listener's own limit options replace them.
+func TestConfigLimitsApplyToListeners(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		h := newHoldGate()
+		for i := range 6 {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))
+		}
+		mod := func(c *config.Config) {
+			c.ConsumeTimeout = time.Minute
+			c.Listeners = []config.Listener{{Topic: "t", MaxRunning: 2}, {Topic: "u", Rate: 1}}
+		}
+		startWith(t, e.another(t, mod), redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(8)))
+		testutil.Eventually(t, 10*time.Second, "two jobs run", func() bool { return h.g.now.Load() == 2 })
+		pokeFetches(t, e)
+		require.Equal(t, int64(2), h.g.peak.Load(), "the config's MaxRunning holds")
+		require.Equal(t, redeq.Limits{MaxRunning: 2}, stats(t, e.c, "t").Limits)
+		// A listener with a limit of its own replaces the section's.
+		startWith(t, e.another(t, mod), redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(8), redeq.WithMaxRunning(3)))
+		testutil.Eventually(t, 10*time.Second, "three jobs run", func() bool { return h.g.now.Load() == 3 })
+		h.release()
+	})
+}
