@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -280,14 +281,16 @@ func TestLimitOptionsRefuseBadInput(t *testing.T) {
 // MaxRunning CHILD_MAX_RUNNING and 4 workers, holding every job it takes.
 const limitedKind = "limited"
 
-// runLimitedChild is the limitedKind child: it prints "id <cid>" and
-// "start <id>" for each job it takes.
+// runLimitedChild is the limitedKind child: it prints "id <cid>", and
+// "start <id>" and "end <id>" when the handler of a job it takes begins
+// and returns (its ctx ended).
 func runLimitedChild() {
 	c := childClient(faultChildConfig)
 	n, _ := strconv.Atoi(os.Getenv("CHILD_MAX_RUNNING"))
 	h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 		fmt.Println("start", job.ID)
 		<-ctx.Done()
+		fmt.Println("end", job.ID)
 		return ctx.Err()
 	}
 	childMust(c.Register(redeq.ListenerFunc(os.Getenv("REDEQ_TEST_TOPIC"), h, redeq.WithWorkers(4), redeq.WithMaxRunning(n))))
@@ -799,6 +802,69 @@ func TestConfigLimitsApplyToListeners(t *testing.T) {
 		// A listener with a limit of its own replaces the section's.
 		startWith(t, e.another(t, mod), redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(8), redeq.WithMaxRunning(3)))
 		testutil.Eventually(t, 10*time.Second, "three jobs run", func() bool { return h.g.now.Load() == 3 })
+		h.release()
+	})
+}
+
+// TestStalledClientRunsNothingBesideTheLimit: a client holding both slots
+// of a MaxRunning 2 topic stalls (SIGSTOP) past ConsumerTimeout; its jobs
+// are recovered, and another client runs two jobs in the freed slots.
+// Once resumed (SIGCONT), the stalled client's handlers of the recovered
+// jobs end at once, and it starts nothing while the others hold both
+// slots: the handlers running never number more than two after the
+// resume.
+func TestStalledClientRunsNothingBesideTheLimit(t *testing.T) {
+	testutil.FaultTier(t)
+	eachReal(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		ch := startFaultChild(t, limitedKind, e.be, e.cfg.Prefix, "t", "CHILD_MAX_RUNNING=2",
+			fmt.Sprintf("%s=%d", childConsumerTimeoutEnv, e.cfg.ConsumerTimeout.Milliseconds()),
+			fmt.Sprintf("%s=%d", childHeartbeatEnv, e.cfg.HeartbeatInterval.Milliseconds()))
+		ch.expect(t, "id ", 10*time.Second)
+		for i := range 10 {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))
+		}
+		held := map[string]bool{}
+		for len(held) < 2 {
+			held[strings.TrimSpace(ch.expect(t, "start ", 10*time.Second))] = true
+		}
+		require.NoError(t, ch.cmd.Process.Signal(syscall.SIGSTOP))
+		h := newHoldGate()
+		survivor := e.another(t, func(c *config.Config) { c.ConsumeTimeout = time.Minute })
+		startWith(t, survivor, redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(8), redeq.WithMaxRunning(2)))
+		testutil.Eventually(t, 30*time.Second, "the stalled client's slots are recovered and taken", func() bool {
+			return h.g.now.Load() == 2
+		})
+		require.NoError(t, ch.cmd.Process.Signal(syscall.SIGCONT))
+		resumed := time.Now()
+		// The resumed client's handlers of the recovered jobs end, and it
+		// takes no job: the survivor holds both slots.
+		ended := map[string]bool{}
+		deadline := time.After(5 * time.Second)
+		for len(ended) < len(held) {
+			select {
+			case l, open := <-ch.lines:
+				require.True(t, open, "the child ended")
+				if id, ok := strings.CutPrefix(l, "end "); ok {
+					ended[id] = true
+				}
+				require.False(t, strings.HasPrefix(l, "start "), "the resumed client started %q beside two running jobs", l)
+			case <-deadline:
+				t.Fatalf("the resumed client still runs recovered jobs %v %v after SIGCONT, beside the two others: %d running under MaxRunning 2",
+					held, time.Since(resumed).Round(time.Millisecond), 2+len(held)-len(ended))
+			}
+		}
+		pokeFetches(t, e)
+		settle := time.After(time.Second)
+		for done := false; !done; {
+			select {
+			case l := <-ch.lines:
+				require.False(t, strings.HasPrefix(l, "start "), "the resumed client started %q beside two running jobs", l)
+			case <-settle:
+				done = true
+			}
+		}
+		require.Equal(t, int64(2), h.g.peak.Load())
 		h.release()
 	})
 }
