@@ -147,7 +147,8 @@ type Page struct {
 // 16 entries, and listing the jobs no unread entry can precede); within a
 // bucket scheduled jobs by due time,
 // ready jobs in the order consumers will take them (stale entries of the
-// ready list skipped), in-flight jobs by consumer id then fetch time,
+// ready list skipped), then the ready jobs parked for a slot of their
+// limit key's value (WithLimitKey), value by value in byte order, in-flight jobs by consumer id then fetch time,
 // un_acked and dead jobs by when they were parked.
 //
 // Cost: a page reads the topic's meta (and, in flight, its consumer set),
