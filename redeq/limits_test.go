@@ -868,3 +868,54 @@ func TestStalledClientRunsNothingBesideTheLimit(t *testing.T) {
 		h.release()
 	})
 }
+
+// TestLimitHoldsAcrossAFailover: on a cluster of 3 masters with replicas,
+// the master of a MaxRunning 2 topic's bucket is killed (and comes back
+// as a replica) while two jobs hold both slots; its replica takes over
+// with the leases (they are
+// written with the deliveries they count, in one script): the other jobs
+// still wait, and once the two finish every job runs, never more than two
+// at once, and every slot is free in the end.
+func TestLimitHoldsAcrossAFailover(t *testing.T) {
+	testutil.FaultTier(t)
+	rc, be := privateCluster(t, 3)
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	h := newHoldGate()
+	for i := range 10 {
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))
+	}
+	w := e.another(t, func(c *config.Config) { c.ConsumeTimeout = time.Minute })
+	startWith(t, w, redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(8), redeq.WithMaxRunning(2)))
+	testutil.Eventually(t, 10*time.Second, "two jobs run", func() bool { return h.g.now.Load() == 2 })
+	master := nodeOf(t, e.rdb, keys.ForBucket(e.cfg.Prefix, "t", 0).Pool())
+	replica := rc.ReplicaOf(master)
+	require.NotNil(t, replica)
+	testutil.Eventually(t, 10*time.Second, "the replica is in sync", func() bool { return rc.InSync(replica.Addr) })
+	down := rc.Node(master)
+	down.Kill()
+	testutil.Eventually(t, 30*time.Second, "the replica takes over", func() bool { return rc.Promoted(replica.Addr, down) })
+	// The old master comes back (empty) as the new one's replica: until it
+	// answers, go-redis keeps sending it the bucket's commands.
+	down.Start()
+	testutil.Eventually(t, 30*time.Second, "the old master is back as a replica", func() bool {
+		return rc.ReplicaOf(replica.Addr) == down && rc.InSync(down.Addr)
+	})
+	testutil.Eventually(t, 20*time.Second, "the slots are on the new master", func() bool {
+		st, err := e.c.Stats(ctx, "t")
+		return err == nil && st.Running == 2 && st.Ready == 8
+	})
+	pokeFetches(t, e)
+	require.Equal(t, int64(2), h.g.peak.Load())
+	h.release()
+	testutil.Eventually(t, 30*time.Second, "every job ran", func() bool {
+		for i := range 10 {
+			if h.runs(fmt.Sprint("j", i)) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	require.Equal(t, int64(2), h.g.peak.Load())
+	testutil.Eventually(t, 10*time.Second, "every slot is free", func() bool { return stats(t, e.c, "t").Running == 0 })
+}
