@@ -81,7 +81,7 @@ if #ids == 0 and not spec and redis.call('HGET', KEYS[4], '\0parked') then
   -- Without limits, ids parked under limits per key value go back to
   -- the ready list (the one read an empty fetch adds), and are read: no
   -- limit of this listener holds them.
-  if limit_giveback(KEYS[7], KEYS[1], KEYS[4], want) > 0 then
+  if limit_unlimit(KEYS[7], KEYS[1], KEYS[4], want) > 0 then
     ids = redis.call('LRANGE', KEYS[1], 0, want)
   end
 end
@@ -228,7 +228,7 @@ if consumed > 0 then
   if olds then redis.call('HDEL', KEYS[6], unpack(ids, 1, consumed)) end
   redis.call('LTRIM', KEYS[1], consumed, -1)
 end
-if parked and not spec and limit_giveback(KEYS[7], KEYS[1], KEYS[4], want) > 0 and out[1] == 0 then
+if parked and not spec and limit_unlimit(KEYS[7], KEYS[1], KEYS[4], want) > 0 and out[1] == 0 then
   out[1] = 2
 end
 return out

@@ -638,8 +638,9 @@ func shutdownCanceling(t *testing.T, c *redeq.Client) {
 // TestParkedJobsRunOnceTheirLimitIsLifted: jobs waiting for a slot of
 // their key value run once no limit holds them: when the listener that
 // parked them is replaced by one without limits, or with a topic-wide
-// limit instead of the key's, or when a listener with a higher limit
-// starts beside it. Nothing waits for a slot no limit guards.
+// limit instead of the key's, or when a listener limited per another
+// header or with a higher limit starts beside it. Nothing waits for a
+// slot no limit guards.
 func TestParkedJobsRunOnceTheirLimitIsLifted(t *testing.T) {
 	t.Run("ListenerWithoutLimits", func(t *testing.T) {
 		each(t, func(t *testing.T, e *env) {
@@ -674,6 +675,32 @@ func TestParkedJobsRunOnceTheirLimitIsLifted(t *testing.T) {
 				return true
 			})
 			require.Equal(t, 0, int(stats(t, e.c, "t").Waiting))
+		})
+	})
+	t.Run("KeyChanged", func(t *testing.T) {
+		// A listener limited per value of another header (which the jobs
+		// lack: they share the value "") starts beside the one that
+		// parked them: it runs one of them at once, though x0 still holds
+		// tenant x's slot.
+		each(t, func(t *testing.T, e *env) {
+			h := newHoldGate()
+			parkFive(t, e, h)
+			startWith(t, e.another(t, func(c *config.Config) { c.ConsumeTimeout = time.Minute }),
+				redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(4), redeq.WithMaxRunning(1), redeq.WithLimitKey("partner")))
+			testutil.Eventually(t, 10*time.Second, "two of x run", func() bool { return h.g.now.Load() == 2 })
+			h.release()
+			testutil.Eventually(t, 10*time.Second, "every job ran", func() bool {
+				for i := range 5 {
+					if h.runs(fmt.Sprint("x", i)) == 0 {
+						return false
+					}
+				}
+				return true
+			})
+			testutil.Eventually(t, 10*time.Second, "nothing waits", func() bool {
+				st := stats(t, e.c, "t")
+				return st.Waiting == 0 && st.Running == 0
+			})
 		})
 	})
 	t.Run("LimitRaised", func(t *testing.T) {

@@ -21,14 +21,18 @@
 --                     fetch back: the next freed slot is announced
 -- and, in the bucket's state HASH, field LIMIT_FLAG ("\0parked"): the spec
 -- the ids parked in the bucket were parked under, while any may be. A
--- fetch under other limits (or none) gives them back to the ready list
--- (limit_giveback), whatever their values' due times: no id waits for a
--- slot no limit guards.
+-- fetch with no limits per key value, or limited per another header,
+-- gives them back to the ready list (limit_giveback), whatever their
+-- values' due times; one under other limits per the same header makes
+-- their values due (limit_rewake): no id waits for a slot no limit
+-- guards. Field LIMIT_CURSOR ("\0parkcur") is where such a sweep over
+-- the values goes on.
 -- A lease is "<token>@<consumer>\n<id>": the delivery's state value, then
 -- its id, so that a lease is live exactly while the job's state names its
 -- delivery. Every key empties and vanishes when its key value is idle.
 local LIMIT_HOLD = 9000000000000000
 local LIMIT_FLAG = '\0parked'
+local LIMIT_CURSOR = '\0parkcur'
 -- limit_score reads a ZSET score, as "9e+15" too (some servers write it
 -- so, and not every Lua reads it).
 local function limit_score(s)
@@ -236,25 +240,65 @@ local function limit_gone(p, vals)
   redis.call('ZREM', p .. 'pvals', unpack(vals))
   redis.call('HDEL', p .. 'phead', unpack(vals))
 end
+-- limit_sweep_vals is the next at most n key values with parked ids of a
+-- sweep over them all, in byte order ('pvals'), from where the last call
+-- left it (state field LIMIT_CURSOR): values parked again behind the
+-- cursor meanwhile are not read again, so a sweep ends. Values parked by
+-- a version that kept no 'pvals' are added to it first.
+local function limit_sweep_vals(p, state, n)
+  local cur = redis.call('HGET', state, LIMIT_CURSOR)
+  local vals = redis.call('ZRANGEBYLEX', p .. 'pvals', cur and ('[' .. cur) or '-', '+', 'LIMIT', 0, n)
+  if #vals == 0 and not cur then
+    local olds = redis.call('ZRANGE', p .. 'parked', 0, n - 1)
+    if #olds > 0 then
+      local za = {}
+      for _, v in ipairs(olds) do za[#za + 1] = 0; za[#za + 1] = v end
+      redis.call('ZADD', p .. 'pvals', unpack(za))
+      vals = redis.call('ZRANGEBYLEX', p .. 'pvals', '-', '+', 'LIMIT', 0, n)
+    end
+  end
+  return vals
+end
+-- limit_sweep_on notes where the sweep goes on (value nextv, inclusive),
+-- or that it ended (nextv nil).
+local function limit_sweep_on(state, nextv)
+  if nextv then
+    redis.call('HSET', state, LIMIT_CURSOR, nextv)
+  else
+    redis.call('HDEL', state, LIMIT_CURSOR)
+  end
+end
 -- limit_giveback gives back to the head of the ready list at most most
--- parked ids, whatever their values wait for, from at most 8 values: a
--- fetch with no limit per key value (topic-wide, or none) parks nothing,
--- and the ids parked under limits per key value wait there for no slot
--- it guards. Returns how many ids it gave back, and whether no id is
--- parked any more (then it clears the state's LIMIT_FLAG).
+-- parked ids, whatever their values wait for, from at most 8 values of a
+-- sweep (limit_sweep_vals): a fetch with no limit per key value
+-- (topic-wide, or none) parks nothing, and the ids parked under a limit
+-- per key value wait there for no slot it guards; a fetch limited per
+-- another header reads their values anew. Returns how many ids it gave
+-- back, and whether the sweep ended.
 local function limit_giveback(p, readyk, state, most)
-  local vals = redis.call('ZRANGE', p .. 'parked', 0, 7)
-  local back, trims, emptied = {}, {}, {}
+  local vals = limit_sweep_vals(p, state, 8)
+  local back, trims, emptied, nextv = {}, {}, {}, nil
   for _, v in ipairs(vals) do
     local _, left = limit_take(p, v, state, most - #back, back, trims)
-    if left == 0 then emptied[#emptied + 1] = v end
-    if #back >= most then break end
+    if left > 0 then
+      nextv = v -- the fetch's room ran out within v: on from v
+      break
+    end
+    emptied[#emptied + 1] = v
   end
+  if not nextv and #vals == 8 then nextv = vals[8] .. '\0' end
   limit_push(p, readyk, state, back, trims)
   limit_gone(p, emptied)
-  local done = #emptied == #vals and #vals < 8
+  limit_sweep_on(state, nextv)
+  return #back, nextv == nil
+end
+-- limit_unlimit is limit_giveback for a fetch without limits: once the
+-- sweep ended, no id is parked, and the flag goes. Returns how many ids it
+-- gave back.
+local function limit_unlimit(p, readyk, state, most)
+  local n, done = limit_giveback(p, readyk, state, most)
   if done then redis.call('HDEL', state, LIMIT_FLAG) end
-  return #back, done
+  return n
 end
 -- limit_unpark gives the ids parked for key values that may run again
 -- (due in 'parked', at most 8 values, at most most ids in all, each value
@@ -309,26 +353,30 @@ local function limit_next(p, now)
   if first[1] == nil or limit_score(first[2]) >= LIMIT_HOLD then return nil end
   return math.max(0, limit_score(first[2]) - now)
 end
--- limit_rewake makes at most 64 key values held for a slot (LIMIT_HOLD)
--- due now, so that limits that changed (another max, header or rate)
--- apply to the ids parked under the old ones at once: those not held for
--- a slot are due at a time already. Returns true when it found fewer (no
--- value is held any more under the old limits).
-local function limit_rewake(p, now)
-  local held = redis.call('ZRANGEBYSCORE', p .. 'parked', LIMIT_HOLD, '+inf', 'LIMIT', 0, 64)
-  if #held > 0 then
+-- limit_rewake makes at most 64 key values of a sweep (limit_sweep_vals)
+-- due now, so that limits per key value that changed (another max or
+-- rate, the same header) apply to the ids parked under the old ones at
+-- once: a value held for a slot the new limits leave free runs without
+-- waiting for one to free. Returns whether the sweep ended.
+local function limit_rewake(p, state, now)
+  local vals = limit_sweep_vals(p, state, 64)
+  if #vals > 0 then
     local za = {}
-    for _, v in ipairs(held) do za[#za + 1] = now; za[#za + 1] = v end
-    redis.call('ZADD', p .. 'parked', unpack(za))
+    for _, v in ipairs(vals) do za[#za + 1] = now; za[#za + 1] = v end
+    redis.call('ZADD', p .. 'parked', 'XX', unpack(za))
   end
-  return #held < 64
+  local nextv = #vals == 64 and (vals[64] .. '\0') or nil
+  limit_sweep_on(state, nextv)
+  return nextv == nil
 end
 -- limit_open starts a fetch under spec (nil: no limits, and nil back) in
 -- the bucket of limit prefix p, ready list readyk and state HASH state,
 -- for at most want jobs; flag is the state's LIMIT_FLAG (false when no id
--- is parked). Ids parked under other limits are sorted again: topic-wide
--- they go back to the ready list (limit_giveback), per key value their
--- values fall due (limit_rewake). Topic-wide, it returns how many the
+-- is parked). Ids parked under other limits are sorted again: topic-wide,
+-- or per another header, they go back to the ready list
+-- (limit_giveback); per the same header their values fall due
+-- (limit_rewake). Either sweeps the values a batch a fetch; the flag names
+-- these limits once it ended. Topic-wide, it returns how many the
 -- limits let the fetch take, and when that is none because of the rate,
 -- the ms until the rate allows one. Per key value, it then gives back the
 -- parked ids that may run again (limit_unpark), and the fetch reads as
@@ -339,14 +387,26 @@ local function limit_open(p, spec, readyk, state, want, flag)
   local now = now_ms_floor()
   local lk = {p = p, spec = spec, state = state, now = now, room = {}, wait = {}, took = {}, val = {}, park = {}, order = {}, flag = flag}
   if spec.header == '' then
-    if flag then limit_giveback(p, readyk, state, want) end
+    if flag then limit_unlimit(p, readyk, state, want) end
     local room, wait = limit_room(p, p .. 'run', p .. 'rate', spec, state, now)
     if room < want and not wait then redis.call('SET', p .. 'held', '1') end
     return math.max(0, math.min(want, room)), wait, lk
   end
-  if flag and flag ~= spec.raw and limit_rewake(p, now) then
-    redis.call('HSET', state, LIMIT_FLAG, spec.raw)
-    lk.flag = spec.raw
+  if flag and flag ~= spec.raw then
+    -- Parked per another header, their values name other partitions:
+    -- they go back to the ready list, where this fetch reads their own.
+    local old = string.match(flag, '^%d+|%d+|%d+|(.*)$')
+    local done
+    if old == spec.header then
+      done = limit_rewake(p, state, now)
+    else
+      local _
+      _, done = limit_giveback(p, readyk, state, want)
+    end
+    if done then
+      redis.call('HSET', state, LIMIT_FLAG, spec.raw)
+      lk.flag = spec.raw
+    end
   end
   limit_unpark(p, spec, readyk, state, now, want, lk.room, lk.wait)
   return want, nil, lk
