@@ -239,6 +239,39 @@ func TestFetchUnderLimits(t *testing.T) {
 				require.Zero(t, c.Exists(ctx, k.LimitPark("hot"), k.LimitParked()).Val())
 				require.False(t, c.HExists(ctx, k.State(), keys.LimitParkedField).Val(), "the flag is cleared")
 			})
+			t.Run("GiveBackSweepsEveryValue", func(t *testing.T) {
+				// 20 values with parked ids, under a limit per tenant: a
+				// fetch per another header gives them back 8 values a
+				// fetch, in byte order, though it parks some again behind
+				// its cursor, and the sweep ends: then the flag names its
+				// limits, and every id has been read under them.
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				var jobs [][2]string
+				for i := range 20 {
+					jobs = append(jobs, [2]string{fmt.Sprintf("a%02d", i), fmt.Sprintf("v%02d", i)}, [2]string{fmt.Sprintf("b%02d", i), fmt.Sprintf("v%02d", i)})
+				}
+				limitJobs(t, c, k, jobs...)
+				old := Limits{MaxRunning: 1, Key: "tenant"}.Spec()
+				require.Len(t, fetch(t, p, old, 256).Items, 20, "one per tenant")
+				require.Equal(t, int64(20), c.ZCard(ctx, k.LimitParked()).Val())
+				require.Equal(t, old, c.HGet(ctx, k.State(), keys.LimitParkedField).Val())
+				spec := Limits{MaxRunning: 3, Key: "partner"}.Spec()
+				var got []string
+				for range 5 {
+					b := fetch(t, p, spec, 256)
+					got = append(got, ids(b.Items)...)
+					if c.HGet(ctx, k.State(), keys.LimitParkedField).Val() == spec {
+						break
+					}
+				}
+				require.Equal(t, spec, c.HGet(ctx, k.State(), keys.LimitParkedField).Val(), "the sweep ended")
+				// The jobs have no partner header: value "", 3 at once.
+				require.Len(t, got, 3)
+				require.Zero(t, c.LLen(ctx, k.Ready()).Val())
+				require.Equal(t, int64(17), c.LLen(ctx, k.LimitPark("")).Val(), "the others wait for a slot of value \"\"")
+				require.Equal(t, []string{""}, c.ZRange(ctx, k.LimitParked(), 0, -1).Val())
+			})
 			t.Run("WithoutLimitsNoLimitKey", func(t *testing.T) {
 				p := testutil.Prefix(t)
 				k := keys.ForBucket(p, "t", 0)
