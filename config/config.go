@@ -257,6 +257,11 @@ type Config struct {
 	// declares at most MaxSchedules, with distinct names; no REDEQ_*
 	// variable sets them. Empty by default.
 	Schedules []Schedule `yaml:"schedules"`
+	// Listeners are per-topic settings of the listeners this client
+	// registers (see Listener): the global limits of a topic. At most
+	// MaxListeners, one per topic; no REDEQ_* variable sets them. Empty
+	// by default.
+	Listeners []Listener `yaml:"listeners"`
 	// Logger receives the background loops' reports. Defaults to slog.Default().
 	Logger *slog.Logger `yaml:"-"`
 }

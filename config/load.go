@@ -160,13 +160,14 @@ func knownKeys(n *yaml.Node, shown, key string) error {
 					return err
 				}
 			}
-			if path == "schedules" && v.Kind == yaml.SequenceNode {
+			lists := map[string]map[string]bool{"schedules": scheduleKeys(), "listeners": listenerKeys()}
+			if itemKeys := lists[path]; itemKeys != nil && v.Kind == yaml.SequenceNode {
 				for i, item := range v.Content {
 					if item.Kind != yaml.MappingNode {
 						continue // the decoder says what is wrong
 					}
 					for j := 0; j+1 < len(item.Content); j += 2 {
-						if k := item.Content[j]; !scheduleKeys()[k.Value] {
+						if k := item.Content[j]; !itemKeys[k.Value] {
 							return fmt.Errorf("line %d: %s%s[%d].%s: no such setting", k.Line, shown, path, i, k.Value)
 						}
 					}

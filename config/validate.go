@@ -160,6 +160,7 @@ func (c Config) problems(name func(string) string) []*FieldError {
 	inRange("WaitTimeout", c.WaitTimeout, MinInterval, MaxWaitTimeout)
 	c.Redis.problems(bad, name)
 	out = append(out, scheduleProblems(c.Schedules)...)
+	out = append(out, listenerProblems(c.Listeners, c.Concurrency)...)
 	return out
 }
 

@@ -35,7 +35,8 @@ const MaxListSets = 64
 // after it.
 type Position struct {
 	// Set indexes the consumers given to ListBucket (in-flight listings);
-	// 0 otherwise.
+	// in a ready listing, 1 once it reads the jobs parked for a slot of
+	// their key value (At their place, Member the value); 0 otherwise.
 	Set int
 	// At is the ZSET score or the ready-list place (see
 	// keys.ReadyHeadField) of the last entry read; "" means the start of
@@ -69,7 +70,10 @@ func (s *Store) ListBucket(ctx context.Context, topic string, n int, state State
 	case StateScheduled:
 		ks = append(ks, k.Scheduled())
 	case StateReady:
-		ks = append(ks, k.Ready())
+		// The ready list, then the jobs parked for a slot of their key
+		// value (Set 1).
+		ks = append(ks, k.Ready(), k.LimitPrefix())
+		args = append(args, from.Set+1)
 	case StateUnAck:
 		ks = append(ks, k.UnAck())
 	case StateDead:

@@ -14,8 +14,11 @@
 -- KEYS[2] -> state HASH
 -- KEYS[3] -> reasons HASH
 -- KEYS[4] -> errors HASH (id -> last handler error)
--- KEYS[5..] -> the source: the bucket, unack or dead ZSET; the ready LIST;
---              or the in-flight ZSETs of the consumers ARGV[6..], in order
+-- KEYS[5..] -> the source: the bucket, unack or dead ZSET; the ready LIST
+--              and the limit key prefix (limits.lua: the jobs parked for
+--              a slot of their key value are ready, listed after the
+--              list); or the in-flight ZSETs of the consumers ARGV[6..],
+--              in order
 -- ARGV[1] -> state: scheduled, ready, inflight, unack or dead; with a
 --            trailing "!", each envelope is cut to its header line (no
 --            headers, no body: what a filter on the job's fields needs)
@@ -24,7 +27,9 @@
 -- ARGV[4] -> where the previous page ended in KEYS[5]: a ZSET score or a
 --            ready-list place; "" to start at the beginning
 -- ARGV[5] -> the member the previous page ended on (ZSETs)
--- ARGV[6..] -> inflight: the consumer of each in-flight set KEYS[5..]
+-- ARGV[6..] -> inflight: the consumer of each in-flight set KEYS[5..];
+--            ready: 1 to start in the ready list, 2 among the parked jobs
+--            (then ARGV[5] is the key value, ARGV[4] the place in its list)
 -- Returns {done, key, pos, member, id, envelope, score, extra, lasterr,
 -- id, ...}: done is 1 when the sources were read to their end; else key
 -- (1 for KEYS[5]), pos and member say where the next page starts (after
@@ -53,18 +58,48 @@ local function after(a, b)
 end
 
 if mode == 'ready' then
-  local head = tonumber(redis.call('HGET', KEYS[2], '\0readyhead') or '0')
-  local start = 0
-  if pos ~= '' then
-    -- Entries before that place were taken since, or pushed back at the
-    -- head after the previous page: not this listing's.
-    start = math.max(0, tonumber(pos) + 1 - head)
+  local set = tonumber(ARGV[6] or '1')
+  if set == 1 then
+    local head = tonumber(redis.call('HGET', KEYS[2], '\0readyhead') or '0')
+    local start = 0
+    if pos ~= '' then
+      -- Entries before that place were taken since, or pushed back at the
+      -- head after the previous page: not this listing's.
+      start = math.max(0, tonumber(pos) + 1 - head)
+    end
+    local ids = redis.call('LRANGE', KEYS[first], start, start + budget - 1)
+    for i, id in ipairs(ids) do
+      cand[#cand + 1] = {1, string.format('%d', head + start + i - 1), id, id, false, false}
+    end
+    if #ids == budget then done, stop = 0, cand[#cand] end
+    pos, last = '', ''
   end
-  local ids = redis.call('LRANGE', KEYS[first], start, start + budget - 1)
-  for i, id in ipairs(ids) do
-    cand[#cand + 1] = {1, string.format('%d', head + start + i - 1), id, id, false, false}
+  -- Then the jobs parked for a slot of their key value (limits.lua), value
+  -- by value in byte order, each value's oldest first; a place is an
+  -- entry's index plus the entries trimmed from its list's head.
+  local p = KEYS[first + 1]
+  if done == 1 and p then
+    local vals = redis.call('ZRANGEBYLEX', p .. 'pvals', last == '' and '-' or ('[' .. last), '+', 'LIMIT', 0, 8)
+    for vi, v in ipairs(vals) do
+      local left = budget - #cand
+      if left <= 0 then
+        done, stop = 0, {2, '', v} -- the next page starts at this value
+        break
+      end
+      local head = tonumber(redis.call('HGET', p .. 'phead', v) or '0')
+      local start = 0
+      if v == last and pos ~= '' then start = math.max(0, tonumber(pos) + 1 - head) end
+      local ids = redis.call('LRANGE', p .. 'park:' .. v, start, start + left - 1)
+      for i, id in ipairs(ids) do
+        cand[#cand + 1] = {2, string.format('%d', head + start + i - 1), v, id, false, false}
+      end
+      if #ids == left then
+        done, stop = 0, cand[#cand]
+        break
+      end
+      if vi == 8 then done, stop = 0, {2, '', v .. '\0'} end -- after v: its successor in byte order
+    end
   end
-  if #ids == budget then done, stop = 0, cand[#cand] end
 else
   local read = 0
   for k = first, #KEYS do

@@ -13,7 +13,8 @@
 -- KEYS[3] -> pool HASH
 -- KEYS[4] -> state HASH (id -> "r<due ms>" or "r" while ready, or
 --   "<token>@<consumer>"; field "\0readyhead" counts the entries trimmed
---   from the list's head; see keys.Bucket.State)
+--   from the list's head; see keys.Bucket.State; field "\0parked" names
+--   the limits ids were parked under, keys.LimitParkedField)
 -- KEYS[5] -> errors HASH (id -> last handler error)
 -- KEYS[6] -> due HASH (the older format's due times, written by a mover of
 --   that format for a plain "r" state: read for the ids taken in that
@@ -58,23 +59,45 @@
 -- goes back to the consumer, whose settle counts it in this minute's
 -- history (ack/settle.lua): a fetch writes no history of its own.
 -- Under limits, the pause flag is read first, so that a paused topic's
--- fetch reads and writes none of them.
+-- fetch reads and writes none of them (the parked flag with it).
+-- Ids parked under limits per key value are sorted again by a fetch under
+-- other limits, and given back to the ready list by a fetch with none
+-- (the flag comes with the states it reads; an empty list adds an HGET):
+-- no id waits for a slot no limit guards. A rerun after a lost reply
+-- gives back what is still parked, as the first run would have.
 local spec = limit_spec(ARGV[6])
-if spec and redis.call('HGET', KEYS[4], '\0paused') then return {0} end
-local want, lwait, lk = limit_open(KEYS[7], spec, KEYS[1], KEYS[4], tonumber(ARGV[1]))
+local parked = false
+if spec then
+  local f = redis.call('HMGET', KEYS[4], '\0paused', '\0parked')
+  if f[1] then return {0} end
+  parked = f[2]
+end
+local want, lwait, lk = limit_open(KEYS[7], spec, KEYS[1], KEYS[4], tonumber(ARGV[1]), parked)
 if want == 0 then return {lwait and (-1 - lwait) or 0} end
 -- One entry more than it may take, to tell whether the list ends within
 -- the window (ended).
 local ids = redis.call('LRANGE', KEYS[1], 0, want)
+if #ids == 0 and not spec and redis.call('HGET', KEYS[4], '\0parked') then
+  -- Without limits, ids parked under limits per key value go back to
+  -- the ready list (the one read an empty fetch adds), and are read: no
+  -- limit of this listener holds them.
+  if limit_unlimit(KEYS[7], KEYS[1], KEYS[4], want) > 0 then
+    ids = redis.call('LRANGE', KEYS[1], 0, want)
+  end
+end
 if #ids == 0 then return {limit_close(lk, 0)} end
 local ended = #ids <= want
 if not ended then ids[#ids] = nil end
 local n0 = #ids
-ids[n0 + 1], ids[n0 + 2] = '\0paused', '\0readyhead'
+ids[n0 + 1], ids[n0 + 2], ids[n0 + 3] = '\0paused', '\0readyhead', '\0parked'
 local states = redis.call('HMGET', KEYS[4], unpack(ids))
 if states[n0 + 1] then return {0} end
 local head = tonumber(states[n0 + 2] or '0') or 0
-ids[n0 + 1], ids[n0 + 2], states[n0 + 1], states[n0 + 2] = nil, nil, nil, nil
+-- Ids parked under limits per key value, seen by a fetch without limits
+-- (the flag comes with the states, at no cost): given back at the end.
+if not spec then parked = states[n0 + 3] end
+ids[n0 + 1], ids[n0 + 2], ids[n0 + 3] = nil, nil, nil
+states[n0 + 1], states[n0 + 2], states[n0 + 3] = nil, nil, nil
 -- An entry whose state is not ready ("r...") is stale (its job was deleted,
 -- rescheduled or taken since it was pushed). When stale entries fill part
 -- of the window, the fetch reads on, 64 entries at a time and 256 in all,
@@ -204,5 +227,8 @@ if consumed > 0 then
   end
   if olds then redis.call('HDEL', KEYS[6], unpack(ids, 1, consumed)) end
   redis.call('LTRIM', KEYS[1], consumed, -1)
+end
+if parked and not spec and limit_unlimit(KEYS[7], KEYS[1], KEYS[4], want) > 0 and out[1] == 0 then
+  out[1] = 2
 end
 return out

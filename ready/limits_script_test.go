@@ -161,9 +161,13 @@ func TestFetchUnderLimits(t *testing.T) {
 				_, err := pipe.Exec(ctx)
 				require.NoError(t, err)
 				got := fetch(t, p, Limits{MaxRunning: 2, Key: "tenant"}.Spec(), 256)
-				// h1..h2 come back (stale: no job, dropped), h0 is taken.
-				require.Equal(t, []string{"h0"}, ids(got.Items))
-				require.Equal(t, int64(100_000-2), c.LLen(ctx, k.LimitPark("hot")).Val())
+				// The fetch reads 2 + 256 parked entries, all stale (no job):
+				// dropped, none given back. h0 waits behind the rest, and the
+				// value stays due, for the next fetch to read on.
+				require.Empty(t, ids(got.Items))
+				require.Equal(t, int64(100_000-258+1), c.LLen(ctx, k.LimitPark("hot")).Val())
+				require.Equal(t, "h0", c.LIndex(ctx, k.LimitPark("hot"), -1).Val())
+				require.Equal(t, time.Millisecond, got.Wait, "the value is due: fetch again at once")
 			})
 			t.Run("SameConsumerTwiceHoldsTwoLeases", func(t *testing.T) {
 				p := testutil.Prefix(t)
@@ -198,6 +202,75 @@ func TestFetchUnderLimits(t *testing.T) {
 				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 10, false, "bad")
 				require.ErrorContains(t, err, "bad limit spec")
 				require.Equal(t, before, testutil.DumpUnder(t, c, p))
+			})
+			t.Run("UnparkPushesBeforeItTrims", func(t *testing.T) {
+				// The parked ids go to the ready list before they leave
+				// their park list: a fetch that fails at the push (here the
+				// ready key holds a STRING) loses none of them, and a fetch
+				// that succeeds next gives them back.
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, [2]string{"h1", "hot"}, [2]string{"h2", "hot"}, [2]string{"h3", "hot"})
+				spec := Limits{MaxRunning: 5, Key: "tenant"}.Spec()
+				require.NoError(t, c.Del(ctx, k.Ready()).Err())
+				require.NoError(t, c.RPush(ctx, k.LimitPark("hot"), "h1", "h2", "h3").Err())
+				require.NoError(t, c.ZAdd(ctx, k.LimitParked(), redis.Z{Score: 0, Member: "hot"}).Err())
+				require.NoError(t, c.Set(ctx, k.Ready(), "not a list", 0).Err())
+				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 10, false, spec)
+				require.ErrorContains(t, err, "WRONGTYPE")
+				require.Equal(t, []string{"h1", "h2", "h3"}, c.LRange(ctx, k.LimitPark("hot"), 0, -1).Val(), "no parked id is lost")
+				require.NoError(t, c.Del(ctx, k.Ready()).Err())
+				got := fetch(t, p, spec, 10)
+				require.Equal(t, []string{"h1", "h2", "h3"}, ids(got.Items))
+				require.Zero(t, c.Exists(ctx, k.LimitPark("hot"), k.LimitParked()).Val())
+			})
+			t.Run("FetchWithoutLimitsGivesParkedIdsBack", func(t *testing.T) {
+				// Ids parked under a limit per key value wait for no slot a
+				// fetch without limits guards: it gives them back, oldest
+				// first, and takes them; the stale ones are dropped.
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, [2]string{"h0", "hot"}, [2]string{"h1", "hot"}, [2]string{"h2", "hot"})
+				spec := Limits{MaxRunning: 1, Key: "tenant"}.Spec()
+				require.Equal(t, []string{"h0"}, ids(fetch(t, p, spec, 10).Items))
+				require.Equal(t, []string{"h1", "h2"}, c.LRange(ctx, k.LimitPark("hot"), 0, -1).Val())
+				require.NoError(t, c.RPush(ctx, k.LimitPark("hot"), "gone").Err())
+				require.Equal(t, []string{"h1", "h2"}, ids(fetch(t, p, "", 10).Items))
+				require.Zero(t, c.Exists(ctx, k.LimitPark("hot"), k.LimitParked()).Val())
+				require.False(t, c.HExists(ctx, k.State(), keys.LimitParkedField).Val(), "the flag is cleared")
+			})
+			t.Run("GiveBackSweepsEveryValue", func(t *testing.T) {
+				// 20 values with parked ids, under a limit per tenant: a
+				// fetch per another header gives them back 8 values a
+				// fetch, in byte order, though it parks some again behind
+				// its cursor, and the sweep ends: then the flag names its
+				// limits, and every id has been read under them.
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				var jobs [][2]string
+				for i := range 20 {
+					jobs = append(jobs, [2]string{fmt.Sprintf("a%02d", i), fmt.Sprintf("v%02d", i)}, [2]string{fmt.Sprintf("b%02d", i), fmt.Sprintf("v%02d", i)})
+				}
+				limitJobs(t, c, k, jobs...)
+				old := Limits{MaxRunning: 1, Key: "tenant"}.Spec()
+				require.Len(t, fetch(t, p, old, 256).Items, 20, "one per tenant")
+				require.Equal(t, int64(20), c.ZCard(ctx, k.LimitParked()).Val())
+				require.Equal(t, old, c.HGet(ctx, k.State(), keys.LimitParkedField).Val())
+				spec := Limits{MaxRunning: 3, Key: "partner"}.Spec()
+				var got []string
+				for range 5 {
+					b := fetch(t, p, spec, 256)
+					got = append(got, ids(b.Items)...)
+					if c.HGet(ctx, k.State(), keys.LimitParkedField).Val() == spec {
+						break
+					}
+				}
+				require.Equal(t, spec, c.HGet(ctx, k.State(), keys.LimitParkedField).Val(), "the sweep ended")
+				// The jobs have no partner header: value "", 3 at once.
+				require.Len(t, got, 3)
+				require.Zero(t, c.LLen(ctx, k.Ready()).Val())
+				require.Equal(t, int64(17), c.LLen(ctx, k.LimitPark("")).Val(), "the others wait for a slot of value \"\"")
+				require.Equal(t, []string{""}, c.ZRange(ctx, k.LimitParked(), 0, -1).Val())
 			})
 			t.Run("WithoutLimitsNoLimitKey", func(t *testing.T) {
 				p := testutil.Prefix(t)

@@ -5,8 +5,10 @@ import (
 	"time"
 
 	"github.com/redeq-go/redeq/ack"
+	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/consumer"
 	"github.com/redeq-go/redeq/pool"
+	"github.com/redeq-go/redeq/ready"
 )
 
 // The consumer runs listeners, handlers and observers of its own types.
@@ -24,10 +26,20 @@ type listenerAdapter struct {
 
 // adaptListener wraps l, with the options of a listener built by
 // ListenerFunc or Typed, and FinalRetry when l has it.
-func adaptListener(l Listener) consumer.Listener {
+func adaptListener(l Listener) consumer.Listener { return adaptListenerIn(l, nil) }
+
+// adaptListenerIn is adaptListener in a client of config cfg (nil for
+// none): a listener that sets no limit of its own takes the limits of its
+// topic's section in cfg.Listeners.
+func adaptListenerIn(l Listener, cfg *config.Config) consumer.Listener {
 	a := &listenerAdapter{l: l}
 	if o, ok := l.(interface{ options() consumer.Options }); ok {
 		a.opts = o.options()
+	}
+	if cfg != nil && !a.opts.Limits.Set() {
+		if sec, ok := cfg.ListenerOf(l.Topic()); ok {
+			a.opts.Limits = ready.Limits{MaxRunning: sec.MaxRunning, Rate: sec.Rate, Per: sec.RatePer, Key: sec.LimitKey}
+		}
 	}
 	if fr, ok := l.(FinalRetryListener); ok {
 		return finalAdapter{a, fr}

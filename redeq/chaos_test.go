@@ -53,6 +53,26 @@ func chaosConfig(c *config.Config) {
 	c.MaxRecoveries = 1000
 }
 
+// chaosLimitedEnv, set in a chaos child, makes it listen under the limits
+// of chaosLimited.
+const chaosLimitedEnv = "REDEQ_CHAOS_LIMITED"
+
+// chaosMaxRunning is the most jobs of one tenant running at once in the
+// limited chaos run (chaosLimited), over chaosTenants tenants.
+const chaosMaxRunning, chaosTenants = 2, 3
+
+// chaosLimited sets the limits of the limited chaos run, through the
+// config's listeners section: at most chaosMaxRunning jobs running at once
+// per value of the header "tenant", on a topic of one bucket (as limits
+// need).
+func chaosLimited(c *config.Config) {
+	c.Concurrency = 1
+	c.Listeners = []config.Listener{{Topic: "chaos", MaxRunning: chaosMaxRunning, LimitKey: "tenant"}}
+}
+
+// chaosTenant is the tenant of job i in the limited chaos run.
+func chaosTenant(i int) string { return "t" + strconv.Itoa(i%chaosTenants) }
+
 // chaosID names job i; the prefix keeps ids apart from the other values a
 // script receives, which the settle probe relies on.
 func chaosID(i int) string { return "job-" + strconv.Itoa(i) }
@@ -97,7 +117,12 @@ func chaosMustDie(id string) bool {
 // consumer's). Before that line, a SIGKILL may swallow the outcome.
 func runChaosChild() {
 	probe := &settleProbe{returned: map[string]int{}}
-	c := childClient(chaosConfig, probe)
+	c := childClient(func(c *config.Config) {
+		chaosConfig(c)
+		if os.Getenv(chaosLimitedEnv) != "" {
+			chaosLimited(c)
+		}
+	}, probe)
 	l := newListener("chaos", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 		fmt.Printf("start %s %d %d %d\n", job.ID, job.Attempt, job.Recoveries, time.Now().UnixNano())
 		time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond) // work, so kills catch jobs in flight
@@ -211,6 +236,11 @@ type chaosScenario struct {
 	// outage pauses every client of the server (CLIENT PAUSE ALL) once,
 	// for this long.
 	outage time.Duration
+	// limited runs the consumers under chaosLimited, the jobs spread over
+	// chaosTenants tenants: no tenant may ever run more than
+	// chaosMaxRunning jobs at once (measured by the handlers' start and
+	// return, or the kill of their process).
+	limited bool
 }
 
 // TestChaos: jobs with delays over consumer processes that are killed with
@@ -249,12 +279,60 @@ func TestChaos(t *testing.T) {
 		be := testutil.Cluster(t)
 		runChaos(t, size, be, be.New(t), chaosScenario{})
 	})
+	t.Run("cluster-limited", func(t *testing.T) {
+		// The same under a limit per key value: half the jobs, for the
+		// limit slows the run down.
+		be := testutil.Cluster(t)
+		half := size
+		half.jobs /= 2
+		runChaos(t, half, be, be.New(t), chaosScenario{limited: true})
+	})
+}
+
+// chaosPeak is the most runs of rs that ran at once: a run counts from its
+// start until its handler returned, or, when it never did, until its
+// process was killed (killedAt), or for good.
+func chaosPeak(rs []*chaosRun, killedAt map[int]time.Time) (int, time.Time) {
+	type event struct {
+		at    time.Time
+		delta int
+	}
+	var evs []event
+	for _, r := range rs {
+		evs = append(evs, event{r.start, 1})
+		switch end, killed := killedAt[r.proc]; {
+		case !r.done.IsZero():
+			evs = append(evs, event{r.done, -1})
+		case killed:
+			evs = append(evs, event{end, -1})
+		}
+	}
+	// A slot frees after its handler returned, and the next run starts
+	// after that: at equal times, the end comes first.
+	slices.SortFunc(evs, func(a, b event) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta
+	})
+	n, peak, at := 0, 0, time.Time{}
+	for _, e := range evs {
+		if n += e.delta; n > peak {
+			peak, at = n, e.at
+		}
+	}
+	return peak, at
 }
 
 // runChaos runs the chaos scenario on be.
 func runChaos(t *testing.T, size chaosSize, be testutil.Backend, rdb redis.UniversalClient, sc chaosScenario) {
 	cfg := testutil.Config(t)
 	chaosConfig(&cfg)
+	var childEnv []string
+	if sc.limited {
+		chaosLimited(&cfg)
+		childEnv = append(childEnv, chaosLimitedEnv+"=1")
+	}
 	ctx := context.Background()
 	producer, err := redeq.New(rdb, cfg)
 	require.NoError(t, err)
@@ -306,7 +384,7 @@ func runChaos(t *testing.T, size chaosSize, be testutil.Backend, rdb redis.Unive
 		procs++
 		proc := procs
 		mu.Unlock()
-		return startChildKind(t, "chaos", be, cfg.Prefix, "chaos", func(line string) { parse(proc, line) }), proc
+		return startChildKind(t, "chaos", be, cfg.Prefix, "chaos", func(line string) { parse(proc, line) }, childEnv...), proc
 	}
 	children := make([]*child, size.consumers)
 	procOf := make([]int, size.consumers)
@@ -320,7 +398,11 @@ func runChaos(t *testing.T, size chaosSize, be testutil.Backend, rdb redis.Unive
 	for i := 0; i < size.jobs; i += 100 {
 		batch := make([]*redeq.Job, 0, 100)
 		for j := i; j < min(i+100, size.jobs); j++ {
-			batch = append(batch, &redeq.Job{Topic: "chaos", ID: chaosID(j), Delay: time.Duration(rand.Int64N(int64(size.maxDelay)))})
+			job := &redeq.Job{Topic: "chaos", ID: chaosID(j), Delay: time.Duration(rand.Int64N(int64(size.maxDelay)))}
+			if sc.limited {
+				job.Headers = map[string]string{"tenant": chaosTenant(j)}
+			}
+			batch = append(batch, job)
 		}
 		require.NoError(t, producer.AddBatch(ctx, batch))
 		for _, j := range batch {
@@ -510,6 +592,22 @@ func runChaos(t *testing.T, size chaosSize, be testutil.Backend, rdb redis.Unive
 		be.Name, size.jobs, len(deleted), size.jobs-len(deleted), procs, kills, fault,
 		recovered, lost, len(gotDead), len(wantDead), ranAfterDelete, duplicates, explained, unexplained)
 	t.Logf("longest handler-return-to-settled %v; longest handler-return-to-kill of an explained duplicate %v", maxSettle, maxKillGap)
+	if sc.limited {
+		byTenant := map[string][]*chaosRun{}
+		for i := range size.jobs {
+			byTenant[chaosTenant(i)] = append(byTenant[chaosTenant(i)], runs[chaosID(i)]...)
+		}
+		for tenant, rs := range byTenant {
+			peak, at := chaosPeak(rs, killedAt)
+			t.Logf("tenant %s: %d runs, at most %d at once (at %s; the limit is %d)", tenant, len(rs), peak, at.Format("15:04:05.000"), chaosMaxRunning)
+			require.LessOrEqual(t, peak, chaosMaxRunning, "tenant %s's jobs running at once", tenant)
+			require.Equal(t, chaosMaxRunning, peak, "tenant %s reaches its limit", tenant)
+		}
+		testutil.Eventually(t, 10*time.Second, "every slot is free", func() bool {
+			st, err := producer.Stats(ctx, "chaos")
+			return err == nil && st.Running == 0 && st.Waiting == 0
+		})
+	}
 	require.Zero(t, lost, "lost jobs")
 	require.Zero(t, ranAfterDelete, "deleted jobs that ran")
 	require.Len(t, gotDead, len(wantDead), "dead jobs")

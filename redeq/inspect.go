@@ -147,7 +147,8 @@ type Page struct {
 // 16 entries, and listing the jobs no unread entry can precede); within a
 // bucket scheduled jobs by due time,
 // ready jobs in the order consumers will take them (stale entries of the
-// ready list skipped), in-flight jobs by consumer id then fetch time,
+// ready list skipped), then the ready jobs parked for a slot of their
+// limit key's value (WithLimitKey), value by value in byte order, in-flight jobs by consumer id then fetch time,
 // un_acked and dead jobs by when they were parked.
 //
 // Cost: a page reads the topic's meta (and, in flight, its consumer set),
@@ -267,6 +268,9 @@ func (c *Client) listBuckets(ctx context.Context, topic string, state State, n i
 			if state == StateInFlight && pos.Set < len(consumers) {
 				next.consumer = consumers[pos.Set]
 			}
+			if state == StateReady && pos.Set == 1 {
+				next.consumer = parkedMark
+			}
 			page.Next = next.encode(topic, state)
 			break
 		}
@@ -297,6 +301,10 @@ type cursor struct {
 // mergedMark is the consumer field of a DueOrder cursor: no consumer id
 // holds a newline.
 const mergedMark = "due\x00order"
+
+// parkedMark is the consumer field of a ready listing's cursor once it
+// reads the jobs parked for a slot of their key value (pool.Position.Set 1).
+const parkedMark = "parked\x00"
 
 // dueOrderShare is the least a DueOrder page reads of each bucket.
 const dueOrderShare = 16
@@ -426,6 +434,12 @@ func decodeCursor(s, topic string, state State) (cursor, error) {
 			return bad("not a cursor of List")
 		}
 		return cursor{merged: true, pos: pool.Position{At: f[5], Member: f[6]}}, nil
+	}
+	if f[4] == parkedMark {
+		if state != StateReady {
+			return bad("not a cursor of List")
+		}
+		return cursor{bucket: b, pos: pool.Position{Set: 1, At: f[5], Member: f[6]}}, nil
 	}
 	return cursor{bucket: b, consumer: f[4], pos: pool.Position{At: f[5], Member: f[6]}}, nil
 }

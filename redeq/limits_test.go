@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -280,14 +281,16 @@ func TestLimitOptionsRefuseBadInput(t *testing.T) {
 // MaxRunning CHILD_MAX_RUNNING and 4 workers, holding every job it takes.
 const limitedKind = "limited"
 
-// runLimitedChild is the limitedKind child: it prints "id <cid>" and
-// "start <id>" for each job it takes.
+// runLimitedChild is the limitedKind child: it prints "id <cid>", and
+// "start <id>" and "end <id>" when the handler of a job it takes begins
+// and returns (its ctx ended).
 func runLimitedChild() {
 	c := childClient(faultChildConfig)
 	n, _ := strconv.Atoi(os.Getenv("CHILD_MAX_RUNNING"))
 	h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 		fmt.Println("start", job.ID)
 		<-ctx.Done()
+		fmt.Println("end", job.ID)
 		return ctx.Err()
 	}
 	childMust(c.Register(redeq.ListenerFunc(os.Getenv("REDEQ_TEST_TOPIC"), h, redeq.WithWorkers(4), redeq.WithMaxRunning(n))))
@@ -452,5 +455,494 @@ func TestLimitHoldsAcrossRedisRestart(t *testing.T) {
 		return len(ran) == 10
 	})
 	require.Equal(t, int64(2), g.peak.Load())
+	testutil.Eventually(t, 10*time.Second, "every slot is free", func() bool { return stats(t, e.c, "t").Running == 0 })
+}
+
+// holdGate is a handler that runs each job until its gate opens (or its
+// ctx ends), measuring the handlers running at once (per tenant header
+// too) and counting each job's runs.
+type holdGate struct {
+	mu     sync.Mutex
+	open   map[string]bool // ids whose runs end at once
+	all    bool            // every run ends at once
+	wake   chan struct{}   // closed and replaced when the gates change
+	ran    map[string]int
+	g      gauge
+	tenant map[string]*gauge
+}
+
+func newHoldGate() *holdGate {
+	return &holdGate{open: map[string]bool{}, wake: make(chan struct{}), ran: map[string]int{}, tenant: map[string]*gauge{}}
+}
+
+// release opens the gate of ids, or of every job for none.
+func (h *holdGate) release(ids ...string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(ids) == 0 {
+		h.all = true
+	}
+	for _, id := range ids {
+		h.open[id] = true
+	}
+	close(h.wake)
+	h.wake = make(chan struct{})
+}
+
+func (h *holdGate) tenantGauge(v string) *gauge {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.tenant[v] == nil {
+		h.tenant[v] = &gauge{}
+	}
+	return h.tenant[v]
+}
+
+func (h *holdGate) handle(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+	tg := h.tenantGauge(job.Headers["tenant"])
+	h.g.enter()
+	tg.enter()
+	defer h.g.leave()
+	defer tg.leave()
+	for {
+		h.mu.Lock()
+		open, wake := h.all || h.open[job.ID], h.wake
+		h.mu.Unlock()
+		if open {
+			break
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	h.mu.Lock()
+	h.ran[job.ID]++
+	h.mu.Unlock()
+	ch.Ack()
+	return nil
+}
+
+func (h *holdGate) runs(id string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ran[id]
+}
+
+// addTenantJobs adds jobs prefix0..prefix<n-1> of header tenant v, in order.
+func addTenantJobs(t *testing.T, c *redeq.Client, prefix, v string, n int) {
+	t.Helper()
+	for i := range n {
+		require.NoError(t, c.Add(context.Background(), &redeq.Job{Topic: "t", ID: fmt.Sprint(prefix, i), Headers: map[string]string{"tenant": v}}))
+	}
+}
+
+// pokeFetches announces the topic's bucket a few times, so that every
+// consumer with a free worker fetches again.
+func pokeFetches(t *testing.T, e *env) {
+	t.Helper()
+	for range 5 {
+		require.NoError(t, e.rdb.Publish(context.Background(), keys.ReadyChannel(e.cfg.Prefix), keys.Address("t", 0)).Err())
+		time.Sleep(30 * time.Millisecond)
+	}
+}
+
+// TestDeletedRunningJobKeepsItsSlotUntilItsHandlerEnds: a job deleted
+// while its handler runs holds its slot until the handler ends: with
+// MaxRunning 2, deleting one of the two running jobs lets no third one
+// start (measured by the handlers); once the handler ends the slot is
+// free again, and the topic runs two at once afterwards.
+func TestDeletedRunningJobKeepsItsSlotUntilItsHandlerEnds(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		h := newHoldGate()
+		for i := range 8 {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))
+		}
+		mod := func(c *config.Config) { c.ConsumeTimeout = time.Minute }
+		for range 2 {
+			startWith(t, e.another(t, mod), redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(4), redeq.WithMaxRunning(2)))
+		}
+		testutil.Eventually(t, 10*time.Second, "two jobs run", func() bool { return h.g.now.Load() == 2 })
+		running := ""
+		for i := range 8 {
+			j, err := e.c.Get(ctx, "t", fmt.Sprint("j", i))
+			require.NoError(t, err)
+			if j.State == redeq.StateInFlight {
+				running = j.ID
+				break
+			}
+		}
+		require.NotEmpty(t, running)
+		_, err := e.c.Delete(ctx, "t", running)
+		require.NoError(t, err)
+		pokeFetches(t, e)
+		require.Equal(t, int64(2), h.g.peak.Load(), "a deleted job's handler still holds its slot")
+		require.Equal(t, int64(2), stats(t, e.c, "t").Running)
+		// The deleted job's handler ends: its slot frees, and one job more runs.
+		h.release(running)
+		testutil.Eventually(t, 10*time.Second, "a job takes the freed slot", func() bool {
+			return h.g.now.Load() == 2 && h.runs(running) == 1
+		})
+		pokeFetches(t, e)
+		require.Equal(t, int64(2), h.g.peak.Load())
+		h.release()
+		testutil.Eventually(t, 30*time.Second, "every other job ran", func() bool {
+			for i := range 8 {
+				if id := fmt.Sprint("j", i); id != running && h.runs(id) != 1 {
+					return false
+				}
+			}
+			return true
+		})
+		require.Equal(t, int64(2), h.g.peak.Load())
+		testutil.Eventually(t, 10*time.Second, "every slot is free", func() bool { return stats(t, e.c, "t").Running == 0 })
+		// No slot leaked: the topic runs at its limit again.
+		h.mu.Lock()
+		h.all = false
+		h.mu.Unlock()
+		for i := range 4 {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("k", i)}))
+		}
+		testutil.Eventually(t, 10*time.Second, "two jobs run again", func() bool { return h.g.now.Load() == 2 })
+		h.release()
+	})
+}
+
+// parkFive starts a client whose listener runs one job at a time per
+// tenant (MaxRunning 1, limit key "tenant"), adds five jobs of tenant x
+// (x0 runs and holds, x1..x4 wait for its slot), and returns the client.
+func parkFive(t *testing.T, e *env, h *holdGate) *redeq.Client {
+	t.Helper()
+	a := e.another(t, func(c *config.Config) { c.ConsumeTimeout = time.Minute })
+	startWith(t, a, redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(4), redeq.WithMaxRunning(1), redeq.WithLimitKey("tenant")))
+	addTenantJobs(t, e.c, "x", "x", 5)
+	testutil.Eventually(t, 10*time.Second, "x0 runs, the others wait for its slot", func() bool {
+		return h.g.now.Load() == 1 && stats(t, e.c, "t").Waiting == 4
+	})
+	return a
+}
+
+// shutdownCanceling shuts c down within 300 ms, canceling the handlers
+// still running then (their jobs are rolled back).
+func shutdownCanceling(t *testing.T, c *redeq.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := c.Shutdown(ctx); err != nil {
+		require.ErrorContains(t, err, "canceled handlers")
+	}
+}
+
+// TestParkedJobsRunOnceTheirLimitIsLifted: jobs waiting for a slot of
+// their key value run once no limit holds them: when the listener that
+// parked them is replaced by one without limits, or with a topic-wide
+// limit instead of the key's, or when a listener limited per another
+// header or with a higher limit starts beside it. Nothing waits for a
+// slot no limit guards.
+func TestParkedJobsRunOnceTheirLimitIsLifted(t *testing.T) {
+	t.Run("ListenerWithoutLimits", func(t *testing.T) {
+		each(t, func(t *testing.T, e *env) {
+			h := newHoldGate()
+			a := parkFive(t, e, h)
+			shutdownCanceling(t, a)
+			h.release()
+			startWith(t, e.another(t, nil), redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(4)))
+			testutil.Eventually(t, 10*time.Second, "every job ran", func() bool {
+				for i := range 5 {
+					if h.runs(fmt.Sprint("x", i)) == 0 {
+						return false
+					}
+				}
+				return true
+			})
+		})
+	})
+	t.Run("KeyDropped", func(t *testing.T) {
+		each(t, func(t *testing.T, e *env) {
+			h := newHoldGate()
+			a := parkFive(t, e, h)
+			shutdownCanceling(t, a)
+			h.release()
+			startWith(t, e.another(t, nil), redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(4), redeq.WithMaxRunning(2)))
+			testutil.Eventually(t, 10*time.Second, "every job ran", func() bool {
+				for i := range 5 {
+					if h.runs(fmt.Sprint("x", i)) == 0 {
+						return false
+					}
+				}
+				return true
+			})
+			require.Equal(t, 0, int(stats(t, e.c, "t").Waiting))
+		})
+	})
+	t.Run("KeyChanged", func(t *testing.T) {
+		// A listener limited per value of another header (which the jobs
+		// lack: they share the value "") starts beside the one that
+		// parked them: it runs one of them at once, though x0 still holds
+		// tenant x's slot.
+		each(t, func(t *testing.T, e *env) {
+			h := newHoldGate()
+			parkFive(t, e, h)
+			startWith(t, e.another(t, func(c *config.Config) { c.ConsumeTimeout = time.Minute }),
+				redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(4), redeq.WithMaxRunning(1), redeq.WithLimitKey("partner")))
+			testutil.Eventually(t, 10*time.Second, "two of x run", func() bool { return h.g.now.Load() == 2 })
+			h.release()
+			testutil.Eventually(t, 10*time.Second, "every job ran", func() bool {
+				for i := range 5 {
+					if h.runs(fmt.Sprint("x", i)) == 0 {
+						return false
+					}
+				}
+				return true
+			})
+			testutil.Eventually(t, 10*time.Second, "nothing waits", func() bool {
+				st := stats(t, e.c, "t")
+				return st.Waiting == 0 && st.Running == 0
+			})
+		})
+	})
+	t.Run("LimitRaised", func(t *testing.T) {
+		each(t, func(t *testing.T, e *env) {
+			h := newHoldGate()
+			parkFive(t, e, h)
+			startWith(t, e.another(t, func(c *config.Config) { c.ConsumeTimeout = time.Minute }),
+				redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(4), redeq.WithMaxRunning(3), redeq.WithLimitKey("tenant")))
+			testutil.Eventually(t, 10*time.Second, "three of x run", func() bool { return h.g.now.Load() == 3 })
+			h.release()
+			testutil.Eventually(t, 10*time.Second, "every job ran", func() bool {
+				for i := range 5 {
+					if h.runs(fmt.Sprint("x", i)) == 0 {
+						return false
+					}
+				}
+				return true
+			})
+			require.LessOrEqual(t, h.g.peak.Load(), int64(3))
+		})
+	})
+}
+
+// TestTakingAParkedJobOutStrandsNoOther: taking the first of the jobs
+// that wait for a slot of their key value out of the topic (Delete,
+// Reschedule, Put, DeleteJobs) leaves the others waiting for the slot:
+// once it frees, they all run, one at a time.
+func TestTakingAParkedJobOutStrandsNoOther(t *testing.T) {
+	cases := []struct {
+		name string
+		take func(t *testing.T, c *redeq.Client)
+	}{
+		{"Delete", func(t *testing.T, c *redeq.Client) {
+			_, err := c.Delete(context.Background(), "t", "x1")
+			require.NoError(t, err)
+		}},
+		{"Reschedule", func(t *testing.T, c *redeq.Client) {
+			require.NoError(t, c.RescheduleIn(context.Background(), "t", "x1", time.Hour))
+		}},
+		{"Put", func(t *testing.T, c *redeq.Client) {
+			require.NoError(t, c.Put(context.Background(), &redeq.Job{Topic: "t", ID: "x1", Delay: time.Hour, Headers: map[string]string{"tenant": "x"}}))
+		}},
+		{"DeleteJobs", func(t *testing.T, c *redeq.Client) {
+			res, err := c.DeleteJobs(context.Background(), "t", redeq.StateReady, []string{"x1"})
+			require.NoError(t, err)
+			require.Equal(t, 1, res.Done, "%+v", res)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			each(t, func(t *testing.T, e *env) {
+				h := newHoldGate()
+				parkFive(t, e, h)
+				tc.take(t, e.c)
+				h.release()
+				testutil.Eventually(t, 10*time.Second, "the other waiting jobs run", func() bool {
+					for _, id := range []string{"x0", "x2", "x3", "x4"} {
+						if h.runs(id) != 1 {
+							return false
+						}
+					}
+					return true
+				})
+				require.Equal(t, 0, h.runs("x1"))
+				require.Equal(t, int64(1), h.g.peak.Load())
+			})
+		})
+	}
+}
+
+// TestParkedJobsAreVisible: jobs that wait for a slot of their key value
+// are ready jobs to every reader: Get shows them ready, List(ready) lists
+// them (after the ready list, value by value, each value's in the order
+// they will run), page by page, and Stats counts them in Waiting.
+func TestParkedJobsAreVisible(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		h := newHoldGate()
+		parkFive(t, e, h)
+		addTenantJobs(t, e.c, "y", "y", 3)
+		testutil.Eventually(t, 10*time.Second, "y0 runs, y1 and y2 wait", func() bool {
+			return h.g.now.Load() == 2 && stats(t, e.c, "t").Waiting == 6
+		})
+		for i := 1; i < 5; i++ {
+			j, err := e.c.Get(ctx, "t", fmt.Sprint("x", i))
+			require.NoError(t, err)
+			require.Equal(t, redeq.StateReady, j.State, j.ID)
+		}
+		var ids []string
+		for cur := ""; ; {
+			page, err := e.c.List(ctx, "t", redeq.StateReady, redeq.ListOptions{Limit: 2, Cursor: cur})
+			require.NoError(t, err)
+			for _, j := range page.Jobs {
+				require.Equal(t, redeq.StateReady, j.State)
+				ids = append(ids, j.ID)
+			}
+			if cur = page.Next; cur == "" {
+				break
+			}
+		}
+		require.Equal(t, []string{"x1", "x2", "x3", "x4", "y1", "y2"}, ids)
+		h.release()
+	})
+}
+
+// TestConfigLimitsApplyToListeners: the limits of a topic's section in
+// Config.Listeners hold for a listener of the topic that sets none of its
+// own (at most 2 running, measured by the handlers; Stats shows them),
+// and a listener's own limit options replace them.
+func TestConfigLimitsApplyToListeners(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		h := newHoldGate()
+		for i := range 6 {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))
+		}
+		mod := func(c *config.Config) {
+			c.ConsumeTimeout = time.Minute
+			c.Listeners = []config.Listener{{Topic: "t", MaxRunning: 2}, {Topic: "u", Rate: 1}}
+		}
+		startWith(t, e.another(t, mod), redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(8)))
+		testutil.Eventually(t, 10*time.Second, "two jobs run", func() bool { return h.g.now.Load() == 2 })
+		pokeFetches(t, e)
+		require.Equal(t, int64(2), h.g.peak.Load(), "the config's MaxRunning holds")
+		require.Equal(t, redeq.Limits{MaxRunning: 2}, stats(t, e.c, "t").Limits)
+		// A listener with a limit of its own replaces the section's.
+		startWith(t, e.another(t, mod), redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(8), redeq.WithMaxRunning(3)))
+		testutil.Eventually(t, 10*time.Second, "three jobs run", func() bool { return h.g.now.Load() == 3 })
+		h.release()
+	})
+}
+
+// TestStalledClientRunsNothingBesideTheLimit: a client holding both slots
+// of a MaxRunning 2 topic stalls (SIGSTOP) past ConsumerTimeout; its jobs
+// are recovered, and another client runs two jobs in the freed slots.
+// Once resumed (SIGCONT), the stalled client's handlers of the recovered
+// jobs end at once, and it starts nothing while the others hold both
+// slots: the handlers running never number more than two after the
+// resume.
+func TestStalledClientRunsNothingBesideTheLimit(t *testing.T) {
+	testutil.FaultTier(t)
+	eachReal(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		ch := startFaultChild(t, limitedKind, e.be, e.cfg.Prefix, "t", "CHILD_MAX_RUNNING=2",
+			fmt.Sprintf("%s=%d", childConsumerTimeoutEnv, e.cfg.ConsumerTimeout.Milliseconds()),
+			fmt.Sprintf("%s=%d", childHeartbeatEnv, e.cfg.HeartbeatInterval.Milliseconds()))
+		ch.expect(t, "id ", 10*time.Second)
+		for i := range 10 {
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))
+		}
+		held := map[string]bool{}
+		for len(held) < 2 {
+			held[strings.TrimSpace(ch.expect(t, "start ", 10*time.Second))] = true
+		}
+		require.NoError(t, ch.cmd.Process.Signal(syscall.SIGSTOP))
+		h := newHoldGate()
+		survivor := e.another(t, func(c *config.Config) { c.ConsumeTimeout = time.Minute })
+		startWith(t, survivor, redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(8), redeq.WithMaxRunning(2)))
+		testutil.Eventually(t, 30*time.Second, "the stalled client's slots are recovered and taken", func() bool {
+			return h.g.now.Load() == 2
+		})
+		require.NoError(t, ch.cmd.Process.Signal(syscall.SIGCONT))
+		resumed := time.Now()
+		// The resumed client's handlers of the recovered jobs end, and it
+		// takes no job: the survivor holds both slots.
+		ended := map[string]bool{}
+		deadline := time.After(5 * time.Second)
+		for len(ended) < len(held) {
+			select {
+			case l, open := <-ch.lines:
+				require.True(t, open, "the child ended")
+				if id, ok := strings.CutPrefix(l, "end "); ok {
+					ended[id] = true
+				}
+				require.False(t, strings.HasPrefix(l, "start "), "the resumed client started %q beside two running jobs", l)
+			case <-deadline:
+				t.Fatalf("the resumed client still runs recovered jobs %v %v after SIGCONT, beside the two others: %d running under MaxRunning 2",
+					held, time.Since(resumed).Round(time.Millisecond), 2+len(held)-len(ended))
+			}
+		}
+		pokeFetches(t, e)
+		settle := time.After(time.Second)
+		for done := false; !done; {
+			select {
+			case l := <-ch.lines:
+				require.False(t, strings.HasPrefix(l, "start "), "the resumed client started %q beside two running jobs", l)
+			case <-settle:
+				done = true
+			}
+		}
+		require.Equal(t, int64(2), h.g.peak.Load())
+		h.release()
+	})
+}
+
+// TestLimitHoldsAcrossAFailover: on a cluster of 3 masters with replicas,
+// the master of a MaxRunning 2 topic's bucket is killed (and comes back
+// as a replica) while two jobs hold both slots; its replica takes over
+// with the leases (they are
+// written with the deliveries they count, in one script): the other jobs
+// still wait, and once the two finish every job runs, never more than two
+// at once, and every slot is free in the end.
+func TestLimitHoldsAcrossAFailover(t *testing.T) {
+	testutil.FaultTier(t)
+	rc, be := privateCluster(t, 3)
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	h := newHoldGate()
+	for i := range 10 {
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)}))
+	}
+	w := e.another(t, func(c *config.Config) { c.ConsumeTimeout = time.Minute })
+	startWith(t, w, redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(8), redeq.WithMaxRunning(2)))
+	testutil.Eventually(t, 10*time.Second, "two jobs run", func() bool { return h.g.now.Load() == 2 })
+	master := nodeOf(t, e.rdb, keys.ForBucket(e.cfg.Prefix, "t", 0).Pool())
+	replica := rc.ReplicaOf(master)
+	require.NotNil(t, replica)
+	testutil.Eventually(t, 10*time.Second, "the replica is in sync", func() bool { return rc.InSync(replica.Addr) })
+	down := rc.Node(master)
+	down.Kill()
+	testutil.Eventually(t, 30*time.Second, "the replica takes over", func() bool { return rc.Promoted(replica.Addr, down) })
+	// The old master comes back (empty) as the new one's replica: until it
+	// answers, go-redis keeps sending it the bucket's commands.
+	down.Start()
+	testutil.Eventually(t, 30*time.Second, "the old master is back as a replica", func() bool {
+		return rc.ReplicaOf(replica.Addr) == down && rc.InSync(down.Addr)
+	})
+	testutil.Eventually(t, 20*time.Second, "the slots are on the new master", func() bool {
+		st, err := e.c.Stats(ctx, "t")
+		return err == nil && st.Running == 2 && st.Ready == 8
+	})
+	pokeFetches(t, e)
+	require.Equal(t, int64(2), h.g.peak.Load())
+	h.release()
+	testutil.Eventually(t, 30*time.Second, "every job ran", func() bool {
+		for i := range 10 {
+			if h.runs(fmt.Sprint("j", i)) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	require.Equal(t, int64(2), h.g.peak.Load())
 	testutil.Eventually(t, 10*time.Second, "every slot is free", func() bool { return stats(t, e.c, "t").Running == 0 })
 }

@@ -64,7 +64,7 @@ func (c *Client) Register(l Listener) error {
 		}
 		var cl consumer.Listener // nil stays nil: the group refuses it
 		if l != nil {
-			cl = adaptListener(l)
+			cl = adaptListenerIn(l, &c.cfg)
 		}
 		if err := c.group.Register(cl); err != nil {
 			return err

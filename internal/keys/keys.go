@@ -227,6 +227,15 @@ const PausedField = "\x00paused"
 // "pauseseq".
 const PauseSeqField = "\x00pauseseq"
 
+// LimitParkedField is the field of a bucket's State HASH that names the
+// limits ("max|n|per ms|header", ready.Limits.Spec) the bucket's ids
+// waiting for a slot of their key value were set aside under, while any
+// may be (see limits.lua). A fetch under other limits sorts them again,
+// and one without limits per key value gives them back to the ready list:
+// no id waits for a slot no limit guards. The fetch reads it with the
+// states it reads anyway.
+const LimitParkedField = "\x00parked"
+
 // ReadyHeadField is the field of a bucket's State HASH counting the
 // entries taken from the head of its ready list (by fetches) minus those
 // pushed back at the head (by give-backs). An entry at index i of the list

@@ -12,12 +12,27 @@
 --   p..'park:'..v     LIST ids held for key value v, oldest first
 --   p..'parked'       ZSET key value -> when its parked ids may be tried
 --                     again, ms; LIMIT_HOLD while they wait for a slot
+--   p..'pvals'        ZSET key value -> 0, every value with parked ids, in
+--                     byte order for List (its score never changes)
+--   p..'phead'        HASH key value -> entries trimmed from the head of
+--                     its park list: an entry's place (index + this)
+--                     stays while it waits, for List's cursor
 --   p..'held'         STRING set while a topic-wide MaxRunning held a
 --                     fetch back: the next freed slot is announced
+-- and, in the bucket's state HASH, field LIMIT_FLAG ("\0parked"): the spec
+-- the ids parked in the bucket were parked under, while any may be. A
+-- fetch with no limits per key value, or limited per another header,
+-- gives them back to the ready list (limit_giveback), whatever their
+-- values' due times; one under other limits per the same header makes
+-- their values due (limit_rewake): no id waits for a slot no limit
+-- guards. Field LIMIT_CURSOR ("\0parkcur") is where such a sweep over
+-- the values goes on.
 -- A lease is "<token>@<consumer>\n<id>": the delivery's state value, then
 -- its id, so that a lease is live exactly while the job's state names its
 -- delivery. Every key empties and vanishes when its key value is idle.
 local LIMIT_HOLD = 9000000000000000
+local LIMIT_FLAG = '\0parked'
+local LIMIT_CURSOR = '\0parkcur'
 -- limit_score reads a ZSET score, as "9e+15" too (some servers write it
 -- so, and not every Lua reads it).
 local function limit_score(s)
@@ -33,7 +48,7 @@ local function limit_spec(s)
   if s == nil or s == '' then return nil end
   local max, n, per, header = string.match(s, '^(%d+)|(%d+)|(%d+)|(.*)$')
   if not max then error('bad limit spec ' .. s) end
-  return {max = tonumber(max), n = tonumber(n), per = tonumber(per), header = header}
+  return {max = tonumber(max), n = tonumber(n), per = tonumber(per), header = header, raw = s}
 end
 -- limit_value is the value of header in envelope env ('' when the job has
 -- no such header), read from its headers block: "<len>:<key><len>:<value>"...
@@ -103,10 +118,14 @@ local function limit_release(p, leases, readyk, channel, msg)
   end
 end
 -- limit_heal frees up to 16 of the oldest leases of ZSET z whose delivery
--- no longer owns its job (the job's state in HASH state no longer names
--- it): a slot some path could not free (the job was deleted while in
--- flight, say) comes back at the first fetch that finds the limit
--- reached. Returns how many it freed.
+-- has ended without freeing it: the job's state in HASH state no longer
+-- names the delivery, and the delivery's member is gone from its
+-- consumer's in-flight set (the bucket's key beside p). A delivery whose
+-- job was deleted (or fenced off) while its handler runs still holds its
+-- member, and its slot, until its outcome: the handler still runs. A slot
+-- some path could not free (a restart that kept a lease but not its
+-- in-flight member, say) comes back at the first fetch that finds the
+-- limit reached. Returns how many it freed.
 local function limit_heal(p, z, state, now)
   local old = redis.call('ZRANGE', z, 0, 15)
   if #old == 0 then return 0 end
@@ -116,9 +135,15 @@ local function limit_heal(p, z, state, now)
     ids[i], own[i] = id or l, s or ''
   end
   local st = redis.call('HMGET', state, unpack(ids))
+  local tag = string.sub(p, 1, #p - #'limit:')
   local stale = {}
   for i = 1, #old do
-    if st[i] ~= own[i] then stale[#stale + 1] = old[i] end
+    if st[i] ~= own[i] then
+      local token, cid = string.match(own[i], '^(%d+)@(.*)$')
+      if not token or redis.call('ZSCORE', tag .. 'inflight:' .. cid, token .. ':' .. ids[i]) == false then
+        stale[#stale + 1] = old[i]
+      end
+    end
   end
   if #stale > 0 then
     limit_free(p, stale, now)
@@ -164,39 +189,37 @@ end
 local function limit_key_room(p, spec, v, state, now)
   return limit_room(p, p .. 'krun:' .. v, p .. 'krate:' .. v, spec, state, now)
 end
--- limit_unpark gives the ids parked for key values that may run again
--- (due in 'parked', at most 8 values, at most most ids in all, each value
--- at most its room) back to the head of the ready list, oldest first,
--- where the fetch reads them first, and notes each value's room in room
--- (so that the ids given back use it, and, when none is left parked, new
--- ones too). A value whose ids still wait is parked again: until its rate
--- allows one (a time), or until a slot of it frees (LIMIT_HOLD). Returns
--- how many ids it gave back.
-local function limit_unpark(p, spec, readyk, state, now, most, room, waits)
-  local due = redis.call('ZRANGEBYSCORE', p .. 'parked', '-inf', now, 'LIMIT', 0, 8)
-  local back = {}
-  for _, v in ipairs(due) do
-    local r, wait = limit_key_room(p, spec, v, state, now)
-    local n = math.max(0, math.min(r, most - #back))
-    local plist = p .. 'park:' .. v
-    if n > 0 then
-      local got = redis.call('LPOP', plist, n)
-      if got then for _, id in ipairs(got) do back[#back + 1] = id end end
+-- limit_take notes in back at most n ids parked for key value v that are
+-- still ready (their state in HASH state says so: a parked job deleted,
+-- rescheduled or replaced since is stale, and skipped), reading at most
+-- n + 256 entries, and notes in trims how many entries of the park list
+-- it read. It writes nothing: limit_push gives the ids back, then trims.
+-- Returns how many ids it noted, and how many entries the list keeps
+-- after its trim.
+local function limit_take(p, v, state, n, back, trims)
+  local plist = p .. 'park:' .. v
+  local left = redis.call('LLEN', plist)
+  if n <= 0 or left == 0 then return 0, left end
+  local got = redis.call('LRANGE', plist, 0, n + 255)
+  local st = redis.call('HMGET', state, unpack(got))
+  local live, used = 0, 0
+  for i, id in ipairs(got) do
+    if live == n then break end
+    used = i
+    if is_ready(st[i]) then
+      live = live + 1
+      back[#back + 1] = id
     end
-    if redis.call('EXISTS', plist) == 0 then
-      redis.call('ZREM', p .. 'parked', v)
-      room[v], waits[v] = r, wait
-    else
-      room[v], waits[v] = n, wait
-      if n >= r then
-        -- Its room is used up (when the fetch ran out of room instead,
-        -- it stays due): until its rate lets one go, or a slot frees.
-        wait = wait or limit_rate_wait(p, spec, v, n, now)
-        redis.call('ZADD', p .. 'parked', wait and (now + wait) or LIMIT_HOLD, v)
-      end
-    end
-    if #back >= most then break end
   end
+  if used > 0 then trims[#trims + 1] = {plist, used, v} end
+  return live, left - used
+end
+-- limit_push gives the ids in back to the head of the ready list readyk,
+-- oldest first, where the fetch reads them first, and only then trims
+-- from the park lists the entries read (trims): an error or a kill
+-- between the two leaves an id in both places, never in neither (the
+-- second entry a fetch meets is stale, and dropped).
+local function limit_push(p, readyk, state, back, trims)
   if #back > 0 then
     local rev = {}
     for i = #back, 1, -1 do rev[#rev + 1] = back[i] end
@@ -204,6 +227,113 @@ local function limit_unpark(p, spec, readyk, state, now, most, room, waits)
     -- The entries behind keep their places (keys.ReadyHeadField).
     redis.call('HINCRBY', state, '\0readyhead', -#back)
   end
+  for _, t in ipairs(trims) do
+    redis.call('LTRIM', t[1], t[2], -1)
+    redis.call('HINCRBY', p .. 'phead', t[3], t[2])
+  end
+end
+-- limit_gone forgets key values vals whose park lists emptied: their
+-- entries in 'parked', 'pvals' and 'phead'.
+local function limit_gone(p, vals)
+  if #vals == 0 then return end
+  redis.call('ZREM', p .. 'parked', unpack(vals))
+  redis.call('ZREM', p .. 'pvals', unpack(vals))
+  redis.call('HDEL', p .. 'phead', unpack(vals))
+end
+-- limit_sweep_vals is the next at most n key values with parked ids of a
+-- sweep over them all, in byte order ('pvals'), from where the last call
+-- left it (state field LIMIT_CURSOR): values parked again behind the
+-- cursor meanwhile are not read again, so a sweep ends. Values parked by
+-- a version that kept no 'pvals' are added to it first.
+local function limit_sweep_vals(p, state, n)
+  local cur = redis.call('HGET', state, LIMIT_CURSOR)
+  local vals = redis.call('ZRANGEBYLEX', p .. 'pvals', cur and ('[' .. cur) or '-', '+', 'LIMIT', 0, n)
+  if #vals == 0 and not cur then
+    local olds = redis.call('ZRANGE', p .. 'parked', 0, n - 1)
+    if #olds > 0 then
+      local za = {}
+      for _, v in ipairs(olds) do za[#za + 1] = 0; za[#za + 1] = v end
+      redis.call('ZADD', p .. 'pvals', unpack(za))
+      vals = redis.call('ZRANGEBYLEX', p .. 'pvals', '-', '+', 'LIMIT', 0, n)
+    end
+  end
+  return vals
+end
+-- limit_sweep_on notes where the sweep goes on (value nextv, inclusive),
+-- or that it ended (nextv nil).
+local function limit_sweep_on(state, nextv)
+  if nextv then
+    redis.call('HSET', state, LIMIT_CURSOR, nextv)
+  else
+    redis.call('HDEL', state, LIMIT_CURSOR)
+  end
+end
+-- limit_giveback gives back to the head of the ready list at most most
+-- parked ids, whatever their values wait for, from at most 8 values of a
+-- sweep (limit_sweep_vals): a fetch with no limit per key value
+-- (topic-wide, or none) parks nothing, and the ids parked under a limit
+-- per key value wait there for no slot it guards; a fetch limited per
+-- another header reads their values anew. Returns how many ids it gave
+-- back, and whether the sweep ended.
+local function limit_giveback(p, readyk, state, most)
+  local vals = limit_sweep_vals(p, state, 8)
+  local back, trims, emptied, nextv = {}, {}, {}, nil
+  for _, v in ipairs(vals) do
+    local _, left = limit_take(p, v, state, most - #back, back, trims)
+    if left > 0 then
+      nextv = v -- the fetch's room ran out within v: on from v
+      break
+    end
+    emptied[#emptied + 1] = v
+  end
+  if not nextv and #vals == 8 then nextv = vals[8] .. '\0' end
+  limit_push(p, readyk, state, back, trims)
+  limit_gone(p, emptied)
+  limit_sweep_on(state, nextv)
+  return #back, nextv == nil
+end
+-- limit_unlimit is limit_giveback for a fetch without limits: once the
+-- sweep ended, no id is parked, and the flag goes. Returns how many ids it
+-- gave back.
+local function limit_unlimit(p, readyk, state, most)
+  local n, done = limit_giveback(p, readyk, state, most)
+  if done then redis.call('HDEL', state, LIMIT_FLAG) end
+  return n
+end
+-- limit_unpark gives the ids parked for key values that may run again
+-- (due in 'parked', at most 8 values, at most most ids in all, each value
+-- at most its room) back to the head of the ready list, oldest first,
+-- where the fetch reads them first, and notes each value's room in room
+-- (so that the ids given back use it, and, when none is left parked, new
+-- ones too). A value whose ids still wait is parked again: until its rate
+-- allows one (a time), or until a slot of it frees (LIMIT_HOLD), when the
+-- ids given back use its room; otherwise (stale ids read, or the fetch's
+-- budget spent) it stays due. Returns how many ids it gave back.
+local function limit_unpark(p, spec, readyk, state, now, most, room, waits)
+  local due = redis.call('ZRANGEBYSCORE', p .. 'parked', '-inf', now, 'LIMIT', 0, 8)
+  local back, trims, gone, again = {}, {}, {}, {}
+  for _, v in ipairs(due) do
+    local r, wait = limit_key_room(p, spec, v, state, now)
+    local n = math.max(0, math.min(r, most - #back))
+    local live, left = limit_take(p, v, state, n, back, trims)
+    if left == 0 then
+      gone[#gone + 1] = v
+      room[v], waits[v] = r, wait
+    else
+      room[v], waits[v] = live, wait
+      if live >= r then
+        -- Its room is used up: until its rate lets one go, or a slot frees.
+        wait = wait or limit_rate_wait(p, spec, v, live, now)
+        again[#again + 1] = wait and (now + wait) or LIMIT_HOLD
+        again[#again + 1] = v
+      end
+    end
+    if #back >= most then break end
+  end
+  -- The values' entries change only once their ids are back.
+  limit_push(p, readyk, state, back, trims)
+  limit_gone(p, gone)
+  if #again > 0 then redis.call('ZADD', p .. 'parked', unpack(again)) end
   return #back
 end
 -- limit_park sets ids aside for key value v (at its limit), behind those
@@ -213,6 +343,7 @@ local function limit_park(p, v, ids, wait, now)
   redis.call('RPUSH', p .. 'park:' .. v, unpack(ids))
   if redis.call('ZSCORE', p .. 'parked', v) == false then
     redis.call('ZADD', p .. 'parked', wait and (now + wait) or LIMIT_HOLD, v)
+    redis.call('ZADD', p .. 'pvals', 0, v)
   end
 end
 -- limit_next is in how many ms a parked key value falls due, or nil when
@@ -222,22 +353,60 @@ local function limit_next(p, now)
   if first[1] == nil or limit_score(first[2]) >= LIMIT_HOLD then return nil end
   return math.max(0, limit_score(first[2]) - now)
 end
+-- limit_rewake makes at most 64 key values of a sweep (limit_sweep_vals)
+-- due now, so that limits per key value that changed (another max or
+-- rate, the same header) apply to the ids parked under the old ones at
+-- once: a value held for a slot the new limits leave free runs without
+-- waiting for one to free. Returns whether the sweep ended.
+local function limit_rewake(p, state, now)
+  local vals = limit_sweep_vals(p, state, 64)
+  if #vals > 0 then
+    local za = {}
+    for _, v in ipairs(vals) do za[#za + 1] = now; za[#za + 1] = v end
+    redis.call('ZADD', p .. 'parked', 'XX', unpack(za))
+  end
+  local nextv = #vals == 64 and (vals[64] .. '\0') or nil
+  limit_sweep_on(state, nextv)
+  return nextv == nil
+end
 -- limit_open starts a fetch under spec (nil: no limits, and nil back) in
 -- the bucket of limit prefix p, ready list readyk and state HASH state,
--- for at most want jobs. Topic-wide, it returns how many the limits let
--- the fetch take, and when that is none because of the rate, the ms until
--- the rate allows one. Per key value, it first gives back the parked ids
--- that may run again (limit_unpark), and the fetch reads as many as it
--- would. The third value is the fetch's limit state, for limit_admit,
--- limit_record and limit_close.
-local function limit_open(p, spec, readyk, state, want)
+-- for at most want jobs; flag is the state's LIMIT_FLAG (false when no id
+-- is parked). Ids parked under other limits are sorted again: topic-wide,
+-- or per another header, they go back to the ready list
+-- (limit_giveback); per the same header their values fall due
+-- (limit_rewake). Either sweeps the values a batch a fetch; the flag names
+-- these limits once it ended. Topic-wide, it returns how many the
+-- limits let the fetch take, and when that is none because of the rate,
+-- the ms until the rate allows one. Per key value, it then gives back the
+-- parked ids that may run again (limit_unpark), and the fetch reads as
+-- many as it would. The third value is the fetch's limit state, for
+-- limit_admit, limit_record and limit_close.
+local function limit_open(p, spec, readyk, state, want, flag)
   if spec == nil then return want, nil, nil end
   local now = now_ms_floor()
-  local lk = {p = p, spec = spec, state = state, now = now, room = {}, wait = {}, took = {}, val = {}, park = {}, order = {}}
+  local lk = {p = p, spec = spec, state = state, now = now, room = {}, wait = {}, took = {}, val = {}, park = {}, order = {}, flag = flag}
   if spec.header == '' then
+    if flag then limit_unlimit(p, readyk, state, want) end
     local room, wait = limit_room(p, p .. 'run', p .. 'rate', spec, state, now)
     if room < want and not wait then redis.call('SET', p .. 'held', '1') end
     return math.max(0, math.min(want, room)), wait, lk
+  end
+  if flag and flag ~= spec.raw then
+    -- Parked per another header, their values name other partitions:
+    -- they go back to the ready list, where this fetch reads their own.
+    local old = string.match(flag, '^%d+|%d+|%d+|(.*)$')
+    local done
+    if old == spec.header then
+      done = limit_rewake(p, state, now)
+    else
+      local _
+      _, done = limit_giveback(p, readyk, state, want)
+    end
+    if done then
+      redis.call('HSET', state, LIMIT_FLAG, spec.raw)
+      lk.flag = spec.raw
+    end
   end
   limit_unpark(p, spec, readyk, state, now, want, lk.room, lk.wait)
   return want, nil, lk
@@ -252,7 +421,15 @@ local function limit_admit(lk, env, id)
   local room = lk.room[v]
   if room == nil then
     room, lk.wait[v] = limit_key_room(lk.p, lk.spec, v, lk.state, lk.now)
-    if redis.call('ZSCORE', lk.p .. 'parked', v) then room = 0 end
+    local at = redis.call('ZSCORE', lk.p .. 'parked', v)
+    if at then
+      if room > 0 and limit_score(at) >= LIMIT_HOLD then
+        -- Held for a slot that is free (its ids given back were not
+        -- taken: the fetch stopped short of them): they fall due now.
+        redis.call('ZADD', lk.p .. 'parked', lk.now, v)
+      end
+      room = 0
+    end
   end
   if room > 0 then
     lk.room[v] = room - 1
@@ -314,6 +491,11 @@ local function limit_close(lk, flag)
   for _, v in ipairs(lk.order) do
     local wait = lk.wait[v] or limit_rate_wait(lk.p, lk.spec, v, lk.took[v] or 0, lk.now)
     limit_park(lk.p, v, lk.park[v], wait, lk.now)
+  end
+  -- A first id parked names the limits; ids parked under others name
+  -- theirs until limit_rewake has woken them all.
+  if #lk.order > 0 and not lk.flag then
+    redis.call('HSET', lk.state, LIMIT_FLAG, lk.spec.raw)
   end
   if flag ~= 0 or lk.spec.header == '' then return flag end
   local next = limit_next(lk.p, lk.now)
