@@ -123,15 +123,23 @@ if n == 1 then
   -- cannot know yet); a run that does not add puts back the record as it
   -- was (a rerun's due time after a delay is not the first run's, a
   -- refused run leaves nothing behind, and a rerun of it is a run like any
-  -- other), with its TTL renewed. The writes after the SET cannot fail:
-  -- once a script wrote, the server no longer refuses its writes for
-  -- maxmemory, and HSETNX and ZADD of a due time in plain digits fail only
-  -- on keys of the wrong type, which Go never makes. A server that refuses
-  -- writes (maxmemory with noeviction, min-replicas-to-write) fails the run
-  -- at the SET, before any write, whatever its outcome would have been.
+  -- other), with its TTL renewed. A full pool is answered before it, by
+  -- reads alone (GET of the record, for a rerun whose job filled the pool;
+  -- HEXISTS), so that a server refusing writes (maxmemory with
+  -- noeviction, min-replicas-to-write) still answers it; that server fails
+  -- any other run at the SET, before any write. The writes after the SET
+  -- cannot fail: once a script wrote, the server no longer refuses its
+  -- writes for maxmemory, and HSETNX and ZADD of a due time in plain
+  -- digits fail only on keys of the wrong type, which Go never makes.
   local due, s = due_of(6)
   if due == nil then return bad_due(6) end
   local id = ARGV[6]
+  if limit <= redis.call('HLEN', KEYS[1]) then
+    local first = first_reply(redis.call('GET', KEYS[3]))
+    if first then return first end
+    if redis.call('HEXISTS', KEYS[1], id) == 1 then return {-1} end
+    return {-2}
+  end
   local mine = seq .. '|' .. s
   local rec = redis.call('SET', KEYS[3], mine, 'PX', ttl, 'GET')
   local function put_back()
@@ -145,11 +153,6 @@ if n == 1 then
   if first then
     put_back() -- a rerun, or a stale copy
     return first
-  end
-  if limit <= redis.call('HLEN', KEYS[1]) then
-    put_back()
-    if redis.call('HEXISTS', KEYS[1], id) == 1 then return {-1} end
-    return {-2}
   end
   if redis.call('HSETNX', KEYS[1], id, created .. ARGV[8] .. ARGV[9]) == 0 then
     put_back()
