@@ -126,8 +126,9 @@ if n == 1 then
   -- other), with its TTL renewed. A full pool is answered before it, by
   -- reads alone (GET of the record, for a rerun whose job filled the pool;
   -- HEXISTS), so that a server refusing writes (maxmemory with
-  -- noeviction, min-replicas-to-write) still answers it; that server fails
-  -- any other run at the SET, before any write. The writes after the SET
+  -- noeviction, min-replicas-to-write) still answers it; that server
+  -- refuses the SET, and the run then answers a rerun from the record by a
+  -- read, and fails any other run before any write. The writes after the SET
   -- cannot fail: once a script wrote, the server no longer refuses its
   -- writes for maxmemory, and HSETNX and ZADD of a due time in plain
   -- digits fail only on keys of the wrong type, which Go never makes.
@@ -141,7 +142,15 @@ if n == 1 then
     return {-2}
   end
   local mine = seq .. '|' .. s
-  local rec = redis.call('SET', KEYS[3], mine, 'PX', ttl, 'GET')
+  local rec = redis.pcall('SET', KEYS[3], mine, 'PX', ttl, 'GET')
+  if type(rec) == 'table' then
+    -- Refused (OOM, NOREPLICAS), so nothing is written: a rerun still
+    -- answers from the record, read by GET (the first run's own job may
+    -- be what pushed the server over maxmemory); any other run fails here.
+    local first = first_reply(redis.call('GET', KEYS[3]))
+    if first then return first end
+    return rec
+  end
   local function put_back()
     if not rec then
       redis.call('DEL', KEYS[3])
