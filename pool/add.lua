@@ -23,10 +23,11 @@
 -- Returns one integer per job: its due time, unix ms, when added; -1 when
 -- its id exists; -2 when the pool is full. A rerun of the same run (go-redis
 -- sends a script again when its reply is late or lost) returns the first
--- run's reply and writes nothing: it neither reports its own jobs as
--- existing nor adds again a job that ran and was acked meanwhile. A copy
--- of a run that arrives after a later run on its lane (its caller has long
--- had its answer or an error) fails and writes nothing.
+-- run's reply and writes nothing (a run of one job leaves the lane's record
+-- as it was, its TTL renewed): it neither reports its own jobs as existing
+-- nor adds again a job that ran and was acked meanwhile. A copy of a run
+-- that arrives after a later run on its lane (its caller has long had its
+-- answer or an error) fails and writes nothing either.
 if #ARGV < 11 or (#ARGV - 5) % 6 ~= 0 then
   return redis.error_reply('add.lua: ' .. #ARGV .. ' arguments, want 5 + 6 per job')
 end
@@ -88,13 +89,13 @@ end
 local function bad_due(i)
   return redis.error_reply('add.lua: job ' .. ARGV[i] .. ': due time is no whole number of ms from 0 to ' .. MAX_DUE_MS_TEXT)
 end
--- A rerun returns the first run's reply; a copy of a run older than the
--- lane's latest writes nothing. GET is a read: a server that refuses
--- writes (maxmemory with noeviction, min-replicas-to-write) still answers
--- it. A lane whose latest run added nothing holds an older number, and a
--- rerun of that run is a run like any other.
-local rec = redis.call('GET', KEYS[3])
-if rec then
+-- first_reply returns the reply kept in the lane's record rec for a
+-- rerun of this run, nil for a run like any other, or an error reply for
+-- a copy of a run older than the lane's latest. A lane whose latest run
+-- added nothing holds an older number, and a rerun of that run is a run
+-- like any other.
+local function first_reply(rec)
+  if not rec then return nil end
   local last, done = string.match(rec, '^(%d+)|(.*)$')
   if last == seq then
     local out = {}
@@ -104,6 +105,7 @@ if rec then
   if last and (#last > #seq or (#last == #seq and last > seq)) then
     return redis.error_reply('add.lua: run ' .. seq .. ' is older than run ' .. last .. ' of its lane: a stale copy, not run')
   end
+  return nil
 end
 -- Wake-ups: a run whose earliest new job is due before every job of the
 -- bucket's ZSET (ZCOUNT up to its due time is 0, before the ZADD) is due
@@ -114,29 +116,70 @@ end
 -- an integer: reading the head with its score cost more (the score is
 -- formatted as a string for the script and parsed back).
 if n == 1 then
-  -- One job, the run of a lone Add (most runs): no tables. Its reads come
-  -- first, so a full pool is answered without a write; then HSETNX tells
-  -- and writes in one command, ZADD of a due time in plain digits cannot
-  -- fail after it, and the op record is written last, only when the job
-  -- was added. (HSETNX and ZADD fail only on keys of the wrong type, which
-  -- Go never makes: the pool entry would then stay. And HSETNX is a
-  -- write: a server that refuses writes fails the run of a stored id
-  -- instead of answering exists.)
+  -- One job, the run of a lone Add (most runs): no tables, and six
+  -- commands with TIME. A command called from a script costs more than its
+  -- work, so the lane's record is read and written by one SET ... GET, the
+  -- run's first write, with the reply of a run that adds its job (which it
+  -- cannot know yet); a run that does not add puts back the record as it
+  -- was (a rerun's due time after a delay is not the first run's, a
+  -- refused run leaves nothing behind, and a rerun of it is a run like any
+  -- other), with its TTL renewed. A full pool is answered before it, by
+  -- reads alone (GET of the record, for a rerun whose job filled the pool;
+  -- HEXISTS), so that a server refusing writes (maxmemory with
+  -- noeviction, min-replicas-to-write) still answers it; that server
+  -- refuses the SET, and the run then answers a rerun from the record by a
+  -- read, and fails any other run before any write. The writes after the SET
+  -- cannot fail: once a script wrote, the server no longer refuses its
+  -- writes for maxmemory, and HSETNX and ZADD of a due time in plain
+  -- digits fail only on keys of the wrong type, which Go never makes.
   local due, s = due_of(6)
   if due == nil then return bad_due(6) end
   local id = ARGV[6]
   if limit <= redis.call('HLEN', KEYS[1]) then
+    local first = first_reply(redis.call('GET', KEYS[3]))
+    if first then return first end
     if redis.call('HEXISTS', KEYS[1], id) == 1 then return {-1} end
     return {-2}
   end
-  if redis.call('HSETNX', KEYS[1], id, created .. ARGV[8] .. ARGV[9]) == 0 then return {-1} end
+  local mine = seq .. '|' .. s
+  local rec = redis.pcall('SET', KEYS[3], mine, 'PX', ttl, 'GET')
+  if type(rec) == 'table' then
+    -- Refused (OOM, NOREPLICAS), so nothing is written: a rerun still
+    -- answers from the record, read by GET (the first run's own job may
+    -- be what pushed the server over maxmemory); any other run fails here.
+    local first = first_reply(redis.call('GET', KEYS[3]))
+    if first then return first end
+    return rec
+  end
+  local function put_back()
+    if not rec then
+      redis.call('DEL', KEYS[3])
+    elseif rec ~= mine then
+      redis.call('SET', KEYS[3], rec, 'PX', ttl)
+    end
+  end
+  local first = first_reply(rec)
+  if first then
+    put_back() -- a rerun, or a stale copy
+    return first
+  end
+  if redis.call('HSETNX', KEYS[1], id, created .. ARGV[8] .. ARGV[9]) == 0 then
+    put_back()
+    return {-1}
+  end
   local wake = redis.call('ZCOUNT', KEYS[2], '-inf', s) == 0
   redis.call('ZADD', KEYS[2], s, ARGV[7])
   if wake then
     redis.call('PUBLISH', ARGV[2], ARGV[3])
   end
-  redis.call('SET', KEYS[3], seq .. '|' .. s, 'PX', ttl)
   return {due}
+end
+-- A joined run reads the lane's record first (GET is a read: a server
+-- that refuses writes still answers it) and writes it last, only when
+-- the run added a job.
+do
+  local first = first_reply(redis.call('GET', KEYS[3]))
+  if first then return first end
 end
 -- Many jobs, a joined run.
 local dues, dstr, ids = {}, {}, {}

@@ -531,3 +531,29 @@ func TestAddScriptStaleCopyWritesNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestAddLoneRerunAfterADelayKeepsTheFirstReply: a run of one job due
+// after a delay finds, when go-redis runs it again later, a due time of
+// its own other than the first run's; every rerun still returns the first
+// run's due time and leaves the job, its score and the lane's record as
+// the first run wrote them, however often it comes.
+func TestAddLoneRerunAfterADelayKeepsTheFirstReply(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			prefix := testutil.Prefix(t)
+			k := keys.ForBucket(prefix, "t", 0)
+			first, err := addDirect(ctx, c, k, "lane", 30000, [3]any{"a", "60000", ""})
+			require.NoError(t, err)
+			after := testutil.Dump(t, c, prefix)
+			for i := range 3 {
+				time.Sleep(5 * time.Millisecond) // the server's clock moves on
+				again, err := addDirect(ctx, c, k, "lane", 30000, [3]any{"a", "60000", ""})
+				require.NoError(t, err)
+				require.Equal(t, first, again, "rerun %d: not the first run's reply", i+1)
+				require.Equal(t, after, testutil.Dump(t, c, prefix), "rerun %d changed what the first run wrote", i+1)
+			}
+		})
+	}
+}
