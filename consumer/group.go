@@ -258,7 +258,8 @@ func (g *Group) announce(ctx context.Context) (pending map[string]bool, err erro
 	for _, l := range g.listeners {
 		unanswered[l.Topic()] = true
 	}
-	step := time.NewTimer(bucket.MoverConfig{ScanInterval: g.cfg.ScanInterval}.StepTimeout())
+	stepTimeout := bucket.MoverConfig{ScanInterval: g.cfg.ScanInterval}.StepTimeout()
+	step := time.NewTimer(stepTimeout)
 	defer step.Stop()
 wait:
 	for range g.listeners {
@@ -285,13 +286,19 @@ wait:
 		}
 		addPending(topic, errors.New("no answer within StepTimeout"))
 	}
-	g.publishLimits(ctx)
+	// The limits are for Stats only: recorded in the background, so that
+	// a hung master of a topic's meta holds up nothing.
+	lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*stepTimeout)
+	g.bgWG.Go(func() {
+		defer lcancel()
+		g.publishLimits(lctx)
+	})
 	lines := make([]string, len(g.listeners))
 	for i, l := range g.listeners {
 		lines[i] = keys.Address(l.Topic(), g.cfg.Concurrency)
 	}
 	g.topicList = strings.Join(lines, "\n")
-	if err := g.heartbeat(ctx); err != nil { // it joins the topics too
+	if err := g.firstHeartbeat(ctx, stepTimeout); err != nil { // it joins the topics too
 		if ctx.Err() != nil {
 			return nil, err
 		}
@@ -300,6 +307,30 @@ wait:
 			"key", alive, "node", rdb.NodeOf(ctx, g.rdb, alive), "err", err)
 	}
 	return pending, nil
+}
+
+// firstHeartbeat sends the first heartbeat and waits step for it at most:
+// a hung master of the alive set holds up Start no longer than a bucket
+// step. Until a heartbeat gets through nothing is fetched (heard), so one
+// that answers later, in the background (bounded by go-redis's timeouts
+// and 2 x step), opens the fetch gate then, as the heartbeat loop's would.
+func (g *Group) firstHeartbeat(ctx context.Context, step time.Duration) error {
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*step)
+	done := make(chan error, 1)
+	g.bgWG.Go(func() {
+		defer cancel()
+		done <- g.heartbeat(hctx)
+	})
+	timer := time.NewTimer(step)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+		return fmt.Errorf("heartbeat: no answer within StepTimeout (%v)", step)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // recordLoop records the topics of pending until each is, with a backoff
