@@ -178,7 +178,7 @@ func (r *runner) leaseGuard(d delivery, cancel context.CancelCauseFunc) (stop fu
 			t = time.AfterFunc(left, check)
 			return
 		}
-		g.env.Logger.Warn("redeq: handler canceled: its lease may lapse, and another consumer may run the job",
+		g.env.Failure("redeq: handler canceled: its lease may lapse, and another consumer may run the job",
 			"topic", r.topic, "bucket", d.bucket, "id", d.item.ID, "unrenewed_for", g.env.Clock.Now().Sub(base))
 		cancel(ErrLeaseLapsed)
 	}

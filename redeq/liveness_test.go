@@ -158,7 +158,10 @@ func (o *outage) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 // ConsumerTimeouts while a consumer runs a long job. The reaper's retries
 // back off to a ConsumerTimeout apart; when Redis answers again its very
 // next pass must not reap: the live consumer has not had the chance to
-// heartbeat since the outage ended. The job must run once.
+// heartbeat since the outage ended. The job is never recovered: the
+// handler, which honours its ctx, is canceled once its lease may have
+// lapsed, and its job given back unspent runs again once Redis answers
+// (Attempt 0, Recoveries 0), after the first run ended.
 func TestReaperWaitsAfterOutageEnds(t *testing.T) {
 	testutil.FaultTier(t) // an outage of several ConsumerTimeouts
 	each(t, func(t *testing.T, e *env) {
@@ -199,7 +202,12 @@ func TestReaperWaitsAfterOutageEnds(t *testing.T) {
 		close(release)
 		testutil.Eventually(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
 		settle(t, e, "t")
-		require.Equal(t, 1, l.count(), "the reaper took a live consumer's job as soon as Redis came back")
+		ds := l.deliveries()
+		require.LessOrEqual(t, len(ds), 2, "more runs than the one canceled for its lease and its give-back")
+		for _, d := range ds {
+			require.Zero(t, d.job.Recoveries, "the reaper took a live consumer's job as soon as Redis came back")
+			require.Zero(t, d.job.Attempt, "the canceled run spent an attempt")
+		}
 	})
 }
 
@@ -851,5 +859,65 @@ func TestHungConsumerStopsHandlerBeforeOthersRunItsJob(t *testing.T) {
 		time.Sleep(2 * e.cfg.ConsumerTimeout) // A's outcome, fenced, lands or not: nothing changes
 		require.Equal(t, redeq.State(""), state(t, e.c, "t", "j"))
 		require.Equal(t, 2, rec.Count("j"))
+	})
+}
+
+// TestHandlerCtxEndsWhenItsLeaseMayLapse: a handler's ctx lives while the
+// lease renewals of its job's bucket get through, however long it runs;
+// once they fail, it ends (context.Cause ErrLeaseLapsed) before the lease
+// may lapse, and not before ConsumerTimeout less a renewal period and the
+// margin has passed. The error the handler returns then spends no
+// attempt: the job runs again, Attempt 0, not recovered.
+func TestHandlerCtxEndsWhenItsLeaseMayLapse(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		var cut atomic.Bool
+		a := e.hooked(t, cutLeases(t, &cut))
+		type run struct {
+			attempt, recoveries int
+			cause               error
+			ended               time.Time
+		}
+		runs := make(chan run, 2)
+		var started atomic.Int64
+		l := newListener("t", func(hctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			if started.Add(1) > 1 {
+				runs <- run{attempt: job.Attempt, recoveries: job.Recoveries}
+				ch.Ack()
+				return nil
+			}
+			<-hctx.Done()
+			runs <- run{cause: context.Cause(hctx), ended: time.Now()}
+			return hctx.Err()
+		})
+		startWith(t, a, l)
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		testutil.Eventually(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
+		time.Sleep(2 * e.cfg.ConsumerTimeout) // renewed all along
+		require.Empty(t, runs, "a handler's ctx ended while its lease was renewed")
+
+		cut.Store(true)
+		cutAt := time.Now()
+		var first run
+		select {
+		case first = <-runs:
+		case <-time.After(e.cfg.ConsumerTimeout + 5*time.Second):
+			t.Fatal("the handler's ctx did not end once its lease could not be renewed")
+		}
+		cut.Store(false)
+		require.ErrorIs(t, first.cause, redeq.ErrLeaseLapsed)
+		earliest := e.cfg.ConsumerTimeout - e.cfg.ConsumerTimeout/10 - e.cfg.HeartbeatInterval
+		require.GreaterOrEqual(t, first.ended.Sub(cutAt), earliest-50*time.Millisecond, "canceled while the lease surely lasted")
+		t.Logf("the handler's ctx ended %v after the renewals stopped getting through", first.ended.Sub(cutAt))
+		var again run
+		select {
+		case again = <-runs:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the job did not run again")
+		}
+		require.Zero(t, again.attempt, "the canceled run spent an attempt")
+		require.Zero(t, again.recoveries, "the job was recovered rather than given back")
+		testutil.Eventually(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
 	})
 }
