@@ -242,8 +242,15 @@ func (m *Mover) Run(ctx context.Context) {
 	reading := false // a read of the topic set is under way
 	// fallback moves, while the topic set cannot be read and never was,
 	// the topics whose bucket counts this client has read (its
-	// listeners' and producers').
+	// listeners' and producers'), as they are now: a count checked after
+	// the first look (its meta's node answered late, or go-redis waited
+	// for the cluster's topology) is moved from the next pass on, not
+	// only once the set answers.
+	everRead := false
 	fallback := func() {
+		if everRead {
+			return
+		}
 		topics = m.reg.Checked()
 		m.mu.Lock()
 		m.known = topics // their wake-ups do not reread the set
@@ -256,13 +263,14 @@ func (m *Mover) Run(ctx context.Context) {
 		if res.topics != nil {
 			// Those that could be read: the others wait for the next
 			// read, and hold up nothing else.
+			everRead = true
 			topics = res.topics
 			select {
 			case <-snap:
 			default:
 			}
 			snap <- maps.Clone(topics)
-		} else if topics == nil {
+		} else {
 			fallback()
 		}
 		if err != nil {
@@ -321,12 +329,10 @@ func (m *Mover) Run(ctx context.Context) {
 				}
 			case <-step.C:
 				m.env.Failure("redeq: mover gets no answer from the topic set's node; it moves the topics it knows", "within", m.cfg.StepTimeout())
-				if topics == nil {
-					fallback()
-				}
 			}
 			step.Stop()
 		}
+		fallback()
 		m.assign(ctx, &loops, topics)
 		if !timer.Stop() {
 			select {

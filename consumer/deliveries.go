@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"sync"
+	"time"
 
 	"github.com/redeq-go/redeq/ack"
 	"github.com/redeq-go/redeq/ready"
@@ -14,11 +15,16 @@ import (
 //   - kept: Shutdown left them in flight because their handler still ran
 //     when it rolled back (see keepRunning): each worker concludes its own
 //     when its handler returns.
+//
+// renewed is, per bucket, when the last renewal of this consumer's lease
+// there that succeeded was sent (local clock): what leaseGuard counts
+// from.
 type deliveries struct {
 	mu      sync.Mutex
 	held    []map[string]bool
 	running []map[string]bool
 	kept    []map[string]bool
+	renewed []time.Time
 }
 
 func newDeliveries(buckets int) *deliveries {
@@ -26,6 +32,7 @@ func newDeliveries(buckets int) *deliveries {
 		held:    make([]map[string]bool, buckets),
 		running: make([]map[string]bool, buckets),
 		kept:    make([]map[string]bool, buckets),
+		renewed: make([]time.Time, buckets),
 	}
 	for i := range buckets {
 		d.held[i] = map[string]bool{}
@@ -176,5 +183,23 @@ func (d *deliveries) holds(b int) func(member string) bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		return d.held[b][member]
+	}
+}
+
+// renewedAt is when the last renewal of the lease on bucket b that
+// succeeded was sent; zero when none did.
+func (d *deliveries) renewedAt(b int) time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.renewed[b]
+}
+
+// setRenewed records that a renewal of the lease on bucket b sent at sent
+// succeeded. A renewal sent earlier that answers later changes nothing.
+func (d *deliveries) setRenewed(b int, sent time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if sent.After(d.renewed[b]) {
+		d.renewed[b] = sent
 	}
 }

@@ -98,6 +98,7 @@ type fetchResult struct {
 	stopped    bool
 	more       bool          // the ready list may hold more (ready.Batch.More)
 	wait       time.Duration // a rate limit holds jobs this long (ready.Batch.Wait)
+	sent       time.Time     // when the fetch was sent
 	err        error
 }
 
@@ -122,6 +123,7 @@ func (r *runner) fetchTask(ctx context.Context, b, want int, alone, reconcile bo
 	}
 	if want > 0 {
 		var got ready.Batch
+		res.sent = r.g.env.Clock.Now()
 		got, res.err = r.fetcher.Fetch(ctx, b, want, alone)
 		res.items, res.stopped, res.more, res.wait = got.Items, got.Stopped, got.More, got.Wait
 	}
@@ -227,7 +229,7 @@ func (r *runner) landed(res fetchResult, log *slog.Logger) {
 		at = r.g.env.Clock.Now()
 	}
 	for i, it := range items {
-		r.jobs <- delivery{bucket: b, item: it, member: members[i], at: at}
+		r.jobs <- delivery{bucket: b, item: it, member: members[i], at: at, sent: res.sent}
 	}
 }
 

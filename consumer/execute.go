@@ -80,7 +80,11 @@ func (r *runner) handle(d delivery) {
 	job.LastError = d.item.LastError
 	ch := &ack.Channel{}
 
-	ctx, cancel := g.handlerCtx, context.CancelFunc(func() {})
+	// The handler's ctx ends before another consumer may recover the job
+	// (leaseGuard), as well as at Shutdown's cancel and ConsumeTimeout.
+	leaseCtx, lapse := context.WithCancelCause(g.handlerCtx)
+	stopGuard := r.leaseGuard(d, lapse)
+	ctx, cancel := leaseCtx, context.CancelFunc(func() {})
 	if r.consumeTimeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, r.consumeTimeout)
 	}
@@ -103,10 +107,21 @@ func (r *runner) handle(d delivery) {
 	// (a child, with ConsumeTimeout) a moment after the client's: a
 	// failure returned meanwhile, its context still alive, is a failure.
 	interrupted := errors.Is(ctx.Err(), context.Canceled) && g.handlerCtx.Err() != nil
+	stopGuard()
+	lapsed := errors.Is(context.Cause(leaseCtx), ErrLeaseLapsed)
 	cancel()
+	lapse(nil)
 	if interrupted && err != nil {
 		r.observeDone(took, job, OutcomeInterrupted, err)
 		r.conclude(d.bucket, member, nil) // canceled by Shutdown: the job goes back unspent
+		return
+	}
+	if lapsed && err != nil {
+		// Canceled because its lease may lapse: the job goes back to its
+		// bucket due now, unspent, fenced like any outcome (when another
+		// consumer recovered it meanwhile, this lands nowhere).
+		r.observeDone(took, job, OutcomeInterrupted, err)
+		r.conclude(d.bucket, member, &ack.Outcome{ID: job.ID, Token: token, Op: ack.OpRejoin, HadError: job.LastError != "", Late: d.item.Late})
 		return
 	}
 	if err == nil && timedOut {

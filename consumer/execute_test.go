@@ -19,7 +19,7 @@ func runOne(t *testing.T, rg *rig, item ready.Item) *ack.Outcome {
 	t.Helper()
 	r := rg.r
 	members := r.dl.hold(0, []ready.Item{item})
-	r.handle(delivery{bucket: 0, item: item, member: members[0]})
+	r.handle(delivery{bucket: 0, item: item, member: members[0], sent: time.Now()})
 	if r.dl.isRunning(0, members[0]) {
 		t.Fatal("the delivery still counts as running after its handler returned")
 	}

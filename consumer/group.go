@@ -258,7 +258,8 @@ func (g *Group) announce(ctx context.Context) (pending map[string]bool, err erro
 	for _, l := range g.listeners {
 		unanswered[l.Topic()] = true
 	}
-	step := time.NewTimer(bucket.MoverConfig{ScanInterval: g.cfg.ScanInterval}.StepTimeout())
+	stepTimeout := bucket.MoverConfig{ScanInterval: g.cfg.ScanInterval}.StepTimeout()
+	step := time.NewTimer(stepTimeout)
 	defer step.Stop()
 wait:
 	for range g.listeners {
@@ -285,13 +286,19 @@ wait:
 		}
 		addPending(topic, errors.New("no answer within StepTimeout"))
 	}
-	g.publishLimits(ctx)
+	// The limits are for Stats only: recorded in the background, so that
+	// a hung master of a topic's meta holds up nothing.
+	lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*stepTimeout)
+	g.bgWG.Go(func() {
+		defer lcancel()
+		g.publishLimits(lctx)
+	})
 	lines := make([]string, len(g.listeners))
 	for i, l := range g.listeners {
 		lines[i] = keys.Address(l.Topic(), g.cfg.Concurrency)
 	}
 	g.topicList = strings.Join(lines, "\n")
-	if err := g.heartbeat(ctx); err != nil { // it joins the topics too
+	if err := g.firstHeartbeat(ctx, stepTimeout); err != nil { // it joins the topics too
 		if ctx.Err() != nil {
 			return nil, err
 		}
@@ -302,45 +309,95 @@ wait:
 	return pending, nil
 }
 
+// firstHeartbeat sends the first heartbeat and waits step for it at most:
+// a hung master of the alive set holds up Start no longer than a bucket
+// step. Until a heartbeat gets through nothing is fetched (heard), so one
+// that answers later, in the background (bounded by go-redis's timeouts
+// and 2 x step), opens the fetch gate then, as the heartbeat loop's would.
+func (g *Group) firstHeartbeat(ctx context.Context, step time.Duration) error {
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*step)
+	done := make(chan error, 1)
+	g.bgWG.Go(func() {
+		defer cancel()
+		done <- g.heartbeat(hctx)
+	})
+	timer := time.NewTimer(step)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+		return fmt.Errorf("heartbeat: no answer within StepTimeout (%v)", step)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // recordLoop records the topics of pending until each is, with a backoff
 // up to ScanInterval x 5, and lets each one's runner fetch once its bucket
 // count is checked (its listing in the topic set may come later). A
 // topic found recorded with another count is never served: the error is
-// logged, as Start would have returned it.
+// logged, as Start would have returned it. Each topic's record runs on a
+// goroutine of its own, one at a time per topic, and the loop looks at
+// every backoff whether a count was checked meanwhile: a topic set whose
+// node hangs (the listing waits for go-redis's timeouts) holds up neither
+// the serving of a topic whose count its meta's node answered nor the
+// records of the other topics.
 func (g *Group) recordLoop(ctx context.Context, pending map[string]bool) {
 	bo := env.Backoff{Min: g.cfg.ScanInterval / 4, Max: 5 * g.cfg.ScanInterval}
 	served := map[string]bool{}
+	type recorded struct {
+		topic string
+		err   error
+	}
+	results := make(chan recorded, len(pending))
+	busy := map[string]bool{}
+	var calls sync.WaitGroup
+	defer calls.Wait()
+	serve := func(topic string) {
+		if !served[topic] && g.reg.Matches(topic, g.cfg.Concurrency) {
+			served[topic] = true
+			close(g.runners[topic].unchecked)
+			g.env.Logger.Info("redeq: a listened topic is recorded; it is served now", "topic", topic)
+		}
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
 	for len(pending) > 0 {
 		wait := bo.Next()
 		timer.Reset(wait)
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		for topic := range pending {
-			serve := func() {
-				if !served[topic] && g.reg.Matches(topic, g.cfg.Concurrency) {
-					served[topic] = true
-					close(g.runners[topic].unchecked)
-					g.env.Logger.Info("redeq: a listened topic is recorded; it is served now", "topic", topic)
+	waiting:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+				break waiting
+			case r := <-results:
+				busy[r.topic] = false
+				serve(r.topic)
+				switch {
+				case r.err == nil:
+					delete(pending, r.topic)
+				case errors.Is(r.err, pool.ErrBucketMismatch):
+					g.env.Logger.Error("redeq: a listened topic is not served", "topic", r.topic, "err", r.err)
+					delete(pending, r.topic)
+				case ctx.Err() == nil:
+					g.env.Failure("redeq: a listened topic cannot be recorded yet", "topic", r.topic, "err", r.err, "retry_in", wait)
 				}
 			}
-			serve() // a late answer of Start's call may have checked it
-			_, err := g.reg.Ensure(ctx, topic, g.cfg.Concurrency)
-			serve()
-			switch {
-			case err == nil:
-				delete(pending, topic)
-			case errors.Is(err, pool.ErrBucketMismatch):
-				g.env.Logger.Error("redeq: a listened topic is not served", "topic", topic, "err", err)
-				delete(pending, topic)
-			case ctx.Err() == nil:
-				g.env.Failure("redeq: a listened topic cannot be recorded yet", "topic", topic, "err", err, "retry_in", wait)
+		}
+		for topic := range pending {
+			serve(topic) // a late answer of Start's call, or a listing that hangs
+			if busy[topic] {
+				continue
 			}
+			busy[topic] = true
+			calls.Go(func() {
+				_, err := g.reg.Ensure(ctx, topic, g.cfg.Concurrency)
+				results <- recorded{topic, err}
+			})
 		}
 	}
 }

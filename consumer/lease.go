@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"sync"
 	"time"
 
@@ -78,41 +79,116 @@ func (l *leases) done(node string) {
 // before the last answered, so that renewals never pile up behind it.
 // A bucket whose renewal fails keeps the lease it had until it expires,
 // and then recovery is as it was without one: a lease only ever delays a
-// recovery, never causes one.
+// recovery, never causes one. Each renewal that succeeds counts, for the
+// handlers of its bucket (leaseGuard), from the moment it was sent: a late
+// answer does not lengthen what the node granted.
 func (g *Group) renewLeases(ctx context.Context, l *leases) {
-	byNode := map[string][]string{}
+	byNode := map[string][]leased{}
 	for _, r := range g.runners {
 		for _, b := range r.dl.heldBuckets() {
 			k := keys.ForBucket(g.cfg.Prefix, r.topic, b).Lease(g.cid)
 			node := rdb.NodeOf(ctx, g.rdb, k) // "" on a single server
-			byNode[node] = append(byNode[node], k)
+			byNode[node] = append(byNode[node], leased{r, b, k})
 		}
 	}
-	for node, ks := range byNode {
+	for node, ls := range byNode {
 		if !l.claim(node) {
 			continue
 		}
 		l.wg.Go(func() {
 			defer l.done(node)
-			if err := g.renew(ctx, ks); err != nil && ctx.Err() == nil {
-				g.env.Failure("redeq: lease renewal failed; the jobs it covers may be recovered once it expires",
-					"node", node, "buckets", len(ks), "err", err)
+			if err := g.renew(ctx, ls); err != nil && ctx.Err() == nil {
+				g.env.Failure("redeq: lease renewal failed; the jobs it covers may be recovered once it expires, and their handlers are canceled before",
+					"node", node, "buckets", len(ls), "err", err)
 			}
 		})
 	}
 }
 
-// renew runs lease.lua on each of ks in one pipeline and returns the
-// first error.
-func (g *Group) renew(ctx context.Context, ks []string) error {
-	calls := make([]rdb.Call, len(ks))
-	for i, k := range ks {
-		calls[i] = rdb.Call{Keys: []string{k}, Args: []any{g.cfg.ConsumerTimeout.Milliseconds()}}
+// leased is one lease to renew: runner r's on bucket b, key k.
+type leased struct {
+	r *runner
+	b int
+	k string
+}
+
+// renew runs lease.lua on each of ls in one pipeline, records the send
+// time of each that succeeded, and returns the first error.
+func (g *Group) renew(ctx context.Context, ls []leased) error {
+	calls := make([]rdb.Call, len(ls))
+	for i, l := range ls {
+		calls[i] = rdb.Call{Keys: []string{l.k}, Args: []any{g.cfg.ConsumerTimeout.Milliseconds()}}
 	}
-	for _, cmd := range rdb.RunPipelined(ctx, g.rdb, leaseScript, calls) {
+	sent := g.env.Clock.Now()
+	var first error
+	for i, cmd := range rdb.RunPipelined(ctx, g.rdb, leaseScript, calls) {
 		if err := cmd.Err(); err != nil {
-			return err
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		ls[i].r.dl.setRenewed(ls[i].b, sent)
+	}
+	return first
+}
+
+// ErrLeaseLapsed is the cause of a handler's ctx canceled because the
+// consumer could not renew its lease on the job's bucket in time: the job
+// may be recovered and run by another consumer from then on.
+var ErrLeaseLapsed = errors.New("redeq: the lease on the job may have lapsed: the consumer could not reach its node in time")
+
+// leaseMargin is how long before its lease may lapse a handler's ctx is
+// canceled: a tenth of ConsumerTimeout. It covers the drift of the local
+// clock against the node's (under 0.1% where NTP slews them), the timer
+// that fires late on a loaded machine, and the handler's own time to see
+// its ctx end and return. It leaves a failed renewal room: renewals go
+// out every HeartbeatInterval, at most a third of ConsumerTimeout, so the
+// one after a failure is sent by two thirds of it.
+func leaseMargin(timeout time.Duration) time.Duration { return timeout / 10 }
+
+// leaseGuard cancels the handler of delivery d (cancel, with
+// ErrLeaseLapsed) once nothing this consumer sent in time protects it from
+// recovery any longer: recover.lua spares it while the lease on its bucket
+// lasts and while its fetch is younger than ConsumerTimeout, both by the
+// node's clock from when the node ran the call, which is after it was
+// sent. So the guard counts ConsumerTimeout less leaseMargin from the
+// later of the fetch's send and the last good renewal's, on the local
+// clock; a renewal that succeeds meanwhile moves the end. The returned
+// stop ends the guard; after it returns the guard cancels nothing.
+func (r *runner) leaseGuard(d delivery, cancel context.CancelCauseFunc) (stop func()) {
+	g := r.g
+	window := g.cfg.ConsumerTimeout - leaseMargin(g.cfg.ConsumerTimeout)
+	var mu sync.Mutex
+	var t *time.Timer
+	stopped := false
+	var check func()
+	check = func() {
+		base := d.sent
+		if at := r.dl.renewedAt(d.bucket); at.After(base) {
+			base = at
+		}
+		left := window - g.env.Clock.Now().Sub(base)
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		if left > 0 {
+			t = time.AfterFunc(left, check)
+			return
+		}
+		g.env.Failure("redeq: handler canceled: its lease may lapse, and another consumer may run the job",
+			"topic", r.topic, "bucket", d.bucket, "id", d.item.ID, "unrenewed_for", g.env.Clock.Now().Sub(base))
+		cancel(ErrLeaseLapsed)
+	}
+	check()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		if t != nil {
+			t.Stop()
 		}
 	}
-	return nil
 }

@@ -23,8 +23,9 @@ const (
 	OutcomeDead Outcome = "dead"
 	// OutcomeUnAck: nil error without Ack or Rejoin; parked in un_ack.
 	OutcomeUnAck Outcome = "unack"
-	// OutcomeInterrupted: the handler was canceled by Shutdown; the job
-	// returns to its bucket unspent.
+	// OutcomeInterrupted: the handler was canceled by Shutdown, or
+	// because its lease may lapse (ErrLeaseLapsed), and returned an error;
+	// the job returns to its bucket unspent.
 	OutcomeInterrupted Outcome = "interrupted"
 	// OutcomeBroadcast: a broadcast listener's handler ran (err tells
 	// whether it failed or panicked). A broadcast is never acked, retried

@@ -64,6 +64,10 @@ type delivery struct {
 	item   ready.Item
 	member string    // item.Member(), made once
 	at     time.Time // when fetched, set only for an Observer
+	// sent is when the fetch that took it was sent (local clock): recover.lua
+	// spares a delivery for ConsumerTimeout from its fetch, as a lease
+	// does from its renewal, and leaseGuard counts from the later of the two.
+	sent time.Time
 }
 
 func newRunner(g *Group, l Listener, buckets int) *runner {

@@ -67,6 +67,11 @@ var (
 	// ErrConsumeTimeout is the failure of a handler that overran
 	// ConsumeTimeout.
 	ErrConsumeTimeout = consumer.ErrConsumeTimeout
+	// ErrLeaseLapsed is the context.Cause of a handler's ctx canceled
+	// because the client could not renew its lease on the job's bucket in
+	// time (it could not reach the job's node): another consumer may
+	// recover the job from then on.
+	ErrLeaseLapsed = consumer.ErrLeaseLapsed
 	// ErrSkipRetry, returned or wrapped by a handler, gives up on a job at
 	// once: FinalRetry runs and the job moves to the dead set.
 	ErrSkipRetry = retry.ErrSkipRetry

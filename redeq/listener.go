@@ -7,11 +7,18 @@ import "context"
 type Listener interface {
 	// Topic names the topic whose jobs OnJob receives.
 	Topic() string
-	// OnJob runs one job. Its ctx ends after ConsumeTimeout or when the
-	// client shuts down. Returning nil with ch.Ack() finishes the job;
-	// with ch.Rejoin(d) it runs again after d; with neither it is parked
-	// in un_ack (or acked, with AutoAck). An error, a panic or a timeout
-	// is a failure: the job is retried on its schedule.
+	// OnJob runs one job. Its ctx ends after ConsumeTimeout, when the
+	// client shuts down, or when the client could not reach the job's
+	// Redis node for almost ConsumerTimeout (context.Cause is then
+	// ErrLeaseLapsed): from then on another consumer may recover the job
+	// and run it, so a handler that must not run beside another run of
+	// its job stops when ctx ends. Returning nil with ch.Ack() finishes
+	// the job; with ch.Rejoin(d) it runs again after d; with neither it
+	// is parked in un_ack (or acked, with AutoAck). An error, a panic or
+	// a timeout is a failure: the job is retried on its schedule. An
+	// error returned once ctx ended at Shutdown or with ErrLeaseLapsed is
+	// no failure: the job goes back unspent. Every outcome lands only
+	// while the job is still this delivery's.
 	OnJob(ctx context.Context, job *Job, ch *Channel) error
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime/debug"
 	"strings"
 	"sync/atomic"
@@ -157,7 +158,10 @@ func (o *outage) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 // ConsumerTimeouts while a consumer runs a long job. The reaper's retries
 // back off to a ConsumerTimeout apart; when Redis answers again its very
 // next pass must not reap: the live consumer has not had the chance to
-// heartbeat since the outage ended. The job must run once.
+// heartbeat since the outage ended. The job is never recovered: the
+// handler, which honours its ctx, is canceled once its lease may have
+// lapsed, and its job given back unspent runs again once Redis answers
+// (Attempt 0, Recoveries 0), after the first run ended.
 func TestReaperWaitsAfterOutageEnds(t *testing.T) {
 	testutil.FaultTier(t) // an outage of several ConsumerTimeouts
 	each(t, func(t *testing.T, e *env) {
@@ -198,7 +202,12 @@ func TestReaperWaitsAfterOutageEnds(t *testing.T) {
 		close(release)
 		testutil.Eventually(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
 		settle(t, e, "t")
-		require.Equal(t, 1, l.count(), "the reaper took a live consumer's job as soon as Redis came back")
+		ds := l.deliveries()
+		require.LessOrEqual(t, len(ds), 2, "more runs than the one canceled for its lease and its give-back")
+		for _, d := range ds {
+			require.Zero(t, d.job.Recoveries, "the reaper took a live consumer's job as soon as Redis came back")
+			require.Zero(t, d.job.Attempt, "the canceled run spent an attempt")
+		}
 	})
 }
 
@@ -758,5 +767,157 @@ func TestLeaseKeepsJobOfConsumerCutOffFromAliveSet(t *testing.T) {
 			}
 			return e.rdb.Exists(ctx, lease).Val() == 0 && e.rdb.ZScore(ctx, alive, cid).Err() == redis.Nil
 		})
+	})
+}
+
+// hungEverywhere returns a client of be whose connections to every node
+// pass through a fault proxy; hang holds every reply and leaves every new
+// connection unanswered (the requests still reach the servers), unhang
+// lets them through again.
+func hungEverywhere(t *testing.T, be testutil.Backend) (rdb redis.UniversalClient, hang, unhang func()) {
+	t.Helper()
+	proxies := map[string]*testutil.Proxy{}
+	for _, addr := range be.Addrs {
+		proxies[addr] = testutil.StartProxy(t, addr)
+	}
+	if be.Name == "cluster" {
+		var d net.Dialer
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: be.Addrs,
+			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				p, ok := proxies[addr]
+				if !ok {
+					return nil, fmt.Errorf("no proxy in front of %s", addr)
+				}
+				return d.DialContext(ctx, network, p.Addr())
+			},
+		})
+	} else {
+		rdb = redis.NewClient(&redis.Options{Addr: proxies[be.Addrs[0]].Addr()})
+	}
+	set := func(on bool) {
+		for _, p := range proxies {
+			p.HoldNew.Store(on)
+			p.Stall.Store(on)
+		}
+	}
+	t.Cleanup(func() {
+		set(false)
+		for _, p := range proxies {
+			p.Cut()
+		}
+		rdb.Close()
+	})
+	return rdb, func() { set(true) }, func() { set(false) }
+}
+
+// TestHungConsumerStopsHandlerBeforeOthersRunItsJob: a consumer (A)
+// runs a long handler when its connections to every Redis node hang
+// (replies held, new connections unanswered) while consumer B reaches
+// them. Once A's lease on the job's bucket may have lapsed, A cancels the
+// handler's ctx; the handler returns before B recovers the job and runs
+// it: a job runs in one handler at a time. A's late outcome does not land
+// over B's: the job runs to its ack in B, once more.
+func TestHungConsumerStopsHandlerBeforeOthersRunItsJob(t *testing.T) {
+	testutil.FaultTier(t) // private proxies, runs for seconds
+	eachReal(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		var rec testutil.Recorder
+		rdbA, hang, unhang := hungEverywhere(t, e.be)
+		a, err := redeq.New(rdbA, e.cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+		la := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			end := rec.Begin(testutil.Run{ID: job.ID, Attempt: job.Attempt, Recoveries: job.Recoveries})
+			defer end()
+			<-ctx.Done() // a long job that stops when told
+			return ctx.Err()
+		})
+		startWith(t, a, la)
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		testutil.Eventually(t, 5*time.Second, "A runs the job", func() bool { return rec.Running() == 1 })
+
+		hang()
+		defer unhang() // before the cleanups: A's Shutdown reaches Redis
+		hungAt := time.Now()
+		lb := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			end := rec.Begin(testutil.Run{ID: job.ID, Attempt: job.Attempt, Recoveries: job.Recoveries})
+			defer end()
+			ch.Ack()
+			return nil
+		})
+		startWith(t, e.c, lb)
+		testutil.Eventually(t, 20*e.cfg.ConsumerTimeout+5*time.Second, "B runs the job", func() bool { return rec.Count("j") == 2 })
+		runs := rec.Of("j")
+		require.Empty(t, rec.AtOnce(), "two handlers ran the job at once")
+		require.False(t, runs[0].End.IsZero(), "A's handler still runs while B runs the job")
+		require.True(t, runs[0].End.Before(runs[1].At), "A's handler ended %v after B's began", runs[0].End.Sub(runs[1].At))
+		require.Equal(t, 1, runs[1].Recoveries, "B runs the job recovered")
+		t.Logf("A's handler stopped %v after the hang, B began %v after it", runs[0].End.Sub(hungAt), runs[1].At.Sub(hungAt))
+		testutil.Eventually(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
+		unhang()
+		time.Sleep(2 * e.cfg.ConsumerTimeout) // A's outcome, fenced, lands or not: nothing changes
+		require.Equal(t, redeq.State(""), state(t, e.c, "t", "j"))
+		require.Equal(t, 2, rec.Count("j"))
+	})
+}
+
+// TestHandlerCtxEndsWhenItsLeaseMayLapse: a handler's ctx lives while the
+// lease renewals of its job's bucket get through, however long it runs;
+// once they fail, it ends (context.Cause ErrLeaseLapsed) before the lease
+// may lapse, and not before ConsumerTimeout less a renewal period and the
+// margin has passed. The error the handler returns then spends no
+// attempt: the job runs again, Attempt 0, not recovered.
+func TestHandlerCtxEndsWhenItsLeaseMayLapse(t *testing.T) {
+	testutil.FaultTier(t) // it runs for seconds
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		var cut atomic.Bool
+		a := e.hooked(t, cutLeases(t, &cut))
+		type run struct {
+			attempt, recoveries int
+			cause               error
+			ended               time.Time
+		}
+		runs := make(chan run, 2)
+		var started atomic.Int64
+		l := newListener("t", func(hctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			if started.Add(1) > 1 {
+				runs <- run{attempt: job.Attempt, recoveries: job.Recoveries}
+				ch.Ack()
+				return nil
+			}
+			<-hctx.Done()
+			runs <- run{cause: context.Cause(hctx), ended: time.Now()}
+			return hctx.Err()
+		})
+		startWith(t, a, l)
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		testutil.Eventually(t, 5*time.Second, "running", func() bool { return l.count() == 1 })
+		time.Sleep(2 * e.cfg.ConsumerTimeout) // renewed all along
+		require.Empty(t, runs, "a handler's ctx ended while its lease was renewed")
+
+		cut.Store(true)
+		cutAt := time.Now()
+		var first run
+		select {
+		case first = <-runs:
+		case <-time.After(e.cfg.ConsumerTimeout + 5*time.Second):
+			t.Fatal("the handler's ctx did not end once its lease could not be renewed")
+		}
+		cut.Store(false)
+		require.ErrorIs(t, first.cause, redeq.ErrLeaseLapsed)
+		earliest := e.cfg.ConsumerTimeout - e.cfg.ConsumerTimeout/10 - e.cfg.HeartbeatInterval
+		require.GreaterOrEqual(t, first.ended.Sub(cutAt), earliest-50*time.Millisecond, "canceled while the lease surely lasted")
+		t.Logf("the handler's ctx ended %v after the renewals stopped getting through", first.ended.Sub(cutAt))
+		var again run
+		select {
+		case again = <-runs:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the job did not run again")
+		}
+		require.Zero(t, again.attempt, "the canceled run spent an attempt")
+		require.Zero(t, again.recoveries, "the job was recovered rather than given back")
+		testutil.Eventually(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
 	})
 }

@@ -65,7 +65,7 @@ const (
 	OutcomeRetry       Outcome = "retry"       // failed; due again after its interval
 	OutcomeDead        Outcome = "dead"        // failed for the last time (FinalRetry ran); to the dead set
 	OutcomeUnAck       Outcome = "unack"       // neither acked nor rejoined; parked in un_ack
-	OutcomeInterrupted Outcome = "interrupted" // canceled by Shutdown; returns to its bucket unspent
+	OutcomeInterrupted Outcome = "interrupted" // canceled by Shutdown or for its lease (ErrLeaseLapsed); returns to its bucket unspent
 	OutcomeBroadcast   Outcome = "broadcast"   // a broadcast handler ran; never acked, retried or returned
 )
 

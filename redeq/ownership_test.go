@@ -1025,3 +1025,124 @@ func TestStartServesWhenASharedKeysMasterHangs(t *testing.T) {
 		})
 	}
 }
+
+// TestHungSharedKeyMasterHoldsUpOnlyItsJobs: a client (A) starts while
+// its connections to the master of one of the fleet's shared keys hang
+// (replies held, new connections unanswered), the topic's meta living
+// elsewhere. Start returns within its bound (startBound: StepTimeout for
+// each of its steps that waits on one node, after a ping that the masters
+// that answer end at once). With the topic set's or the movers' set's
+// master hung, A, the only client started, moves and runs every job of
+// the buckets on the masters that answer within StepTimeout + LockExpiry
+// of its due time (as a hand-over of a hung bucket takes at most), once
+// each and none early. With the alive set's master hung, A's fetch gate
+// closes by design; B, which reaches every master, runs those jobs just
+// as soon.
+func TestHungSharedKeyMasterHoldsUpOnlyItsJobs(t *testing.T) {
+	testutil.FaultTier(t)
+	be := testutil.Cluster(t)
+	probe := be.New(t)
+	roles := map[string]func(string) string{"movers": keys.Movers, "topics": keys.Topics, "alive": keys.Alive}
+	for _, role := range []string{"topics", "movers", "alive"} {
+		t.Run(role, func(t *testing.T) {
+			key := roles[role]
+			prefix := testutil.Prefix(t)
+			for {
+				shared := 0
+				for r, k := range roles {
+					if r != role && masterOf(t, probe, k(prefix)) == masterOf(t, probe, key(prefix)) {
+						shared++
+					}
+				}
+				if shared == 0 {
+					break
+				}
+				prefix = testutil.Prefix(t)
+			}
+			hung := masterOf(t, probe, key(prefix))
+			topic := "t"
+			for i := 0; masterOf(t, probe, keys.ForTopic(prefix, topic).Meta()) == hung; i++ {
+				topic = fmt.Sprint("t", i)
+			}
+			cfg := testutil.Config(t)
+			cfg.Prefix = prefix
+			cfg.Concurrency = 16
+			ctx := context.Background()
+			e := setup(t, be, cfg) // the producer; B when the alive set's master hangs
+			nodes := bucketNodes(t, e, topic, cfg.Concurrency)
+			require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: "seed", Delay: time.Hour}))
+
+			var runs jobRuns
+			if role == "alive" {
+				lb := newListener(topic, runs.handler(0))
+				lb.workers = 8
+				startWith(t, e.c, lb)
+			}
+			rdbA, hang := hangByProxy(t, be.Addrs, hung)
+			hang()
+			a, err := redeq.New(rdbA, e.cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+			l := newListener(topic, runs.handler(0))
+			l.workers = 8
+			require.NoError(t, a.Register(l))
+			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			began := time.Now()
+			require.NoError(t, a.Start(sctx), "A does not start while the %s master hangs", role)
+			took := time.Since(began)
+			bound := startBound(cfg)
+			require.LessOrEqual(t, took, bound+startSlack, "Start took longer than its bound while the %s master hangs", role)
+
+			base := time.Now()
+			due := map[string]time.Time{}
+			want := map[string]bool{}
+			for i := 0; len(want) < 32; i++ {
+				id := fmt.Sprint("j", i)
+				if nodes[bucketOf(id, cfg.Concurrency)] == hung {
+					continue
+				}
+				want[id] = true
+				due[id] = base.Add(300*time.Millisecond + time.Duration(len(want))*20*time.Millisecond)
+				require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: topic, ID: id, RunAt: due[id]}))
+			}
+			late := bucket.MoverConfig{ScanInterval: cfg.ScanInterval}.StepTimeout() + cfg.LockExpiry
+			testutil.Eventually(t, 30*time.Second, "every job of the masters that answer ran", func() bool { return runs.ranAll("", 0, want) })
+			time.Sleep(2 * cfg.ScanInterval)
+			var early, twice, tooLate []string
+			firsts, counts := runs.Firsts(), runs.Counts()
+			var latest time.Duration
+			for id, at := range firsts {
+				if d := earlyBy(at, due[id], base); d > 5*time.Millisecond {
+					early = append(early, fmt.Sprintf("%s %v early", id, d))
+				}
+				if counts[id] > 1 {
+					twice = append(twice, id)
+				}
+				l := at.Round(0).Sub(due[id].Round(0))
+				latest = max(latest, l)
+				if l > late {
+					tooLate = append(tooLate, fmt.Sprintf("%s %v late", id, l.Round(time.Millisecond)))
+				}
+			}
+			t.Logf("%s master hung: Start returned after %v (bound %v); the latest job ran %v after due (bound %v)",
+				role, took.Round(time.Millisecond), bound, latest.Round(time.Millisecond), late)
+			require.Empty(t, early, "jobs ran before their due time")
+			require.Empty(t, twice, "jobs ran twice")
+			require.Empty(t, tooLate, "jobs of the masters that answer ran late")
+		})
+	}
+}
+
+// startSlack is what a loaded machine adds to Start's bound.
+const startSlack = time.Second
+
+// startBound is how long Start may take on a cluster where one master
+// hangs and another answers (Start's doc): its pings, StartPingTimeout
+// plus the client's ReadTimeout (go-redis's default, 3 s, in these tests),
+// then StepTimeout for each of its three steps that wait on one node (the
+// job state format, the records of the listened topics, the first
+// heartbeat).
+func startBound(cfg config.Config) time.Duration {
+	return redeq.StartPingTimeout + 3*time.Second + 3*bucket.MoverConfig{ScanInterval: cfg.ScanInterval}.StepTimeout()
+}

@@ -125,7 +125,12 @@ func (c *Client) beforeStart(f func() error) error {
 // Start fails when Redis does not answer within StartPingTimeout. On a
 // Redis Cluster it goes on once one master answers: a master that hangs
 // or refuses is logged, its buckets go to the clients that reach it, and
-// the movers keep trying it. What a down master holds up does not fail
+// the movers keep trying it. After the pings, each of Start's steps that
+// waits on one node (the job state format, the listened topics' records,
+// the first heartbeat) waits StepTimeout at most (bucket.MoverConfig,
+// 1 s with the default ScanInterval) and goes on in the background, so
+// Start returns within StartPingTimeout + the client's ReadTimeout + 3 x
+// StepTimeout whichever master hangs. What a down master holds up does not fail
 // Start either: a subscription that cannot be made, a listened topic that
 // cannot be recorded, a first heartbeat that fails are logged and retried
 // in the background, and the rest is served meanwhile (see Starting
