@@ -11,6 +11,8 @@ import (
 
 	"github.com/redeq-go/redeq/ack"
 	"github.com/redeq-go/redeq/bucket"
+	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/rdb"
 	"github.com/redeq-go/redeq/pool"
 )
 
@@ -204,11 +206,23 @@ func (c *Client) ServerTime(ctx context.Context) (time.Time, error) {
 	if ctx == nil {
 		return time.Time{}, pool.ErrNilContext
 	}
-	t, err := c.rdb.Time(ctx).Result()
+	t, err := c.timeOn(ctx, keys.Alive(c.cfg.Prefix))
 	if err != nil {
 		return time.Time{}, fmt.Errorf("read the server's clock: %w", err)
 	}
 	return t.Truncate(time.Millisecond), nil
+}
+
+// timeOn reads the server's clock on the node that holds key (on a Redis
+// Cluster its master; go-redis would send a keyless TIME to any node), so
+// that a call reading key and the clock waits on that node alone, not on
+// a hung master it does not otherwise need.
+func (c *Client) timeOn(ctx context.Context, key string) (time.Time, error) {
+	node, err := rdb.On(ctx, c.rdb, key)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return node.Time(ctx).Result()
 }
 
 // checkBulkState rejects the states a bulk call does not act on: jobs in

@@ -79,7 +79,7 @@ func (c *Client) Consumers(ctx context.Context) ([]ConsumerInfo, error) {
 	if ctx == nil {
 		return nil, pool.ErrNilContext
 	}
-	now, err := c.rdb.Time(ctx).Result()
+	now, err := c.timeOn(ctx, keys.Alive(c.cfg.Prefix))
 	if err != nil {
 		return nil, fmt.Errorf("consumers: %w", err)
 	}

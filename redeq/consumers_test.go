@@ -156,3 +156,42 @@ func TestReapedConsumerLeavesNoInfo(t *testing.T) {
 		require.Equal(t, e.c.ConsumerID(), cs[0].ID)
 	})
 }
+
+// TestOperatorReadsAnswerBesideAHungMasterTheyDoNotRead: on a Redis
+// Cluster, Consumers, ServerTime and Schedules read the server's clock on
+// the node of the key they read (the alive set, the schedule index), so a
+// hung master that holds none of those keys does not hold them up.
+func TestOperatorReadsAnswerBesideAHungMasterTheyDoNotRead(t *testing.T) {
+	testutil.FaultTier(t) // a private proxy, and calls that wait for timeouts when they fail
+	be := testutil.Cluster(t)
+	probe := be.New(t)
+	var prefix, hung string
+	for hung == "" {
+		prefix = testutil.Prefix(t)
+		used := map[string]bool{masterOf(t, probe, keys.Alive(prefix)): true, masterOf(t, probe, keys.Schedules(prefix)): true}
+		for _, m := range clusterMasters(t, probe) {
+			if !used[m] {
+				hung = m
+			}
+		}
+	}
+	rdb, hang := hangByProxy(t, be.Addrs, hung)
+	cfg := testutil.Config(t)
+	cfg.Prefix = prefix
+	c, err := redeq.New(rdb, cfg)
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = c.Consumers(ctx) // the cluster's topology read while every node answers
+	require.NoError(t, err)
+	hang()
+	for i := range 12 {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := c.Consumers(cctx)
+		require.NoError(t, err, "Consumers, call %d, beside the hung master %s", i, hung)
+		_, err = c.ServerTime(cctx)
+		require.NoError(t, err, "ServerTime, call %d", i)
+		_, err = c.Schedules(cctx)
+		require.NoError(t, err, "Schedules, call %d", i)
+		cancel()
+	}
+}

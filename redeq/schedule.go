@@ -607,7 +607,7 @@ func (c *Client) ResumeSchedule(ctx context.Context, name string) error {
 		if !rec.paused {
 			return nil
 		}
-		now, err := c.rdb.Time(ctx).Result()
+		now, err := c.timeOn(ctx, keys.ForSchedule(c.cfg.Prefix, name).Record())
 		if err != nil {
 			return fmt.Errorf("resume schedule %q: %w", name, err)
 		}
@@ -673,7 +673,7 @@ func (c *Client) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("schedules: %w", err)
 	}
-	now, err := c.rdb.Time(ctx).Result()
+	now, err := c.timeOn(ctx, keys.Schedules(c.cfg.Prefix))
 	if err != nil {
 		return nil, fmt.Errorf("schedules: %w", err)
 	}
