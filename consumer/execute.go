@@ -88,14 +88,27 @@ func (r *runner) handle(d delivery) {
 	if r.consumeTimeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, r.consumeTimeout)
 	}
-	var start time.Time
-	if g.observer != nil {
-		start = r.observeStart(d, job)
-	}
 	// From here until conclude, the delivery counts as running: a
 	// Shutdown that rolls back meanwhile leaves it in flight.
 	member := d.member
 	r.dl.start(d.bucket, member)
+	if errors.Is(context.Cause(leaseCtx), ErrLeaseLapsed) {
+		// The lease may have lapsed before the handler began (the fetch's
+		// reply came late, or the job waited for a worker past it):
+		// another consumer may run the job by now, so no handler is
+		// called. The job goes back to its bucket due now, unspent,
+		// fenced like any outcome (it lands nowhere when another consumer
+		// recovered it).
+		stopGuard()
+		cancel()
+		lapse(nil)
+		r.conclude(d.bucket, member, &ack.Outcome{ID: job.ID, Token: token, Op: ack.OpRejoin, HadError: job.LastError != "", Late: d.item.Late})
+		return
+	}
+	var start time.Time
+	if g.observer != nil {
+		start = r.observeStart(d, job)
+	}
 	err = r.call(ctx, job, ch)
 	var took time.Duration
 	if g.observer != nil {

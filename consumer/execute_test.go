@@ -111,6 +111,34 @@ func TestExecute(t *testing.T) {
 		}
 	})
 
+	t.Run("LeaseLapsedBeforeTheHandlerCallsNone", func(t *testing.T) {
+		ran := false
+		rg := newRig(t, &listener{topic: "t", workers: 1, on: func(context.Context, *pool.Job, *ack.Channel) error { ran = true; return nil }}, rigOptions{})
+		r := rg.r
+		item := job("j", 0)
+		members := r.dl.hold(0, []ready.Item{item})
+		// The fetch was sent a ConsumerTimeout ago and no renewal got
+		// through since: its reply came late, and another consumer may
+		// run the job by now.
+		r.handle(delivery{bucket: 0, item: item, member: members[0], sent: time.Now().Add(-rg.g.cfg.ConsumerTimeout)})
+		if r.dl.isRunning(0, members[0]) {
+			t.Fatal("the delivery still counts as running")
+		}
+		var out *ack.Outcome
+		select {
+		case s := <-r.outs:
+			r.submits.Wait()
+			out = &s.out
+		default:
+		}
+		if ran {
+			t.Fatal("the handler was called for a delivery whose lease may have lapsed")
+		}
+		if out == nil || out.Op != ack.OpRejoin || out.Delay != 0 || out.Err != "" || out.Token != "tok-j" {
+			t.Fatalf("outcome %+v, want j's delivery given back due now, unspent", out)
+		}
+	})
+
 	t.Run("CorruptEnvelopeGoesDead", func(t *testing.T) {
 		ran := false
 		rg := newRig(t, &listener{topic: "t", workers: 1, on: func(context.Context, *pool.Job, *ack.Channel) error { ran = true; return nil }}, rigOptions{})

@@ -1,6 +1,7 @@
 package redeq_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -919,5 +920,123 @@ func TestHandlerCtxEndsWhenItsLeaseMayLapse(t *testing.T) {
 		require.Zero(t, again.attempt, "the canceled run spent an attempt")
 		require.Zero(t, again.recoveries, "the job was recovered rather than given back")
 		testutil.Eventually(t, 5*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
+	})
+}
+
+// hungOnFetch returns a client of be whose connections to every node pass
+// through a fault proxy; once armed, the first fetch it sends hangs every
+// connection (replies held, new connections unanswered; the fetch itself
+// still reaches the server and runs). hungAt is when that fetch was sent
+// (zero before), unhang lets everything through again.
+func hungOnFetch(t *testing.T, be testutil.Backend) (rdb redis.UniversalClient, arm func(), hungAt func() time.Time, unhang func()) {
+	t.Helper()
+	fetch := testutil.LoadScript(t, "../ready/fetch.lua")
+	proxies := map[string]*testutil.Proxy{}
+	for _, addr := range be.Addrs {
+		proxies[addr] = testutil.StartProxy(t, addr)
+	}
+	set := func(on bool) {
+		for _, p := range proxies {
+			p.HoldNew.Store(on)
+			p.Stall.Store(on)
+		}
+	}
+	var armed atomic.Bool
+	var at atomic.Pointer[time.Time]
+	for _, p := range proxies {
+		p.Match(func(b []byte) bool {
+			if bytes.Contains(b, []byte(fetch.SHA)) && armed.CompareAndSwap(true, false) {
+				now := time.Now()
+				at.Store(&now)
+				set(true) // before the fetch reaches the server: its reply is held
+			}
+			return false
+		})
+	}
+	if be.Name == "cluster" {
+		var d net.Dialer
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: be.Addrs,
+			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				p, ok := proxies[addr]
+				if !ok {
+					return nil, fmt.Errorf("no proxy in front of %s", addr)
+				}
+				return d.DialContext(ctx, network, p.Addr())
+			},
+		})
+	} else {
+		rdb = redis.NewClient(&redis.Options{Addr: proxies[be.Addrs[0]].Addr()})
+	}
+	t.Cleanup(func() {
+		set(false)
+		for _, p := range proxies {
+			p.Cut()
+		}
+		rdb.Close()
+	})
+	hungAt = func() time.Time {
+		if p := at.Load(); p != nil {
+			return *p
+		}
+		return time.Time{}
+	}
+	return rdb, func() { armed.Store(true) }, hungAt, func() { set(false) }
+}
+
+// TestLateFetchReplyRunsNoHandlerBesideTheRecoveredJob: consumer A's
+// connections to every node hang just as it sends the fetch that takes a
+// job (the script runs; its reply is held for 2 s, under go-redis's read
+// timeout). A looks silent, so consumer B recovers the job and runs it.
+// When A's reply finally arrives, the delivery's lease may have lapsed
+// long ago: A calls no handler for it, since another consumer may be
+// running the job. A job runs in one handler at a time.
+func TestLateFetchReplyRunsNoHandlerBesideTheRecoveredJob(t *testing.T) {
+	testutil.FaultTier(t) // private proxies, runs for seconds
+	eachReal(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		var rec testutil.Recorder
+		rdbA, arm, hungAt, unhang := hungOnFetch(t, e.be)
+		a, err := redeq.New(rdbA, e.cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+		// A's handler honours its ctx: it returns as soon as it ends.
+		la := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			end := rec.BeginWith(testutil.Run{ID: job.ID, Recoveries: job.Recoveries, Bound: "A"})
+			select {
+			case <-ctx.Done():
+				end("canceled")
+				return ctx.Err()
+			case <-time.After(5 * time.Second):
+			}
+			end("ack")
+			ch.Ack()
+			return nil
+		})
+		startWith(t, a, la)
+		time.Sleep(3 * e.cfg.HeartbeatInterval) // A heartbeats: its fetches are let through
+		arm()
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
+		testutil.Eventually(t, 5*time.Second, "A sends its fetch", func() bool { return !hungAt().IsZero() })
+		defer unhang() // before the cleanups: A's Shutdown reaches Redis
+		lb := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			end := rec.BeginWith(testutil.Run{ID: job.ID, Recoveries: job.Recoveries, Bound: "B"})
+			time.Sleep(3 * time.Second)
+			end("ack")
+			ch.Ack()
+			return nil
+		})
+		startWith(t, e.another(t, nil), lb)
+		testutil.Eventually(t, 10*time.Second, "B runs the recovered job", func() bool { return rec.Count("j") >= 1 })
+		// A's fetch reply comes through, late, while B runs the job.
+		time.Sleep(time.Until(hungAt().Add(2 * time.Second)))
+		unhang()
+		testutil.Eventually(t, 10*time.Second, "acked", func() bool { return state(t, e.c, "t", "j") == "" })
+		time.Sleep(time.Second)
+		for _, r := range rec.Of("j") {
+			t.Logf("run by %s from +%v to +%v after the hang, recoveries %d, %s", r.Bound,
+				r.At.Sub(hungAt()).Round(time.Millisecond), r.End.Sub(hungAt()).Round(time.Millisecond), r.Recoveries, r.Result)
+		}
+		require.Empty(t, rec.AtOnce(), "two handlers ran the job at once")
 	})
 }
