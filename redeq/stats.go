@@ -33,7 +33,11 @@ type Stats struct {
 	Running int64
 	// Waiting counts the due jobs held back by a limit: per key value,
 	// those set aside for a value at its limit (not counted in Ready);
-	// topic-wide, the Ready jobs while Running is at MaxRunning.
+	// topic-wide, the Ready jobs while Running is at MaxRunning. A job
+	// taken out of the topic (Delete, Reschedule, Put, a bulk action)
+	// while set aside is still counted until a fetch sweeps its value,
+	// when a slot of the value frees; List(ready) and Get already leave
+	// it out.
 	Waiting int64
 }
 
