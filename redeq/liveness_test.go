@@ -781,21 +781,7 @@ func hungEverywhere(t *testing.T, be testutil.Backend) (rdb redis.UniversalClien
 	for _, addr := range be.Addrs {
 		proxies[addr] = testutil.StartProxy(t, addr)
 	}
-	if be.Name == "cluster" {
-		var d net.Dialer
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: be.Addrs,
-			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				p, ok := proxies[addr]
-				if !ok {
-					return nil, fmt.Errorf("no proxy in front of %s", addr)
-				}
-				return d.DialContext(ctx, network, p.Addr())
-			},
-		})
-	} else {
-		rdb = redis.NewClient(&redis.Options{Addr: proxies[be.Addrs[0]].Addr()})
-	}
+	rdb = throughProxies(be, proxies)
 	set := func(on bool) {
 		for _, p := range proxies {
 			p.HoldNew.Store(on)
@@ -953,21 +939,7 @@ func hungOnFetch(t *testing.T, be testutil.Backend) (rdb redis.UniversalClient, 
 			return false
 		})
 	}
-	if be.Name == "cluster" {
-		var d net.Dialer
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: be.Addrs,
-			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				p, ok := proxies[addr]
-				if !ok {
-					return nil, fmt.Errorf("no proxy in front of %s", addr)
-				}
-				return d.DialContext(ctx, network, p.Addr())
-			},
-		})
-	} else {
-		rdb = redis.NewClient(&redis.Options{Addr: proxies[be.Addrs[0]].Addr()})
-	}
+	rdb = throughProxies(be, proxies)
 	t.Cleanup(func() {
 		set(false)
 		for _, p := range proxies {
@@ -1038,5 +1010,24 @@ func TestLateFetchReplyRunsNoHandlerBesideTheRecoveredJob(t *testing.T) {
 				r.At.Sub(hungAt()).Round(time.Millisecond), r.End.Sub(hungAt()).Round(time.Millisecond), r.Recoveries, r.Result)
 		}
 		require.Empty(t, rec.AtOnce(), "two handlers ran the job at once")
+	})
+}
+
+// throughProxies is a client of be whose connections to each node pass
+// through that node's proxy.
+func throughProxies(be testutil.Backend, proxies map[string]*testutil.Proxy) redis.UniversalClient {
+	if be.Name != "cluster" {
+		return redis.NewClient(&redis.Options{Addr: proxies[be.Addrs[0]].Addr()})
+	}
+	var d net.Dialer
+	return redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: be.Addrs,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			p, ok := proxies[addr]
+			if !ok {
+				return nil, fmt.Errorf("no proxy in front of %s", addr)
+			}
+			return d.DialContext(ctx, network, p.Addr())
+		},
 	})
 }
