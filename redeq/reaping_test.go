@@ -59,6 +59,20 @@ func newMortal(t *testing.T, e *env, topic string) *mortal {
 	rdb := e.be.New(t)
 	rdb.AddHook(hb)
 	rdb.AddHook(cutLeases(t, &m.dead))
+	// A dead consumer settles nothing either: what it holds comes back
+	// only by recovery.
+	settles := testutil.HookScript(testutil.LoadScript(t, "../ack/settle.lua"))
+	settles.Set(func(ctx context.Context, cmds []redis.Cmder, next func() error) error {
+		if !m.dead.Load() {
+			return next()
+		}
+		err := errors.New("dead")
+		for _, cmd := range cmds {
+			cmd.SetErr(err)
+		}
+		return err
+	})
+	rdb.AddHook(settles)
 	rdb.AddHook(fetch)
 	c, err := redeq.New(rdb, e.cfg)
 	require.NoError(t, err)
@@ -121,7 +135,9 @@ func TestFetchLandingAfterDeclarationRecovered(t *testing.T) {
 		time.Sleep(e.cfg.ConsumerTimeout / 2) // reapers looked since
 		m.hold.Store(false)
 		close(m.release) // the fetch lands
-		testutil.Eventually(t, 10*time.Second, "fetched", func() bool { return m.l.count() == 1 })
+		// Its reply comes after the delivery's lease may have lapsed, so
+		// no handler runs it; the job is in flight until recovered.
+		testutil.Eventually(t, 10*time.Second, "the fetch lands", func() bool { return state(t, e.c, "t", "j") == redeq.StateInFlight })
 		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered", func() bool {
 			return state(t, e.c, "t", "j") == redeq.StateReady
 		})
