@@ -18,13 +18,17 @@ import (
 //
 // renewed is, per bucket, when the last renewal of this consumer's lease
 // there that succeeded was sent (local clock): what leaseGuard counts
-// from.
+// from; since is when the unbroken run of renewals it ends began (each
+// sent within the guard's window of the one before). A renewal after a
+// gap (the process stopped, Redis unreachable) starts a new run: it does
+// not cover a delivery whose protection had run out before it.
 type deliveries struct {
 	mu      sync.Mutex
 	held    []map[string]bool
 	running []map[string]bool
 	kept    []map[string]bool
 	renewed []time.Time
+	since   []time.Time
 }
 
 func newDeliveries(buckets int) *deliveries {
@@ -33,6 +37,7 @@ func newDeliveries(buckets int) *deliveries {
 		running: make([]map[string]bool, buckets),
 		kept:    make([]map[string]bool, buckets),
 		renewed: make([]time.Time, buckets),
+		since:   make([]time.Time, buckets),
 	}
 	for i := range buckets {
 		d.held[i] = map[string]bool{}
@@ -187,19 +192,25 @@ func (d *deliveries) holds(b int) func(member string) bool {
 }
 
 // renewedAt is when the last renewal of the lease on bucket b that
-// succeeded was sent; zero when none did.
-func (d *deliveries) renewedAt(b int) time.Time {
+// succeeded was sent, and when the unbroken run of renewals it ends
+// began; zero when none did.
+func (d *deliveries) renewedAt(b int) (last, since time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.renewed[b]
+	return d.renewed[b], d.since[b]
 }
 
 // setRenewed records that a renewal of the lease on bucket b sent at sent
-// succeeded. A renewal sent earlier that answers later changes nothing.
-func (d *deliveries) setRenewed(b int, sent time.Time) {
+// succeeded; one sent more than window after the last starts a new run. A
+// renewal sent earlier that answers later changes nothing.
+func (d *deliveries) setRenewed(b int, sent time.Time, window time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if sent.After(d.renewed[b]) {
-		d.renewed[b] = sent
+	if !sent.After(d.renewed[b]) {
+		return
 	}
+	if d.renewed[b].IsZero() || sent.Sub(d.renewed[b]) > window {
+		d.since[b] = sent
+	}
+	d.renewed[b] = sent
 }

@@ -128,7 +128,7 @@ func (g *Group) renew(ctx context.Context, ls []leased) error {
 			}
 			continue
 		}
-		ls[i].r.dl.setRenewed(ls[i].b, sent)
+		ls[i].r.dl.setRenewed(ls[i].b, sent, leaseWindow(g.cfg.ConsumerTimeout))
 	}
 	return first
 }
@@ -147,6 +147,10 @@ var ErrLeaseLapsed = errors.New("redeq: the lease on the job may have lapsed: th
 // one after a failure is sent by two thirds of it.
 func leaseMargin(timeout time.Duration) time.Duration { return timeout / 10 }
 
+// leaseWindow is how long a fetch or a renewal protects a handler:
+// ConsumerTimeout less leaseMargin.
+func leaseWindow(timeout time.Duration) time.Duration { return timeout - leaseMargin(timeout) }
+
 // leaseGuard cancels the handler of delivery d (cancel, with
 // ErrLeaseLapsed) once nothing this consumer sent in time protects it from
 // recovery any longer: recover.lua spares it while the lease on its bucket
@@ -158,15 +162,18 @@ func leaseMargin(timeout time.Duration) time.Duration { return timeout / 10 }
 // stop ends the guard; after it returns the guard cancels nothing.
 func (r *runner) leaseGuard(d delivery, cancel context.CancelCauseFunc) (stop func()) {
 	g := r.g
-	window := g.cfg.ConsumerTimeout - leaseMargin(g.cfg.ConsumerTimeout)
+	window := leaseWindow(g.cfg.ConsumerTimeout)
 	var mu sync.Mutex
 	var t *time.Timer
 	stopped := false
 	var check func()
 	check = func() {
+		// A renewal counts when its run began before the fetch's own
+		// protection ran out: a renewal after a gap does not bring back a
+		// lease that may have lapsed meanwhile.
 		base := d.sent
-		if at := r.dl.renewedAt(d.bucket); at.After(base) {
-			base = at
+		if last, since := r.dl.renewedAt(d.bucket); last.After(base) && !since.After(base.Add(window)) {
+			base = last
 		}
 		left := window - g.env.Clock.Now().Sub(base)
 		mu.Lock()
