@@ -603,7 +603,7 @@ func TestStoppedConsumerKeepsJobsFetchedAfterContinue(t *testing.T) {
 		}
 		require.Equal(t, "a", next())
 		require.NoError(t, ch.cmd.Process.Signal(syscall.SIGSTOP))
-		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout, "recovered while stopped", func() bool { return state(t, e.c, "t", "a") == redeq.StateReady })
+		testutil.Eventually(t, 10*e.cfg.ConsumerTimeout+5*time.Second, "recovered while stopped", func() bool { return state(t, e.c, "t", "a") == redeq.StateReady })
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "b"}))
 		require.NoError(t, ch.cmd.Process.Signal(syscall.SIGCONT))
 		got := map[string]bool{next(): true, next(): true}
