@@ -158,14 +158,15 @@ end
 -- limit_logs caches what limit_log read, per log key, for the rest of the
 -- script.
 local limit_logs = {}
--- limit_entry reads an entry of a start log: "ms:start:count:mstart:mcount",
--- the fetch's time, the log's running count of starts before it and its
--- own, and the same of the starts it also wrote to the previous
--- version's ZSET (mirrored).
+-- limit_entry reads an entry of a start log,
+-- "ms:start:count:mstart:mcount:exp": the fetch's time, the log's running
+-- count of starts before it and its own, the same of the starts it also
+-- wrote to the previous version's ZSET (mirrored), and when the log key
+-- expires (its last PEXPIRE).
 local function limit_entry(e)
-  local ms, a, c, ma, mc = string.match(e, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+  local ms, a, c, ma, mc, exp = string.match(e, '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+)$')
   if not ms then error('bad rate log entry ' .. e) end
-  return {ms = tonumber(ms), start = tonumber(a), count = tonumber(c), mstart = tonumber(ma), mcount = tonumber(mc)}
+  return {ms = tonumber(ms), start = tonumber(a), count = tonumber(c), mstart = tonumber(ma), mcount = tonumber(mc), exp = tonumber(exp)}
 end
 -- limit_log reads the starts of the last per ms in start log lg (a LIST,
 -- one entry per fetch that started jobs: limit_entry), dropping the
@@ -175,30 +176,32 @@ end
 -- the same way), which exists only while a client of that version starts
 -- jobs, or for a period after a fetch mirrored its starts there. Returns
 -- {n = the starts counted, oldest = ms of the oldest or nil, nxt, mnxt =
--- the running counts the next entry starts at, mixed = whether the ZSET
--- holds starts that are not mirrored ones: a client of that version
--- runs, and the fetch writes its starts there too}.
+-- the running counts the next entry starts at, exp = the key's expiry,
+-- mixed = whether the ZSET holds starts that are not mirrored ones: a
+-- client of that version runs, and the fetch writes its starts there
+-- too}.
 local function limit_log(lg, old, per, now)
-  local head
-  for _ = 1, 4 do
-    local got = redis.call('LRANGE', lg, 0, 15)
+  local head, from = nil, 0
+  for _, size in ipairs({4, 20, 20, 20}) do
+    local got = redis.call('LRANGE', lg, from, from + size - 1)
     local k = 0
     for i, e in ipairs(got) do
       local en = limit_entry(e)
       if en.ms > now - per then head = en; break end
       k = i
     end
-    if k > 0 then redis.call('LTRIM', lg, k, -1) end
-    if head or k < 16 then break end
+    from = from + k
+    if head or k < size then break end
   end
-  local r = {n = 0, nxt = 0, mnxt = 0, mixed = false}
+  if from > 0 then redis.call('LTRIM', lg, from, -1) end
+  local r = {n = 0, nxt = 0, mnxt = 0, exp = 0, mixed = false}
   if not head then
     local e = redis.call('LINDEX', lg, 0)
     if e then head = limit_entry(e) end
   end
   if head then
     local tail = limit_entry(redis.call('LINDEX', lg, -1))
-    r.nxt, r.mnxt = tail.start + tail.count, tail.mstart + tail.mcount
+    r.nxt, r.mnxt, r.exp = tail.start + tail.count, tail.mstart + tail.mcount, tail.exp
     r.n, r.oldest = r.nxt - head.start, head.ms
   end
   if redis.call('EXISTS', old) == 1 then
@@ -222,18 +225,23 @@ end
 -- limit_log_add records count starts at now (the fetch's leases, t:
 -- score, member pairs) in start log lg, as one entry, and, while a client
 -- of the previous version starts jobs (r.mixed), in its ZSET old too,
--- marked mirrored in the entry so that they are counted once.
+-- marked mirrored in the entry so that they are counted once. The log
+-- must outlive its last entry by per: its expiry is pushed to two periods
+-- from now when less than one is left, so a busy log costs a PEXPIRE a
+-- period, not one a fetch (an idle one lingers up to two periods).
 local function limit_log_add(lg, old, per, t, now)
   local r = limit_logs[lg]
   local count = #t / 2
   local mc = r.mixed and count or 0
-  redis.call('RPUSH', lg, string.format('%d:%d:%d:%d:%d', now, r.nxt, count, r.mnxt, mc))
-  redis.call('PEXPIRE', lg, per)
+  local exp = r.exp
+  if exp - now < per then exp = now + 2 * per end
+  redis.call('RPUSH', lg, string.format('%d:%d:%d:%d:%d:%d', now, r.nxt, count, r.mnxt, mc, exp))
+  if exp ~= r.exp then redis.call('PEXPIREAT', lg, exp) end
   if r.mixed then
     redis.call('ZADD', old, unpack(t))
     redis.call('PEXPIRE', old, per)
   end
-  r.n, r.nxt, r.mnxt = r.n + count, r.nxt + count, r.mnxt + mc
+  r.n, r.nxt, r.mnxt, r.exp = r.n + count, r.nxt + count, r.mnxt + mc, exp
   r.oldest = r.oldest or now
 end
 -- limit_room is how many more deliveries the running ZSET run (at most
