@@ -838,7 +838,8 @@ func TestStatsCountsNoParkedJobTakenOut(t *testing.T) {
 // value in a bounded step: of 100,000 entries it checks the first 1,000
 // (a second entry of an id counts once, a stale one not at all) and
 // counts the rest as they are; of many values it checks 4,000 entries
-// per bucket in all. It writes nothing, so a rerun gives the same count.
+// per bucket in all. It writes nothing, so a rerun gives the same count,
+// and a list it cannot read fails it with Redis's error.
 func TestStatsParkedCountIsBounded(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -876,6 +877,11 @@ func TestStatsParkedCountIsBounded(t *testing.T) {
 		_, err = pipe.Exec(ctx)
 		require.NoError(t, err)
 		require.Equal(t, int64(2+99_000+17*1000), stats(t, e.c, "t").Waiting)
+		// A park list it cannot read fails Stats with Redis's error.
+		require.NoError(t, e.rdb.Set(ctx, k.LimitPark("bad"), "not a list", 0).Err())
+		require.NoError(t, e.rdb.ZAdd(ctx, k.LimitParked(), redis.Z{Score: 0, Member: "bad"}).Err())
+		_, err = e.c.Stats(ctx, "t")
+		require.ErrorContains(t, err, "WRONGTYPE")
 	})
 }
 
