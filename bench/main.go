@@ -141,6 +141,7 @@ var measurements = []measurement{
 	{"ceiling", (*bench).ceiling},
 	{"overhead", (*bench).overhead},
 	{"limits", (*bench).limits},
+	{"limitcost", (*bench).limitCost},
 }
 
 func measurementNames() []string {

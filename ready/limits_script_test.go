@@ -285,3 +285,159 @@ func TestFetchUnderLimits(t *testing.T) {
 		})
 	}
 }
+
+// rateLog is the start log of bucket k's topic-wide rate (limits.lua's
+// p..'rlog').
+func rateLog(k keys.Bucket) string { return k.LimitPrefix() + "rlog" }
+
+// TestRateLogHoldsOneEntryPerFetch: fetch.lua under a rate records the
+// starts of a fetch as one entry of the start log, whatever the number of
+// jobs it took, and counts every start of the period: a rate of 7 a
+// minute takes 5 and then 2 jobs, then none until the oldest entry leaves
+// the period. Its four script questions: an error halfway records no
+// start; a rerun after a lost reply counts the first run's starts; a log
+// of 100,000 entries is trimmed 64 entries a fetch, the rest counted (the
+// rate holds back, never lets more go); the same job taken twice is two
+// starts. A client of the previous version (one ZSET member per start)
+// beside it: its starts are counted, and the new starts are written to
+// its ZSET too while it runs, so that it counts them; once only mirrored
+// starts are left there, nothing is written to it or counted twice.
+func TestRateLogHoldsOneEntryPerFetch(t *testing.T) {
+	ctx := context.Background()
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			fetch := func(t *testing.T, prefix, spec string, want int) Batch {
+				t.Helper()
+				b, err := FetchLimited(ctx, c, prefix, "t", 0, "c", want, false, spec)
+				require.NoError(t, err)
+				return b
+			}
+			jobs := func(n int) [][2]string {
+				var out [][2]string
+				for i := range n {
+					out = append(out, [2]string{fmt.Sprint("j", i), ""})
+				}
+				return out
+			}
+			spec := Limits{Rate: 7, Per: time.Minute}.Spec()
+			t.Run("OneEntryPerFetch", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, jobs(10)...)
+				require.Len(t, fetch(t, p, spec, 5).Items, 5)
+				require.Len(t, fetch(t, p, spec, 5).Items, 2, "7 a minute")
+				held := fetch(t, p, spec, 5)
+				require.Empty(t, held.Items)
+				require.InDelta(t, float64(time.Minute), float64(held.Wait), float64(5*time.Second))
+				entries := c.LRange(ctx, rateLog(k), 0, -1).Val()
+				require.Len(t, entries, 2)
+				require.Regexp(t, `^\d+:0:5:0:0:\d+$`, entries[0])
+				require.Regexp(t, `^\d+:5:2:0:0:\d+$`, entries[1])
+				require.Zero(t, c.Exists(ctx, k.LimitPrefix()+"rate").Val(), "no member per start")
+				// The log expires two periods after its first start, and
+				// a start within the period leaves the expiry alone.
+				exp := func(e string) string { return e[strings.LastIndex(e, ":")+1:] }
+				require.Equal(t, exp(entries[0]), exp(entries[1]))
+				ttl := c.PTTL(ctx, rateLog(k)).Val()
+				require.Greater(t, ttl, 110*time.Second)
+				require.LessOrEqual(t, ttl, 2*time.Minute)
+			})
+			t.Run("ExpiredEntriesLeave", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, jobs(10)...)
+				now := time.Now().UnixMilli()
+				// 6 starts long gone, 4 within the minute.
+				require.NoError(t, c.RPush(ctx, rateLog(k), fmt.Sprintf("%d:0:6:0:0:%d", now-120_000, now), fmt.Sprintf("%d:6:4:0:0:%d", now-1000, now+119_000)).Err())
+				require.Len(t, fetch(t, p, spec, 10).Items, 3)
+				entries := c.LRange(ctx, rateLog(k), 0, -1).Val()
+				require.Len(t, entries, 2)
+				require.Regexp(t, fmt.Sprintf(`^\d+:10:3:0:0:%d$`, now+119_000), entries[1], "the expiry, over a period away, stays")
+			})
+			t.Run("AnErrorRecordsNoStart", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, jobs(3)...)
+				require.NoError(t, c.RPush(ctx, rateLog(k), fmt.Sprintf("%d:0:1:0:0:%d", time.Now().UnixMilli(), time.Now().UnixMilli()+120_000)).Err())
+				// The envelopes cannot be read: the fetch fails after the
+				// rate was checked, and before it records anything.
+				require.NoError(t, c.Del(ctx, k.Pool()).Err())
+				require.NoError(t, c.Set(ctx, k.Pool(), "not a hash", 0).Err())
+				before := testutil.DumpUnder(t, c, p)
+				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 3, false, spec)
+				require.ErrorContains(t, err, "WRONGTYPE")
+				require.Equal(t, before, testutil.DumpUnder(t, c, p))
+			})
+			t.Run("RerunCountsTheFirstRun", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, jobs(10)...)
+				tight := Limits{Rate: 3, Per: time.Minute}.Spec()
+				require.Len(t, fetch(t, p, tight, 2).Items, 2)
+				// The same call again, as go-redis resends it after a lost
+				// reply: the first run's two starts count.
+				require.Len(t, fetch(t, p, tight, 2).Items, 1)
+				require.Empty(t, fetch(t, p, tight, 2).Items)
+			})
+			t.Run("SameJobTwiceIsTwoStarts", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, [2]string{"j", ""}, [2]string{"other", ""})
+				tight := Limits{Rate: 2, Per: time.Minute}.Spec()
+				require.Len(t, fetch(t, p, tight, 1).Items, 1)
+				// The job comes back (recovered) and the same consumer
+				// takes it again: a start of its own.
+				require.NoError(t, c.HSet(ctx, k.State(), "j", "r").Err())
+				require.NoError(t, c.LPush(ctx, k.Ready(), "j").Err())
+				require.Equal(t, []string{"j"}, ids(fetch(t, p, tight, 1).Items))
+				require.Empty(t, fetch(t, p, tight, 1).Items, "two starts of two allowed")
+			})
+			t.Run("LongLogIsReadInBoundedSteps", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, jobs(10)...)
+				old := time.Now().UnixMilli() - 120_000
+				pipe := c.Pipeline()
+				for i := 0; i < 100_000; i += 1000 {
+					chunk := make([]any, 0, 1000)
+					for j := i; j < i+1000; j++ {
+						chunk = append(chunk, fmt.Sprintf("%d:%d:1:0:0:%d", old, j, old+120_000))
+					}
+					pipe.RPush(ctx, rateLog(k), chunk...)
+				}
+				_, err := pipe.Exec(ctx)
+				require.NoError(t, err)
+				wide := Limits{Rate: 100_000 - 64 + 2, Per: time.Minute}.Spec()
+				// 64 expired entries go; the 99,936 others are counted as
+				// starts, for now: room for 2.
+				require.Len(t, fetch(t, p, wide, 10).Items, 2)
+				require.Equal(t, int64(100_000-64+1), c.LLen(ctx, rateLog(k)).Val())
+			})
+			t.Run("PreviousVersionBeside", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				old := k.LimitPrefix() + "rate"
+				limitJobs(t, c, k, jobs(10)...)
+				now := float64(time.Now().UnixMilli())
+				// A client of the previous version started two jobs.
+				require.NoError(t, c.ZAdd(ctx, old, redis.Z{Score: now, Member: "1@o\nx"}, redis.Z{Score: now, Member: "2@o\ny"}).Err())
+				require.NoError(t, c.PExpire(ctx, old, time.Minute).Err())
+				tight := Limits{Rate: 4, Per: time.Minute}.Spec()
+				got := fetch(t, p, tight, 1)
+				require.Len(t, got.Items, 1)
+				// It counts this start: its ZSET holds it as it holds its own.
+				require.ElementsMatch(t, []string{"1@o\nx", "2@o\ny", lease(got.Items[0], "c")}, c.ZRange(ctx, old, 0, -1).Val())
+				require.Regexp(t, `^\d+:0:1:0:1:\d+$`, c.LIndex(ctx, rateLog(k), -1).Val())
+				require.Len(t, fetch(t, p, tight, 5).Items, 1, "2 of theirs, 2 of ours")
+				// Their starts leave the period; only mirrored ones are left
+				// there: counted once, and nothing more is written there.
+				require.NoError(t, c.ZRem(ctx, old, "1@o\nx", "2@o\ny").Err())
+				require.Len(t, fetch(t, p, tight, 5).Items, 2)
+				require.Len(t, c.ZRange(ctx, old, 0, -1).Val(), 2)
+				require.Regexp(t, `^\d+:2:2:2:0:\d+$`, c.LIndex(ctx, rateLog(k), -1).Val())
+				require.Empty(t, fetch(t, p, tight, 5).Items)
+			})
+		})
+	}
+}

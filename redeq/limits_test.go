@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/config"
@@ -769,6 +770,119 @@ func TestTakingAParkedJobOutStrandsNoOther(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestStatsCountsNoParkedJobTakenOut: a job taken out of the topic
+// (Delete, Reschedule, Put, DeleteJobs, Update, RequeueJobs) while it
+// waits for a slot of its key value is no longer counted in
+// Stats.Waiting, at once, though its slot has not freed: List(ready) and
+// Waiting show the same jobs, and Pool is the sum of the states
+// (Scheduled + Ready + Waiting + InFlight + UnAck + Dead).
+func TestStatsCountsNoParkedJobTakenOut(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		take func(t *testing.T, c *redeq.Client)
+	}{
+		{"Delete", func(t *testing.T, c *redeq.Client) {
+			_, err := c.Delete(ctx, "t", "x1")
+			require.NoError(t, err)
+		}},
+		{"Reschedule", func(t *testing.T, c *redeq.Client) {
+			require.NoError(t, c.RescheduleIn(ctx, "t", "x1", time.Hour))
+		}},
+		{"Put", func(t *testing.T, c *redeq.Client) {
+			require.NoError(t, c.Put(ctx, &redeq.Job{Topic: "t", ID: "x1", Delay: time.Hour, Headers: map[string]string{"tenant": "x"}}))
+		}},
+		{"DeleteJobs", func(t *testing.T, c *redeq.Client) {
+			res, err := c.DeleteJobs(ctx, "t", redeq.StateReady, []string{"x1"})
+			require.NoError(t, err)
+			require.Equal(t, 1, res.Done, "%+v", res)
+		}},
+		{"Update", func(t *testing.T, c *redeq.Client) {
+			require.NoError(t, c.Update(ctx, "t", "x1", func(j *redeq.Job) error {
+				j.Delay = time.Hour
+				return nil
+			}))
+		}},
+		{"RequeueJobs", func(t *testing.T, c *redeq.Client) {
+			res, err := c.RequeueJobs(ctx, "t", redeq.StateReady, []string{"x1"}, time.Hour)
+			require.NoError(t, err)
+			require.Equal(t, 1, res.Done, "%+v", res)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			each(t, func(t *testing.T, e *env) {
+				h := newHoldGate()
+				parkFive(t, e, h)
+				t.Cleanup(func() { h.release() }) // before the client's shutdown, even on a failure
+				tc.take(t, e.c)
+				page, err := e.c.List(ctx, "t", redeq.StateReady, redeq.ListOptions{Limit: 100})
+				require.NoError(t, err)
+				var ready []string
+				for _, j := range page.Jobs {
+					ready = append(ready, j.ID)
+				}
+				require.Equal(t, []string{"x2", "x3", "x4"}, ready)
+				st := stats(t, e.c, "t")
+				require.Equal(t, int64(3), st.Waiting, "%+v", st)
+				require.Equal(t, st.Pool, st.Scheduled+st.Ready+st.Waiting+st.InFlight+st.UnAck+st.Dead, "%+v", st)
+				require.Equal(t, int64(1), st.InFlight, "%+v", st)
+			})
+		})
+	}
+}
+
+// TestStatsParkedCountIsBounded: Stats reads the set-aside ids of a key
+// value in a bounded step: of 100,000 entries it checks the first 1,000
+// (a second entry of an id counts once, a stale one not at all) and
+// counts the rest as they are; of many values it checks 4,000 entries
+// per bucket in all. It writes nothing, so a rerun gives the same count,
+// and a list it cannot read fails it with Redis's error.
+func TestStatsParkedCountIsBounded(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "a", Delay: time.Hour}))
+		k := keys.ForBucket(e.cfg.Prefix, "t", 0)
+		pipe := e.rdb.Pipeline()
+		pipe.HSet(ctx, k.State(), "live1", "r", "live2", "r5")
+		// Value "hot": live1 twice, live2, 997 stale, then 99,000 more.
+		pipe.RPush(ctx, k.LimitPark("hot"), "live1", "live1", "live2")
+		for i := 3; i < 100_000; i += 1000 {
+			chunk := make([]any, 0, 1000)
+			for j := i; j < min(i+1000, 100_000); j++ {
+				chunk = append(chunk, fmt.Sprint("gone", j))
+			}
+			pipe.RPush(ctx, k.LimitPark("hot"), chunk...)
+		}
+		pipe.ZAdd(ctx, k.LimitParked(), redis.Z{Score: 0, Member: "hot"})
+		_, err := pipe.Exec(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(2+99_000), stats(t, e.c, "t").Waiting, "1,000 checked, 99,000 counted unchecked")
+		before := testutil.DumpUnder(t, e.rdb, e.cfg.Prefix)
+		require.Equal(t, int64(2+99_000), stats(t, e.c, "t").Waiting, "a rerun counts the same")
+		require.Equal(t, before, testutil.DumpUnder(t, e.rdb, e.cfg.Prefix), "Stats writes nothing")
+		// 20 more values of 1,000 stale entries each: the bucket's 4,000
+		// checks are spent on "hot" and the first 3 of them.
+		pipe = e.rdb.Pipeline()
+		for v := range 20 {
+			chunk := make([]any, 0, 1000)
+			for j := range 1000 {
+				chunk = append(chunk, fmt.Sprintf("v%02d-%d", v, j))
+			}
+			pipe.RPush(ctx, k.LimitPark(fmt.Sprintf("v%02d", v)), chunk...)
+			pipe.ZAdd(ctx, k.LimitParked(), redis.Z{Score: 1, Member: fmt.Sprintf("v%02d", v)})
+		}
+		_, err = pipe.Exec(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(2+99_000+17*1000), stats(t, e.c, "t").Waiting)
+		// A park list it cannot read fails Stats with Redis's error.
+		require.NoError(t, e.rdb.Set(ctx, k.LimitPark("bad"), "not a list", 0).Err())
+		require.NoError(t, e.rdb.ZAdd(ctx, k.LimitParked(), redis.Z{Score: 0, Member: "bad"}).Err())
+		_, err = e.c.Stats(ctx, "t")
+		require.ErrorContains(t, err, "WRONGTYPE")
+	})
 }
 
 // TestParkedJobsAreVisible: jobs that wait for a slot of their key value

@@ -2,6 +2,7 @@ package redeq
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"time"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/redeq-go/redeq/ack"
 	"github.com/redeq-go/redeq/internal/keys"
+	"github.com/redeq-go/redeq/internal/rdb"
+	"github.com/redeq-go/redeq/internal/script"
 	"github.com/redeq-go/redeq/pool"
 	"github.com/redeq-go/redeq/ready"
 )
@@ -33,11 +36,15 @@ type Stats struct {
 	Running int64
 	// Waiting counts the due jobs held back by a limit: per key value,
 	// those set aside for a value at its limit (not counted in Ready);
-	// topic-wide, the Ready jobs while Running is at MaxRunning. A job
-	// taken out of the topic (Delete, Reschedule, Put, a bulk action)
-	// while set aside is still counted until a fetch sweeps its value,
-	// when a slot of the value frees; List(ready) and Get already leave
-	// it out.
+	// topic-wide, the Ready jobs while Running is at MaxRunning. Per key
+	// value it is exact, as List(ready) and Get: a job taken out of the
+	// topic while set aside (Delete, Reschedule, Put, Update, a bulk
+	// action) is no longer counted, though its reference stays in its
+	// value's list until a fetch sweeps it. Stats checks the state of at
+	// most 1,000 set-aside ids per key value and 4,000 per bucket (in
+	// one read-only script per bucket); ids beyond that are counted as referenced, stale ones
+	// included. A job put back as due meanwhile (Put, Reschedule to now)
+	// is counted in Ready too until a fetch reads it.
 	Waiting int64
 }
 
@@ -225,26 +232,46 @@ func (c *Client) PurgeDead(ctx context.Context, topic string) (int, error) {
 // per bucket.
 const maxParkedValues = 1000
 
+// Stats checks the state of at most parkedCheckPerValue set-aside ids per
+// key value, and parkedCheckPerBucket per bucket; it counts any beyond
+// unchecked (stale entries included).
+const (
+	parkedCheckPerValue  = 1000
+	parkedCheckPerBucket = 4000
+)
+
+//go:embed stats_parked.lua
+var statsParkedSource string
+
+var statsParkedScript = script.New(statsParkedSource)
+
 // parkedJobs counts the jobs set aside for the key values of parked (per
-// bucket, as Stats read them): one more round trip when any is.
+// bucket, as Stats read them) whose state still says ready: one more
+// round trip when any is, one read-only script per bucket
+// (stats_parked.lua).
 func (c *Client) parkedJobs(ctx context.Context, topic string, parked []*redis.StringSliceCmd) (int64, error) {
-	var lens []*redis.IntCmd
-	pipe := c.rdb.Pipeline()
+	var calls []rdb.Call
 	for b, vals := range parked {
-		k := keys.ForBucket(c.cfg.Prefix, topic, b)
-		for _, v := range vals.Val() {
-			lens = append(lens, pipe.LLen(ctx, k.LimitPark(v)))
+		if len(vals.Val()) == 0 {
+			continue
 		}
-	}
-	if len(lens) == 0 {
-		return 0, nil
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, err
+		k := keys.ForBucket(c.cfg.Prefix, topic, b)
+		ks := []string{k.State()}
+		for _, v := range vals.Val() {
+			ks = append(ks, k.LimitPark(v))
+		}
+		calls = append(calls, rdb.Call{Keys: ks, Args: []any{parkedCheckPerValue, parkedCheckPerBucket}})
 	}
 	var n int64
-	for _, l := range lens {
-		n += l.Val()
+	for _, cmd := range rdb.RunPipelined(ctx, c.rdb, statsParkedScript, calls) {
+		if err := cmd.Err(); err != nil {
+			return 0, err
+		}
+		v, err := cmd.Int64Slice()
+		if err != nil || len(v) != 2 {
+			return 0, fmt.Errorf("count parked jobs: unexpected reply %v", cmd.Val())
+		}
+		n += v[0]
 	}
 	return n, nil
 }

@@ -382,8 +382,10 @@ func ScheduleClock(prefix string) string { return prefix + ":schedules:clock" }
 //	<prefix>run          ZSET  lease -> fetch ms: every delivery fetched under a limit
 //	<prefix>keyof        HASH  lease -> limit key value (per-key limits only)
 //	<prefix>krun:<value> ZSET  lease -> fetch ms, the deliveries of one key value
-//	<prefix>rate         ZSET  lease -> start µs within the last rate period
-//	<prefix>krate:<value> ZSET the same per key value; expires after the period
+//	<prefix>rlog         LIST  starts of the last rate period, an entry per fetch; expires after it
+//	<prefix>krlog:<value> LIST the same per key value
+//	<prefix>rate         ZSET  lease -> start ms: the previous version's log, read while it exists
+//	<prefix>krate:<value> ZSET the same per key value
 //	<prefix>park:<value> LIST  ids held for their key value, oldest first
 //	<prefix>parked       ZSET  key value -> when its parked ids may be tried again, ms
 //	<prefix>held         STRING set while a topic-wide MaxRunning held a fetch back

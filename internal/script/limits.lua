@@ -7,8 +7,12 @@
 --   p..'run'          ZSET lease -> fetch ms, every delivery fetched under a limit
 --   p..'keyof'        HASH lease -> its key value (per-key MaxRunning only)
 --   p..'krun:'..v     ZSET lease -> fetch ms, per key value v
---   p..'rate'         ZSET lease -> start ms within the last period
---   p..'krate:'..v    ZSET the same per key value; expires after the period
+--   p..'rlog'         LIST the starts of the last period, one entry per
+--                     fetch, oldest first (limit_log); expires after it
+--   p..'krlog:'..v    LIST the same per key value v
+--   p..'rate'         ZSET lease -> start ms: the previous version's log,
+--   p..'krate:'..v    one member per start; read while it exists, and
+--                     written too while such a client starts jobs
 --   p..'park:'..v     LIST ids held for key value v, oldest first
 --   p..'parked'       ZSET key value -> when its parked ids may be tried
 --                     again, ms; LIMIT_HOLD while they wait for a slot
@@ -151,12 +155,101 @@ local function limit_heal(p, z, state, now)
   end
   return #stale
 end
+-- limit_logs caches what limit_log read, per log key, for the rest of the
+-- script.
+local limit_logs = {}
+-- limit_entry reads an entry of a start log,
+-- "ms:start:count:mstart:mcount:exp": the fetch's time, the log's running
+-- count of starts before it and its own, the same of the starts it also
+-- wrote to the previous version's ZSET (mirrored), and when the log key
+-- expires (its last PEXPIRE).
+local function limit_entry(e)
+  local ms, a, c, ma, mc, exp = string.match(e, '^(%d+):(%d+):(%d+):(%d+):(%d+):(%d+)$')
+  if not ms then error('bad rate log entry ' .. e) end
+  return {ms = tonumber(ms), start = tonumber(a), count = tonumber(c), mstart = tonumber(ma), mcount = tonumber(mc), exp = tonumber(exp)}
+end
+-- limit_log reads the starts of the last per ms in start log lg (a LIST,
+-- one entry per fetch that started jobs: limit_entry), dropping the
+-- expired entries from its head (at most 64 a call: any left over are
+-- counted, so a log read late holds starts back, never lets more go), and
+-- in old, the previous version's ZSET of one member per start (trimmed
+-- the same way), which exists only while a client of that version starts
+-- jobs, or for a period after a fetch mirrored its starts there. Returns
+-- {n = the starts counted, oldest = ms of the oldest or nil, nxt, mnxt =
+-- the running counts the next entry starts at, exp = the key's expiry,
+-- mixed = whether the ZSET holds starts that are not mirrored ones: a
+-- client of that version runs, and the fetch writes its starts there
+-- too}.
+local function limit_log(lg, old, per, now)
+  local head, from = nil, 0
+  for _, size in ipairs({4, 20, 20, 20}) do
+    local got = redis.call('LRANGE', lg, from, from + size - 1)
+    local k = 0
+    for i, e in ipairs(got) do
+      local en = limit_entry(e)
+      if en.ms > now - per then head = en; break end
+      k = i
+    end
+    from = from + k
+    if head or k < size then break end
+  end
+  if from > 0 then redis.call('LTRIM', lg, from, -1) end
+  local r = {n = 0, nxt = 0, mnxt = 0, exp = 0, mixed = false}
+  if not head then
+    local e = redis.call('LINDEX', lg, 0)
+    if e then head = limit_entry(e) end
+  end
+  if head then
+    local tail = limit_entry(redis.call('LINDEX', lg, -1))
+    r.nxt, r.mnxt, r.exp = tail.start + tail.count, tail.mstart + tail.mcount, tail.exp
+    r.n, r.oldest = r.nxt - head.start, head.ms
+  end
+  if redis.call('EXISTS', old) == 1 then
+    redis.call('ZREMRANGEBYSCORE', old, '-inf', now - per)
+    local others = redis.call('ZCARD', old) - (r.mnxt - (head and head.mstart or 0))
+    if others > 0 then
+      r.n, r.mixed = r.n + others, true
+      local first = redis.call('ZRANGE', old, 0, 0, 'WITHSCORES')
+      if first[2] then r.oldest = math.min(r.oldest or math.huge, limit_score(first[2])) end
+    end
+  end
+  limit_logs[lg] = r
+  return r
+end
+-- limit_log_wait is, when the starts r counts (limit_log) plus extra reach
+-- n, in how many ms the oldest of them leaves the period per; nil below n.
+local function limit_log_wait(r, n, per, extra, now)
+  if r.n + extra < n then return nil end
+  return math.max(1, (r.oldest or now) + per - now)
+end
+-- limit_log_add records count starts at now (the fetch's leases, t:
+-- score, member pairs) in start log lg, as one entry, and, while a client
+-- of the previous version starts jobs (r.mixed), in its ZSET old too,
+-- marked mirrored in the entry so that they are counted once. The log
+-- must outlive its last entry by per: its expiry is pushed to two periods
+-- from now when less than one is left, so a busy log costs a PEXPIRE a
+-- period, not one a fetch (an idle one lingers up to two periods).
+local function limit_log_add(lg, old, per, t, now)
+  local r = limit_logs[lg]
+  local count = #t / 2
+  local mc = r.mixed and count or 0
+  local exp = r.exp
+  if exp - now < per then exp = now + 2 * per end
+  redis.call('RPUSH', lg, string.format('%d:%d:%d:%d:%d:%d', now, r.nxt, count, r.mnxt, mc, exp))
+  if exp ~= r.exp then redis.call('PEXPIREAT', lg, exp) end
+  if r.mixed then
+    redis.call('ZADD', old, unpack(t))
+    redis.call('PEXPIRE', old, per)
+  end
+  r.n, r.nxt, r.mnxt, r.exp = r.n + count, r.nxt + count, r.mnxt + mc, exp
+  r.oldest = r.oldest or now
+end
 -- limit_room is how many more deliveries the running ZSET run (at most
--- spec.max, 0 for no such limit) and the start ZSET rate (spec.n per
--- spec.per ms) allow now, and, when the rate allows none, in how many ms it
--- allows one; math.huge with no limit. A running limit found reached is
--- healed first (limit_heal).
-local function limit_room(p, run, rate, spec, state, now)
+-- spec.max, 0 for no such limit) and the start log lg (spec.n per
+-- spec.per ms; old is the previous version's, limit_log) allow now, and,
+-- when the rate allows none, in how many ms it allows one; math.huge with
+-- no limit. A running limit found reached is healed first (limit_heal).
+local function limit_room(p, run, lg, old, spec, state, now)
   local room, wait = math.huge, nil
   if spec.max > 0 then
     local c = redis.call('ZCARD', run)
@@ -164,13 +257,9 @@ local function limit_room(p, run, rate, spec, state, now)
     room = spec.max - c
   end
   if spec.n > 0 then
-    redis.call('ZREMRANGEBYSCORE', rate, '-inf', now - spec.per)
-    local r = spec.n - redis.call('ZCARD', rate)
-    if r <= 0 then
-      local first = redis.call('ZRANGE', rate, 0, 0, 'WITHSCORES')
-      wait = math.max(1, (first[2] and limit_score(first[2]) or now) + spec.per - now)
-    end
-    room = math.min(room, r)
+    local r = limit_log(lg, old, spec.per, now)
+    wait = limit_log_wait(r, spec.n, spec.per, 0, now)
+    room = math.min(room, spec.n - r.n)
   end
   return room, wait
 end
@@ -179,15 +268,13 @@ end
 -- full (or there is no rate): then only a slot can hold the value up.
 local function limit_rate_wait(p, spec, v, extra, now)
   if spec.n == 0 then return nil end
-  local rate = p .. 'krate:' .. v
-  if redis.call('ZCARD', rate) + extra < spec.n then return nil end
-  local first = redis.call('ZRANGE', rate, 0, 0, 'WITHSCORES')
-  local oldest = first[2] and limit_score(first[2]) or now
-  return math.max(1, oldest + spec.per - now)
+  local lg = p .. 'krlog:' .. v
+  local r = limit_logs[lg] or limit_log(lg, p .. 'krate:' .. v, spec.per, now)
+  return limit_log_wait(r, spec.n, spec.per, extra, now)
 end
 -- limit_key_room is limit_room for key value v.
 local function limit_key_room(p, spec, v, state, now)
-  return limit_room(p, p .. 'krun:' .. v, p .. 'krate:' .. v, spec, state, now)
+  return limit_room(p, p .. 'krun:' .. v, p .. 'krlog:' .. v, p .. 'krate:' .. v, spec, state, now)
 end
 -- limit_take notes in back at most n ids parked for key value v that are
 -- still ready (their state in HASH state says so: a parked job deleted,
@@ -388,7 +475,7 @@ local function limit_open(p, spec, readyk, state, want, flag)
   local lk = {p = p, spec = spec, state = state, now = now, room = {}, wait = {}, took = {}, val = {}, park = {}, order = {}, flag = flag}
   if spec.header == '' then
     if flag then limit_unlimit(p, readyk, state, want) end
-    local room, wait = limit_room(p, p .. 'run', p .. 'rate', spec, state, now)
+    local room, wait = limit_room(p, p .. 'run', p .. 'rlog', p .. 'rate', spec, state, now)
     if room < want and not wait then redis.call('SET', p .. 'held', '1') end
     return math.max(0, math.min(want, room)), wait, lk
   end
@@ -465,8 +552,7 @@ local function limit_flush(lk)
     redis.call('ZADD', p .. 'run', unpack(t))
     if spec.header == '' then
       if spec.n > 0 then
-        redis.call('ZADD', p .. 'rate', unpack(t))
-        redis.call('PEXPIRE', p .. 'rate', spec.per)
+        limit_log_add(p .. 'rlog', p .. 'rate', spec.per, t, lk.now)
       end
     else
       if spec.max > 0 then
@@ -476,8 +562,9 @@ local function limit_flush(lk)
         redis.call('ZADD', p .. 'krun:' .. v, unpack(t))
       end
       if spec.n > 0 then
-        redis.call('ZADD', p .. 'krate:' .. v, unpack(t))
-        redis.call('PEXPIRE', p .. 'krate:' .. v, spec.per)
+        local lg = p .. 'krlog:' .. v
+        if not limit_logs[lg] then limit_log(lg, p .. 'krate:' .. v, spec.per, lk.now) end
+        limit_log_add(lg, p .. 'krate:' .. v, spec.per, t, lk.now)
       end
     end
   end
