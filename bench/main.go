@@ -32,6 +32,7 @@ import (
 	"os"
 	"runtime/debug"
 	"runtime/pprof"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,6 +65,7 @@ var (
 	render   = flag.Bool("render", false, "measure nothing: redraw the chart and render the docs from the JSON")
 	cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the whole run (both systems) here")
 	rounds   = flag.Int("rounds", 0, "interleaved rounds of the enqueue measurement (0: 5, or 3 with -quick)")
+	cmdstats = flag.Bool("cmdstats", false, "print each command's calls and Redis µs per drained job over the drain (INFO commandstats, script-inner commands included)")
 )
 
 // sizes of the measurements.
@@ -502,6 +504,58 @@ func (b *bench) commands() int64 {
 	return total
 }
 
+// cmdStat is one command's line of INFO commandstats.
+type cmdStat struct{ calls, usec int64 }
+
+// commandTimes is INFO commandstats by command (cmdstat_evalsha, ...).
+func (b *bench) commandTimes() map[string]cmdStat {
+	s, err := b.admin.Info(b.ctx, "commandstats").Result()
+	if err != nil {
+		fail("info: %v", err)
+	}
+	out := map[string]cmdStat{}
+	for _, line := range strings.Split(s, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		var st cmdStat
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				st.calls, _ = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				st.usec, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		out[strings.TrimPrefix(name, "cmdstat_")] = st
+	}
+	return out
+}
+
+// printCommandStats prints what each command cost over a drain of n jobs,
+// busiest first: calls and µs per job. A script's usec includes its inner
+// commands', which are listed under their own names too.
+func printCommandStats(system string, before, after map[string]cmdStat, n int) {
+	type line struct {
+		name        string
+		calls, usec int64
+	}
+	var lines []line
+	for name, a := range after {
+		d := line{name, a.calls - before[name].calls, a.usec - before[name].usec}
+		if d.calls > 0 {
+			lines = append(lines, d)
+		}
+	}
+	sort.Slice(lines, func(i, j int) bool { return lines[i].usec > lines[j].usec })
+	fmt.Printf("  commandstats of %s's drain, per job:\n", system)
+	for _, l := range lines {
+		fmt.Printf("    %-16s %8.3f calls %8.2f µs\n", l.name, float64(l.calls)/float64(n), float64(l.usec)/float64(n))
+	}
+}
+
 // serverCPU is the CPU time the redis-server process has used, user plus
 // system, in seconds (INFO used_cpu_user + used_cpu_sys). Unlike a count
 // of commands it charges a batch for its size and a round trip for its
@@ -655,6 +709,7 @@ func (b *bench) drainOnce(s system, n int) drainCost {
 		}
 	}
 	cnt := newCounter(n)
+	statsBefore := b.commandTimes()
 	before, cpuBefore := b.commands(), b.serverCPU()
 	start := time.Now()
 	stop := s.Consume(16, func(ctx context.Context, id string, body []byte, attempt int) { cnt.add(id) })
@@ -663,6 +718,9 @@ func (b *bench) drainOnce(s system, n int) drainCost {
 	}
 	elapsed := time.Since(start)
 	cmds, cpu := b.commands()-before, b.serverCPU()-cpuBefore
+	if *cmdstats {
+		printCommandStats(s.Name(), statsBefore, b.commandTimes(), n)
+	}
 	stop()
 	return drainCost{rate: float64(n) / elapsed.Seconds(), cmds: float64(cmds) / float64(n), cpuUS: cpu / float64(n) * 1e6}
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // lingerTime is how long free workers wait for more to free up before a
-// fetch for fewer than half of them.
+// fetch for fewer than batchFor of them.
 const lingerTime = 2 * time.Millisecond
 
 // dispatchState is the dispatcher's. Except maybe (set by wake), only the
@@ -57,23 +57,30 @@ type dispatchState struct {
 	failing int // buckets whose last task failed
 	// slowAfter is slowFetch; tests shorten it.
 	slowAfter time.Duration
+	// backlog is set while the latest fetch that answered took as many
+	// jobs as it asked for and the ready list may hold more: the runner is
+	// under load, and its fetches wait for fuller batches (batchFor).
+	backlog bool
+	// lingerAfter is lingerTime; tests lengthen it.
+	lingerAfter time.Duration
 }
 
 func newDispatchState(buckets int) dispatchState {
 	d := dispatchState{
-		maybe:      make([]atomic.Bool, buckets),
-		suspect:    make([]bool, buckets),
-		fetched:    make([]bool, buckets),
-		soloBucket: -1,
-		results:    make(chan fetchResult, buckets),
-		fetching:   make([]bool, buckets),
-		launched:   make([]time.Time, buckets),
-		reservedBy: make([]int, buckets),
-		slow:       make([]bool, buckets),
-		retryAt:    make([]time.Time, buckets),
-		limitAt:    make([]time.Time, buckets),
-		backoff:    make([]env.Backoff, buckets),
-		slowAfter:  slowFetch,
+		maybe:       make([]atomic.Bool, buckets),
+		suspect:     make([]bool, buckets),
+		fetched:     make([]bool, buckets),
+		soloBucket:  -1,
+		results:     make(chan fetchResult, buckets),
+		fetching:    make([]bool, buckets),
+		launched:    make([]time.Time, buckets),
+		reservedBy:  make([]int, buckets),
+		slow:        make([]bool, buckets),
+		retryAt:     make([]time.Time, buckets),
+		limitAt:     make([]time.Time, buckets),
+		backoff:     make([]env.Backoff, buckets),
+		slowAfter:   slowFetch,
+		lingerAfter: lingerTime,
 	}
 	for i := range d.maybe {
 		d.maybe[i].Store(true)
@@ -197,6 +204,7 @@ func (r *runner) landed(res fetchResult, log *slog.Logger) {
 		r.slow[b] = false
 	}
 	items := res.items
+	r.backlog = res.more && len(items) >= res.want
 	if res.wait > 0 {
 		// Jobs wait for a rate limit: fetch again when it lets one go.
 		r.limitAt[b] = r.g.env.Clock.Now().Add(res.wait)
@@ -305,10 +313,11 @@ func (r *runner) dispatch(ctx context.Context, tasks *sync.WaitGroup) {
 			// is woken when it lets go.
 		}
 		free := r.capacity - int(r.busy.Load()) - r.reserved
-		// Fetch in batches: wait until half the workers are free, unless
-		// nothing is running at all, or fewer have been free for a linger.
+		// Fetch in batches: wait until batchFor workers are free (half of
+		// them, or all under a backlog), unless nothing is running at all,
+		// or fewer have been free for a linger.
 		ripe := free > 0 && !r.alone && !r.soloFetch &&
-			(free >= max(1, r.workers/2) || r.busy.Load() == 0 || lingered)
+			(free >= r.batchFor() || r.busy.Load() == 0 || lingered)
 		next := r.lastSweep.Add(r.g.cfg.ConsumerTimeout)
 		if ripe && r.anyMaybe() && !r.g.heard() {
 			// Unheard for most of a ConsumerTimeout: a reaper may forget
@@ -375,7 +384,7 @@ func (r *runner) dispatch(ctx context.Context, tasks *sync.WaitGroup) {
 		r.rr++
 		if free > 0 && !r.alone && !lingering && waiting {
 			lingering = true
-			linger.Reset(lingerTime)
+			linger.Reset(r.lingerAfter)
 		}
 		wake.Reset(max(next.Sub(now), time.Millisecond))
 		select {
@@ -390,6 +399,21 @@ func (r *runner) dispatch(ctx context.Context, tasks *sync.WaitGroup) {
 		case <-wake.C:
 		}
 	}
+}
+
+// batchFor is how many workers must be free for a fetch that does not
+// linger: half of them, or all of them while the runner has a backlog
+// (the ready list holds more than its fetches take). A fetch costs Redis
+// the same per call whatever its size, so a runner under load fetches
+// for every worker at once, one round trip where it took two; the linger
+// bounds how long a free worker waits for the others, and a runner that
+// runs nothing fetches at once, so an idle consumer still starts a job
+// the moment it is due.
+func (r *runner) batchFor() int {
+	if r.backlog {
+		return r.capacity
+	}
+	return max(1, r.workers/2)
 }
 
 // suspectFetched marks for a reconcile every bucket fetched from since the

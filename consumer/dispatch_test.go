@@ -12,8 +12,82 @@ import (
 // TestDispatch proves what the dispatcher promises: a bucket whose fetch
 // hangs holds up no other bucket's, a late answer starts no more jobs
 // than there are free workers, a lost reply is reconciled before the
-// bucket is fetched from again, and a quarantined job runs alone.
+// bucket is fetched from again, a quarantined job runs alone, and a
+// runner under a backlog fetches for every worker at once while one
+// without fetches as soon as half its workers are free.
 func TestDispatch(t *testing.T) {
+	// fetchesOf lists the wants of the fetches that took jobs.
+	fetchesOf := func(log *journal) []int {
+		var wants []int
+		for _, e := range log.all() {
+			if e.kind == "fetch" && e.err == nil && len(e.ids) > 0 {
+				wants = append(wants, e.want)
+			}
+		}
+		return wants
+	}
+
+	t.Run("BacklogFetchesForEveryWorkerAtOnce", func(t *testing.T) {
+		// Four workers, eight jobs: the first fetch takes four and leaves
+		// more, so the runner is under load. Two jobs ending free half the
+		// workers, which fetches nothing yet (the linger is lengthened out
+		// of the way); the other two ending make one fetch for all four.
+		gt := newGate()
+		log := &journal{}
+		rg := newRig(t, &listener{topic: "t", workers: 4, on: gt.handler}, rigOptions{log: log})
+		rg.r.lingerAfter = time.Minute
+		for _, id := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+			rg.f.push(0, job(id, 0))
+		}
+		rg.start()
+		for range 4 {
+			gt.wait(t)
+		}
+		gt.let("a")
+		gt.let("b")
+		eventually(t, "a and b are settled", func() bool { return settled(log, "t", "a")() && settled(log, "t", "b")() })
+		time.Sleep(20 * time.Millisecond) // a fetch for the two free workers would be under way by now
+		if got := fetchesOf(log); len(got) != 1 {
+			t.Fatalf("fetches %v with half the workers free under a backlog, want only the first", got)
+		}
+		gt.let("c")
+		gt.let("d")
+		eventually(t, "a second fetch", func() bool { return len(fetchesOf(log)) == 2 })
+		if got := fetchesOf(log); got[1] != 4 {
+			t.Fatalf("fetches %v, want the second for all 4 workers", got)
+		}
+		gt.pass("e", "f", "g", "h")
+		eventually(t, "h is settled", settled(log, "t", "h"))
+	})
+
+	t.Run("NoBacklogFetchesForHalfTheWorkers", func(t *testing.T) {
+		// Four workers, four jobs: the first fetch takes them all and
+		// leaves none, so the runner is not under load. Two more jobs come;
+		// two jobs ending make a fetch for the two free workers at once,
+		// without waiting for the other two (nor for the linger).
+		gt := newGate()
+		log := &journal{}
+		rg := newRig(t, &listener{topic: "t", workers: 4, on: gt.handler}, rigOptions{log: log})
+		rg.r.lingerAfter = time.Minute
+		for _, id := range []string{"a", "b", "c", "d"} {
+			rg.f.push(0, job(id, 0))
+		}
+		rg.start()
+		for range 4 {
+			gt.wait(t)
+		}
+		rg.f.push(0, job("e", 0), job("f", 0))
+		rg.r.wake(0)
+		gt.let("a")
+		gt.let("b")
+		eventually(t, "a second fetch", func() bool { return len(fetchesOf(log)) == 2 })
+		if got := fetchesOf(log); got[1] != 2 {
+			t.Fatalf("fetches %v, want the second for the 2 free workers", got)
+		}
+		gt.pass("c", "d", "e", "f")
+		eventually(t, "f is settled", settled(log, "t", "f"))
+	})
+
 	t.Run("SlowFetchFreesItsWorkersForOtherBuckets", func(t *testing.T) {
 		// One worker, two buckets: bucket 0's fetch hangs with the worker
 		// reserved; once it is slow, bucket 1's job runs beside it.

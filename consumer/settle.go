@@ -27,9 +27,12 @@ type settleState struct {
 	// retryWait is the backoff of a failed settle: the zero value, which
 	// tests shorten.
 	retryWait env.Backoff
+	// lingerFor is settleLinger; tests lengthen it.
+	lingerFor time.Duration
 }
 
 func (s *settleState) init(workers int) {
+	s.lingerFor = settleLinger
 	s.outs = make(chan settleReq, 2*workers)
 	s.stopSettle = make(chan struct{})
 	s.settlerDone = make(chan struct{})
@@ -141,10 +144,14 @@ const settleLinger = time.Millisecond
 
 // lane applies bucket b's outcomes in batches until in is closed. Under
 // load (more handlers running than the outcomes it holds) a lane waits up
-// to settleLinger for a batch of capacity outcomes, so that one settle
-// carries the outcomes of more than one fetch: the settles, each some
-// eight commands whatever its size, then cost the server less per job. An
-// outcome that comes alone is settled at once.
+// to settleLinger for a batch of twice capacity outcomes, so that one
+// settle carries the outcomes of two fetches (a runner under a backlog
+// fetches for every worker at once: batchFor): the settles, each some
+// eight commands whatever its size, then cost the server less per job.
+// No job's start waits for it (a worker is free once it handed its outcome
+// on), and a bucket holds at most twice capacity deliveries (dispatch's
+// room), so a lane that holds that many settles them at once. An outcome
+// that comes alone is settled at once.
 func (r *runner) lane(b int, in chan ack.Outcome) {
 	log := r.g.env.Logger.With("topic", r.topic)
 	var linger *time.Timer
@@ -165,14 +172,15 @@ func (r *runner) lane(b int, in chan ack.Outcome) {
 				break more
 			}
 		}
-		if open && len(batch) < min(r.capacity, maxSettle) && time.Since(settled) < 4*settleLinger {
+		target := min(2*r.capacity, maxSettle)
+		if open && len(batch) < target && time.Since(settled) < 4*r.lingerFor {
 			if linger == nil {
-				linger = time.NewTimer(settleLinger)
+				linger = time.NewTimer(r.lingerFor)
 			} else {
-				linger.Reset(settleLinger)
+				linger.Reset(r.lingerFor)
 			}
 		wait:
-			for len(batch) < min(r.capacity, maxSettle) {
+			for len(batch) < target {
 				select {
 				case o, ok := <-in:
 					if !ok {

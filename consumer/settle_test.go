@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redeq-go/redeq/ack"
 	"github.com/redeq-go/redeq/ready"
@@ -14,9 +15,46 @@ import (
 
 // TestSettle proves what the settler promises: a bucket whose outcomes
 // cannot be applied holds up no other bucket's, and stops being fetched
-// from at twice the workers; its outcomes are applied once it can; and a
-// delivery Shutdown kept in flight is concluded by its own worker.
+// from at twice the workers; its outcomes are applied once it can; a lane
+// under load settles two fetches' outcomes at once; and a delivery
+// Shutdown kept in flight is concluded by its own worker.
 func TestSettle(t *testing.T) {
+	t.Run("LaneUnderLoadSettlesTwiceTheWorkersAtOnce", func(t *testing.T) {
+		// Two workers. A lone outcome is settled at once; then, the lane
+		// busy, eight jobs that ack at once are settled four at a time:
+		// two fetches' outcomes (the lingers are lengthened out of the way,
+		// so that each fetch is for both workers and the batch size ends a
+		// lane's wait, long before the linger).
+		const workers = 2
+		log := &journal{}
+		rg := newRig(t, &listener{topic: "t", workers: workers, on: acking}, rigOptions{log: log})
+		rg.r.lingerFor, rg.r.lingerAfter = 500*time.Millisecond, 500*time.Millisecond
+		rg.f.push(0, job("lone", 0))
+		rg.start()
+		eventually(t, "the lone job is settled", settled(log, "t", "lone"))
+		for i := range 8 {
+			rg.f.push(0, job(fmt.Sprint(i), 0))
+		}
+		rg.r.wake(0)
+		eventually(t, "every job is settled", func() bool {
+			for i := range 8 {
+				if !settled(log, "t", fmt.Sprint(i))() {
+					return false
+				}
+			}
+			return true
+		})
+		var sizes []int
+		for _, e := range log.all() {
+			if e.kind == "settle" {
+				sizes = append(sizes, len(e.ids))
+			}
+		}
+		if !slices.Equal(sizes, []int{1, 2 * workers, 2 * workers}) {
+			t.Fatalf("settles of %v outcomes, want [1 %d %d]: the lone one at once, then twice the workers:%s", sizes, 2*workers, 2*workers, describe(log))
+		}
+	})
+
 	t.Run("FullLaneHoldsUpNoOtherBucket", func(t *testing.T) {
 		const workers, jobs = 2, 40
 		log := &journal{}
