@@ -17,6 +17,7 @@ import (
 // lateness of each fetched job, summed over the topic's buckets; its keys
 // expire on their own.
 func TestHistoryCountsProcessedFailedAndLateness(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -84,6 +85,7 @@ func TestHistoryCountsProcessedFailedAndLateness(t *testing.T) {
 // The lateness quantiles interpolate inside the counter they fall in, and
 // report the last (over 60 s) counter as "at least 60 s".
 func TestLatenessQuantile(t *testing.T) {
+	t.Parallel()
 	var h redeq.LatenessHistogram
 	require.Zero(t, h.Quantile(0.5), "empty")
 	h[0] = 50 // at most 1 ms

@@ -43,6 +43,7 @@ func (g *gauge) leave() { g.now.Add(-1) }
 // five jobs at once, measured by the handlers themselves, and they do
 // reach five; every job runs once.
 func TestMaxRunningHoldsAcrossClients(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		const jobs = 150
@@ -80,6 +81,7 @@ func TestMaxRunningHoldsAcrossClients(t *testing.T) {
 // the jobs of 1,000 other tenants run meanwhile, several at once. The hot
 // tenant never runs two jobs at once, and all its jobs run in the end.
 func TestLimitKeyHoldsTheHotKeyAlone(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		const hotJobs, cold = 100, 1000
@@ -156,6 +158,7 @@ func TestLimitKeyHoldsTheHotKeyAlone(t *testing.T) {
 // it and under which limit. Stats shows the limit last started with and
 // the slots held.
 func TestLimitChangedWhileJobsRun(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var g gauge
@@ -201,6 +204,7 @@ func TestLimitChangedWhileJobsRun(t *testing.T) {
 // started per minute, a topic of 10 ready jobs starts 3, and the others
 // wait where they are: ready, no attempt spent.
 func TestRateLimitHoldsJobsWithoutSpendingAttempts(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var started atomic.Int64
@@ -241,6 +245,7 @@ func TestRateLimitHoldsJobsWithoutSpendingAttempts(t *testing.T) {
 // buckets are refused at Register with ErrInvalidArgument, naming the
 // problem, and register nothing.
 func TestLimitOptionsRefuseBadInput(t *testing.T) {
+	t.Parallel()
 	h := func(context.Context, *redeq.Job, *redeq.Channel) error { return nil }
 	cases := []struct {
 		name string
@@ -554,6 +559,7 @@ func pokeFetches(t *testing.T, e *env) {
 // start (measured by the handlers); once the handler ends the slot is
 // free again, and the topic runs two at once afterwards.
 func TestDeletedRunningJobKeepsItsSlotUntilItsHandlerEnds(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		h := newHoldGate()
@@ -642,6 +648,7 @@ func shutdownCanceling(t *testing.T, c *redeq.Client) {
 // header or with a higher limit starts beside it. Nothing waits for a
 // slot no limit guards.
 func TestParkedJobsRunOnceTheirLimitIsLifted(t *testing.T) {
+	t.Parallel()
 	t.Run("ListenerWithoutLimits", func(t *testing.T) {
 		each(t, func(t *testing.T, e *env) {
 			h := newHoldGate()
@@ -729,6 +736,7 @@ func TestParkedJobsRunOnceTheirLimitIsLifted(t *testing.T) {
 // Reschedule, Put, DeleteJobs) leaves the others waiting for the slot:
 // once it frees, they all run, one at a time.
 func TestTakingAParkedJobOutStrandsNoOther(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		take func(t *testing.T, c *redeq.Client)
@@ -776,6 +784,7 @@ func TestTakingAParkedJobOutStrandsNoOther(t *testing.T) {
 // them (after the ready list, value by value, each value's in the order
 // they will run), page by page, and Stats counts them in Waiting.
 func TestParkedJobsAreVisible(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		h := newHoldGate()
@@ -811,6 +820,7 @@ func TestParkedJobsAreVisible(t *testing.T) {
 // own (at most 2 running, measured by the handlers; Stats shows them),
 // and a listener's own limit options replace them.
 func TestConfigLimitsApplyToListeners(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		h := newHoldGate()

@@ -453,6 +453,7 @@ func TestAddAsTopicRetiresIsMoved(t *testing.T) {
 // retired for want of jobs and consumers is left out, and listed again
 // once a job is added to it.
 func TestTopicsListsTopicsInUse(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		cfg := e.cfg
