@@ -364,53 +364,64 @@ func TestRateLimitHoldsOverTime(t *testing.T) {
 	testutil.FaultTier(t)
 	for _, clients := range []int{3, 6} {
 		t.Run(fmt.Sprint(clients, "clients"), func(t *testing.T) {
-			eachReal(t, func(t *testing.T, e *env) {
-				ctx := context.Background()
-				var mu sync.Mutex
-				var starts []time.Time
-				h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-					mu.Lock()
-					starts = append(starts, time.Now())
-					mu.Unlock()
-					ch.Ack()
-					return nil
-				}
-				var batch []*redeq.Job
-				for i := range 1500 {
-					batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)})
-				}
-				require.NoError(t, e.c.AddBatch(ctx, batch))
-				for i := range clients {
-					c := e.c
-					if i > 0 {
-						c = e.another(t, nil)
-					}
-					startWith(t, c, redeq.ListenerFunc("t", h, redeq.WithWorkers(16), redeq.WithRateLimit(50, time.Second)))
-				}
-				testutil.Eventually(t, 10*time.Second, "the first start", func() bool {
-					mu.Lock()
-					defer mu.Unlock()
-					return len(starts) > 0
+			// Each case measures 20 s of its own prefix and clients: the
+			// cases and deployments measure at the same time.
+			t.Parallel()
+			for _, be := range testutil.RealBackends(t) {
+				t.Run(be.Name, func(t *testing.T) {
+					t.Parallel()
+					rateLimitOverTime(t, setup(t, be, testutil.Config(t)), clients)
 				})
-				mu.Lock()
-				first := starts[0]
-				mu.Unlock()
-				time.Sleep(time.Until(first.Add(20*time.Second + 500*time.Millisecond)))
-				mu.Lock()
-				n := 0
-				for _, s := range starts {
-					if s.Before(first.Add(20 * time.Second)) {
-						n++
-					}
-				}
-				mu.Unlock()
-				// 50 at once, then 50 per second: 1,000 within 20 s (the
-				// window's edge may let the 21st second's first in).
-				t.Logf("%d clients: %d starts in 20 s", clients, n)
-				require.InDelta(t, 1000, n, 40, "starts in 20 s")
-			})
+			}
 		})
 	}
+}
+
+// rateLimitOverTime is one case of TestRateLimitHoldsOverTime.
+func rateLimitOverTime(t *testing.T, e *env, clients int) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	var starts []time.Time
+	h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+		mu.Lock()
+		starts = append(starts, time.Now())
+		mu.Unlock()
+		ch.Ack()
+		return nil
+	}
+	var batch []*redeq.Job
+	for i := range 1500 {
+		batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)})
+	}
+	require.NoError(t, e.c.AddBatch(ctx, batch))
+	for i := range clients {
+		c := e.c
+		if i > 0 {
+			c = e.another(t, nil)
+		}
+		startWith(t, c, redeq.ListenerFunc("t", h, redeq.WithWorkers(16), redeq.WithRateLimit(50, time.Second)))
+	}
+	testutil.Eventually(t, 10*time.Second, "the first start", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(starts) > 0
+	})
+	mu.Lock()
+	first := starts[0]
+	mu.Unlock()
+	time.Sleep(time.Until(first.Add(20*time.Second + 500*time.Millisecond)))
+	mu.Lock()
+	n := 0
+	for _, s := range starts {
+		if s.Before(first.Add(20 * time.Second)) {
+			n++
+		}
+	}
+	mu.Unlock()
+	// 50 at once, then 50 per second: 1,000 within 20 s (the
+	// window's edge may let the 21st second's first in).
+	t.Logf("%d clients: %d starts in 20 s", clients, n)
+	require.InDelta(t, 1000, n, 40, "starts in 20 s")
 }
 
 // TestLimitHoldsAcrossRedisRestart: Redis (with an fsync'd AOF) restarts

@@ -776,6 +776,7 @@ func TestScheduleChangeStopsTicksOfADeadPass(t *testing.T) {
 			name = change + "AfterTheWrite"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // each case waits seconds past its tick, on a prefix and clients of its own
 			each(t, func(t *testing.T, e *env) {
 				ctx := context.Background()
 				s := redeq.Schedule{Name: "r", Topic: "rs", Spec: "@every 1s", Body: []byte("old")}
