@@ -17,7 +17,6 @@ import (
 // lateness of each fetched job, summed over the topic's buckets; its keys
 // expire on their own.
 func TestHistoryCountsProcessedFailedAndLateness(t *testing.T) {
-	t.Parallel()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)

@@ -810,7 +810,7 @@ func hungEverywhere(t *testing.T, be testutil.Backend) (rdb redis.UniversalClien
 // over B's: the job runs to its ack in B, once more.
 func TestHungConsumerStopsHandlerBeforeOthersRunItsJob(t *testing.T) {
 	testutil.FaultTier(t) // private proxies, runs for seconds
-	eachReal(t, func(t *testing.T, e *env) {
+	eachRealBeside(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var rec testutil.Recorder
 		rdbA, hang, unhang := hungEverywhere(t, e.be)

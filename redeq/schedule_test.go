@@ -80,7 +80,7 @@ func startSched(t *testing.T, c *redeq.Client, l redeq.Listener) {
 // job exactly once, skip none, and never deliver one before its instant.
 func TestScheduleTicksOnceAcrossClients(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	each(t, func(t *testing.T, e *env) {
+	eachBeside(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		s := redeq.Schedule{Name: "sweep", Topic: "sweeps", Spec: "@every 1s", Body: []byte("go")}
 		l := newTickCounter("sweeps")
