@@ -272,7 +272,6 @@ func TestProducerAndConsumerApart(t *testing.T) {
 }
 
 func TestDeleteAndRescheduleBeforeDue(t *testing.T) {
-	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		l := newListener("t", nil)
