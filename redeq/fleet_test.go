@@ -172,7 +172,6 @@ func TestIdleTopicRetires(t *testing.T) {
 // killed, a consumer that died meanwhile holding a job is still recovered:
 // the next client in line starts to look once the fleet has dropped them.
 func TestReapersKilledThirdClientRecovers(t *testing.T) {
-	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var children []*child

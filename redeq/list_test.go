@@ -708,7 +708,6 @@ func TestListPagesTiedParkedJobsOnce(t *testing.T) {
 // listed once, also when the consumer whose set the last page ended in
 // shuts down, or one before it does, between the pages.
 func TestListPagesInFlightOnceWhenAConsumerLeaves(t *testing.T) {
-	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		for _, leaving := range []int{0, 1} { // before the cursor's consumer, or that one

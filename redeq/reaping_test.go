@@ -110,7 +110,7 @@ func inFlightBucket(t *testing.T, e *env, topic, cid string) int {
 // consumer no longer in the alive set: the job must still run again.
 func TestFetchLandingAfterDeclarationRecovered(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	eachBeside(t, func(t *testing.T, e *env) {
+	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
 		m := newMortal(t, e, "t")
@@ -209,7 +209,7 @@ func TestManyStuckSilentConsumersDoNotStarveOthers(t *testing.T) {
 // could not count.
 func TestLostTopicMetaStrandsNothing(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	eachBeside(t, func(t *testing.T, e *env) {
+	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		m := newMortal(t, e, "t") // moves; the only consumer
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
