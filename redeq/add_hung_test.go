@@ -192,6 +192,7 @@ func isCtxErr(err error) bool {
 // (every backend, the cluster included), or the server is busy; a job
 // whose Add gave up is stored with its body as given, or not at all.
 func TestAddReturnsAtCtxEndWhileRedisHangs(t *testing.T) {
+	t.Parallel()
 	t.Run("server_hangs", testAddReturnsAtCtxEndWhileServerHangs)
 	t.Run("commands_held", testAddReturnsAtCtxEndWhileCommandsHeld)
 	t.Run("server_busy", testAddReturnsAtDeadlineWhileServerBusy)
@@ -379,6 +380,7 @@ func addCtx(k int, rng *rand.Rand) (context.Context, context.CancelFunc) {
 // "added" is one whose call gave up; a ctx that cannot end never yields a
 // ctx error; nothing is stored twice.
 func TestConcurrentAddsEachGetTheirOwnResult(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -890,6 +892,7 @@ func TestAddRerunAfterLostReplyStoresOnce(t *testing.T) {
 // (the server slow: each add reply 5 ms late). No job is stored with a
 // scribbled body, and -race finds no race on it.
 func TestAddKeepsBodyReusedAfterCtxEnd(t *testing.T) {
+	t.Parallel()
 	for _, be := range standaloneBackends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			p := startAddProxy(t, be.Addrs[0])

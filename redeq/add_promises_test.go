@@ -67,6 +67,7 @@ func badJobs() []struct {
 // nothing for them (no job, no topic); AddBatch stores the valid jobs
 // and reports the invalid ones, each at its place.
 func TestAddRejectsBadInputWritingNothing(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -131,6 +132,7 @@ func TestAddRejectsBadInputWritingNothing(t *testing.T) {
 // and buckets that fill up: each job's answer is that of adding the jobs
 // one by one, and each job added is stored with its own body.
 func TestAddBatchAcrossBuckets(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -206,6 +208,7 @@ func TestAddBatchAcrossBuckets(t *testing.T) {
 // jobs, as a broadcast, or by Put) still runs: the Add woke the mover,
 // which slept until a job due in an hour.
 func TestAddWakesTheMover(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -250,6 +253,7 @@ func TestAddWakesTheMover(t *testing.T) {
 // back as given: body, headers, retry settings and broadcast flag, with
 // bytes the envelope uses itself ("|", newlines, digits and colons).
 func TestAddKeepsJobAsGiven(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			e := setup(t, be, testutil.Config(t))
@@ -321,6 +325,7 @@ func TestAddKeepsJobAsGiven(t *testing.T) {
 // list, deleted and added again (or replaced by Put) with a later due
 // time, does not run early through the ready list's stale entry.
 func TestReaddedReadyJobNotEarly(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			e := setup(t, be, testutil.Config(t))
@@ -416,6 +421,7 @@ func TestAddAnswersFullPoolAndExistsWhileWritesRefused(t *testing.T) {
 // scripts get (the window plus ReadTimeout plus DialTimeout plus 5 s) stays
 // within the day they accept.
 func TestHugeClientTimeoutsKeepWritesWorking(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		opt  func(o *redis.Options)

@@ -61,6 +61,7 @@ func (h *consumerWrites) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 // the topics' consumer sets when it joins them, not on every heartbeat,
 // so a fleet's idle cost does not grow with clients x topics.
 func TestHeartbeatCostsOneCallWhateverTheTopics(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
@@ -97,6 +98,7 @@ func TestHeartbeatCostsOneCallWhateverTheTopics(t *testing.T) {
 // back in the alive set with its topics at its next heartbeat, so that its
 // jobs are recovered if it dies later.
 func TestForgottenConsumerComesBack(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Register(redeq.ListenerFunc("t", func(_ context.Context, job *redeq.Job, ch *redeq.Channel) error {

@@ -28,6 +28,7 @@ type order struct {
 // TestTypedListener: a typed handler gets the decoded value; nil acks, an
 // error retries, an undecodable body goes dead at once with the reason.
 func TestTypedListener(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var mu sync.Mutex
@@ -72,6 +73,7 @@ func TestTypedListener(t *testing.T) {
 // TestMiddlewareOrderAndHeaders: client-wide middleware wraps the
 // listener's own, the first given outermost, and both see the headers.
 func TestMiddlewareOrderAndHeaders(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var mu sync.Mutex
@@ -107,6 +109,7 @@ func TestMiddlewareOrderAndHeaders(t *testing.T) {
 // TestHeadersSurviveEveryPath: headers set by the producer reach every
 // delivery: after a retry, a rejoin, a crash recovery and a rollback.
 func TestHeadersSurviveEveryPath(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hs := map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "k|e=y": "v\nwith newline"}
@@ -153,6 +156,7 @@ func TestHeadersSurviveEveryPath(t *testing.T) {
 // TestHeadersBounded: too many or too large headers are refused, writing
 // nothing.
 func TestHeadersBounded(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		before := testutil.Dump(t, e.rdb, e.cfg.Prefix)
@@ -177,6 +181,7 @@ func TestHeadersBounded(t *testing.T) {
 // override the config; a job with intervals and no MaxRetries is retried
 // once per interval.
 func TestListenerPolicy(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var mu sync.Mutex
@@ -209,6 +214,7 @@ func TestListenerPolicy(t *testing.T) {
 // TestBadListenersRefused: bad listener arguments are ErrInvalidArgument
 // at Register.
 func TestBadListenersRefused(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		for name, l := range map[string]redeq.Listener{
 			"nil handler": redeq.ListenerFunc("t", nil),
@@ -229,6 +235,7 @@ func TestBadListenersRefused(t *testing.T) {
 // Shutdown that had to cancel running handlers says so, and still rolls
 // their jobs back.
 func TestShutdownReportsAbandonedHandlers(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.another(t, func(c *config.Config) { c.ShutdownTimeout = 50 * time.Millisecond })
@@ -251,6 +258,7 @@ func TestShutdownReportsAbandonedHandlers(t *testing.T) {
 // TestStartFailsFastWhenRedisIsDown: Start against a server that does not
 // answer returns a clear error, quickly.
 func TestStartFailsFastWhenRedisIsDown(t *testing.T) {
+	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	defer rdb.Close()
 	c, err := redeq.New(rdb, config.Default())
@@ -265,6 +273,7 @@ func TestStartFailsFastWhenRedisIsDown(t *testing.T) {
 // TestRunStopsOnContext: Run starts the client, serves until its ctx is
 // done, and shuts down cleanly.
 func TestRunStopsOnContext(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx, cancel := context.WithCancel(context.Background())
 		l := newListener("t", nil)
@@ -282,6 +291,7 @@ func TestRunStopsOnContext(t *testing.T) {
 // TestUnAckedIsWarned: a handler that returns nil without Ack or Rejoin
 // parks its job, and the log says so (rate-limited).
 func TestUnAckedIsWarned(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		var buf syncBuffer
 		cfg := e.cfg
@@ -395,6 +405,7 @@ func unpauseAll(c redis.UniversalClient) {
 // TestRescheduleInUsesServerClock: RescheduleIn counts from the Redis
 // server's clock, whatever the caller's.
 func TestRescheduleInUsesServerClock(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j", Delay: time.Hour}))

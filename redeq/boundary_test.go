@@ -21,6 +21,7 @@ import (
 // string type in each package), so the pointer conversions at the
 // boundary (poolJob, publicJob) are sound.
 func TestJobIsPoolJob(t *testing.T) {
+	t.Parallel()
 	pub, inner := reflect.TypeFor[Job](), reflect.TypeFor[pool.Job]()
 	require.Equal(t, inner.Size(), pub.Size())
 	require.Equal(t, inner.Align(), pub.Align())
@@ -61,6 +62,7 @@ func TestJobIsPoolJob(t *testing.T) {
 // its own types: a State converts to a pool.State and a consumer.Outcome
 // to an Outcome unchanged.
 func TestStatesAndOutcomesAreTheBuildingBlocks(t *testing.T) {
+	t.Parallel()
 	states := map[State]pool.State{
 		StateScheduled: pool.StateScheduled, StateReady: pool.StateReady, StateInFlight: pool.StateInFlight,
 		StateUnAck: pool.StateUnAck, StateDead: pool.StateDead,
@@ -148,6 +150,7 @@ func TestAdaptersAllocateOnlyTheJobsContextPerJob(t *testing.T) {
 // counts, matching ErrBucketMismatch, from Add as from Start, and wrapped
 // or not; other errors pass unchanged.
 func TestMismatchIsTheFacadesError(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)

@@ -50,6 +50,7 @@ func boolString(b bool) string {
 // own outcome. An Observer in Observers that is not a ReturnObserver hears
 // each run once too.
 func TestBroadcastUnderMisbehavingMiddleware(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		rec := newRecorder()
@@ -133,6 +134,7 @@ func TestBroadcastUnderMisbehavingMiddleware(t *testing.T) {
 // canceled, and the Observer hears of it once, before Shutdown returns
 // when the handler returns on cancellation.
 func TestBroadcastCanceledByShutdownIsDoneOnce(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		rec := newRecorder()
@@ -159,6 +161,7 @@ func TestBroadcastCanceledByShutdownIsDoneOnce(t *testing.T) {
 // A broadcast handler that ignores its context outlives Shutdown; the
 // Observer hears of it once, when it returns.
 func TestStuckBroadcastIsDoneOnceWhenItReturns(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.another(t, func(c *config.Config) { c.ShutdownTimeout = 50 * time.Millisecond })
@@ -183,6 +186,7 @@ func TestStuckBroadcastIsDoneOnceWhenItReturns(t *testing.T) {
 // A panic in a broadcast's handler or in the middleware around it is
 // logged once, naming where it happened, and not again as a failure.
 func TestBroadcastPanicLoggedOnce(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var logs syncBuffer

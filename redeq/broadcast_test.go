@@ -120,6 +120,7 @@ func (s *stuckListener) unblock() { s.once.Do(func() { close(s.release) }) }
 // ignores its context does not make Shutdown hang; Shutdown returns once
 // ShutdownTimeout has passed (plus a short grace).
 func TestShutdownBoundedByStuckBroadcastHandler(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.another(t, func(c *config.Config) { c.ShutdownTimeout = 200 * time.Millisecond })
@@ -149,6 +150,7 @@ func TestShutdownBoundedByStuckBroadcastHandler(t *testing.T) {
 // routes pub/sub messages must not block: wake-ups still reach the mover,
 // so a plain job runs long before the one-minute fallback scan.
 func TestFullBroadcastQueueKeepsWakeUps(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.another(t, func(c *config.Config) {
@@ -176,6 +178,7 @@ func TestFullBroadcastQueueKeepsWakeUps(t *testing.T) {
 // or registered twice, would run each job twice in one client; both are
 // refused, naming the problem, and a refused call registers nothing.
 func TestRegisterBroadcastRefusesDuplicates(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		twice := &bcastListener{topics: []string{"cache", "prices", "cache"}}
@@ -204,6 +207,7 @@ func TestRegisterBroadcastRefusesDuplicates(t *testing.T) {
 // the same listener twice are refused, naming the problem, and a refused
 // call registers nothing.
 func TestBroadcastFunc(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var mu sync.Mutex
@@ -247,6 +251,7 @@ func TestBroadcastFunc(t *testing.T) {
 // id, or a forged message) delivers nothing; a re-added job is delivered
 // when it falls due, not before.
 func TestBroadcastNoticeMustMatchItsJob(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		bl := &bcastListener{topics: []string{"cache"}}

@@ -61,6 +61,7 @@ func stateOf(t *testing.T, c *redeq.Client, id string) redeq.State {
 // count the others as skipped, and leave every job they were not given
 // alone; a call with a bad argument writes nothing.
 func TestBulkActsOnTheIdsItIsGiven(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -145,6 +146,7 @@ func TestBulkActsOnTheIdsItIsGiven(t *testing.T) {
 // Changed, while the other listed jobs are acted on; given the same marks
 // again, they act on no job twice; a bad mark writes nothing.
 func TestBulkCallsWithMarksSpareAJobAddedOrParkedAgain(t *testing.T) {
+	t.Parallel()
 	type call func(ctx context.Context, c *redeq.Client, ids []string, marks map[string]string) (redeq.BulkResult, error)
 	calls := []struct {
 		name  string
@@ -257,6 +259,7 @@ func TestBulkCallsWithMarksSpareAJobAddedOrParkedAgain(t *testing.T) {
 // left as it is and counted as Changed; a parked job's mark is refused for
 // a waiting job, before anything is written.
 func TestBulkCallsWithMarksSpareAWaitingJobAddedAgain(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.Backends(t) {
 		for _, op := range []string{"delete", "requeue"} {
 			t.Run(be.Name+"/"+op, func(t *testing.T) {
@@ -370,6 +373,7 @@ func selectIDs(t *testing.T, c *redeq.Client, state redeq.State, f redeq.Filter)
 // skipping and counting those that left; a bad call writes nothing; a call
 // stopped by an error is resumed by running it again with the same ids.
 func TestBulkOnEveryState(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)

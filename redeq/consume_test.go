@@ -19,6 +19,7 @@ import (
 )
 
 func TestDeliveredOnTimeNeverEarly(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		l := newListener("t", nil)
@@ -138,6 +139,7 @@ func filter(ds []delivery, id string) []delivery {
 }
 
 func TestAutoAck(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -161,6 +163,7 @@ func TestAutoAck(t *testing.T) {
 // times just before the failure and just after its outcome was seen, and
 // no assertion depends on how fast the machine is.
 func TestRetrySchedule(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var mu sync.Mutex
@@ -232,6 +235,7 @@ func TestRetrySchedule(t *testing.T) {
 }
 
 func TestFailuresAreRetried(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -269,6 +273,7 @@ func TestFailuresAreRetried(t *testing.T) {
 }
 
 func TestNoRetryAndSkipRetry(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
@@ -287,6 +292,7 @@ func TestNoRetryAndSkipRetry(t *testing.T) {
 }
 
 func TestDeadRetention(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -311,6 +317,7 @@ func TestDeadRetention(t *testing.T) {
 // TestDeleteInFlight: a job deleted while its handler runs is not re-added
 // by the handler's outcome, whatever it is.
 func TestDeleteInFlight(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		release := make(chan struct{})
@@ -361,6 +368,7 @@ func TestDeleteInFlight(t *testing.T) {
 }
 
 func TestRegisterRules(t *testing.T) {
+	t.Parallel()
 	e := setup(t, testutil.Backends(t)[0], testutil.Config(t))
 	require.NoError(t, e.c.Register(newListener("t", nil)))
 	require.ErrorIs(t, e.c.Register(newListener("t", nil)), redeq.ErrDuplicateListener)
@@ -378,6 +386,7 @@ func TestRegisterRules(t *testing.T) {
 }
 
 func TestStartRejectsMismatchedTopic(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		require.NoError(t, e.c.Add(context.Background(), &redeq.Job{Topic: "t", ID: "a", Delay: time.Hour}))
 		other := e.another(t, func(c *config.Config) { c.Concurrency = 4 })

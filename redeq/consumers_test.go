@@ -35,6 +35,7 @@ func find(t *testing.T, cs []redeq.ConsumerInfo, id string) redeq.ConsumerInfo {
 // started and last heartbeat, its topics, and the deliveries it holds,
 // longest running first; a consumer that shut down is no longer listed.
 func TestConsumersShowWhoHoldsWhat(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		host, err := os.Hostname()
@@ -96,6 +97,7 @@ func TestConsumersShowWhoHoldsWhat(t *testing.T) {
 // recorded info that is not valid JSON, or holds control characters, is
 // not shown as it is.
 func TestConsumersShowSilentOnes(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		alive, topics := keys.Alive(e.cfg.Prefix), keys.AliveTopics(e.cfg.Prefix)
@@ -138,6 +140,7 @@ func TestConsumersShowSilentOnes(t *testing.T) {
 // TestReapedConsumerLeavesNoInfo: once a reaper forgets a dead consumer,
 // its info goes with its other fields, and Consumers no longer lists it.
 func TestReapedConsumerLeavesNoInfo(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		alive, topics := keys.Alive(e.cfg.Prefix), keys.AliveTopics(e.cfg.Prefix)

@@ -17,6 +17,7 @@ import (
 // handler runs it), un_ack or dead; so a caller tells a cancelled job
 // from one whose handler already runs.
 func TestDeleteSaysWhereTheJobWas(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		running := make(chan string, 4)

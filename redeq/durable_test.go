@@ -207,6 +207,7 @@ func TestDurableSettleWaitsForReplica(t *testing.T) {
 // TestDurableConfigChecksReadTimeout: a WaitTimeout the client's read
 // timeout would cut short is refused, naming the field.
 func TestDurableConfigChecksReadTimeout(t *testing.T) {
+	t.Parallel()
 	cfg := config.Default()
 	cfg.WaitReplicas, cfg.WaitTimeout = 1, 5*time.Second
 	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: time.Second})

@@ -22,6 +22,7 @@ import (
 // TestCorruptEntryGoesDead: a pool entry redeq cannot read sends that job
 // to the dead set and the worker goes on with the next job.
 func TestCorruptEntryGoesDead(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "bad", Delay: 100 * time.Millisecond}))
@@ -176,6 +177,7 @@ func (h *loseFirstFetchReply) ProcessPipelineHook(next redis.ProcessPipelineHook
 // consumer's in-flight list without the consumer knowing; they must still
 // run, although the consumer stays alive (so the reaper never steps in).
 func TestLostFetchReply(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hook := &loseFirstFetchReply{}
@@ -227,6 +229,7 @@ func (h *retryFirstFetch) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 // leaves jobs in this consumer's in-flight list that it never learns of;
 // the periodic sweep still hands them back and they run.
 func TestHiddenLostFetch(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hook := &retryFirstFetch{}

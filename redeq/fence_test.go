@@ -99,6 +99,7 @@ func TestManyInFlightNotLost(t *testing.T) {
 // back at shutdown: the rollback does not put the new job (already in the
 // ready list) back in the bucket as well.
 func TestRollbackDoesNotDoubleAReaddedJob(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
@@ -134,6 +135,7 @@ func TestRollbackDoesNotDoubleAReaddedJob(t *testing.T) {
 // consumer's old delivery of a job since deleted and added again is
 // dropped, not pushed to the ready list beside the new job.
 func TestRecoveryDoesNotDoubleAReaddedJob(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
@@ -210,6 +212,7 @@ func settle(t *testing.T, e *env, topic string) {
 // far in the future (math.MaxInt64 ns does not wrap to 1734 and run at
 // once), and a due time past the year 9999 is refused, writing nothing.
 func TestHugeDelaysNeverRunEarly(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		far := time.Now().Add(200 * 365 * 24 * time.Hour)
@@ -257,6 +260,7 @@ func TestHugeDelaysNeverRunEarly(t *testing.T) {
 // dropped, and the live delivery's ack must apply. The old fence (id in my
 // list + created ms) let the stale retry through and dropped the live ack.
 func TestStaleOutcomeAfterRefetch(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
@@ -329,6 +333,7 @@ func TestStaleOutcomeAfterRefetch(t *testing.T) {
 // ProcessUnAck reports the job it just removed, not ErrJobNotFound (the
 // caller would never process it, and the job would be gone).
 func TestAdminCallsSurviveARerun(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hooks := map[string]*scriptHook{}
@@ -389,6 +394,7 @@ func TestAdminCallsSurviveARerun(t *testing.T) {
 // for the job it just stored, and not a second copy of a job that ran and
 // was acked in between (it would run twice).
 func TestAddSurvivesARerun(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		runs := newTally()
@@ -440,6 +446,7 @@ func TestAddSurvivesARerun(t *testing.T) {
 // its data set) does not fail Start: nothing is fetched until a heartbeat
 // gets through, and then the jobs run.
 func TestFailedStartCanBeRetried(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
@@ -467,6 +474,7 @@ func TestFailedStartCanBeRetried(t *testing.T) {
 // workers are all busy does not start afterwards, although a runner may
 // hold more deliveries than it has workers.
 func TestDeletedWaitingJobNeverStarts(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		release := make(chan struct{})
@@ -503,6 +511,7 @@ func TestDeletedWaitingJobNeverStarts(t *testing.T) {
 // new job's envelope byte for byte as the old one, as such a re-add
 // would.)
 func TestOutcomeOfOldDeliverySparesReaddedJob(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
@@ -680,6 +689,7 @@ func (h failTopic) names(cmd redis.Cmder) bool {
 // does not stop the reaper from recovering the jobs of other topics: each
 // topic is checked on its own, and one's failure ends no other's check.
 func TestReaperTopicsIndependent(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		for _, topic := range []string{"down", "up"} {

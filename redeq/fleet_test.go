@@ -27,6 +27,7 @@ import (
 // and moves its due jobs within seconds, while the dead owner's lock
 // still lives.
 func TestKilledOwnerHandsItsBucketsOver(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		ids := make(chan string, 1)
@@ -402,6 +403,7 @@ func TestJobsRecoveredWhenReapersAndHoldersDieAtOnce(t *testing.T) {
 // their owner releases each lock and the newcomer takes it; the buckets
 // that stay with the first client keep its lock.
 func TestNewcomerGetsItsBucketsAtOnce(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		slow := func(c *config.Config) {

@@ -120,6 +120,7 @@ func TestRollingUpgradeLosesNoJob(t *testing.T) {
 // A fresh namespace (no topic, no other client) is switched to the
 // current format at the first client's Start, with no call needed.
 func TestFreshNamespaceStartsInTheCurrentFormat(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx))

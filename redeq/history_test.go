@@ -84,6 +84,7 @@ func TestHistoryCountsProcessedFailedAndLateness(t *testing.T) {
 // The lateness quantiles interpolate inside the counter they fall in, and
 // report the last (over 60 s) counter as "at least 60 s".
 func TestLatenessQuantile(t *testing.T) {
+	t.Parallel()
 	var h redeq.LatenessHistogram
 	require.Zero(t, h.Quantile(0.5), "empty")
 	h[0] = 50 // at most 1 ms

@@ -64,6 +64,7 @@ func moveDue(t *testing.T, e *env, topic string, buckets, want int) {
 // job of each state once, with its fields, and skip stale entries: a
 // deleted or rescheduled job's ready entry, a deleted job's delivery.
 func TestListEveryStateAcrossBuckets(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -169,6 +170,7 @@ func TestListEveryStateAcrossBuckets(t *testing.T) {
 // and the next page goes on from there even when consumers took jobs from
 // the head of the ready list in between, or a listed scheduled job left.
 func TestListResumesWhereItStopped(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		for i := range 20 {
@@ -233,6 +235,7 @@ func (h *countCmds) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // reads a bounded number of entries: 3,000 stale ready entries ahead of
 // the one real job take several pages, not one read of the whole list.
 func TestListBoundedCost(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hook := &countCmds{}
@@ -300,6 +303,7 @@ func TestListBoundedCost(t *testing.T) {
 // TestListAndStatsOfUnknownTopic: a topic nobody used is ErrUnknownTopic,
 // not an empty answer, for Stats, List, Pause and Resume.
 func TestListAndStatsOfUnknownTopic(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		_, err := e.c.Stats(ctx, "nobody")
@@ -326,6 +330,7 @@ func TestListAndStatsOfUnknownTopic(t *testing.T) {
 // TestListBadArguments: every bad argument is ErrInvalidArgument, naming
 // what is wrong, and nothing is written.
 func TestListBadArguments(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "1"}))
@@ -372,6 +377,7 @@ func listErr(_ redeq.Page, err error) error { return err }
 // TestTopics lists every used topic by name with its bucket count, pause
 // flag and consumers.
 func TestTopics(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		got, err := e.c.Topics(ctx)

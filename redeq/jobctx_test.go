@@ -34,6 +34,7 @@ func seen(ctx context.Context) seenJob {
 // typed or not) finds its job in its context: id, attempt and headers as
 // redeq delivers them. Outside a handler there is none.
 func TestJobFromContext(t *testing.T) {
+	t.Parallel()
 	_, ok := redeq.JobFromContext(context.Background())
 	require.False(t, ok, "no job outside a handler")
 
@@ -116,6 +117,7 @@ func TestJobFromContext(t *testing.T) {
 // TestContextWithJob: a handler function called directly, in its own
 // test, finds the job it is given.
 func TestContextWithJob(t *testing.T) {
+	t.Parallel()
 	job := &redeq.Job{Topic: "t", ID: "1", Attempt: 2}
 	got, ok := redeq.JobFromContext(redeq.ContextWithJob(context.Background(), job))
 	require.True(t, ok)
@@ -128,6 +130,7 @@ func TestContextWithJob(t *testing.T) {
 // dead at once, and the typed final retry still runs, with T's zero value
 // and the decoding error.
 func TestTypedFinalRetryOfUndecodableBody(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		done := make(chan error, 1)
 		l := redeq.Typed("jc.bad", func(ctx context.Context, o order) error { return nil },
@@ -150,6 +153,7 @@ func TestTypedFinalRetryOfUndecodableBody(t *testing.T) {
 
 // TestTypedFinalRetryRefusesNil: a nil callback is refused at Register.
 func TestTypedFinalRetryRefusesNil(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		err := e.c.Register(redeq.Typed("jc.nil", func(ctx context.Context, o order) error { return nil },
 			redeq.WithTypedFinalRetry[order](nil)))

@@ -44,6 +44,7 @@ func (g *gauge) leave() { g.now.Add(-1) }
 // five jobs at once, measured by the handlers themselves, and they do
 // reach five; every job runs once.
 func TestMaxRunningHoldsAcrossClients(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		const jobs = 150
@@ -81,6 +82,7 @@ func TestMaxRunningHoldsAcrossClients(t *testing.T) {
 // the jobs of 1,000 other tenants run meanwhile, several at once. The hot
 // tenant never runs two jobs at once, and all its jobs run in the end.
 func TestLimitKeyHoldsTheHotKeyAlone(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		const hotJobs, cold = 100, 1000
@@ -157,6 +159,7 @@ func TestLimitKeyHoldsTheHotKeyAlone(t *testing.T) {
 // it and under which limit. Stats shows the limit last started with and
 // the slots held.
 func TestLimitChangedWhileJobsRun(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var g gauge
@@ -202,6 +205,7 @@ func TestLimitChangedWhileJobsRun(t *testing.T) {
 // started per minute, a topic of 10 ready jobs starts 3, and the others
 // wait where they are: ready, no attempt spent.
 func TestRateLimitHoldsJobsWithoutSpendingAttempts(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var started atomic.Int64
@@ -242,6 +246,7 @@ func TestRateLimitHoldsJobsWithoutSpendingAttempts(t *testing.T) {
 // buckets are refused at Register with ErrInvalidArgument, naming the
 // problem, and register nothing.
 func TestLimitOptionsRefuseBadInput(t *testing.T) {
+	t.Parallel()
 	h := func(context.Context, *redeq.Job, *redeq.Channel) error { return nil }
 	cases := []struct {
 		name string
@@ -360,53 +365,64 @@ func TestRateLimitHoldsOverTime(t *testing.T) {
 	testutil.FaultTier(t)
 	for _, clients := range []int{3, 6} {
 		t.Run(fmt.Sprint(clients, "clients"), func(t *testing.T) {
-			eachReal(t, func(t *testing.T, e *env) {
-				ctx := context.Background()
-				var mu sync.Mutex
-				var starts []time.Time
-				h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-					mu.Lock()
-					starts = append(starts, time.Now())
-					mu.Unlock()
-					ch.Ack()
-					return nil
-				}
-				var batch []*redeq.Job
-				for i := range 1500 {
-					batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)})
-				}
-				require.NoError(t, e.c.AddBatch(ctx, batch))
-				for i := range clients {
-					c := e.c
-					if i > 0 {
-						c = e.another(t, nil)
-					}
-					startWith(t, c, redeq.ListenerFunc("t", h, redeq.WithWorkers(16), redeq.WithRateLimit(50, time.Second)))
-				}
-				testutil.Eventually(t, 10*time.Second, "the first start", func() bool {
-					mu.Lock()
-					defer mu.Unlock()
-					return len(starts) > 0
+			// Each case measures 20 s of its own prefix and clients: the
+			// cases and deployments measure at the same time.
+			t.Parallel()
+			for _, be := range testutil.RealBackends(t) {
+				t.Run(be.Name, func(t *testing.T) {
+					t.Parallel()
+					rateLimitOverTime(t, setup(t, be, testutil.Config(t)), clients)
 				})
-				mu.Lock()
-				first := starts[0]
-				mu.Unlock()
-				time.Sleep(time.Until(first.Add(20*time.Second + 500*time.Millisecond)))
-				mu.Lock()
-				n := 0
-				for _, s := range starts {
-					if s.Before(first.Add(20 * time.Second)) {
-						n++
-					}
-				}
-				mu.Unlock()
-				// 50 at once, then 50 per second: 1,000 within 20 s (the
-				// window's edge may let the 21st second's first in).
-				t.Logf("%d clients: %d starts in 20 s", clients, n)
-				require.InDelta(t, 1000, n, 40, "starts in 20 s")
-			})
+			}
 		})
 	}
+}
+
+// rateLimitOverTime is one case of TestRateLimitHoldsOverTime.
+func rateLimitOverTime(t *testing.T, e *env, clients int) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	var starts []time.Time
+	h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+		mu.Lock()
+		starts = append(starts, time.Now())
+		mu.Unlock()
+		ch.Ack()
+		return nil
+	}
+	var batch []*redeq.Job
+	for i := range 1500 {
+		batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)})
+	}
+	require.NoError(t, e.c.AddBatch(ctx, batch))
+	for i := range clients {
+		c := e.c
+		if i > 0 {
+			c = e.another(t, nil)
+		}
+		startWith(t, c, redeq.ListenerFunc("t", h, redeq.WithWorkers(16), redeq.WithRateLimit(50, time.Second)))
+	}
+	testutil.Eventually(t, 10*time.Second, "the first start", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(starts) > 0
+	})
+	mu.Lock()
+	first := starts[0]
+	mu.Unlock()
+	time.Sleep(time.Until(first.Add(20*time.Second + 500*time.Millisecond)))
+	mu.Lock()
+	n := 0
+	for _, s := range starts {
+		if s.Before(first.Add(20 * time.Second)) {
+			n++
+		}
+	}
+	mu.Unlock()
+	// 50 at once, then 50 per second: 1,000 within 20 s (the
+	// window's edge may let the 21st second's first in).
+	t.Logf("%d clients: %d starts in 20 s", clients, n)
+	require.InDelta(t, 1000, n, 40, "starts in 20 s")
 }
 
 // TestLimitHoldsAcrossRedisRestart: Redis (with an fsync'd AOF) restarts
@@ -555,6 +571,7 @@ func pokeFetches(t *testing.T, e *env) {
 // start (measured by the handlers); once the handler ends the slot is
 // free again, and the topic runs two at once afterwards.
 func TestDeletedRunningJobKeepsItsSlotUntilItsHandlerEnds(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		h := newHoldGate()
@@ -643,6 +660,7 @@ func shutdownCanceling(t *testing.T, c *redeq.Client) {
 // header or with a higher limit starts beside it. Nothing waits for a
 // slot no limit guards.
 func TestParkedJobsRunOnceTheirLimitIsLifted(t *testing.T) {
+	t.Parallel()
 	t.Run("ListenerWithoutLimits", func(t *testing.T) {
 		each(t, func(t *testing.T, e *env) {
 			h := newHoldGate()
@@ -730,6 +748,7 @@ func TestParkedJobsRunOnceTheirLimitIsLifted(t *testing.T) {
 // Reschedule, Put, DeleteJobs) leaves the others waiting for the slot:
 // once it frees, they all run, one at a time.
 func TestTakingAParkedJobOutStrandsNoOther(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		take func(t *testing.T, c *redeq.Client)
@@ -890,6 +909,7 @@ func TestStatsParkedCountIsBounded(t *testing.T) {
 // them (after the ready list, value by value, each value's in the order
 // they will run), page by page, and Stats counts them in Waiting.
 func TestParkedJobsAreVisible(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		h := newHoldGate()
@@ -925,6 +945,7 @@ func TestParkedJobsAreVisible(t *testing.T) {
 // own (at most 2 running, measured by the handlers; Stats shows them),
 // and a listener's own limit options replace them.
 func TestConfigLimitsApplyToListeners(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		h := newHoldGate()

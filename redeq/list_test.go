@@ -393,6 +393,7 @@ func TestListPagesAJobThatStaysOnce(t *testing.T) {
 // ready job is when it fell due, of an un_acked or dead job when it was
 // parked.
 func TestListJobsHaveGetsFields(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		const topic = "fields"
@@ -480,6 +481,7 @@ func TestListJobsHaveGetsFields(t *testing.T) {
 // whole number that the scripts count exactly (float64: to 2^53) is
 // ErrInvalidArgument, not a page read from a rounded place.
 func TestListRefusesAForgedReadyPlace(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "a"}))
@@ -500,6 +502,7 @@ func TestListRefusesAForgedReadyPlace(t *testing.T) {
 // cursor is not listed, one after it is; a DueOrder cursor is refused by
 // a listing without DueOrder.
 func TestListDueOrderMergesTheBuckets(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -578,6 +581,7 @@ func TestListDueOrderMergesTheBuckets(t *testing.T) {
 // come from List with the fields Get gives them: LastError, Attempt,
 // Broadcast, body, headers and retry settings.
 func TestListGivesGetsFieldsToRetriedReadyAndBroadcastJobs(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		const topic = "fields"
@@ -636,6 +640,7 @@ func TestListGivesGetsFieldsToRetriedReadyAndBroadcastJobs(t *testing.T) {
 // the pages of a List, also when the page's last job leaves between the
 // pages, or jobs before it do.
 func TestListPagesTiedParkedJobsOnce(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		for _, st := range []redeq.State{redeq.StateUnAck, redeq.StateDead} {
@@ -767,6 +772,7 @@ func TestListPagesInFlightOnceWhenAConsumerLeaves(t *testing.T) {
 // in every state, in due order too; Select, which filters on those
 // fields, finds the same jobs as with bodies.
 func TestListNoBodyLeavesBodiesInRedis(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		big := bytes.Repeat([]byte("x"), 64<<10)

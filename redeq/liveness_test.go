@@ -45,6 +45,7 @@ func blockingListener(topic string, release chan struct{}) *listener {
 // topics again, or a job it fetches afterwards is never recovered when it
 // dies.
 func TestForgottenConsumerRejoinsAfterHeartbeatRerun(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
@@ -340,6 +341,7 @@ func (h *reaperPasses) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // thousand live consumers (a large fleet on one topic). The one that
 // joined last dies holding a job: the job must run again.
 func TestDeadConsumerRecoveredAmongManyLive(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j"}))
@@ -587,6 +589,7 @@ func TestDeadReaperLockDoesNotDelayRecovery(t *testing.T) {
 // to the reaper. Continued, it joins its topics again before it fetches:
 // the jobs it takes then are recovered when it is killed afterwards.
 func TestStoppedConsumerKeepsJobsFetchedAfterContinue(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Start(ctx)) // moves and reaps, consumes nothing
@@ -807,7 +810,7 @@ func hungEverywhere(t *testing.T, be testutil.Backend) (rdb redis.UniversalClien
 // over B's: the job runs to its ack in B, once more.
 func TestHungConsumerStopsHandlerBeforeOthersRunItsJob(t *testing.T) {
 	testutil.FaultTier(t) // private proxies, runs for seconds
-	eachReal(t, func(t *testing.T, e *env) {
+	eachRealBeside(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var rec testutil.Recorder
 		rdbA, hang, unhang := hungEverywhere(t, e.be)

@@ -3,6 +3,7 @@ package redeq_test
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -58,6 +59,15 @@ func TestMain(m *testing.M) {
 	default:
 		runChild()
 		return
+	}
+	// The tests mostly wait (for a poll, a lease, a heartbeat), so by
+	// default 8 of them run at once, not GOMAXPROCS; -test.parallel given
+	// on the command line wins.
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		_ = flag.Set("test.parallel", "8")
 	}
 	// go-redis retries a failed dial in a goroutine that sleeps up to a
 	// second, after its client is closed: not ours.

@@ -222,6 +222,7 @@ func TestComebackWhileForgottenKeepsMembership(t *testing.T) {
 // reply is lost and go-redis runs it again: the rerun gives the same join
 // time.
 func TestForgottenConsumerRejoinsThroughARerun(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hb := newScriptHook(t, "consumer/heartbeat.lua")
@@ -289,6 +290,7 @@ func TestStoppedConsumerProcessIsVisibleAfterResume(t *testing.T) {
 // cleanly leaves its topics' consumer sets and takes every field it wrote
 // beside its heartbeat (topics, timeout, join time) with it.
 func TestShutdownLeavesNoTraceOfTheConsumer(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.another(t, nil)

@@ -78,6 +78,7 @@ func (r *recorder) done() int {
 // delivery's lateness from the job's due time (never negative), and
 // Done with the job Delivered saw.
 func TestObserverSeesAScriptedRun(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		rec := newRecorder()
@@ -139,6 +140,7 @@ func TestObserverSeesAScriptedRun(t *testing.T) {
 }
 
 func TestObserveRejectsNilAndLate(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		require.ErrorIs(t, e.c.Observe(nil), redeq.ErrInvalidArgument)
 		require.NoError(t, e.c.Start(context.Background()))
@@ -149,6 +151,7 @@ func TestObserveRejectsNilAndLate(t *testing.T) {
 // A handler canceled by Shutdown is reported interrupted, and the rollback
 // that returns its job is reported to a ReturnObserver.
 func TestObserverSeesShutdownRollback(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		rec := newRecorder()
@@ -182,6 +185,7 @@ func TestObserverSeesShutdownRollback(t *testing.T) {
 // Delivered with unknown lateness, then Done with OutcomeBroadcast and the
 // handler's panic as the error. Nothing about it is acked or retried.
 func TestBroadcastIsObservedAndWrapped(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		type client struct {

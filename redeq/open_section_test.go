@@ -23,6 +23,7 @@ func indent(text string, n int) string {
 // on every deployment; a bad setting is named by file and key, and the
 // rest of the file is the service's.
 func TestOpenSection(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {

@@ -59,6 +59,7 @@ func redisSection(be testutil.Backend) string {
 // TestOpen: one file starts a working client on every deployment, and
 // Shutdown closes the connection Open made.
 func TestOpen(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
@@ -104,6 +105,7 @@ func TestOpenUnreachable(t *testing.T) {
 }
 
 func TestOpenRejects(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	p := writeConfig(t, fastYAML(t))
 	_, err := redeq.Open(ctx, p)
@@ -171,6 +173,7 @@ func closedAddr(t *testing.T) string {
 // redeq's own) is ErrInvalidSchedule named by file and key, before
 // anything is written.
 func TestOpenPutsTheFilesSchedules(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const scheds = `schedules:
   - name: digest

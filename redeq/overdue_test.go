@@ -17,6 +17,7 @@ import (
 // in the ready list; once consumed, its topic is 0 overdue. A job not due
 // yet is not overdue, and a topic nobody used is left out.
 func TestOldestOverdue(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		cfg := e.cfg

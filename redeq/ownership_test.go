@@ -357,7 +357,7 @@ func hookedWith(t *testing.T, e *env, cfg config.Config, hook redis.Hook) *redeq
 // once more a little after it retired it, and records it again.
 func TestAddAsTopicRetiresIsMoved(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	each(t, func(t *testing.T, e *env) {
+	eachBeside(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		xcfg, ycfg := e.cfg, e.cfg
 		xcfg.RetireAfter, ycfg.RetireAfter = time.Hour, config.RetireNever
@@ -453,6 +453,7 @@ func TestAddAsTopicRetiresIsMoved(t *testing.T) {
 // retired for want of jobs and consumers is left out, and listed again
 // once a job is added to it.
 func TestTopicsListsTopicsInUse(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		cfg := e.cfg
@@ -960,6 +961,7 @@ func TestStartServesWhenASharedKeysMasterHangs(t *testing.T) {
 	roles := map[string]func(string) string{"movers": keys.Movers, "topics": keys.Topics}
 	for _, role := range []string{"movers", "topics", "movers", "topics"} {
 		t.Run(role, func(t *testing.T) {
+			t.Parallel() // its own prefix, and a proxy that hangs only its own client's connections
 			prefix := testutil.Prefix(t)
 			for masterOf(t, probe, roles[role](prefix)) == masterOf(t, probe, keys.Alive(prefix)) {
 				prefix = testutil.Prefix(t)

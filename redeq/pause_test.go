@@ -73,6 +73,7 @@ func TestPauseStopsRunningClients(t *testing.T) {
 // by one client and a Resume by another all leave the topic as the last
 // call said, in every bucket.
 func TestPauseLastCallWins(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "1"}))

@@ -24,6 +24,7 @@ import (
 // of the process, to another client of the process, runs while the
 // process shuts down gracefully, or MaxRecoveries is the lowest accepted.
 func TestPoisonSparesBystandersBeyondItsListener(t *testing.T) {
+	t.Parallel()
 	t.Run("another_topic", testPoisonSparesBystanderOfAnotherTopic)
 	t.Run("another_client", testPoisonSparesBystanderOfAnotherClient)
 	t.Run("graceful_shutdown", testPoisonSparesBystanderDuringGracefulShutdown)

@@ -17,6 +17,7 @@ import (
 )
 
 func TestAddGetDelete(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		job := &redeq.Job{Topic: "order.close", ID: "42", Body: []byte("order 42"), Delay: time.Hour,
@@ -57,6 +58,7 @@ func TestAddGetDelete(t *testing.T) {
 }
 
 func TestAddAssignsID(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		job := &redeq.Job{Topic: "t", Body: nil}
@@ -69,6 +71,7 @@ func TestAddAssignsID(t *testing.T) {
 }
 
 func TestRunAtIsAbsolute(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		at := time.Now().Add(48 * time.Hour).Truncate(time.Millisecond)
@@ -85,6 +88,7 @@ func TestRunAtIsAbsolute(t *testing.T) {
 }
 
 func TestReschedule(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "a", Delay: time.Hour}))
@@ -102,6 +106,7 @@ func TestReschedule(t *testing.T) {
 }
 
 func TestAddBatch(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "taken", Delay: time.Hour}))
@@ -148,6 +153,7 @@ func TestAddBatch(t *testing.T) {
 // TestRejectedWritesNothing: every kind of bad input is ErrInvalidJob,
 // wrapped with what is wrong, and leaves the keyspace as it was.
 func TestRejectedWritesNothing(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "exists", Delay: time.Hour}))
@@ -197,6 +203,7 @@ func TestRejectedWritesNothing(t *testing.T) {
 }
 
 func TestPoolFull(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -215,6 +222,7 @@ func TestPoolFull(t *testing.T) {
 }
 
 func TestBucketMismatch(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "a", Delay: time.Hour}))
@@ -237,6 +245,7 @@ func TestBucketMismatch(t *testing.T) {
 // TestKeyLayout checks the keys of the design: one hash tag per bucket,
 // the topic registered, the bucket count recorded.
 func TestKeyLayout(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)
@@ -273,6 +282,7 @@ func TestKeyLayout(t *testing.T) {
 
 // TestEnvelopeIsCompact: the body is stored as given, with a short header.
 func TestEnvelopeIsCompact(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		body := []byte(strings.Repeat("b", 100))
@@ -285,6 +295,7 @@ func TestEnvelopeIsCompact(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
+	t.Parallel()
 	be := testutil.Backends(t)[0]
 	cfg := testutil.Config(t)
 	cfg.Concurrency = 6
@@ -300,6 +311,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 // dead still makes the Add fail. Options given to Add set the job's
 // fields; a nil option is refused and writes nothing.
 func TestDeadJobKeepsItsID(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		runs := make(chan string, 4)

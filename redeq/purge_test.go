@@ -21,6 +21,7 @@ import (
 // script call's worth in one bucket, with the jobs' envelopes, reasons and
 // last errors, and leaves the other jobs alone.
 func TestPurgeDeadEmptiesTheDeadSet(t *testing.T) {
+	t.Parallel()
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
 			cfg := testutil.Config(t)

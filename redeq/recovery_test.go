@@ -27,6 +27,7 @@ import (
 // SIGKILL; another client then runs every one of them, without spending an
 // attempt, and the jobs count the recovery.
 func TestKillNineLosesNothing(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		const n = 20
@@ -108,6 +109,7 @@ func TestPoisonJobGoesDead(t *testing.T) {
 // TestShutdownRollsBack: Shutdown with handlers that outlive its context
 // cancels them and rolls their jobs back unspent; another client runs them.
 func TestShutdownRollsBack(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		l := newListener("t", func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
@@ -143,6 +145,7 @@ func TestShutdownRollsBack(t *testing.T) {
 // TestShutdownWaitsForHandlers: handlers that finish within the timeout
 // have their outcomes applied.
 func TestShutdownWaitsForHandlers(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		release := make(chan struct{})
@@ -248,6 +251,7 @@ func TestManyClientsExactlyOnce(t *testing.T) {
 // and one that only consumes; a job that fell due while no client ran moves
 // as soon as one starts; a client with no listener still moves jobs.
 func TestProducerAndConsumerApart(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		producer := e.c // never started
@@ -292,6 +296,7 @@ func TestDeleteAndRescheduleBeforeDue(t *testing.T) {
 }
 
 func TestBroadcastReachesEveryClient(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var bls []*bcastListener
@@ -351,6 +356,7 @@ func (b *bcastListener) count() int {
 // TestLockLoss: the mover's lock vanishes (expired) while two clients run;
 // the other takes over and no job is lost or doubled.
 func TestLockLoss(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		runs := newTally()
@@ -413,6 +419,7 @@ func TestBulkDueDoesNotStarveOthers(t *testing.T) {
 // that fall due meanwhile are moved by the surviving client within
 // seconds.
 func TestDeadLockHolderStrandsNothing(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "later", Delay: time.Hour})) // records the topic

@@ -17,6 +17,7 @@ import (
 // keys under the client's prefix, hash-tagged ones included, and not those
 // of a prefix that merely contains it.
 func TestRedisInfoCountsThePrefixKeys(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		for i := range 5 {

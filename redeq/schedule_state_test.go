@@ -17,6 +17,7 @@ import (
 // changes nothing, a create, a pause of a paused schedule and a resume
 // leave nothing there, and a refused call writes nothing.
 func TestScheduleChangeEndsItsGenerationOnce(t *testing.T) {
+	t.Parallel()
 	for _, b := range testutil.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			ctx := context.Background()

@@ -80,7 +80,7 @@ func startSched(t *testing.T, c *redeq.Client, l redeq.Listener) {
 // job exactly once, skip none, and never deliver one before its instant.
 func TestScheduleTicksOnceAcrossClients(t *testing.T) {
 	testutil.FaultTier(t) // it runs for seconds
-	each(t, func(t *testing.T, e *env) {
+	eachBeside(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		s := redeq.Schedule{Name: "sweep", Topic: "sweeps", Spec: "@every 1s", Body: []byte("go")}
 		l := newTickCounter("sweeps")
@@ -198,6 +198,7 @@ func waitSchedule(t *testing.T, c *redeq.Client, name string, ok func(redeq.Sche
 // the window runs), the others are counted as skipped, and the tick added
 // before the fleet went down still runs.
 func TestScheduleCatchUp(t *testing.T) {
+	t.Parallel()
 	t0 := time.Date(2026, 3, 1, 12, 0, 10, 0, time.UTC)
 	minute := func(m int) time.Time { return t0.Truncate(time.Minute).Add(time.Duration(m) * time.Minute) }
 	for _, tc := range []struct {
@@ -248,6 +249,7 @@ func TestScheduleCatchUp(t *testing.T) {
 // and counts the ticks that pass meanwhile; a deleted tick job skips that
 // tick only; a delete removes the schedule and its waiting tick.
 func TestScheduleChanges(t *testing.T) {
+	t.Parallel()
 	be := testutil.Backends(t)[0]
 	e := setup(t, be, testutil.Config(t))
 	ctx := context.Background()
@@ -301,6 +303,7 @@ func TestScheduleChanges(t *testing.T) {
 // TestPutScheduleIdempotent: the same schedule put again, by many clients
 // at once, changes nothing in Redis.
 func TestPutScheduleIdempotent(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		s := redeq.Schedule{Name: "daily", Topic: "mail", Spec: "0 8 * * *", TimeZone: "Europe/Paris",
@@ -330,6 +333,7 @@ func TestPutScheduleIdempotent(t *testing.T) {
 // TestPutScheduleRefusesBadInput: a bad schedule is ErrInvalidSchedule
 // with the reason, and nothing is written.
 func TestPutScheduleRefusesBadInput(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		good := redeq.Schedule{Name: "n", Topic: "t", Spec: "@hourly"}
@@ -380,6 +384,7 @@ func TestPutScheduleRefusesBadInput(t *testing.T) {
 // TestNextTicks: the next ticks of a schedule, in its zone, across a
 // daylight-saving change; bad specs, zones and counts refused.
 func TestNextTicks(t *testing.T) {
+	t.Parallel()
 	paris, err := time.LoadLocation("Europe/Paris")
 	require.NoError(t, err)
 	s := redeq.Schedule{Spec: "30 2 * * *", TimeZone: "Europe/Paris"}
@@ -407,6 +412,7 @@ func TestNextTicks(t *testing.T) {
 // added again by the next try once its job was deleted: the claim, written
 // with the job, outlives it.
 func TestScheduleTickClaimOutlivesItsJob(t *testing.T) {
+	t.Parallel()
 	be := testutil.Backends(t)[0]
 	e := setup(t, be, testutil.Config(t))
 	ctx := context.Background()
@@ -448,6 +454,7 @@ func TestScheduleTickClaimOutlivesItsJob(t *testing.T) {
 // sends again after a lost reply answers as the first run did, and acts
 // once.
 func TestScheduleCallsRerun(t *testing.T) {
+	t.Parallel()
 	be := testutil.Backends(t)[0]
 	e := setup(t, be, testutil.Config(t))
 	ctx := context.Background()
@@ -601,6 +608,7 @@ var _ redeq.ScheduleObserver = (*tickObserver)(nil)
 // reads 0 while the next tick waits ahead and, while no client runs, how
 // long ago the first tick not added fell due.
 func TestScheduleObserverAndLag(t *testing.T) {
+	t.Parallel()
 	be := testutil.Backends(t)[0] // the clock moves on miniredis only
 	e := setup(t, be, testutil.Config(t))
 	ctx := context.Background()
@@ -649,6 +657,7 @@ func TestScheduleObserverAndLag(t *testing.T) {
 // cursor after the resume, whichever client resumed it (one with no
 // observer, as the CLI's).
 func TestScheduleObserverHearsTicksSkippedWhilePaused(t *testing.T) {
+	t.Parallel()
 	be := testutil.Backends(t)[0] // the clock moves on miniredis only
 	e := setup(t, be, testutil.Config(t))
 	ctx := context.Background()
@@ -687,6 +696,7 @@ func TestScheduleObserverHearsTicksSkippedWhilePaused(t *testing.T) {
 // 02:00) and Australia/Lord_Howe (a 30-minute shift), for 5-field and
 // 6-field specs and descriptors.
 func TestNextTicksAcrossDaylightSaving(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, zone, spec, after string
 		want                    []string
@@ -766,6 +776,7 @@ func TestScheduleChangeStopsTicksOfADeadPass(t *testing.T) {
 			name = change + "AfterTheWrite"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // each case waits seconds past its tick, on a prefix and clients of its own
 			each(t, func(t *testing.T, e *env) {
 				ctx := context.Background()
 				s := redeq.Schedule{Name: "r", Topic: "rs", Spec: "@every 1s", Body: []byte("old")}
@@ -928,6 +939,7 @@ func TestSchedulePauseOrDeleteStopsTickOfAKilledPass(t *testing.T) {
 // changed schedule's tick at that instant comes back with the new
 // content), so it never runs.
 func TestScheduleChangeWhoseCallerDiesIsFinishedByAPass(t *testing.T) {
+	t.Parallel()
 	for _, change := range []string{"Change", "Pause", "Delete"} {
 		t.Run(change, func(t *testing.T) {
 			each(t, func(t *testing.T, e *env) {

@@ -38,6 +38,29 @@ func each(t *testing.T, f func(t *testing.T, e *env)) {
 	}
 }
 
+// eachBeside is each with the backends' runs side by side (t.Parallel),
+// for a test that waits seconds on the clock per backend and shares
+// nothing with the other backends' runs but the deployment's server.
+func eachBeside(t *testing.T, f func(t *testing.T, e *env)) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			t.Parallel()
+			f(t, setup(t, be, testutil.Config(t)))
+		})
+	}
+}
+
+// eachRealBeside is eachReal with the backends' runs side by side (see
+// eachBeside).
+func eachRealBeside(t *testing.T, f func(t *testing.T, e *env)) {
+	for _, be := range testutil.RealBackends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			t.Parallel()
+			f(t, setup(t, be, testutil.Config(t)))
+		})
+	}
+}
+
 // setup returns a client over be with cfg, shut down at the end of the test.
 func setup(t *testing.T, be testutil.Backend, cfg config.Config) *env {
 	t.Helper()

@@ -263,6 +263,7 @@ func TestLostTopicSetEntryStrandsNoJob(t *testing.T) {
 // used it: AddBatch, Put, a listener started, a broadcast job, a
 // schedule's tick.
 func TestTopicsListsEveryWayATopicIsUsed(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.AddBatch(ctx, []*redeq.Job{{Topic: "by-batch", ID: "1", Delay: time.Hour}}))

@@ -30,6 +30,7 @@ func serverNow(t *testing.T, e *env) time.Time {
 // first, each with its time and the consumer whose delivery failed; an
 // ack takes them away with the job.
 func TestFailureTimeIsRecordedWithTheError(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var calls atomic.Int32
@@ -81,6 +82,7 @@ func TestFailureTimeIsRecordedWithTheError(t *testing.T) {
 // the ack (newest first); List(StateDone) lists it; then it expires.
 // Without retention an ack leaves nothing behind (no done keys at all).
 func TestRetentionKeepsAckedJobs(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var calls, plainCalls atomic.Int32
@@ -165,6 +167,7 @@ func TestRetentionKeepsAckedJobs(t *testing.T) {
 // records; the oldest go first, and the listing pages through what is
 // kept, each record once.
 func TestRetentionIsBoundedPerTopic(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		c := e.another(t, func(c *config.Config) { c.Retention, c.RetentionMax = time.Hour, 3 })
@@ -218,6 +221,7 @@ func uniq(ss []string) map[string]bool {
 // carries ConsumerSilentSince (that consumer's last heartbeat) in Get and
 // the in-flight listing; a job of a consumer that heartbeats does not.
 func TestSilentConsumersJobsAreShownAsSuch(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		alive, topics := keys.Alive(e.cfg.Prefix), keys.AliveTopics(e.cfg.Prefix)

@@ -40,6 +40,7 @@ func (upperCodec) Unmarshal(data []byte, v any) error {
 // "" included, so the job can be read, moved and deleted; its options set
 // the due time, the headers and the retry schedule.
 func TestAddTyped(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		id, err := redeq.AddTyped(ctx, e.c, "typed.add", "", order{ID: 1}, time.Hour)
@@ -78,6 +79,7 @@ func TestAddTyped(t *testing.T) {
 // TestPutTyped: PutTyped replaces a waiting job of its id with the new
 // value and due time, and adds one when there is none, returning the id.
 func TestPutTyped(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		id, err := redeq.PutTyped(ctx, e.c, "typed.put", "", order{ID: 1}, time.Hour)
@@ -98,6 +100,7 @@ func TestPutTyped(t *testing.T) {
 // the codec of the topic's typed listener registered with its client
 // (WithCodec), so the listener decodes what it adds; WithJobCodec wins.
 func TestTypedProducersUseTheListenersCodec(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		got := make(chan order, 2)
@@ -131,6 +134,7 @@ func TestTypedProducersUseTheListenersCodec(t *testing.T) {
 // to its topic by AddFor and PutFor and heard by TypedFor; AddTyped,
 // PutTyped and Typed refuse it for another topic, writing nothing.
 func TestPayloadBoundToItsTopic(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		got := make(chan invoice, 1)

@@ -18,6 +18,7 @@ import (
 // due time keeps its place in the ready list, and with one goes back to
 // its bucket.
 func TestUpdateWaitingJobs(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "s", Body: []byte("old"), Delay: time.Hour}))
@@ -65,6 +66,7 @@ func TestUpdateWaitingJobs(t *testing.T) {
 // written; so for a change Add would refuse or one of redeq's fields, a
 // missing job, and a job that is not waiting.
 func TestUpdateRefusalsWriteNothing(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j", Body: []byte("b"), Delay: time.Hour}))
@@ -124,6 +126,7 @@ func TestUpdateRefusalsWriteNothing(t *testing.T) {
 // consumer got. A concurrent change of a waiting job makes Update read it
 // again and call fn on the fresh copy, keeping that change.
 func TestUpdateIsACompareAndSet(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: "j", Body: []byte("old")}))
@@ -171,6 +174,7 @@ func TestUpdateIsACompareAndSet(t *testing.T) {
 // parked or dead one (fresh attempts, new due time and body), and refuses
 // one in flight, writing nothing. A replaced ready job runs once.
 func TestPutReplacesOrAdds(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		require.NoError(t, e.c.Put(ctx, &redeq.Job{Topic: "t", ID: "digest", Body: []byte("1 change"), Delay: 10 * time.Minute}))
@@ -227,6 +231,7 @@ func TestPutReplacesOrAdds(t *testing.T) {
 // (Update's rerun would otherwise find the job changed, by itself, and
 // call fn again).
 func TestUpdateAndPutRerunSafe(t *testing.T) {
+	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		rdb := e.be.New(t)

@@ -157,16 +157,31 @@ func Config(t testing.TB) config.Config {
 	return cfg
 }
 
-// Logger writes warnings and errors to the test log.
+// Logger writes warnings and errors to the test log until the test's
+// cleanup: a line a goroutine writes after it (a loop winding down) is
+// dropped, as t.Log then would race with the test's end.
 func Logger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t: t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	w := &testWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 type testWriter struct {
-	t testing.TB
+	t    testing.TB
+	mu   sync.Mutex
+	done bool // the test's cleanup ran
 }
 
-func (w testWriter) Write(p []byte) (int, error) {
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return len(p), nil
+	}
 	defer func() { _ = recover() }() // a log line after the test ended
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
