@@ -296,9 +296,10 @@ func rateLog(k keys.Bucket) string { return k.LimitPrefix() + "rlog" }
 // minute takes 5 and then 2 jobs, then none until the oldest entry leaves
 // the period. Its four script questions: an error halfway records no
 // start; a rerun after a lost reply counts the first run's starts; a log
-// of 100,000 entries is trimmed 64 entries a fetch, the rest counted (the
-// rate holds back, never lets more go); the same job taken twice is two
-// starts. A client of the previous version (one ZSET member per start)
+// of 100,000 expired entries goes at once, and one of 100,000 whose last
+// few are within the period is trimmed to them exactly, in at most 64
+// LINDEX steps (a bad entry is an error, and takes no job); the same job
+// taken twice is two starts. A client of the previous version (one ZSET member per start)
 // beside it: its starts are counted, and the new starts are written to
 // its ZSET too while it runs, so that it counts them; once only mirrored
 // starts are left there, nothing is written to it or counted twice.
@@ -393,26 +394,72 @@ func TestRateLogHoldsOneEntryPerFetch(t *testing.T) {
 				require.Equal(t, []string{"j"}, ids(fetch(t, p, tight, 1).Items))
 				require.Empty(t, fetch(t, p, tight, 1).Items, "two starts of two allowed")
 			})
-			t.Run("LongLogIsReadInBoundedSteps", func(t *testing.T) {
-				p := testutil.Prefix(t)
-				k := keys.ForBucket(p, "t", 0)
-				limitJobs(t, c, k, jobs(10)...)
-				old := time.Now().UnixMilli() - 120_000
+			longLog := func(t *testing.T, k keys.Bucket, n int, ms func(i int) int64) {
+				t.Helper()
 				pipe := c.Pipeline()
-				for i := 0; i < 100_000; i += 1000 {
+				for i := 0; i < n; i += 1000 {
 					chunk := make([]any, 0, 1000)
-					for j := i; j < i+1000; j++ {
-						chunk = append(chunk, fmt.Sprintf("%d:%d:1:0:0:%d", old, j, old+120_000))
+					for j := i; j < min(n, i+1000); j++ {
+						chunk = append(chunk, fmt.Sprintf("%d:%d:1:0:0:%d", ms(j), j, time.Now().UnixMilli()+120_000))
 					}
 					pipe.RPush(ctx, rateLog(k), chunk...)
 				}
 				_, err := pipe.Exec(ctx)
 				require.NoError(t, err)
-				wide := Limits{Rate: 100_000 - 64 + 2, Per: time.Minute}.Spec()
-				// 64 expired entries go; the 99,936 others are counted as
-				// starts, for now: room for 2.
-				require.Len(t, fetch(t, p, wide, 10).Items, 2)
-				require.Equal(t, int64(100_000-64+1), c.LLen(ctx, rateLog(k)).Val())
+			}
+			t.Run("LogOfExpiredEntriesGoesAtOnce", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, jobs(10)...)
+				old := time.Now().UnixMilli() - 120_000
+				longLog(t, k, 100_000, func(int) int64 { return old })
+				// The newest entry is expired: so is the whole log, which
+				// goes; none of it is counted.
+				require.Len(t, fetch(t, p, Limits{Rate: 10, Per: time.Minute}.Spec(), 10).Items, 10)
+				require.Equal(t, int64(1), c.LLen(ctx, rateLog(k)).Val(), "one entry: this fetch's")
+				require.Regexp(t, `^\d+:0:10:0:0:\d+$`, c.LIndex(ctx, rateLog(k), 0).Val())
+			})
+			t.Run("LongLogIsTrimmedExactly", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, jobs(10)...)
+				old, now := time.Now().UnixMilli()-120_000, time.Now().UnixMilli()
+				// 99,990 expired entries, then 10 within the minute: the
+				// first within it is found by halving, and only the 10
+				// are counted.
+				longLog(t, k, 100_000, func(i int) int64 {
+					if i >= 99_990 {
+						return now
+					}
+					return old
+				})
+				require.Len(t, fetch(t, p, Limits{Rate: 13, Per: time.Minute}.Spec(), 10).Items, 3)
+				require.Equal(t, int64(11), c.LLen(ctx, rateLog(k)).Val())
+				require.Regexp(t, `^\d+:99990:1:0:0:\d+$`, c.LIndex(ctx, rateLog(k), 0).Val())
+				require.Regexp(t, `^\d+:100000:3:0:0:\d+$`, c.LIndex(ctx, rateLog(k), -1).Val())
+				require.Empty(t, fetch(t, p, Limits{Rate: 13, Per: time.Minute}.Spec(), 10).Items)
+			})
+			t.Run("BadEntryIsAnError", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, jobs(3)...)
+				old := time.Now().UnixMilli() - 120_000
+				longLog(t, k, 1000, func(int) int64 { return old })
+				require.NoError(t, c.RPush(ctx, rateLog(k), "garbage", fmt.Sprintf("%d:1000:1:0:0:%d", time.Now().UnixMilli(), time.Now().UnixMilli()+120_000)).Err())
+				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 3, false, spec)
+				require.ErrorContains(t, err, "bad rate log entry garbage")
+				require.Equal(t, int64(3), c.LLen(ctx, k.Ready()).Val(), "no job taken")
+			})
+			t.Run("ClockSteppedBackKeepsTheLogInOrder", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, jobs(3)...)
+				ahead := time.Now().UnixMilli() + 5000
+				require.NoError(t, c.RPush(ctx, rateLog(k), fmt.Sprintf("%d:0:1:0:0:%d", ahead, ahead+120_000)).Err())
+				require.Len(t, fetch(t, p, spec, 1).Items, 1)
+				// Written under a clock 5 s behind the newest entry: at its
+				// time, so that the log stays in order.
+				require.Regexp(t, fmt.Sprintf(`^%d:1:1:0:0:\d+$`, ahead), c.LIndex(ctx, rateLog(k), -1).Val())
 			})
 			t.Run("PreviousVersionBeside", func(t *testing.T) {
 				p := testutil.Prefix(t)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -1094,4 +1095,101 @@ func TestLimitHoldsAcrossAFailover(t *testing.T) {
 	})
 	require.Equal(t, int64(2), h.g.peak.Load())
 	testutil.Eventually(t, 10*time.Second, "every slot is free", func() bool { return stats(t, e.c, "t").Running == 0 })
+}
+
+// startLog records when handlers start, per key value.
+type startLog struct {
+	mu sync.Mutex
+	at map[string][]time.Time
+}
+
+func (s *startLog) add(v string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.at == nil {
+		s.at = map[string][]time.Time{}
+	}
+	s.at[v] = append(s.at[v], time.Now())
+}
+
+// worst is, per value, the most starts within any span of per - tol
+// (tol covers the handler's dispatch delay after the fetch), and where.
+func (s *startLog) worst(per, tol time.Duration) (string, int, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	wv, wn, wat := "", 0, time.Time{}
+	for v, ts := range s.at {
+		ts = append([]time.Time(nil), ts...)
+		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+		j := 0
+		for i := range ts {
+			for ts[i].Sub(ts[j]) >= per-tol {
+				j++
+			}
+			if i-j+1 > wn {
+				wv, wn, wat = v, i-j+1, ts[j]
+			}
+		}
+	}
+	return wv, wn, wat
+}
+
+func (s *startLog) addAt(v string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.at == nil {
+		s.at = map[string][]time.Time{}
+	}
+	s.at[v] = append(s.at[v], at)
+}
+
+func (s *startLog) total() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, ts := range s.at {
+		n += len(ts)
+	}
+	return n
+}
+
+// TestRateLogOfManyExpiredEntriesHoldsNothingBack: a topic's start log
+// holding 100,000 entries that all left the window (a busy period long
+// past, the log key not yet expired) holds no job back: a rate of 50
+// per second starts 50 ready jobs at once, within 500 ms.
+func TestRateLogOfManyExpiredEntriesHoldsNothingBack(t *testing.T) {
+	testutil.FaultTier(t)
+	eachReal(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		now, err := e.rdb.Time(ctx).Result()
+		require.NoError(t, err)
+		ms := now.UnixMilli() - 10_000
+		lg := keys.ForBucket(e.cfg.Prefix, "t", 0).LimitPrefix() + "rlog"
+		exp := now.UnixMilli() + 60_000
+		const entries = 100_000
+		for from := 0; from < entries; from += 1000 {
+			var es []any
+			for i := from; i < from+1000; i++ {
+				es = append(es, fmt.Sprintf("%d:%d:1:0:0:%d", ms, i, exp))
+			}
+			require.NoError(t, e.rdb.RPush(ctx, lg, es...).Err())
+		}
+		require.NoError(t, e.rdb.PExpireAt(ctx, lg, time.UnixMilli(exp)).Err())
+		var batch []*redeq.Job
+		for i := range 50 {
+			batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)})
+		}
+		require.NoError(t, e.c.AddBatch(ctx, batch))
+		var log startLog
+		h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			log.add("")
+			ch.Ack()
+			return nil
+		}
+		start := time.Now()
+		startWith(t, e.c, redeq.ListenerFunc("t", h, redeq.WithWorkers(64), redeq.WithRateLimit(50, time.Second)))
+		testutil.Eventually(t, 30*time.Second, "the 50 start", func() bool { return log.total() == 50 })
+		t.Logf("50 started after %v", time.Since(start))
+		require.Less(t, time.Since(start), 500*time.Millisecond, "the expired entries hold the jobs back")
+	})
 }
