@@ -60,7 +60,7 @@ func TestFetchUnderLimits(t *testing.T) {
 			c := be.New(t)
 			fetch := func(t *testing.T, prefix, spec string, want int) Batch {
 				t.Helper()
-				b, err := FetchLimited(ctx, c, prefix, "t", 0, "c", want, false, spec)
+				b, err := FetchLimited(ctx, c, prefix, "t", 0, "c", want, false, spec, true)
 				require.NoError(t, err)
 				return b
 			}
@@ -199,7 +199,7 @@ func TestFetchUnderLimits(t *testing.T) {
 				limitJobs(t, c, k, [2]string{"a", "x"})
 				testutil.Seed(t, c, testutil.ZSet(k.LimitRunning(), "1@d\nz=1"))
 				before := testutil.DumpUnder(t, c, p)
-				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 10, false, "bad")
+				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 10, false, "bad", true)
 				require.ErrorContains(t, err, "bad limit spec")
 				require.Equal(t, before, testutil.DumpUnder(t, c, p))
 			})
@@ -216,7 +216,7 @@ func TestFetchUnderLimits(t *testing.T) {
 				require.NoError(t, c.RPush(ctx, k.LimitPark("hot"), "h1", "h2", "h3").Err())
 				require.NoError(t, c.ZAdd(ctx, k.LimitParked(), redis.Z{Score: 0, Member: "hot"}).Err())
 				require.NoError(t, c.Set(ctx, k.Ready(), "not a list", 0).Err())
-				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 10, false, spec)
+				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 10, false, spec, true)
 				require.ErrorContains(t, err, "WRONGTYPE")
 				require.Equal(t, []string{"h1", "h2", "h3"}, c.LRange(ctx, k.LimitPark("hot"), 0, -1).Val(), "no parked id is lost")
 				require.NoError(t, c.Del(ctx, k.Ready()).Err())
@@ -299,10 +299,13 @@ func rateLog(k keys.Bucket) string { return k.LimitPrefix() + "rlog" }
 // of 100,000 expired entries goes at once, and one of 100,000 whose last
 // few are within the period is trimmed to them exactly, in at most 64
 // LINDEX steps (a bad entry is an error, and takes no job); the same job
-// taken twice is two starts. A client of the previous version (one ZSET member per start)
-// beside it: its starts are counted, and the new starts are written to
-// its ZSET too while it runs, so that it counts them; once only mirrored
-// starts are left there, nothing is written to it or counted twice.
+// taken twice is two starts. The previous version's ZSET of one member per start: its
+// members are counted, the mirrored ones once; until the namespace is at
+// the start log's format ("mirror") every start is written there too,
+// whether or not it holds starts, so that a client of that version counts
+// them; after it ("log") nothing is, and fetches of both modes side by
+// side (the switch window) count each start once; a bad mode is an error
+// that writes nothing.
 func TestRateLogHoldsOneEntryPerFetch(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range testutil.Backends(t) {
@@ -310,7 +313,7 @@ func TestRateLogHoldsOneEntryPerFetch(t *testing.T) {
 			c := be.New(t)
 			fetch := func(t *testing.T, prefix, spec string, want int) Batch {
 				t.Helper()
-				b, err := FetchLimited(ctx, c, prefix, "t", 0, "c", want, false, spec)
+				b, err := FetchLimited(ctx, c, prefix, "t", 0, "c", want, false, spec, true)
 				require.NoError(t, err)
 				return b
 			}
@@ -366,7 +369,7 @@ func TestRateLogHoldsOneEntryPerFetch(t *testing.T) {
 				require.NoError(t, c.Del(ctx, k.Pool()).Err())
 				require.NoError(t, c.Set(ctx, k.Pool(), "not a hash", 0).Err())
 				before := testutil.DumpUnder(t, c, p)
-				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 3, false, spec)
+				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 3, false, spec, true)
 				require.ErrorContains(t, err, "WRONGTYPE")
 				require.Equal(t, before, testutil.DumpUnder(t, c, p))
 			})
@@ -446,7 +449,7 @@ func TestRateLogHoldsOneEntryPerFetch(t *testing.T) {
 				old := time.Now().UnixMilli() - 120_000
 				longLog(t, k, 1000, func(int) int64 { return old })
 				require.NoError(t, c.RPush(ctx, rateLog(k), "garbage", fmt.Sprintf("%d:1000:1:0:0:%d", time.Now().UnixMilli(), time.Now().UnixMilli()+120_000)).Err())
-				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 3, false, spec)
+				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 3, false, spec, true)
 				require.ErrorContains(t, err, "bad rate log entry garbage")
 				require.Equal(t, int64(3), c.LLen(ctx, k.Ready()).Val(), "no job taken")
 			})
@@ -461,7 +464,13 @@ func TestRateLogHoldsOneEntryPerFetch(t *testing.T) {
 				// time, so that the log stays in order.
 				require.Regexp(t, fmt.Sprintf(`^%d:1:1:0:0:\d+$`, ahead), c.LIndex(ctx, rateLog(k), -1).Val())
 			})
-			t.Run("PreviousVersionBeside", func(t *testing.T) {
+			fetchMode := func(t *testing.T, prefix, spec string, want int, startLog bool) Batch {
+				t.Helper()
+				b, err := FetchLimited(ctx, c, prefix, "t", 0, "c", want, false, spec, startLog)
+				require.NoError(t, err)
+				return b
+			}
+			t.Run("PreviousVersionBesideCountsEveryStart", func(t *testing.T) {
 				p := testutil.Prefix(t)
 				k := keys.ForBucket(p, "t", 0)
 				old := k.LimitPrefix() + "rate"
@@ -471,19 +480,76 @@ func TestRateLogHoldsOneEntryPerFetch(t *testing.T) {
 				require.NoError(t, c.ZAdd(ctx, old, redis.Z{Score: now, Member: "1@o\nx"}, redis.Z{Score: now, Member: "2@o\ny"}).Err())
 				require.NoError(t, c.PExpire(ctx, old, time.Minute).Err())
 				tight := Limits{Rate: 4, Per: time.Minute}.Spec()
-				got := fetch(t, p, tight, 1)
+				got := fetchMode(t, p, tight, 1, false)
 				require.Len(t, got.Items, 1)
 				// It counts this start: its ZSET holds it as it holds its own.
 				require.ElementsMatch(t, []string{"1@o\nx", "2@o\ny", lease(got.Items[0], "c")}, c.ZRange(ctx, old, 0, -1).Val())
 				require.Regexp(t, `^\d+:0:1:0:1:\d+$`, c.LIndex(ctx, rateLog(k), -1).Val())
-				require.Len(t, fetch(t, p, tight, 5).Items, 1, "2 of theirs, 2 of ours")
+				require.Len(t, fetchMode(t, p, tight, 5, false).Items, 1, "2 of theirs, 2 of ours")
 				// Their starts leave the period; only mirrored ones are left
-				// there: counted once, and nothing more is written there.
+				// there: counted once, and the new starts still go there
+				// (the namespace is not at the start log's format: a client
+				// of the previous version may still run, and counts them).
 				require.NoError(t, c.ZRem(ctx, old, "1@o\nx", "2@o\ny").Err())
-				require.Len(t, fetch(t, p, tight, 5).Items, 2)
+				require.Len(t, fetchMode(t, p, tight, 5, false).Items, 2)
+				require.Len(t, c.ZRange(ctx, old, 0, -1).Val(), 4)
+				require.Regexp(t, `^\d+:2:2:2:2:\d+$`, c.LIndex(ctx, rateLog(k), -1).Val())
+				require.Empty(t, fetchMode(t, p, tight, 5, false).Items)
+			})
+			t.Run("EmptyZSetIsWrittenUntilTheSwitch", func(t *testing.T) {
+				// No start of the previous version's is in the period:
+				// its ZSET gets this fetch's starts anyway, so that such a
+				// client joining now counts them.
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				old := k.LimitPrefix() + "rate"
+				limitJobs(t, c, k, jobs(10)...)
+				got := fetchMode(t, p, Limits{Rate: 4, Per: time.Minute}.Spec(), 3, false)
+				require.Len(t, got.Items, 3)
+				require.Len(t, c.ZRange(ctx, old, 0, -1).Val(), 3)
+				ttl := c.PTTL(ctx, old).Val()
+				require.Greater(t, ttl, 50*time.Second)
+				require.LessOrEqual(t, ttl, time.Minute)
+			})
+			t.Run("SwitchWindowCountsOnce", func(t *testing.T) {
+				// Clients pick the switch up at their next announcement:
+				// fetches of both modes side by side count every start once.
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				old := k.LimitPrefix() + "rate"
+				limitJobs(t, c, k, jobs(10)...)
+				tight := Limits{Rate: 6, Per: time.Minute}.Spec()
+				require.Len(t, fetchMode(t, p, tight, 2, false).Items, 2)
+				require.Len(t, fetchMode(t, p, tight, 2, true).Items, 2)
+				require.Len(t, c.ZRange(ctx, old, 0, -1).Val(), 2, "the log mode writes nothing there")
+				require.Len(t, fetchMode(t, p, tight, 5, false).Items, 2, "6 a minute, whatever the mode")
+				require.Empty(t, fetchMode(t, p, tight, 5, true).Items)
+				require.Empty(t, fetchMode(t, p, tight, 5, false).Items)
+			})
+			t.Run("LogModeStillReadsTheZSet", func(t *testing.T) {
+				// After the switch a ZSET left by the previous version (no
+				// such client is alive, but its starts are in the period)
+				// is still counted, and nothing is written there.
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				old := k.LimitPrefix() + "rate"
+				limitJobs(t, c, k, jobs(10)...)
+				now := float64(time.Now().UnixMilli())
+				require.NoError(t, c.ZAdd(ctx, old, redis.Z{Score: now, Member: "1@o\nx"}, redis.Z{Score: now, Member: "2@o\ny"}).Err())
+				require.NoError(t, c.PExpire(ctx, old, time.Minute).Err())
+				require.Len(t, fetchMode(t, p, Limits{Rate: 4, Per: time.Minute}.Spec(), 5, true).Items, 2)
 				require.Len(t, c.ZRange(ctx, old, 0, -1).Val(), 2)
-				require.Regexp(t, `^\d+:2:2:2:0:\d+$`, c.LIndex(ctx, rateLog(k), -1).Val())
-				require.Empty(t, fetch(t, p, tight, 5).Items)
+				require.Regexp(t, `^\d+:0:2:0:0:\d+$`, c.LIndex(ctx, rateLog(k), -1).Val())
+			})
+			t.Run("BadModeIsAnError", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, jobs(1)...)
+				before := testutil.DumpUnder(t, c, p)
+				err := fetchScript.Run(ctx, c, []string{k.Ready(), k.InFlight("c"), k.Pool(), k.State(), k.Errors(), k.Due(), k.LimitPrefix()},
+					1, "c", Quarantine, "0", 0, spec, "both").Err()
+				require.ErrorContains(t, err, "bad start log mode both")
+				require.Equal(t, before, testutil.DumpUnder(t, c, p))
 			})
 		})
 	}

@@ -1,10 +1,12 @@
 package redeq_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -1191,5 +1193,118 @@ func TestRateLogOfManyExpiredEntriesHoldsNothingBack(t *testing.T) {
 		testutil.Eventually(t, 30*time.Second, "the 50 start", func() bool { return log.total() == 50 })
 		t.Logf("50 started after %v", time.Since(start))
 		require.Less(t, time.Since(start), 500*time.Millisecond, "the expired entries hold the jobs back")
+	})
+}
+
+// startOldRateClient starts the previous version's client (the binary at
+// $REDEQ_OLD_CLIENT, built from commit 3e09a55 with testdata/oldrate.go.txt as its cmd/oldrate) on e's keys, listening
+// to "t" at n per per, and logs its handler starts in log.
+func startOldRateClient(t *testing.T, e *env, n int, per time.Duration, log *startLog) {
+	t.Helper()
+	bin := os.Getenv("REDEQ_OLD_CLIENT")
+	if bin == "" {
+		t.Skip("REDEQ_OLD_CLIENT names no client of the previous version")
+	}
+	cmd := exec.Command(bin)
+	addrs, cluster := os.Getenv("REDIS_ADDR"), ""
+	if e.be.Name == "cluster" {
+		addrs, cluster = os.Getenv("REDIS_CLUSTER_ADDRS"), "1"
+	}
+	cmd.Env = append(os.Environ(), "REDEQ_TEST_ADDRS="+addrs, "REDEQ_TEST_CLUSTER="+cluster,
+		"REDEQ_TEST_PREFIX="+e.cfg.Prefix, fmt.Sprint("RATE_N=", n), fmt.Sprint("RATE_PER_MS=", per.Milliseconds()))
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			switch {
+			case len(f) == 1 && f[0] == "ready":
+				close(ready)
+			case len(f) == 3 && f[0] == "start":
+				ns, _ := strconv.ParseInt(f[2], 10, 64)
+				log.addAt("", time.Unix(0, ns))
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the old client did not start")
+	}
+}
+
+// TestRateHoldsAcrossARollingUpgrade: a client of this version and one
+// of the previous version (main) listening to the same topic at 10 per
+// 2 s, the new one first, never start more than 10 jobs within any 2 s
+// (100 ms tolerance), and every job runs.
+func TestRateHoldsAcrossARollingUpgrade(t *testing.T) {
+	testutil.FaultTier(t)
+	eachReal(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const n, per, tol = 10, 2 * time.Second, 100 * time.Millisecond
+		var log startLog
+		h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			log.add("")
+			ch.Ack()
+			return nil
+		}
+		const jobs = 60
+		var batch []*redeq.Job
+		for i := range jobs {
+			batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)})
+		}
+		require.NoError(t, e.c.AddBatch(ctx, batch))
+		startWith(t, e.c, redeq.ListenerFunc("t", h, redeq.WithWorkers(16), redeq.WithRateLimit(n, per)))
+		testutil.Eventually(t, 10*time.Second, "the new client starts its first ten", func() bool { return log.total() == n })
+		startOldRateClient(t, e, n, per, &log)
+		testutil.Eventually(t, 30*time.Second, "every job runs", func() bool { return log.total() >= jobs })
+		_, worst, _ := log.worst(per, tol)
+		t.Logf("%d starts; most in %v: %d", log.total(), per-tol, worst)
+		require.LessOrEqual(t, worst, n, "starts within one period")
+	})
+}
+
+// TestRateHoldsAcrossARollingUpgradeOnceBothRun: from a period after a
+// client of the previous version joined a client of this version on a
+// topic at 10 per 2 s (the documented exception: the new client's starts
+// before the old one's first), never more than 10 jobs start within any
+// 2 s (100 ms tolerance), and every job runs.
+func TestRateHoldsAcrossARollingUpgradeOnceBothRun(t *testing.T) {
+	testutil.FaultTier(t)
+	eachReal(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const n, per, tol = 10, 2 * time.Second, 100 * time.Millisecond
+		var log startLog
+		h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			log.add("")
+			ch.Ack()
+			return nil
+		}
+		const jobs = 90
+		var batch []*redeq.Job
+		for i := range jobs {
+			batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)})
+		}
+		require.NoError(t, e.c.AddBatch(ctx, batch))
+		startWith(t, e.c, redeq.ListenerFunc("t", h, redeq.WithWorkers(16), redeq.WithRateLimit(n, per)))
+		testutil.Eventually(t, 10*time.Second, "the new client starts its first ten", func() bool { return log.total() == n })
+		startOldRateClient(t, e, n, per, &log)
+		from := time.Now().Add(per)
+		testutil.Eventually(t, 40*time.Second, "every job runs", func() bool { return log.total() >= jobs })
+		var late startLog
+		log.mu.Lock()
+		for _, at := range log.at[""] {
+			if at.After(from) {
+				late.addAt("", at)
+			}
+		}
+		log.mu.Unlock()
+		_, worst, _ := late.worst(per, tol)
+		t.Logf("%d starts, %d a period after the old client joined; most in %v: %d", log.total(), late.total(), per-tol, worst)
+		require.LessOrEqual(t, worst, n, "starts within one period")
 	})
 }
