@@ -1308,3 +1308,91 @@ func TestRateHoldsAcrossARollingUpgradeOnceBothRun(t *testing.T) {
 		require.LessOrEqual(t, worst, n, "starts within one period")
 	})
 }
+
+// TestRateHoldsInEveryWindowUnderChurn: with a rate of 20 per 400 ms
+// (topic-wide, or per tenant), four clients of 1, 4, 16 and 64 workers
+// draining a burst of due jobs of which some fail once (retried at once)
+// and some rejoin at once, while one client shuts down, another joins,
+// and the topic pauses and resumes, never start more than 20 jobs (of a
+// tenant) within any 400 ms, measured by the handlers with 100 ms for
+// their dispatch; and every job ends.
+func TestRateHoldsInEveryWindowUnderChurn(t *testing.T) {
+	testutil.FaultTier(t)
+	for _, header := range []string{"", "tenant"} {
+		t.Run("key="+header, func(t *testing.T) {
+			eachReal(t, func(t *testing.T, e *env) {
+				ctx := context.Background()
+				const n, per, tol = 20, 400 * time.Millisecond, 100 * time.Millisecond
+				var log startLog
+				var mu sync.Mutex
+				seen := map[string]int{}
+				done := map[string]bool{}
+				h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+					v := ""
+					if header != "" {
+						v = job.Headers[header]
+					}
+					log.add(v)
+					mu.Lock()
+					seen[job.ID]++
+					k := seen[job.ID]
+					mu.Unlock()
+					var id int
+					fmt.Sscanf(job.ID, "j%d", &id)
+					if k == 1 && id%3 == 0 {
+						return errors.New("fail once")
+					}
+					if k == 1 && id%5 == 1 {
+						ch.Rejoin(time.Millisecond)
+						return nil
+					}
+					mu.Lock()
+					done[job.ID] = true
+					mu.Unlock()
+					ch.Ack()
+					return nil
+				}
+				const jobs = 600
+				var batch []*redeq.Job
+				for i := range jobs {
+					batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i), Headers: map[string]string{"tenant": fmt.Sprint("v", i%3)}})
+				}
+				require.NoError(t, e.c.AddBatch(ctx, batch))
+				opts := func(w int) []redeq.ListenerOption {
+					o := []redeq.ListenerOption{redeq.WithWorkers(w), redeq.WithRateLimit(n, per), redeq.WithRetry(3, time.Millisecond)}
+					if header != "" {
+						o = append(o, redeq.WithLimitKey(header))
+					}
+					return o
+				}
+				t0 := time.Now()
+				var cs []*redeq.Client
+				for i, w := range []int{1, 4, 16, 64} {
+					c := e.c
+					if i > 0 {
+						c = e.another(t, nil)
+					}
+					startWith(t, c, redeq.ListenerFunc("t", h, opts(w)...))
+					cs = append(cs, c)
+				}
+				time.Sleep(1500 * time.Millisecond)
+				tShut := time.Since(t0)
+				require.NoError(t, cs[2].Shutdown(ctx))
+				startWith(t, e.another(t, nil), redeq.ListenerFunc("t", h, opts(32)...))
+				time.Sleep(700 * time.Millisecond)
+				tPause := time.Since(t0)
+				require.NoError(t, e.c.Pause(ctx, "t"))
+				time.Sleep(300 * time.Millisecond)
+				require.NoError(t, e.c.Resume(ctx, "t"))
+				testutil.Eventually(t, 60*time.Second, "every job ends", func() bool {
+					mu.Lock()
+					defer mu.Unlock()
+					return len(done) == jobs
+				})
+				v, worst, at := log.worst(per, tol)
+				t.Logf("%d starts; most in %v: %d (value %q at +%v; shutdown at +%v, pause at +%v)", log.total(), per-tol, worst, v, at.Sub(t0), tShut, tPause)
+				require.LessOrEqual(t, worst, n, "starts within one period")
+			})
+		})
+	}
+}
