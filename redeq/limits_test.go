@@ -1396,3 +1396,43 @@ func TestRateHoldsInEveryWindowUnderChurn(t *testing.T) {
 		})
 	}
 }
+
+// TestRateStartsReachThePreviousZSetUntilTheStartLogFormat: in a
+// namespace the version before switched to its format (2), a rated
+// listener writes every start to that version's ZSET of starts too,
+// though it holds none of an old client's (a client of that version
+// counts them all); once UpgradeFormat switched the namespace to the
+// start log (3, no older client alive), the clients write the log only
+// from their next announcement.
+func TestRateStartsReachThePreviousZSetUntilTheStartLogFormat(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		require.NoError(t, e.rdb.Set(ctx, keys.MoversFormat(e.cfg.Prefix), keys.FormatDueInState, 0).Err())
+		var batch []*redeq.Job
+		for i := range 5 {
+			batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("a", i)})
+		}
+		require.NoError(t, e.c.AddBatch(ctx, batch))
+		var started atomic.Int64
+		h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			started.Add(1)
+			ch.Ack()
+			return nil
+		}
+		startWith(t, e.c, redeq.ListenerFunc("t", h, redeq.WithWorkers(4), redeq.WithRateLimit(1000, time.Minute)))
+		testutil.Eventually(t, 10*time.Second, "the five start", func() bool { return started.Load() == 5 })
+		old := keys.ForBucket(e.cfg.Prefix, "t", 0).LimitPrefix() + "rate"
+		require.Equal(t, int64(5), e.rdb.ZCard(ctx, old).Val(), "every start is in the ZSET")
+
+		require.NoError(t, e.c.UpgradeFormat(ctx))
+		require.Equal(t, keys.FormatStartLog, e.rdb.Get(ctx, keys.MoversFormat(e.cfg.Prefix)).Val())
+		time.Sleep(3 * e.cfg.ScanInterval) // the client's next announcement
+		batch = batch[:0]
+		for i := range 5 {
+			batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("b", i)})
+		}
+		require.NoError(t, e.c.AddBatch(ctx, batch))
+		testutil.Eventually(t, 10*time.Second, "the five more start", func() bool { return started.Load() == 10 })
+		require.Equal(t, int64(5), e.rdb.ZCard(ctx, old).Val(), "after the switch, nothing more is written there")
+	})
+}
