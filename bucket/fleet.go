@@ -61,9 +61,9 @@ type Fleet struct {
 	// records no format it reads and writes the older one whatever the
 	// namespace's.
 	older bool
-	// current says the namespace writes the current format of the job
-	// state (keys.MoversFormat), as this client last read it.
-	current atomic.Bool
+	// format is the format the namespace writes (keys.MoversFormat, ""
+	// for none), as this client last read it.
+	format atomic.Value
 
 	mu        sync.Mutex
 	live      []string                   // sorted, this client included
@@ -86,10 +86,26 @@ func NewFleet(c redis.UniversalClient, prefix, id string, interval time.Duration
 // upgrade): it announces no format it reads, and writes the older one.
 func (f *Fleet) SetOlderFormat() { f.older = true }
 
-// WritesCurrentFormat reports whether this client writes the current
-// format of the job state (keys.Bucket.State): the namespace switched to
-// it, as read at Start or at the last announcement.
-func (f *Fleet) WritesCurrentFormat() bool { return !f.older && f.current.Load() }
+// WritesCurrentFormat reports whether this client writes the format of
+// the job state in which a ready entry carries its due time
+// (keys.FormatDueInState, keys.Bucket.State): the namespace switched to
+// it or to a later one, as read at Start or at the last announcement.
+func (f *Fleet) WritesCurrentFormat() bool {
+	return !f.older && keys.FormatAtLeast(f.readFormat(), keys.FormatDueInState)
+}
+
+// WritesStartLog reports whether this client writes a rate's starts to
+// its start log only (keys.FormatStartLog): the namespace switched to
+// it, so that no client that counts the previous version's ZSET of
+// starts is alive. Until then the fetch writes both.
+func (f *Fleet) WritesStartLog() bool {
+	return !f.older && keys.FormatAtLeast(f.readFormat(), keys.FormatStartLog)
+}
+
+func (f *Fleet) readFormat() string {
+	v, _ := f.format.Load().(string)
+	return v
+}
 
 // Outdated returns the live clients, at the last announcement, that do
 // not read the format in force (none while the older one is): clients of
@@ -123,7 +139,7 @@ func (f *Fleet) ReadFormat(ctx context.Context, fresh bool) error {
 	if err != nil && err != redis.Nil {
 		return fmt.Errorf("read format: %w", err)
 	}
-	f.current.Store(v == keys.FormatCurrent)
+	f.format.Store(v)
 	return nil
 }
 
@@ -144,8 +160,8 @@ func (f *Fleet) switchFormat(ctx context.Context, alone string) ([]string, error
 		return nil, fmt.Errorf("switch format: bad reply %v", v)
 	}
 	if ok, _ := v[0].(int64); ok == 1 {
-		if !f.older {
-			f.current.Store(true)
+		if !f.older && !keys.FormatAtLeast(f.readFormat(), keys.FormatCurrent) {
+			f.format.Store(keys.FormatCurrent)
 		}
 		return nil, nil
 	}
@@ -206,7 +222,7 @@ func (f *Fleet) Announce(ctx context.Context) (bool, error) {
 	format, _ := v[2].(string)
 	outdated := strs(v[3])
 	slices.Sort(outdated)
-	f.current.Store(format == keys.FormatCurrent)
+	f.format.Store(format)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	changed := !slices.Equal(ids, f.live) || !sameCannot(cannot, f.cannot)

@@ -122,3 +122,56 @@ func TestFleetSwitchesFormatOnlyWhenEveryClientReadsIt(t *testing.T) {
 		})
 	}
 }
+
+// TestFleetSwitchesToTheStartLogOnlyWithoutAClientOfTheVersionBefore: a
+// namespace the version before switched to its format (ready entries
+// carry their due time, keys.FormatDueInState) is read as such, but its
+// rates' starts still go to the previous version's ZSET too
+// (WritesStartLog false) while a client announcing that format lives: the
+// switch to keys.FormatStartLog refuses, naming it and writing nothing;
+// once it left, the switch is made, and both layouts' formats are in
+// force. A fresh namespace starts at the start log.
+func TestFleetSwitchesToTheStartLogOnlyWithoutAClientOfTheVersionBefore(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := be.New(t)
+			prefix := testutil.Prefix(t)
+			const interval = 100 * time.Millisecond
+			require.NoError(t, rdb.Set(ctx, keys.MoversFormat(prefix), keys.FormatDueInState, 0).Err())
+			cur := bucket.NewFleet(rdb, prefix, "cur", interval)
+			prev := bucket.NewFleet(rdb, prefix, "prev", interval)
+			for _, f := range []*bucket.Fleet{cur, prev} {
+				_, err := f.Announce(ctx)
+				require.NoError(t, err)
+			}
+			// As the version before announces: the format it reads, "2".
+			require.NoError(t, rdb.HSet(ctx, keys.MoversFormats(prefix), "prev", keys.FormatDueInState).Err())
+			_, err := cur.Announce(ctx)
+			require.NoError(t, err)
+			require.True(t, cur.WritesCurrentFormat(), "ready entries carry their due time")
+			require.False(t, cur.WritesStartLog(), "starts go to the ZSET too")
+			require.Empty(t, cur.Outdated(), "the version before reads format 2")
+
+			out, err := cur.UpgradeFormat(ctx)
+			require.NoError(t, err)
+			require.Equal(t, []string{"prev"}, out)
+			require.Equal(t, keys.FormatDueInState, rdb.Get(ctx, keys.MoversFormat(prefix)).Val(), "a refusal writes nothing")
+			require.False(t, cur.WritesStartLog())
+
+			require.NoError(t, prev.Leave(ctx))
+			out, err = cur.UpgradeFormat(ctx)
+			require.NoError(t, err)
+			require.Empty(t, out)
+			require.Equal(t, keys.FormatStartLog, rdb.Get(ctx, keys.MoversFormat(prefix)).Val())
+			require.True(t, cur.WritesStartLog())
+			require.True(t, cur.WritesCurrentFormat())
+
+			p2 := testutil.Prefix(t)
+			alone := bucket.NewFleet(rdb, p2, "alone", interval)
+			require.NoError(t, alone.ReadFormat(ctx, true))
+			require.True(t, alone.WritesStartLog())
+			require.True(t, alone.WritesCurrentFormat())
+		})
+	}
+}

@@ -69,6 +69,9 @@ type Group struct {
 	// reaps tells whether this client's reaper looks for silent consumers
 	// now (SetReaper); nil: always.
 	reaps func() bool
+	// startLog tells whether the namespace writes a rate's starts to its
+	// start log only (SetStartLog); nil: no, to both layouts.
+	startLog func() bool
 
 	fetchCancel, handlerCancel, settleCancel, bgCancel context.CancelFunc
 	handlerCtx, settleCtx                              context.Context
@@ -121,6 +124,19 @@ func (g *Group) SetReaper(reaps func() bool) error {
 		return ErrStarted
 	}
 	g.reaps = reaps
+	return nil
+}
+
+// SetStartLog, before Start, makes the fetches under a rate write their
+// starts to the start log only while startLog says so (the namespace
+// switched to keys.FormatStartLog: bucket.Fleet.WritesStartLog); until
+// then, and without a call, they write them to the previous version's
+// ZSET of starts too, so that a client of that version counts them.
+func (g *Group) SetStartLog(startLog func() bool) error {
+	if g.started.Load() {
+		return ErrStarted
+	}
+	g.startLog = startLog
 	return nil
 }
 

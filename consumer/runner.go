@@ -85,7 +85,7 @@ func newRunner(g *Group, l Listener, buckets int) *runner {
 	topic := l.Topic()
 	r := &runner{
 		g: g, l: l, topic: topic, buckets: buckets, workers: w, capacity: w,
-		fetcher:    redisFetcher{rdb: g.rdb, prefix: g.cfg.Prefix, topic: topic, cid: g.cid, older: g.older, limits: opts.Limits.Spec()},
+		fetcher:    redisFetcher{rdb: g.rdb, prefix: g.cfg.Prefix, topic: topic, cid: g.cid, older: g.older, limits: opts.Limits.Spec(), startLog: g.startLog},
 		applier:    redisApplier{settler: g.settler, rdb: g.rdb, prefix: g.cfg.Prefix, topic: topic, cid: g.cid, older: g.older, keep: retention(g.cfg.Retention, g.cfg.RetentionMax, opts, buckets)},
 		quarantine: g.quarantine,
 		dl:         newDeliveries(buckets),

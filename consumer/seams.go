@@ -38,15 +38,16 @@ type applier interface {
 type redisFetcher struct {
 	rdb                redis.UniversalClient
 	prefix, topic, cid string
-	older              bool   // fetch as a client of the older format (Group.SetOlderFormat)
-	limits             string // the listener's limits (ready.Limits.Spec)
+	older              bool        // fetch as a client of the older format (Group.SetOlderFormat)
+	limits             string      // the listener's limits (ready.Limits.Spec)
+	startLog           func() bool // Group.SetStartLog; nil: false
 }
 
 func (f redisFetcher) Fetch(ctx context.Context, b, want int, alone bool) (ready.Batch, error) {
 	if f.older {
 		return ready.FetchOlderFormat(ctx, f.rdb, f.prefix, f.topic, b, f.cid, want, alone)
 	}
-	return ready.FetchLimited(ctx, f.rdb, f.prefix, f.topic, b, f.cid, want, alone, f.limits)
+	return ready.FetchLimited(ctx, f.rdb, f.prefix, f.topic, b, f.cid, want, alone, f.limits, f.startLog != nil && f.startLog())
 }
 
 func (f redisFetcher) Reconcile(ctx context.Context, b int, held func(member string) bool) (int, error) {

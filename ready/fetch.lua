@@ -34,6 +34,9 @@
 --   delivery.
 -- ARGV[6] -> the listener's limits, "max|n|per ms|header" (limits.lua),
 --   or '' for none: the one check a topic without limits pays
+-- ARGV[7] -> under limits, "mirror" until the namespace is at the start
+--   log's format (keys.FormatStartLog), then "log" (limits.lua's
+--   limit_mirror)
 -- Uses limits.lua.
 -- Under limits, the fetch takes no more than they allow (topic-wide) or
 -- parks the jobs of a key value at its limit (per key) and records a
@@ -68,6 +71,7 @@
 local spec = limit_spec(ARGV[6])
 local parked = false
 if spec then
+  limit_set_mode(ARGV[7])
   local f = redis.call('HMGET', KEYS[4], '\0paused', '\0parked')
   if f[1] then return {0} end
   parked = f[2]

@@ -60,7 +60,7 @@ func TestFetchUnderLimits(t *testing.T) {
 			c := be.New(t)
 			fetch := func(t *testing.T, prefix, spec string, want int) Batch {
 				t.Helper()
-				b, err := FetchLimited(ctx, c, prefix, "t", 0, "c", want, false, spec)
+				b, err := FetchLimited(ctx, c, prefix, "t", 0, "c", want, false, spec, true)
 				require.NoError(t, err)
 				return b
 			}
@@ -199,7 +199,7 @@ func TestFetchUnderLimits(t *testing.T) {
 				limitJobs(t, c, k, [2]string{"a", "x"})
 				testutil.Seed(t, c, testutil.ZSet(k.LimitRunning(), "1@d\nz=1"))
 				before := testutil.DumpUnder(t, c, p)
-				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 10, false, "bad")
+				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 10, false, "bad", true)
 				require.ErrorContains(t, err, "bad limit spec")
 				require.Equal(t, before, testutil.DumpUnder(t, c, p))
 			})
@@ -216,7 +216,7 @@ func TestFetchUnderLimits(t *testing.T) {
 				require.NoError(t, c.RPush(ctx, k.LimitPark("hot"), "h1", "h2", "h3").Err())
 				require.NoError(t, c.ZAdd(ctx, k.LimitParked(), redis.Z{Score: 0, Member: "hot"}).Err())
 				require.NoError(t, c.Set(ctx, k.Ready(), "not a list", 0).Err())
-				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 10, false, spec)
+				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 10, false, spec, true)
 				require.ErrorContains(t, err, "WRONGTYPE")
 				require.Equal(t, []string{"h1", "h2", "h3"}, c.LRange(ctx, k.LimitPark("hot"), 0, -1).Val(), "no parked id is lost")
 				require.NoError(t, c.Del(ctx, k.Ready()).Err())
@@ -296,12 +296,16 @@ func rateLog(k keys.Bucket) string { return k.LimitPrefix() + "rlog" }
 // minute takes 5 and then 2 jobs, then none until the oldest entry leaves
 // the period. Its four script questions: an error halfway records no
 // start; a rerun after a lost reply counts the first run's starts; a log
-// of 100,000 entries is trimmed 64 entries a fetch, the rest counted (the
-// rate holds back, never lets more go); the same job taken twice is two
-// starts. A client of the previous version (one ZSET member per start)
-// beside it: its starts are counted, and the new starts are written to
-// its ZSET too while it runs, so that it counts them; once only mirrored
-// starts are left there, nothing is written to it or counted twice.
+// of 100,000 expired entries goes at once, and one of 100,000 whose last
+// few are within the period is trimmed to them exactly, in at most 64
+// LINDEX steps (a bad entry is an error, and takes no job); the same job
+// taken twice is two starts. The previous version's ZSET of one member per start: its
+// members are counted, the mirrored ones once; until the namespace is at
+// the start log's format ("mirror") every start is written there too,
+// whether or not it holds starts, so that a client of that version counts
+// them; after it ("log") nothing is, and fetches of both modes side by
+// side (the switch window) count each start once; a bad mode is an error
+// that writes nothing.
 func TestRateLogHoldsOneEntryPerFetch(t *testing.T) {
 	ctx := context.Background()
 	for _, be := range testutil.Backends(t) {
@@ -309,7 +313,7 @@ func TestRateLogHoldsOneEntryPerFetch(t *testing.T) {
 			c := be.New(t)
 			fetch := func(t *testing.T, prefix, spec string, want int) Batch {
 				t.Helper()
-				b, err := FetchLimited(ctx, c, prefix, "t", 0, "c", want, false, spec)
+				b, err := FetchLimited(ctx, c, prefix, "t", 0, "c", want, false, spec, true)
 				require.NoError(t, err)
 				return b
 			}
@@ -365,7 +369,7 @@ func TestRateLogHoldsOneEntryPerFetch(t *testing.T) {
 				require.NoError(t, c.Del(ctx, k.Pool()).Err())
 				require.NoError(t, c.Set(ctx, k.Pool(), "not a hash", 0).Err())
 				before := testutil.DumpUnder(t, c, p)
-				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 3, false, spec)
+				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 3, false, spec, true)
 				require.ErrorContains(t, err, "WRONGTYPE")
 				require.Equal(t, before, testutil.DumpUnder(t, c, p))
 			})
@@ -393,28 +397,80 @@ func TestRateLogHoldsOneEntryPerFetch(t *testing.T) {
 				require.Equal(t, []string{"j"}, ids(fetch(t, p, tight, 1).Items))
 				require.Empty(t, fetch(t, p, tight, 1).Items, "two starts of two allowed")
 			})
-			t.Run("LongLogIsReadInBoundedSteps", func(t *testing.T) {
-				p := testutil.Prefix(t)
-				k := keys.ForBucket(p, "t", 0)
-				limitJobs(t, c, k, jobs(10)...)
-				old := time.Now().UnixMilli() - 120_000
+			longLog := func(t *testing.T, k keys.Bucket, n int, ms func(i int) int64) {
+				t.Helper()
 				pipe := c.Pipeline()
-				for i := 0; i < 100_000; i += 1000 {
+				for i := 0; i < n; i += 1000 {
 					chunk := make([]any, 0, 1000)
-					for j := i; j < i+1000; j++ {
-						chunk = append(chunk, fmt.Sprintf("%d:%d:1:0:0:%d", old, j, old+120_000))
+					for j := i; j < min(n, i+1000); j++ {
+						chunk = append(chunk, fmt.Sprintf("%d:%d:1:0:0:%d", ms(j), j, time.Now().UnixMilli()+120_000))
 					}
 					pipe.RPush(ctx, rateLog(k), chunk...)
 				}
 				_, err := pipe.Exec(ctx)
 				require.NoError(t, err)
-				wide := Limits{Rate: 100_000 - 64 + 2, Per: time.Minute}.Spec()
-				// 64 expired entries go; the 99,936 others are counted as
-				// starts, for now: room for 2.
-				require.Len(t, fetch(t, p, wide, 10).Items, 2)
-				require.Equal(t, int64(100_000-64+1), c.LLen(ctx, rateLog(k)).Val())
+			}
+			t.Run("LogOfExpiredEntriesGoesAtOnce", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, jobs(10)...)
+				old := time.Now().UnixMilli() - 120_000
+				longLog(t, k, 100_000, func(int) int64 { return old })
+				// The newest entry is expired: so is the whole log, which
+				// goes; none of it is counted.
+				require.Len(t, fetch(t, p, Limits{Rate: 10, Per: time.Minute}.Spec(), 10).Items, 10)
+				require.Equal(t, int64(1), c.LLen(ctx, rateLog(k)).Val(), "one entry: this fetch's")
+				require.Regexp(t, `^\d+:0:10:0:0:\d+$`, c.LIndex(ctx, rateLog(k), 0).Val())
 			})
-			t.Run("PreviousVersionBeside", func(t *testing.T) {
+			t.Run("LongLogIsTrimmedExactly", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, jobs(10)...)
+				old, now := time.Now().UnixMilli()-120_000, time.Now().UnixMilli()
+				// 99,990 expired entries, then 10 within the minute: the
+				// first within it is found by halving, and only the 10
+				// are counted.
+				longLog(t, k, 100_000, func(i int) int64 {
+					if i >= 99_990 {
+						return now
+					}
+					return old
+				})
+				require.Len(t, fetch(t, p, Limits{Rate: 13, Per: time.Minute}.Spec(), 10).Items, 3)
+				require.Equal(t, int64(11), c.LLen(ctx, rateLog(k)).Val())
+				require.Regexp(t, `^\d+:99990:1:0:0:\d+$`, c.LIndex(ctx, rateLog(k), 0).Val())
+				require.Regexp(t, `^\d+:100000:3:0:0:\d+$`, c.LIndex(ctx, rateLog(k), -1).Val())
+				require.Empty(t, fetch(t, p, Limits{Rate: 13, Per: time.Minute}.Spec(), 10).Items)
+			})
+			t.Run("BadEntryIsAnError", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, jobs(3)...)
+				old := time.Now().UnixMilli() - 120_000
+				longLog(t, k, 1000, func(int) int64 { return old })
+				require.NoError(t, c.RPush(ctx, rateLog(k), "garbage", fmt.Sprintf("%d:1000:1:0:0:%d", time.Now().UnixMilli(), time.Now().UnixMilli()+120_000)).Err())
+				_, err := FetchLimited(ctx, c, p, "t", 0, "c", 3, false, spec, true)
+				require.ErrorContains(t, err, "bad rate log entry garbage")
+				require.Equal(t, int64(3), c.LLen(ctx, k.Ready()).Val(), "no job taken")
+			})
+			t.Run("ClockSteppedBackKeepsTheLogInOrder", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, jobs(3)...)
+				ahead := time.Now().UnixMilli() + 5000
+				require.NoError(t, c.RPush(ctx, rateLog(k), fmt.Sprintf("%d:0:1:0:0:%d", ahead, ahead+120_000)).Err())
+				require.Len(t, fetch(t, p, spec, 1).Items, 1)
+				// Written under a clock 5 s behind the newest entry: at its
+				// time, so that the log stays in order.
+				require.Regexp(t, fmt.Sprintf(`^%d:1:1:0:0:\d+$`, ahead), c.LIndex(ctx, rateLog(k), -1).Val())
+			})
+			fetchMode := func(t *testing.T, prefix, spec string, want int, startLog bool) Batch {
+				t.Helper()
+				b, err := FetchLimited(ctx, c, prefix, "t", 0, "c", want, false, spec, startLog)
+				require.NoError(t, err)
+				return b
+			}
+			t.Run("PreviousVersionBesideCountsEveryStart", func(t *testing.T) {
 				p := testutil.Prefix(t)
 				k := keys.ForBucket(p, "t", 0)
 				old := k.LimitPrefix() + "rate"
@@ -424,19 +480,76 @@ func TestRateLogHoldsOneEntryPerFetch(t *testing.T) {
 				require.NoError(t, c.ZAdd(ctx, old, redis.Z{Score: now, Member: "1@o\nx"}, redis.Z{Score: now, Member: "2@o\ny"}).Err())
 				require.NoError(t, c.PExpire(ctx, old, time.Minute).Err())
 				tight := Limits{Rate: 4, Per: time.Minute}.Spec()
-				got := fetch(t, p, tight, 1)
+				got := fetchMode(t, p, tight, 1, false)
 				require.Len(t, got.Items, 1)
 				// It counts this start: its ZSET holds it as it holds its own.
 				require.ElementsMatch(t, []string{"1@o\nx", "2@o\ny", lease(got.Items[0], "c")}, c.ZRange(ctx, old, 0, -1).Val())
 				require.Regexp(t, `^\d+:0:1:0:1:\d+$`, c.LIndex(ctx, rateLog(k), -1).Val())
-				require.Len(t, fetch(t, p, tight, 5).Items, 1, "2 of theirs, 2 of ours")
+				require.Len(t, fetchMode(t, p, tight, 5, false).Items, 1, "2 of theirs, 2 of ours")
 				// Their starts leave the period; only mirrored ones are left
-				// there: counted once, and nothing more is written there.
+				// there: counted once, and the new starts still go there
+				// (the namespace is not at the start log's format: a client
+				// of the previous version may still run, and counts them).
 				require.NoError(t, c.ZRem(ctx, old, "1@o\nx", "2@o\ny").Err())
-				require.Len(t, fetch(t, p, tight, 5).Items, 2)
+				require.Len(t, fetchMode(t, p, tight, 5, false).Items, 2)
+				require.Len(t, c.ZRange(ctx, old, 0, -1).Val(), 4)
+				require.Regexp(t, `^\d+:2:2:2:2:\d+$`, c.LIndex(ctx, rateLog(k), -1).Val())
+				require.Empty(t, fetchMode(t, p, tight, 5, false).Items)
+			})
+			t.Run("EmptyZSetIsWrittenUntilTheSwitch", func(t *testing.T) {
+				// No start of the previous version's is in the period:
+				// its ZSET gets this fetch's starts anyway, so that such a
+				// client joining now counts them.
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				old := k.LimitPrefix() + "rate"
+				limitJobs(t, c, k, jobs(10)...)
+				got := fetchMode(t, p, Limits{Rate: 4, Per: time.Minute}.Spec(), 3, false)
+				require.Len(t, got.Items, 3)
+				require.Len(t, c.ZRange(ctx, old, 0, -1).Val(), 3)
+				ttl := c.PTTL(ctx, old).Val()
+				require.Greater(t, ttl, 50*time.Second)
+				require.LessOrEqual(t, ttl, time.Minute)
+			})
+			t.Run("SwitchWindowCountsOnce", func(t *testing.T) {
+				// Clients pick the switch up at their next announcement:
+				// fetches of both modes side by side count every start once.
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				old := k.LimitPrefix() + "rate"
+				limitJobs(t, c, k, jobs(10)...)
+				tight := Limits{Rate: 6, Per: time.Minute}.Spec()
+				require.Len(t, fetchMode(t, p, tight, 2, false).Items, 2)
+				require.Len(t, fetchMode(t, p, tight, 2, true).Items, 2)
+				require.Len(t, c.ZRange(ctx, old, 0, -1).Val(), 2, "the log mode writes nothing there")
+				require.Len(t, fetchMode(t, p, tight, 5, false).Items, 2, "6 a minute, whatever the mode")
+				require.Empty(t, fetchMode(t, p, tight, 5, true).Items)
+				require.Empty(t, fetchMode(t, p, tight, 5, false).Items)
+			})
+			t.Run("LogModeStillReadsTheZSet", func(t *testing.T) {
+				// After the switch a ZSET left by the previous version (no
+				// such client is alive, but its starts are in the period)
+				// is still counted, and nothing is written there.
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				old := k.LimitPrefix() + "rate"
+				limitJobs(t, c, k, jobs(10)...)
+				now := float64(time.Now().UnixMilli())
+				require.NoError(t, c.ZAdd(ctx, old, redis.Z{Score: now, Member: "1@o\nx"}, redis.Z{Score: now, Member: "2@o\ny"}).Err())
+				require.NoError(t, c.PExpire(ctx, old, time.Minute).Err())
+				require.Len(t, fetchMode(t, p, Limits{Rate: 4, Per: time.Minute}.Spec(), 5, true).Items, 2)
 				require.Len(t, c.ZRange(ctx, old, 0, -1).Val(), 2)
-				require.Regexp(t, `^\d+:2:2:2:0:\d+$`, c.LIndex(ctx, rateLog(k), -1).Val())
-				require.Empty(t, fetch(t, p, tight, 5).Items)
+				require.Regexp(t, `^\d+:0:2:0:0:\d+$`, c.LIndex(ctx, rateLog(k), -1).Val())
+			})
+			t.Run("BadModeIsAnError", func(t *testing.T) {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				limitJobs(t, c, k, jobs(1)...)
+				before := testutil.DumpUnder(t, c, p)
+				err := fetchScript.Run(ctx, c, []string{k.Ready(), k.InFlight("c"), k.Pool(), k.State(), k.Errors(), k.Due(), k.LimitPrefix()},
+					1, "c", Quarantine, "0", 0, spec, "both").Err()
+				require.ErrorContains(t, err, "bad start log mode both")
+				require.Equal(t, before, testutil.DumpUnder(t, c, p))
 			})
 		})
 	}

@@ -104,15 +104,18 @@ type Batch struct {
 
 // FetchBatch is Fetch, telling also whether the ready list may hold more.
 func FetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, limit int, idle bool) (Batch, error) {
-	return fetchBatch(ctx, c, prefix, topic, n, cid, limit, idle, false, "")
+	return fetchBatch(ctx, c, prefix, topic, n, cid, limit, idle, false, "", false)
 }
 
 // FetchLimited is FetchBatch under the global limits spec (Limits.Spec;
 // "" for none): it takes no more jobs than they allow, sets aside the jobs
 // of a key value at its limit, and records a lease per delivery, which the
-// delivery's outcome, rollback, recovery or release frees.
-func FetchLimited(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, limit int, idle bool, spec string) (Batch, error) {
-	return fetchBatch(ctx, c, prefix, topic, n, cid, limit, idle, false, spec)
+// delivery's outcome, rollback, recovery or release frees. startLog says
+// the namespace is at keys.FormatStartLog: a rate's starts go to its start
+// log only; false writes them to the previous version's ZSET of starts
+// too, which its clients count. Either reads both.
+func FetchLimited(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, limit int, idle bool, spec string, startLog bool) (Batch, error) {
+	return fetchBatch(ctx, c, prefix, topic, n, cid, limit, idle, false, spec, startLog)
 }
 
 // FetchOlderFormat is FetchBatch as a client of the version before this
@@ -120,10 +123,10 @@ func FetchLimited(ctx context.Context, c redis.UniversalClient, prefix, topic st
 // an entry of the current one as stale) and writing the lateness history
 // itself. Only tests of a rolling upgrade run it.
 func FetchOlderFormat(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, limit int, idle bool) (Batch, error) {
-	return fetchBatch(ctx, c, prefix, topic, n, cid, limit, idle, true, "")
+	return fetchBatch(ctx, c, prefix, topic, n, cid, limit, idle, true, "", false)
 }
 
-func fetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, limit int, idle, older bool, spec string) (Batch, error) {
+func fetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic string, n int, cid string, limit int, idle, older bool, spec string, startLog bool) (Batch, error) {
 	k := keys.ForBucket(prefix, topic, n)
 	flag := "0"
 	if idle {
@@ -137,7 +140,11 @@ func fetchBatch(ctx context.Context, c redis.UniversalClient, prefix, topic stri
 	if older {
 		sc, ks = fetchOlderScript, append(ks, k.HistoryPrefix())
 	} else {
-		ks, args = append(ks, k.LimitPrefix()), append(args, spec)
+		mode := "mirror"
+		if startLog {
+			mode = "log"
+		}
+		ks, args = append(ks, k.LimitPrefix()), append(args, spec, mode)
 	}
 	v, err := sc.Run(ctx, c, ks, args...).Result()
 	if err != nil {

@@ -1,10 +1,13 @@
 package redeq_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -1094,4 +1097,342 @@ func TestLimitHoldsAcrossAFailover(t *testing.T) {
 	})
 	require.Equal(t, int64(2), h.g.peak.Load())
 	testutil.Eventually(t, 10*time.Second, "every slot is free", func() bool { return stats(t, e.c, "t").Running == 0 })
+}
+
+// startLog records when handlers start, per key value.
+type startLog struct {
+	mu sync.Mutex
+	at map[string][]time.Time
+}
+
+func (s *startLog) add(v string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.at == nil {
+		s.at = map[string][]time.Time{}
+	}
+	s.at[v] = append(s.at[v], time.Now())
+}
+
+// worst is, per value, the most starts within any span of per - tol
+// (tol covers the handler's dispatch delay after the fetch), and where.
+func (s *startLog) worst(per, tol time.Duration) (string, int, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	wv, wn, wat := "", 0, time.Time{}
+	for v, ts := range s.at {
+		ts = append([]time.Time(nil), ts...)
+		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+		j := 0
+		for i := range ts {
+			for ts[i].Sub(ts[j]) >= per-tol {
+				j++
+			}
+			if i-j+1 > wn {
+				wv, wn, wat = v, i-j+1, ts[j]
+			}
+		}
+	}
+	return wv, wn, wat
+}
+
+func (s *startLog) addAt(v string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.at == nil {
+		s.at = map[string][]time.Time{}
+	}
+	s.at[v] = append(s.at[v], at)
+}
+
+func (s *startLog) total() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, ts := range s.at {
+		n += len(ts)
+	}
+	return n
+}
+
+// TestRateLogOfManyExpiredEntriesHoldsNothingBack: a topic's start log
+// holding 100,000 entries that all left the window (a busy period long
+// past, the log key not yet expired) holds no job back: a rate of 50
+// per second starts 50 ready jobs at once, within 500 ms.
+func TestRateLogOfManyExpiredEntriesHoldsNothingBack(t *testing.T) {
+	testutil.FaultTier(t)
+	eachReal(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		now, err := e.rdb.Time(ctx).Result()
+		require.NoError(t, err)
+		ms := now.UnixMilli() - 10_000
+		lg := keys.ForBucket(e.cfg.Prefix, "t", 0).LimitPrefix() + "rlog"
+		exp := now.UnixMilli() + 60_000
+		const entries = 100_000
+		for from := 0; from < entries; from += 1000 {
+			var es []any
+			for i := from; i < from+1000; i++ {
+				es = append(es, fmt.Sprintf("%d:%d:1:0:0:%d", ms, i, exp))
+			}
+			require.NoError(t, e.rdb.RPush(ctx, lg, es...).Err())
+		}
+		require.NoError(t, e.rdb.PExpireAt(ctx, lg, time.UnixMilli(exp)).Err())
+		var batch []*redeq.Job
+		for i := range 50 {
+			batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)})
+		}
+		require.NoError(t, e.c.AddBatch(ctx, batch))
+		var log startLog
+		h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			log.add("")
+			ch.Ack()
+			return nil
+		}
+		start := time.Now()
+		startWith(t, e.c, redeq.ListenerFunc("t", h, redeq.WithWorkers(64), redeq.WithRateLimit(50, time.Second)))
+		testutil.Eventually(t, 30*time.Second, "the 50 start", func() bool { return log.total() == 50 })
+		t.Logf("50 started after %v", time.Since(start))
+		require.Less(t, time.Since(start), 500*time.Millisecond, "the expired entries hold the jobs back")
+	})
+}
+
+// startOldRateClient starts the previous version's client (the binary at
+// $REDEQ_OLD_CLIENT, built from commit 3e09a55 with testdata/oldrate.go.txt as its cmd/oldrate) on e's keys, listening
+// to "t" at n per per, and logs its handler starts in log.
+func startOldRateClient(t *testing.T, e *env, n int, per time.Duration, log *startLog) {
+	t.Helper()
+	bin := os.Getenv("REDEQ_OLD_CLIENT")
+	if bin == "" {
+		t.Skip("REDEQ_OLD_CLIENT names no client of the previous version")
+	}
+	cmd := exec.Command(bin)
+	addrs, cluster := os.Getenv("REDIS_ADDR"), ""
+	if e.be.Name == "cluster" {
+		addrs, cluster = os.Getenv("REDIS_CLUSTER_ADDRS"), "1"
+	}
+	cmd.Env = append(os.Environ(), "REDEQ_TEST_ADDRS="+addrs, "REDEQ_TEST_CLUSTER="+cluster,
+		"REDEQ_TEST_PREFIX="+e.cfg.Prefix, fmt.Sprint("RATE_N=", n), fmt.Sprint("RATE_PER_MS=", per.Milliseconds()))
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			switch {
+			case len(f) == 1 && f[0] == "ready":
+				close(ready)
+			case len(f) == 3 && f[0] == "start":
+				ns, _ := strconv.ParseInt(f[2], 10, 64)
+				log.addAt("", time.Unix(0, ns))
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the old client did not start")
+	}
+}
+
+// TestRateHoldsAcrossARollingUpgrade: a client of this version and one
+// of the previous version (main) listening to the same topic at 10 per
+// 2 s, the new one first, never start more than 10 jobs within any 2 s
+// (100 ms tolerance), and every job runs.
+func TestRateHoldsAcrossARollingUpgrade(t *testing.T) {
+	testutil.FaultTier(t)
+	eachReal(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const n, per, tol = 10, 2 * time.Second, 100 * time.Millisecond
+		var log startLog
+		h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			log.add("")
+			ch.Ack()
+			return nil
+		}
+		const jobs = 60
+		var batch []*redeq.Job
+		for i := range jobs {
+			batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)})
+		}
+		require.NoError(t, e.c.AddBatch(ctx, batch))
+		startWith(t, e.c, redeq.ListenerFunc("t", h, redeq.WithWorkers(16), redeq.WithRateLimit(n, per)))
+		testutil.Eventually(t, 10*time.Second, "the new client starts its first ten", func() bool { return log.total() == n })
+		startOldRateClient(t, e, n, per, &log)
+		testutil.Eventually(t, 30*time.Second, "every job runs", func() bool { return log.total() >= jobs })
+		_, worst, _ := log.worst(per, tol)
+		t.Logf("%d starts; most in %v: %d", log.total(), per-tol, worst)
+		require.LessOrEqual(t, worst, n, "starts within one period")
+	})
+}
+
+// TestRateHoldsAcrossARollingUpgradeOnceBothRun: from a period after a
+// client of the previous version joined a client of this version on a
+// topic at 10 per 2 s (the documented exception: the new client's starts
+// before the old one's first), never more than 10 jobs start within any
+// 2 s (100 ms tolerance), and every job runs.
+func TestRateHoldsAcrossARollingUpgradeOnceBothRun(t *testing.T) {
+	testutil.FaultTier(t)
+	eachReal(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const n, per, tol = 10, 2 * time.Second, 100 * time.Millisecond
+		var log startLog
+		h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			log.add("")
+			ch.Ack()
+			return nil
+		}
+		const jobs = 90
+		var batch []*redeq.Job
+		for i := range jobs {
+			batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)})
+		}
+		require.NoError(t, e.c.AddBatch(ctx, batch))
+		startWith(t, e.c, redeq.ListenerFunc("t", h, redeq.WithWorkers(16), redeq.WithRateLimit(n, per)))
+		testutil.Eventually(t, 10*time.Second, "the new client starts its first ten", func() bool { return log.total() == n })
+		startOldRateClient(t, e, n, per, &log)
+		from := time.Now().Add(per)
+		testutil.Eventually(t, 40*time.Second, "every job runs", func() bool { return log.total() >= jobs })
+		var late startLog
+		log.mu.Lock()
+		for _, at := range log.at[""] {
+			if at.After(from) {
+				late.addAt("", at)
+			}
+		}
+		log.mu.Unlock()
+		_, worst, _ := late.worst(per, tol)
+		t.Logf("%d starts, %d a period after the old client joined; most in %v: %d", log.total(), late.total(), per-tol, worst)
+		require.LessOrEqual(t, worst, n, "starts within one period")
+	})
+}
+
+// TestRateHoldsInEveryWindowUnderChurn: with a rate of 20 per 400 ms
+// (topic-wide, or per tenant), four clients of 1, 4, 16 and 64 workers
+// draining a burst of due jobs of which some fail once (retried at once)
+// and some rejoin at once, while one client shuts down, another joins,
+// and the topic pauses and resumes, never start more than 20 jobs (of a
+// tenant) within any 400 ms, measured by the handlers with 100 ms for
+// their dispatch; and every job ends.
+func TestRateHoldsInEveryWindowUnderChurn(t *testing.T) {
+	testutil.FaultTier(t)
+	for _, header := range []string{"", "tenant"} {
+		t.Run("key="+header, func(t *testing.T) {
+			eachReal(t, func(t *testing.T, e *env) {
+				ctx := context.Background()
+				const n, per, tol = 20, 400 * time.Millisecond, 100 * time.Millisecond
+				var log startLog
+				var mu sync.Mutex
+				seen := map[string]int{}
+				done := map[string]bool{}
+				h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+					v := ""
+					if header != "" {
+						v = job.Headers[header]
+					}
+					log.add(v)
+					mu.Lock()
+					seen[job.ID]++
+					k := seen[job.ID]
+					mu.Unlock()
+					var id int
+					fmt.Sscanf(job.ID, "j%d", &id)
+					if k == 1 && id%3 == 0 {
+						return errors.New("fail once")
+					}
+					if k == 1 && id%5 == 1 {
+						ch.Rejoin(time.Millisecond)
+						return nil
+					}
+					mu.Lock()
+					done[job.ID] = true
+					mu.Unlock()
+					ch.Ack()
+					return nil
+				}
+				const jobs = 600
+				var batch []*redeq.Job
+				for i := range jobs {
+					batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i), Headers: map[string]string{"tenant": fmt.Sprint("v", i%3)}})
+				}
+				require.NoError(t, e.c.AddBatch(ctx, batch))
+				opts := func(w int) []redeq.ListenerOption {
+					o := []redeq.ListenerOption{redeq.WithWorkers(w), redeq.WithRateLimit(n, per), redeq.WithRetry(3, time.Millisecond)}
+					if header != "" {
+						o = append(o, redeq.WithLimitKey(header))
+					}
+					return o
+				}
+				t0 := time.Now()
+				var cs []*redeq.Client
+				for i, w := range []int{1, 4, 16, 64} {
+					c := e.c
+					if i > 0 {
+						c = e.another(t, nil)
+					}
+					startWith(t, c, redeq.ListenerFunc("t", h, opts(w)...))
+					cs = append(cs, c)
+				}
+				time.Sleep(1500 * time.Millisecond)
+				tShut := time.Since(t0)
+				require.NoError(t, cs[2].Shutdown(ctx))
+				startWith(t, e.another(t, nil), redeq.ListenerFunc("t", h, opts(32)...))
+				time.Sleep(700 * time.Millisecond)
+				tPause := time.Since(t0)
+				require.NoError(t, e.c.Pause(ctx, "t"))
+				time.Sleep(300 * time.Millisecond)
+				require.NoError(t, e.c.Resume(ctx, "t"))
+				testutil.Eventually(t, 60*time.Second, "every job ends", func() bool {
+					mu.Lock()
+					defer mu.Unlock()
+					return len(done) == jobs
+				})
+				v, worst, at := log.worst(per, tol)
+				t.Logf("%d starts; most in %v: %d (value %q at +%v; shutdown at +%v, pause at +%v)", log.total(), per-tol, worst, v, at.Sub(t0), tShut, tPause)
+				require.LessOrEqual(t, worst, n, "starts within one period")
+			})
+		})
+	}
+}
+
+// TestRateStartsReachThePreviousZSetUntilTheStartLogFormat: in a
+// namespace the version before switched to its format (2), a rated
+// listener writes every start to that version's ZSET of starts too,
+// though it holds none of an old client's (a client of that version
+// counts them all); once UpgradeFormat switched the namespace to the
+// start log (3, no older client alive), the clients write the log only
+// from their next announcement.
+func TestRateStartsReachThePreviousZSetUntilTheStartLogFormat(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		require.NoError(t, e.rdb.Set(ctx, keys.MoversFormat(e.cfg.Prefix), keys.FormatDueInState, 0).Err())
+		var batch []*redeq.Job
+		for i := range 5 {
+			batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("a", i)})
+		}
+		require.NoError(t, e.c.AddBatch(ctx, batch))
+		var started atomic.Int64
+		h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+			started.Add(1)
+			ch.Ack()
+			return nil
+		}
+		startWith(t, e.c, redeq.ListenerFunc("t", h, redeq.WithWorkers(4), redeq.WithRateLimit(1000, time.Minute)))
+		testutil.Eventually(t, 10*time.Second, "the five start", func() bool { return started.Load() == 5 })
+		old := keys.ForBucket(e.cfg.Prefix, "t", 0).LimitPrefix() + "rate"
+		require.Equal(t, int64(5), e.rdb.ZCard(ctx, old).Val(), "every start is in the ZSET")
+
+		require.NoError(t, e.c.UpgradeFormat(ctx))
+		require.Equal(t, keys.FormatStartLog, e.rdb.Get(ctx, keys.MoversFormat(e.cfg.Prefix)).Val())
+		time.Sleep(3 * e.cfg.ScanInterval) // the client's next announcement
+		batch = batch[:0]
+		for i := range 5 {
+			batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("b", i)})
+		}
+		require.NoError(t, e.c.AddBatch(ctx, batch))
+		testutil.Eventually(t, 10*time.Second, "the five more start", func() bool { return started.Load() == 10 })
+		require.Equal(t, int64(5), e.rdb.ZCard(ctx, old).Val(), "after the switch, nothing more is written there")
+	})
 }

@@ -231,6 +231,10 @@ func (c *Client) start(ctx context.Context) (rt *runtime, err error) {
 		ps.Close()
 		return nil, err
 	}
+	if err := c.group.SetStartLog(fleet.WritesStartLog); err != nil {
+		ps.Close()
+		return nil, err
+	}
 	if err := c.group.Start(ctx); err != nil {
 		ps.Close()
 		return nil, publicMismatch(err)

@@ -272,9 +272,30 @@ func MoversFormats(prefix string) string { return "{" + Movers(prefix) + "}:form
 // at each announcement, never per job. It shares Movers' slot.
 func MoversFormat(prefix string) string { return "{" + Movers(prefix) + "}:format" }
 
-// FormatCurrent is the format of the job state in which a ready entry
-// carries its due time ("r<due ms>", see State).
-const FormatCurrent = "2"
+// The formats of a namespace's state, each holding the ones before:
+// FormatDueInState, a ready entry carries its due time ("r<due ms>", see
+// State); FormatStartLog, a rate's starts are written to its start log
+// only (Bucket.LimitPrefix "rlog"), no longer also to the ZSET of one
+// member per start that clients of the versions before FormatStartLog
+// count ("rate"): until the switch every client writes both, so that
+// such a client counts every start. FormatCurrent is the newest, which
+// this version reads and announces.
+const (
+	FormatDueInState = "2"
+	FormatStartLog   = "3"
+	FormatCurrent    = FormatStartLog
+)
+
+// FormatAtLeast reports whether format (keys.MoversFormat's value; ""
+// for none) holds format min.
+func FormatAtLeast(format, min string) bool {
+	f, err := strconv.Atoi(format)
+	if err != nil {
+		return false
+	}
+	m, _ := strconv.Atoi(min)
+	return f >= m
+}
 
 // Alive is a ZSET: consumer id -> its last heartbeat, unix ms (Redis
 // clock). One entry per started client with listeners, whatever the

@@ -12,7 +12,8 @@
 --   p..'krlog:'..v    LIST the same per key value v
 --   p..'rate'         ZSET lease -> start ms: the previous version's log,
 --   p..'krate:'..v    one member per start; read while it exists, and
---                     written too while such a client starts jobs
+--                     written too until the namespace is at the start
+--                     log's format (limit_mirror)
 --   p..'park:'..v     LIST ids held for key value v, oldest first
 --   p..'parked'       ZSET key value -> when its parked ids may be tried
 --                     again, ms; LIMIT_HOLD while they wait for a slot
@@ -158,6 +159,19 @@ end
 -- limit_logs caches what limit_log read, per log key, for the rest of the
 -- script.
 local limit_logs = {}
+-- limit_mirror is whether the fetch writes its starts to the previous
+-- version's ZSET too (limit_log_add): until the namespace is at the start
+-- log's format (keys.FormatStartLog), which it switches to only when no
+-- client of that version is alive, so that such a client counts every
+-- start, whatever the ZSET holds. The script sets it from its ARGV
+-- (limit_set_mode). Whatever it is, a fetch reads both.
+local limit_mirror = true
+-- limit_set_mode reads the mode "mirror" or "log" (the start log only).
+local function limit_set_mode(m)
+  if m == 'mirror' then limit_mirror = true
+  elseif m == 'log' then limit_mirror = false
+  else error('bad start log mode ' .. tostring(m)) end
+end
 -- limit_entry reads an entry of a start log,
 -- "ms:start:count:mstart:mcount:exp": the fetch's time, the log's running
 -- count of starts before it and its own, the same of the starts it also
@@ -169,46 +183,60 @@ local function limit_entry(e)
   return {ms = tonumber(ms), start = tonumber(a), count = tonumber(c), mstart = tonumber(ma), mcount = tonumber(mc), exp = tonumber(exp)}
 end
 -- limit_log reads the starts of the last per ms in start log lg (a LIST,
--- one entry per fetch that started jobs: limit_entry), dropping the
--- expired entries from its head (at most 64 a call: any left over are
--- counted, so a log read late holds starts back, never lets more go), and
--- in old, the previous version's ZSET of one member per start (trimmed
--- the same way), which exists only while a client of that version starts
--- jobs, or for a period after a fetch mirrored its starts there. Returns
--- {n = the starts counted, oldest = ms of the oldest or nil, nxt, mnxt =
--- the running counts the next entry starts at, exp = the key's expiry,
--- mixed = whether the ZSET holds starts that are not mirrored ones: a
--- client of that version runs, and the fetch writes its starts there
--- too}.
+-- one entry per fetch that started jobs: limit_entry, in the order of
+-- their times, which limit_log_add keeps even when the clock steps back),
+-- dropping the expired entries from its head: the first four are read
+-- at once (a busy log loses a few a fetch); when all four are expired,
+-- the log is deleted when its newest entry is expired too (the whole log
+-- is), else the first entry within the period is found by halving, with
+-- LINDEX (at most 64 steps, 17 for 100,000 entries): every expired entry
+-- goes, however many, and none is counted. And in old, the previous
+-- version's ZSET of one member per start (trimmed the same way), which
+-- exists only while a client of that version starts jobs, or for a
+-- period after a fetch mirrored its starts there. Returns {n = the
+-- starts counted, oldest = ms of the oldest or nil, last = ms of the
+-- newest entry or nil, nxt, mnxt = the running counts the next entry
+-- starts at, exp = the key's expiry}. The ZSET's members that no entry
+-- marks mirrored (the starts of a client of that version) are counted
+-- beside the log's.
 local function limit_log(lg, old, per, now)
-  local head, from = nil, 0
-  for _, size in ipairs({4, 20, 20, 20}) do
-    local got = redis.call('LRANGE', lg, from, from + size - 1)
-    local k = 0
-    for i, e in ipairs(got) do
-      local en = limit_entry(e)
-      if en.ms > now - per then head = en; break end
-      k = i
+  local cut = now - per
+  local head, tail, from = nil, nil, 0
+  for i, e in ipairs(redis.call('LRANGE', lg, 0, 3)) do
+    local en = limit_entry(e)
+    if en.ms > cut then head = en; break end
+    from = i
+  end
+  if from == 4 then
+    tail = limit_entry(redis.call('LINDEX', lg, -1))
+    if tail.ms <= cut then
+      redis.call('DEL', lg)
+      tail, from = nil, 0
+    else
+      -- Entry lo - 1 is expired, entry hi (head) is not.
+      local lo, hi = 4, redis.call('LLEN', lg) - 1
+      head = tail
+      for _ = 1, 64 do
+        if lo >= hi then break end
+        local mid = math.floor((lo + hi) / 2)
+        local en = limit_entry(redis.call('LINDEX', lg, mid))
+        if en.ms > cut then hi, head = mid, en else lo = mid + 1 end
+      end
+      from = hi
     end
-    from = from + k
-    if head or k < size then break end
   end
   if from > 0 then redis.call('LTRIM', lg, from, -1) end
-  local r = {n = 0, nxt = 0, mnxt = 0, exp = 0, mixed = false}
-  if not head then
-    local e = redis.call('LINDEX', lg, 0)
-    if e then head = limit_entry(e) end
-  end
+  local r = {n = 0, nxt = 0, mnxt = 0, exp = 0}
   if head then
-    local tail = limit_entry(redis.call('LINDEX', lg, -1))
-    r.nxt, r.mnxt, r.exp = tail.start + tail.count, tail.mstart + tail.mcount, tail.exp
+    tail = tail or limit_entry(redis.call('LINDEX', lg, -1))
+    r.nxt, r.mnxt, r.exp, r.last = tail.start + tail.count, tail.mstart + tail.mcount, tail.exp, tail.ms
     r.n, r.oldest = r.nxt - head.start, head.ms
   end
   if redis.call('EXISTS', old) == 1 then
-    redis.call('ZREMRANGEBYSCORE', old, '-inf', now - per)
+    redis.call('ZREMRANGEBYSCORE', old, '-inf', cut)
     local others = redis.call('ZCARD', old) - (r.mnxt - (head and head.mstart or 0))
     if others > 0 then
-      r.n, r.mixed = r.n + others, true
+      r.n = r.n + others
       local first = redis.call('ZRANGE', old, 0, 0, 'WITHSCORES')
       if first[2] then r.oldest = math.min(r.oldest or math.huge, limit_score(first[2])) end
     end
@@ -223,26 +251,33 @@ local function limit_log_wait(r, n, per, extra, now)
   return math.max(1, (r.oldest or now) + per - now)
 end
 -- limit_log_add records count starts at now (the fetch's leases, t:
--- score, member pairs) in start log lg, as one entry, and, while a client
--- of the previous version starts jobs (r.mixed), in its ZSET old too,
--- marked mirrored in the entry so that they are counted once. The log
+-- score, member pairs) in start log lg, as one entry, and, until the
+-- namespace is at the start log's format (limit_mirror), in the previous
+-- version's ZSET old too, marked mirrored in the entry so that they are
+-- counted once. The log
 -- must outlive its last entry by per: its expiry is pushed to two periods
 -- from now when less than one is left, so a busy log costs a PEXPIRE a
 -- period, not one a fetch (an idle one lingers up to two periods).
 local function limit_log_add(lg, old, per, t, now)
   local r = limit_logs[lg]
   local count = #t / 2
-  local mc = r.mixed and count or 0
+  local mc = limit_mirror and count or 0
   local exp = r.exp
   if exp - now < per then exp = now + 2 * per end
-  redis.call('RPUSH', lg, string.format('%d:%d:%d:%d:%d:%d', now, r.nxt, count, r.mnxt, mc, exp))
+  -- Never before the newest entry (a clock stepped back): the log stays
+  -- in order, and such a start counts a little longer, never shorter.
+  local at = math.max(now, r.last or now)
+  redis.call('RPUSH', lg, string.format('%d:%d:%d:%d:%d:%d', at, r.nxt, count, r.mnxt, mc, exp))
   if exp ~= r.exp then redis.call('PEXPIREAT', lg, exp) end
-  if r.mixed then
+  if limit_mirror then
+    if at ~= now then
+      for i = 1, #t, 2 do t[i] = at end
+    end
     redis.call('ZADD', old, unpack(t))
     redis.call('PEXPIRE', old, per)
   end
-  r.n, r.nxt, r.mnxt, r.exp = r.n + count, r.nxt + count, r.mnxt + mc, exp
-  r.oldest = r.oldest or now
+  r.n, r.nxt, r.mnxt, r.exp, r.last = r.n + count, r.nxt + count, r.mnxt + mc, exp, at
+  r.oldest = r.oldest or at
 end
 -- limit_room is how many more deliveries the running ZSET run (at most
 -- spec.max, 0 for no such limit) and the start log lg (spec.n per
