@@ -176,7 +176,9 @@ func (r *Recorder) Counts() map[string]int {
 	return out
 }
 
-// Times returns when id ran, in order.
+// Times returns when id ran, earliest first (runs recorded at once by
+// several goroutines are stored in the order they took the lock, which
+// need not be the order of their times).
 func (r *Recorder) Times(id string) []time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -186,6 +188,7 @@ func (r *Recorder) Times(id string) []time.Time {
 			out = append(out, run.At)
 		}
 	}
+	slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
 	return out
 }
 
