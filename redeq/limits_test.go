@@ -1237,6 +1237,32 @@ func startOldRateClient(t *testing.T, e *env, n int, per time.Duration, log *sta
 	}
 }
 
+// rollingUpgradeRun adds jobs to topic "t" of e, starts a client of this
+// version at n per per, and once it started its first n, a client of the
+// previous version beside it; it returns the starts both made when every
+// job ran, and when the old client was started.
+func rollingUpgradeRun(t *testing.T, e *env, n int, per time.Duration, jobs int) (*startLog, time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	log := &startLog{}
+	h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+		log.add("")
+		ch.Ack()
+		return nil
+	}
+	var batch []*redeq.Job
+	for i := range jobs {
+		batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)})
+	}
+	require.NoError(t, e.c.AddBatch(ctx, batch))
+	startWith(t, e.c, redeq.ListenerFunc("t", h, redeq.WithWorkers(16), redeq.WithRateLimit(n, per)))
+	testutil.Eventually(t, 10*time.Second, "the new client starts its first ten", func() bool { return log.total() == n })
+	startOldRateClient(t, e, n, per, log)
+	joined := time.Now()
+	testutil.Eventually(t, 40*time.Second, "every job runs", func() bool { return log.total() >= jobs })
+	return log, joined
+}
+
 // TestRateHoldsAcrossARollingUpgrade: a client of this version and one
 // of the previous version (main) listening to the same topic at 10 per
 // 2 s, the new one first, never start more than 10 jobs within any 2 s
@@ -1244,24 +1270,8 @@ func startOldRateClient(t *testing.T, e *env, n int, per time.Duration, log *sta
 func TestRateHoldsAcrossARollingUpgrade(t *testing.T) {
 	testutil.FaultTier(t)
 	eachReal(t, func(t *testing.T, e *env) {
-		ctx := context.Background()
 		const n, per, tol = 10, 2 * time.Second, 100 * time.Millisecond
-		var log startLog
-		h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-			log.add("")
-			ch.Ack()
-			return nil
-		}
-		const jobs = 60
-		var batch []*redeq.Job
-		for i := range jobs {
-			batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)})
-		}
-		require.NoError(t, e.c.AddBatch(ctx, batch))
-		startWith(t, e.c, redeq.ListenerFunc("t", h, redeq.WithWorkers(16), redeq.WithRateLimit(n, per)))
-		testutil.Eventually(t, 10*time.Second, "the new client starts its first ten", func() bool { return log.total() == n })
-		startOldRateClient(t, e, n, per, &log)
-		testutil.Eventually(t, 30*time.Second, "every job runs", func() bool { return log.total() >= jobs })
+		log, _ := rollingUpgradeRun(t, e, n, per, 60)
 		_, worst, _ := log.worst(per, tol)
 		t.Logf("%d starts; most in %v: %d", log.total(), per-tol, worst)
 		require.LessOrEqual(t, worst, n, "starts within one period")
@@ -1276,25 +1286,9 @@ func TestRateHoldsAcrossARollingUpgrade(t *testing.T) {
 func TestRateHoldsAcrossARollingUpgradeOnceBothRun(t *testing.T) {
 	testutil.FaultTier(t)
 	eachReal(t, func(t *testing.T, e *env) {
-		ctx := context.Background()
 		const n, per, tol = 10, 2 * time.Second, 100 * time.Millisecond
-		var log startLog
-		h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
-			log.add("")
-			ch.Ack()
-			return nil
-		}
-		const jobs = 90
-		var batch []*redeq.Job
-		for i := range jobs {
-			batch = append(batch, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i)})
-		}
-		require.NoError(t, e.c.AddBatch(ctx, batch))
-		startWith(t, e.c, redeq.ListenerFunc("t", h, redeq.WithWorkers(16), redeq.WithRateLimit(n, per)))
-		testutil.Eventually(t, 10*time.Second, "the new client starts its first ten", func() bool { return log.total() == n })
-		startOldRateClient(t, e, n, per, &log)
-		from := time.Now().Add(per)
-		testutil.Eventually(t, 40*time.Second, "every job runs", func() bool { return log.total() >= jobs })
+		log, joined := rollingUpgradeRun(t, e, n, per, 90)
+		from := joined.Add(per)
 		var late startLog
 		log.mu.Lock()
 		for _, at := range log.at[""] {
