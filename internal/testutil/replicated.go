@@ -66,9 +66,8 @@ func needBinaries(t testing.TB, names ...string) {
 // startLow starts redis-server on a port from LowPort.
 func startLow(t testing.TB, args ...string) *Server {
 	t.Helper()
-	s := &Server{t: t, Port: LowPort(t), Dir: t.TempDir(), args: args}
-	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-	s.Start()
+	s := &Server{t: t, Dir: t.TempDir(), args: args}
+	s.startOnFreePort(LowPort)
 	t.Cleanup(s.Kill)
 	return s
 }
@@ -83,10 +82,16 @@ type Pair struct {
 func StartPair(t testing.TB, args ...string) *Pair {
 	t.Helper()
 	needBinaries(t, "redis-server")
+	args = append([]string{"--repl-diskless-sync-delay", "0"}, args...)
 	m := startLow(t, args...)
 	r := startLow(t, append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(m.Port)}, args...)...)
 	p := &Pair{Master: m, Replica: r}
-	EventuallyEvery(t, 20*time.Second, 50*time.Millisecond, "replica in sync", func() bool { return linkUp(r.Addr) })
+	for start := time.Now(); !linkUp(r.Addr) || !replicasOnline(m.Addr, 1); time.Sleep(50 * time.Millisecond) {
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("replica %s not in sync with master %s after 30 s\nreplica's log:\n%s\nmaster's log:\n%s",
+				r.Addr, m.Addr, r.logTail(), m.logTail())
+		}
+	}
 	return p
 }
 
@@ -97,6 +102,30 @@ func linkUp(addr string) bool {
 	defer c.Close()
 	info, err := c.Info(context.Background(), "replication").Result()
 	return err == nil && strings.Contains(info, "master_link_status:up") && !strings.Contains(info, "master_sync_in_progress:1")
+}
+
+// replicasOnline reports whether n replicas of the master at addr
+// acknowledge a write within 100 ms. After a diskless sync a master
+// streams writes to a replica, and WAIT counts it, only from the replica's
+// first REPLCONF ACK, up to a second after both report the link up. The
+// write leaves no key; in a cluster it uses a key of the node's own slots.
+func replicasOnline(addr string, n int) bool {
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1}) // WAIT counts this connection's writes
+	defer c.Close()
+	ctx := context.Background()
+	for i := range 1000 {
+		key := "testutil:in-sync:" + strconv.Itoa(i)
+		err := c.Set(ctx, key, "1", 0).Err()
+		if err != nil && strings.HasPrefix(err.Error(), "MOVED") {
+			continue
+		}
+		if err != nil || c.Del(ctx, key).Err() != nil {
+			return false
+		}
+		got, err := c.Do(ctx, "WAIT", n, 100).Int()
+		return err == nil && got >= n
+	}
+	return false
 }
 
 // ReplCluster is a Redis Cluster of masters with one replica each.
@@ -116,7 +145,7 @@ func StartCluster(t testing.TB, masters int, nodeTimeout time.Duration) *ReplClu
 	c := &ReplCluster{}
 	for range 2 * masters {
 		// The bus port is named: port+10000 may be taken or above 45000.
-		n := startLow(t, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(LowPort(t)),
+		n := startLow(t, "--repl-diskless-sync-delay", "0", "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(LowPort(t)),
 			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", strconv.Itoa(int(nodeTimeout.Milliseconds())))
 		c.Nodes = append(c.Nodes, n)
 		c.Addrs = append(c.Addrs, n.Addr)
@@ -133,11 +162,16 @@ func StartCluster(t testing.TB, masters int, nodeTimeout time.Duration) *ReplClu
 			if !ok {
 				return false
 			}
-			if role == "slave" {
+			switch role {
+			case "slave":
 				if !linkUp(n.Addr) {
 					return false
 				}
 				replicas++
+			case "master":
+				if !replicasOnline(n.Addr, 1) {
+					return false
+				}
 			}
 		}
 		return replicas == masters

@@ -2,12 +2,14 @@ package testutil
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -60,9 +62,8 @@ func StartServer(t testing.TB, args ...string) *Server {
 		}
 		t.Skip("redis-server not installed; .ci/run installs it")
 	}
-	s := &Server{t: t, Port: FreePort(t), Dir: t.TempDir(), args: args}
-	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-	s.Start()
+	s := &Server{t: t, Dir: t.TempDir(), args: args}
+	s.startOnFreePort(FreePort)
 	t.Cleanup(func() { s.Kill() })
 	return s
 }
@@ -81,23 +82,68 @@ func FreePort(t testing.TB) int {
 // Start runs the server (again) and waits until it answers.
 func (s *Server) Start() {
 	s.t.Helper()
+	if err := s.start(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// errPortTaken says another process answered on the server's port: the
+// port was free when chosen, and another test binary took it since.
+var errPortTaken = errors.New("port taken by another process")
+
+// start runs the server and waits until it, and not another process on
+// its port, answers: it compares the process id the server reports.
+func (s *Server) start() error {
 	args := append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(s.Port), "--dir", s.Dir,
 		"--save", "", "--logfile", filepath.Join(s.Dir, "redis.log")}, s.args...)
 	s.cmd = exec.Command("redis-server", args...)
 	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("start redis-server: %v", err)
+		return fmt.Errorf("start redis-server: %w", err)
 	}
+	pid := strconv.Itoa(s.cmd.Process.Pid)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, DialTimeout: 100 * time.Millisecond, MaxRetries: -1})
+	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		c, err := net.DialTimeout("tcp", s.Addr, 100*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return
+		info, err := c.Info(context.Background(), "server").Result()
+		if err == nil || strings.Contains(fmt.Sprint(err), "LOADING") {
+			if err == nil && !strings.Contains(info, "process_id:"+pid+"\r\n") {
+				s.Kill()
+				return fmt.Errorf("redis-server on %s: %w", s.Addr, errPortTaken)
+			}
+			if err == nil {
+				return nil
+			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
-	s.t.Fatalf("redis-server on %s did not start:\n%s", s.Addr, log)
+	s.Kill()
+	return fmt.Errorf("redis-server on %s did not start:\n%s", s.Addr, log)
+}
+
+// startOnFreePort starts s on a port from pick, and on another one when a
+// process of another test binary took the first meanwhile.
+func (s *Server) startOnFreePort(pick func(testing.TB) int) {
+	s.t.Helper()
+	for try := 0; ; try++ {
+		s.Port = pick(s.t)
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
+		err := s.start()
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, errPortTaken) || try == 4 {
+			s.t.Fatal(err)
+		}
+	}
+}
+
+// logTail returns the last lines of the server's log.
+func (s *Server) logTail() string {
+	log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	return strings.Join(lines[max(0, len(lines)-20):], "\n")
 }
 
 // Kill stops the server with SIGKILL: no shutdown work, as in a crash.
