@@ -1203,7 +1203,10 @@ func startOldRateClient(t *testing.T, e *env, n int, per time.Duration, log *sta
 	t.Helper()
 	bin := os.Getenv("REDEQ_OLD_CLIENT")
 	if bin == "" {
-		t.Skip("REDEQ_OLD_CLIENT names no client of the previous version")
+		if os.Getenv(testutil.RequireServerEnv) != "" {
+			t.Fatalf("REDEQ_OLD_CLIENT names no client of the previous version, and %s is set (.ci/run builds one)", testutil.RequireServerEnv)
+		}
+		t.Skip("REDEQ_OLD_CLIENT names no client of the previous version (.ci/run builds one)")
 	}
 	cmd := exec.Command(bin)
 	addrs, cluster := os.Getenv("REDIS_ADDR"), ""
@@ -1269,7 +1272,7 @@ func rollingUpgradeRun(t *testing.T, e *env, n int, per time.Duration, jobs int)
 // (100 ms tolerance), and every job runs.
 func TestRateHoldsAcrossARollingUpgrade(t *testing.T) {
 	testutil.FaultTier(t)
-	eachReal(t, func(t *testing.T, e *env) {
+	eachRealBeside(t, func(t *testing.T, e *env) {
 		const n, per, tol = 10, 2 * time.Second, 100 * time.Millisecond
 		log, _ := rollingUpgradeRun(t, e, n, per, 60)
 		_, worst, _ := log.worst(per, tol)
@@ -1285,7 +1288,7 @@ func TestRateHoldsAcrossARollingUpgrade(t *testing.T) {
 // 2 s (100 ms tolerance), and every job runs.
 func TestRateHoldsAcrossARollingUpgradeOnceBothRun(t *testing.T) {
 	testutil.FaultTier(t)
-	eachReal(t, func(t *testing.T, e *env) {
+	eachRealBeside(t, func(t *testing.T, e *env) {
 		const n, per, tol = 10, 2 * time.Second, 100 * time.Millisecond
 		log, joined := rollingUpgradeRun(t, e, n, per, 90)
 		from := joined.Add(per)
@@ -1314,7 +1317,7 @@ func TestRateHoldsInEveryWindowUnderChurn(t *testing.T) {
 	testutil.FaultTier(t)
 	for _, header := range []string{"", "tenant"} {
 		t.Run("key="+header, func(t *testing.T) {
-			eachReal(t, func(t *testing.T, e *env) {
+			eachRealBeside(t, func(t *testing.T, e *env) {
 				ctx := context.Background()
 				const n, per, tol = 20, 400 * time.Millisecond, 100 * time.Millisecond
 				var log startLog

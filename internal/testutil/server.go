@@ -106,14 +106,17 @@ func (s *Server) start() error {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		info, err := c.Info(context.Background(), "server").Result()
-		if err == nil || strings.Contains(fmt.Sprint(err), "LOADING") {
-			if err == nil && !strings.Contains(info, "process_id:"+pid+"\r\n") {
-				s.Kill()
-				return fmt.Errorf("redis-server on %s: %w", s.Addr, errPortTaken)
-			}
-			if err == nil {
-				return nil
-			}
+		var reply redis.Error
+		switch {
+		case err == nil && !strings.Contains(info, "process_id:"+pid+"\r\n"):
+			s.Kill()
+			return fmt.Errorf("redis-server on %s: %w", s.Addr, errPortTaken)
+		case err == nil:
+			return nil
+		case errors.As(err, &reply) && !strings.HasPrefix(err.Error(), "LOADING"):
+			// A server that wants a password answers before AUTH
+			// without its process id: taken as this one, up.
+			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
