@@ -549,7 +549,8 @@ func TestScheduleOwnerKilled(t *testing.T) {
 			live = append(live, id)
 		}
 		owner := ids[bucket.Owner(live, "sched:sweep")]
-		require.NotNil(t, owner, "a child owns the schedule")
+		require.NotNil(t, owner, "a child owns the schedule: live %q, this client %q, owner %q",
+			live, c.ConsumerID(), bucket.Owner(live, "sched:sweep"))
 		owner.kill()
 		ticks, _ := l.ticks()
 		waitTicks(t, l, len(ticks)+5)
