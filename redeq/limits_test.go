@@ -206,7 +206,8 @@ func TestLimitChangedWhileJobsRun(t *testing.T) {
 
 // TestRateLimitHoldsJobsWithoutSpendingAttempts: with at most 3 jobs
 // started per minute, a topic of 10 ready jobs starts 3, and the others
-// wait where they are: ready, no attempt spent.
+// wait where they are: ready, no attempt spent, and counted in
+// Stats.Waiting.
 func TestRateLimitHoldsJobsWithoutSpendingAttempts(t *testing.T) {
 	t.Parallel()
 	each(t, func(t *testing.T, e *env) {
@@ -231,6 +232,8 @@ func TestRateLimitHoldsJobsWithoutSpendingAttempts(t *testing.T) {
 		testutil.Eventually(t, 10*time.Second, "the others are ready", func() bool { return stats(t, e.c, "t").Ready == 7 })
 		time.Sleep(300 * time.Millisecond) // fetches that would overrun it had the time to
 		require.Equal(t, int64(3), started.Load())
+		st := stats(t, e.c, "t")
+		require.Equal(t, int64(7), st.Waiting, "the ready jobs wait for the rate: %+v", st)
 		for i := range 10 {
 			j, err := e.c.Get(ctx, "t", fmt.Sprint("j", i))
 			if errors.Is(err, redeq.ErrJobNotFound) {

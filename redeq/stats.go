@@ -36,7 +36,9 @@ type Stats struct {
 	Running int64
 	// Waiting counts the due jobs held back by a limit: per key value,
 	// those set aside for a value at its limit (not counted in Ready);
-	// topic-wide, the Ready jobs while Running is at MaxRunning. Per key
+	// topic-wide, the Ready jobs while Running is at MaxRunning or the
+	// rate's window is full (a fetch found it so; until its oldest start
+	// leaves it), counted in Ready too. Per key
 	// value it is exact, as List(ready) and Get: a job taken out of the
 	// topic while set aside (Delete, Reschedule, Put, Update, a bulk
 	// action) is no longer counted, though its reference stays in its
@@ -77,7 +79,7 @@ func (c *Client) Stats(ctx context.Context, topic string) (Stats, error) {
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats %s: %w", topic, err)
 	}
-	type row struct{ pool, sched, ready, unack, dead, running *redis.IntCmd }
+	type row struct{ pool, sched, ready, unack, dead, running, rateFull *redis.IntCmd }
 	rows := make([]row, n)
 	var inflight []*redis.IntCmd
 	var parked []*redis.StringSliceCmd
@@ -86,7 +88,8 @@ func (c *Client) Stats(ctx context.Context, topic string) (Stats, error) {
 	for b := range n {
 		k := keys.ForBucket(c.cfg.Prefix, topic, b)
 		rows[b] = row{pipe.HLen(ctx, k.Pool()), pipe.ZCard(ctx, k.Scheduled()), pipe.LLen(ctx, k.Ready()),
-			pipe.ZCard(ctx, k.UnAck()), pipe.ZCard(ctx, k.Dead()), pipe.ZCard(ctx, k.LimitRunning())}
+			pipe.ZCard(ctx, k.UnAck()), pipe.ZCard(ctx, k.Dead()), pipe.ZCard(ctx, k.LimitRunning()),
+			pipe.Exists(ctx, k.LimitRateFull())}
 		parked = append(parked, pipe.ZRange(ctx, k.LimitParked(), 0, maxParkedValues-1))
 		for _, cid := range cids {
 			inflight = append(inflight, pipe.ZCard(ctx, k.InFlight(cid)))
@@ -111,15 +114,17 @@ func (c *Client) Stats(ctx context.Context, topic string) (Stats, error) {
 	for _, l := range inflight {
 		st.InFlight += l.Val()
 	}
+	rateFull := false
 	for _, r := range rows {
 		st.Running += r.running.Val()
+		rateFull = rateFull || r.rateFull.Val() > 0
 	}
 	waiting, err := c.parkedJobs(ctx, topic, parked)
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats %s: %w", topic, err)
 	}
 	st.Waiting = waiting
-	if st.Limits.Key == "" && st.Limits.MaxRunning > 0 && st.Running >= int64(st.Limits.MaxRunning) {
+	if st.Limits.Key == "" && (rateFull || st.Limits.MaxRunning > 0 && st.Running >= int64(st.Limits.MaxRunning)) {
 		st.Waiting += st.Ready
 	}
 	return st, nil

@@ -423,6 +423,10 @@ const LimitsField = "limits"
 // limit (LimitPrefix "run").
 func (b Bucket) LimitRunning() string { return b.LimitPrefix() + "run" }
 
+// LimitRateFull is a STRING set while the topic-wide rate's window is full,
+// expiring when its oldest start leaves it (LimitPrefix "rfull").
+func (b Bucket) LimitRateFull() string { return b.LimitPrefix() + "rfull" }
+
 // LimitParked is a ZSET: key value -> when its parked ids may be tried
 // again (LimitPrefix "parked").
 func (b Bucket) LimitParked() string { return b.LimitPrefix() + "parked" }

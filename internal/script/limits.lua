@@ -24,6 +24,9 @@
 --                     stays while it waits, for List's cursor
 --   p..'held'         STRING set while a topic-wide MaxRunning held a
 --                     fetch back: the next freed slot is announced
+--   p..'rfull'        STRING set while the topic-wide rate's window is
+--                     full, expiring when its oldest start leaves it: the
+--                     ready jobs wait for the rate meanwhile (Stats)
 -- and, in the bucket's state HASH, field LIMIT_FLAG ("\0parked"): the spec
 -- the ids parked in the bucket were parked under, while any may be. A
 -- fetch with no limits per key value, or limited per another header,
@@ -279,6 +282,12 @@ local function limit_log_add(lg, old, per, t, now)
   r.n, r.nxt, r.mnxt, r.exp, r.last = r.n + count, r.nxt + count, r.mnxt + mc, exp, at
   r.oldest = r.oldest or at
 end
+-- limit_mark_full notes that the topic-wide rate's window of prefix p is
+-- full for the next ms: Stats then counts the ready jobs as waiting. A
+-- flag, not a count: it changes no decision of a fetch.
+local function limit_mark_full(p, ms)
+  redis.call('SET', p .. 'rfull', '1', 'PX', math.max(1, math.ceil(ms)))
+end
 -- limit_room is how many more deliveries the running ZSET run (at most
 -- spec.max, 0 for no such limit) and the start log lg (spec.n per
 -- spec.per ms; old is the previous version's, limit_log) allow now, and,
@@ -511,6 +520,7 @@ local function limit_open(p, spec, readyk, state, want, flag)
   if spec.header == '' then
     if flag then limit_unlimit(p, readyk, state, want) end
     local room, wait = limit_room(p, p .. 'run', p .. 'rlog', p .. 'rate', spec, state, now)
+    if wait then limit_mark_full(p, wait) end
     if room < want and not wait then redis.call('SET', p .. 'held', '1') end
     return math.max(0, math.min(want, room)), wait, lk
   end
@@ -588,6 +598,8 @@ local function limit_flush(lk)
     if spec.header == '' then
       if spec.n > 0 then
         limit_log_add(p .. 'rlog', p .. 'rate', spec.per, t, lk.now)
+        local w = limit_log_wait(limit_logs[p .. 'rlog'], spec.n, spec.per, 0, lk.now)
+        if w then limit_mark_full(p, w) end
       end
     else
       if spec.max > 0 then
