@@ -242,9 +242,11 @@ func TestFetchUnderLimits(t *testing.T) {
 			t.Run("GiveBackSweepsEveryValue", func(t *testing.T) {
 				// 20 values with parked ids, under a limit per tenant: a
 				// fetch per another header gives them back 8 values a
-				// fetch, in byte order, though it parks some again behind
-				// its cursor, and the sweep ends: then the flag names its
-				// limits, and every id has been read under them.
+				// fetch, in byte order, and the sweep ends: then the flag
+				// names its limits. It takes nothing while deliveries
+				// counted per tenant hold their slots (their values are
+				// not of its header); once they end, every id is read
+				// under its limits.
 				p := testutil.Prefix(t)
 				k := keys.ForBucket(p, "t", 0)
 				var jobs [][2]string
@@ -253,7 +255,8 @@ func TestFetchUnderLimits(t *testing.T) {
 				}
 				limitJobs(t, c, k, jobs...)
 				old := Limits{MaxRunning: 1, Key: "tenant"}.Spec()
-				require.Len(t, fetch(t, p, old, 256).Items, 20, "one per tenant")
+				held := fetch(t, p, old, 256).Items
+				require.Len(t, held, 20, "one per tenant")
 				require.Equal(t, int64(20), c.ZCard(ctx, k.LimitParked()).Val())
 				require.Equal(t, old, c.HGet(ctx, k.State(), keys.LimitParkedField).Val())
 				spec := Limits{MaxRunning: 3, Key: "partner"}.Spec()
@@ -266,10 +269,19 @@ func TestFetchUnderLimits(t *testing.T) {
 					}
 				}
 				require.Equal(t, spec, c.HGet(ctx, k.State(), keys.LimitParkedField).Val(), "the sweep ended")
+				require.Empty(t, got, "the per-tenant deliveries hold their slots")
+				require.Equal(t, int64(20), c.LLen(ctx, k.Ready()).Val(), "every parked id is back")
+				members := make([]string, len(held))
+				for i, it := range held {
+					members[i] = it.Member()
+				}
+				n, err := ReleaseMembers(ctx, c, p, "t", 0, "c", members)
+				require.NoError(t, err)
+				require.Equal(t, 20, n)
 				// The jobs have no partner header: value "", 3 at once.
-				require.Len(t, got, 3)
+				require.Len(t, fetch(t, p, spec, 256).Items, 3)
 				require.Zero(t, c.LLen(ctx, k.Ready()).Val())
-				require.Equal(t, int64(17), c.LLen(ctx, k.LimitPark("")).Val(), "the others wait for a slot of value \"\"")
+				require.Equal(t, int64(37), c.LLen(ctx, k.LimitPark("")).Val(), "the others wait for a slot of value \"\"")
 				require.Equal(t, []string{""}, c.ZRange(ctx, k.LimitParked(), 0, -1).Val())
 			})
 			t.Run("WithoutLimitsNoLimitKey", func(t *testing.T) {

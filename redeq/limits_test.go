@@ -204,6 +204,70 @@ func TestLimitChangedWhileJobsRun(t *testing.T) {
 	})
 }
 
+// TestLimitChangedToPerKeyCountsOtherLimitsSlots: a client started with
+// MaxRunning 1 per tenant while five jobs of tenant A run under other
+// limits (topic-wide MaxRunning, a per-tenant rate alone, MaxRunning per
+// another header) starts no job of A until they end: their slots count
+// against every value of its header, whose values it cannot tell. Once
+// they end it runs A's jobs one at a time, and every job runs.
+func TestLimitChangedToPerKeyCountsOtherLimitsSlots(t *testing.T) {
+	t.Parallel()
+	olds := []struct {
+		name string
+		opts []redeq.ListenerOption
+	}{
+		{"TopicWideMaxRunning", []redeq.ListenerOption{redeq.WithMaxRunning(5)}},
+		{"PerKeyRateAlone", []redeq.ListenerOption{redeq.WithRateLimit(1000, time.Second), redeq.WithLimitKey("tenant")}},
+		{"PerKeyMaxRunningOnAnotherHeader", []redeq.ListenerOption{redeq.WithMaxRunning(5), redeq.WithLimitKey("partner")}},
+	}
+	for _, old := range olds {
+		t.Run(old.name, func(t *testing.T) {
+			t.Parallel()
+			each(t, func(t *testing.T, e *env) {
+				ctx := context.Background()
+				headers := map[string]string{"tenant": "A", "partner": "P"}
+				var oldRuns, newRuns gauge
+				var done atomic.Int64
+				oldH := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+					oldRuns.enter()
+					defer oldRuns.leave()
+					<-ctx.Done() // until the old client's Shutdown cancels it: the job goes back unspent
+					return ctx.Err()
+				}
+				newH := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
+					newRuns.enter()
+					defer newRuns.leave()
+					time.Sleep(5 * time.Millisecond) // work, so that runs could overlap
+					done.Add(1)
+					ch.Ack()
+					return nil
+				}
+				for i := range 5 {
+					require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i), Headers: headers}))
+				}
+				oldC := e.another(t, func(c *config.Config) { c.ShutdownTimeout = 100 * time.Millisecond })
+				startWith(t, oldC, redeq.ListenerFunc("t", oldH, append([]redeq.ListenerOption{redeq.WithWorkers(5)}, old.opts...)...))
+				testutil.Eventually(t, 10*time.Second, "five jobs of A run", func() bool { return oldRuns.now.Load() == 5 })
+				for i := 5; i < 8; i++ {
+					require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "t", ID: fmt.Sprint("j", i), Headers: headers}))
+				}
+				startWith(t, e.another(t, nil), redeq.ListenerFunc("t", newH, redeq.WithWorkers(8),
+					redeq.WithMaxRunning(1), redeq.WithLimitKey("tenant")))
+				// Give the new client's fetches every chance to overrun.
+				for range 10 {
+					require.NoError(t, e.rdb.Publish(ctx, keys.ReadyChannel(e.cfg.Prefix), keys.Address("t", 0)).Err())
+					time.Sleep(30 * time.Millisecond)
+				}
+				require.Zero(t, newRuns.peak.Load(), "no job of A starts beside five running")
+				// Its handlers are canceled and their jobs rolled back.
+				require.ErrorIs(t, oldC.Shutdown(ctx), context.DeadlineExceeded)
+				testutil.Eventually(t, 30*time.Second, "every job ran", func() bool { return done.Load() == 8 })
+				require.Equal(t, int64(1), newRuns.peak.Load(), "one job of A at a time")
+			})
+		})
+	}
+}
+
 // TestRateLimitHoldsJobsWithoutSpendingAttempts: with at most 3 jobs
 // started per minute, a topic of 10 ready jobs starts 3, and the others
 // wait where they are: ready, no attempt spent, and counted in
@@ -705,14 +769,19 @@ func TestParkedJobsRunOnceTheirLimitIsLifted(t *testing.T) {
 	t.Run("KeyChanged", func(t *testing.T) {
 		// A listener limited per value of another header (which the jobs
 		// lack: they share the value "") starts beside the one that
-		// parked them: it runs one of them at once, though x0 still holds
-		// tenant x's slot.
+		// parked them: x0, running under tenant x's slot, is a job of
+		// partner "" too, so it runs none of them beside it; once x0
+		// ends, it runs them all.
 		each(t, func(t *testing.T, e *env) {
 			h := newHoldGate()
 			parkFive(t, e, h)
 			startWith(t, e.another(t, func(c *config.Config) { c.ConsumeTimeout = time.Minute }),
 				redeq.ListenerFunc("t", h.handle, redeq.WithWorkers(4), redeq.WithMaxRunning(1), redeq.WithLimitKey("partner")))
-			testutil.Eventually(t, 10*time.Second, "two of x run", func() bool { return h.g.now.Load() == 2 })
+			for range 10 {
+				require.NoError(t, e.rdb.Publish(context.Background(), keys.ReadyChannel(e.cfg.Prefix), keys.Address("t", 0)).Err())
+				time.Sleep(30 * time.Millisecond)
+			}
+			require.Equal(t, int64(1), h.g.now.Load(), "x0 alone runs")
 			h.release()
 			testutil.Eventually(t, 10*time.Second, "every job ran", func() bool {
 				for i := range 5 {

@@ -236,6 +236,12 @@ const PauseSeqField = "\x00pauseseq"
 // states it reads anyway.
 const LimitParkedField = "\x00parked"
 
+// LimitKeyHeaderField is the field of a bucket's State HASH naming the
+// header whose values the leases of a per-key MaxRunning are counted by
+// (LimitPrefix "keyof" and "krun:" v), so that a fetch per another header
+// does not mistake them for its own values (see limits.lua).
+const LimitKeyHeaderField = "\x00khdr"
+
 // ReadyHeadField is the field of a bucket's State HASH counting the
 // entries taken from the head of its ready list (by fetches) minus those
 // pushed back at the head (by give-backs). An entry at index i of the list

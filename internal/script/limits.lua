@@ -27,7 +27,9 @@
 --   p..'rfull'        STRING set while the topic-wide rate's window is
 --                     full, expiring when its oldest start leaves it: the
 --                     ready jobs wait for the rate meanwhile (Stats)
--- and, in the bucket's state HASH, field LIMIT_FLAG ("\0parked"): the spec
+-- and, in the bucket's state HASH, field LIMIT_KEY_HEADER ("\0khdr"): the
+-- header whose values 'keyof' and 'krun:'..v count, and field LIMIT_FLAG
+-- ("\0parked"): the spec
 -- the ids parked in the bucket were parked under, while any may be. A
 -- fetch with no limits per key value, or limited per another header,
 -- gives them back to the ready list (limit_giveback), whatever their
@@ -40,6 +42,17 @@
 -- delivery. Every key empties and vanishes when its key value is idle.
 local LIMIT_HOLD = 9000000000000000
 local LIMIT_FLAG = '\0parked'
+local LIMIT_KEY_HEADER = '\0khdr'
+-- LIMIT_POLL is how soon (ms) a key value held up only by leases no value
+-- of the fetch's header accounts for is tried again: the outcomes that
+-- free such leases wake no value.
+local LIMIT_POLL = 100
+-- limit_foreign counts, for a fetch under a per-key MaxRunning, the leases
+-- of the bucket that no value of its header accounts for: deliveries
+-- fetched under other limits (topic-wide, a rate alone), whose values the
+-- fetch does not know. Each counts against every value's room, so that a
+-- changed limit never lets more run than it allows (limit_keyed).
+local limit_foreign = 0
 local LIMIT_CURSOR = '\0parkcur'
 -- limit_score reads a ZSET score, as "9e+15" too (some servers write it
 -- so, and not every Lua reads it).
@@ -293,16 +306,20 @@ end
 -- spec.per ms; old is the previous version's, limit_log) allow now, and,
 -- when the rate allows none, in how many ms it allows one; math.huge with
 -- no limit. A running limit found reached is healed first (limit_heal).
-local function limit_room(p, run, lg, old, spec, state, now)
+local function limit_room(p, run, lg, old, spec, state, now, extra)
+  extra = extra or 0
   local room, wait = math.huge, nil
   if spec.max > 0 then
     local c = redis.call('ZCARD', run)
-    if c >= spec.max then c = c - limit_heal(p, run, state, now) end
-    room = spec.max - c
+    if c + extra >= spec.max then c = c - limit_heal(p, run, state, now) end
+    room = spec.max - c - extra
+    -- Held by leases of no known value: their ends wake nothing, so poll.
+    if extra > 0 and room <= 0 then wait = LIMIT_POLL end
   end
   if spec.n > 0 then
     local r = limit_log(lg, old, spec.per, now)
-    wait = limit_log_wait(r, spec.n, spec.per, 0, now)
+    local rw = limit_log_wait(r, spec.n, spec.per, 0, now)
+    if rw then wait = math.min(wait or rw, rw) end
     room = math.min(room, spec.n - r.n)
   end
   return room, wait
@@ -318,7 +335,35 @@ local function limit_rate_wait(p, spec, v, extra, now)
 end
 -- limit_key_room is limit_room for key value v.
 local function limit_key_room(p, spec, v, state, now)
-  return limit_room(p, p .. 'krun:' .. v, p .. 'krlog:' .. v, p .. 'krate:' .. v, spec, state, now)
+  return limit_room(p, p .. 'krun:' .. v, p .. 'krlog:' .. v, p .. 'krate:' .. v, spec, state, now, limit_foreign)
+end
+-- limit_keyed sets limit_foreign for a fetch under a per-key MaxRunning
+-- (lk.spec): the leases in 'run' beyond those 'keyof' gives a value of
+-- its header, after freeing the stale ones among the oldest (limit_heal).
+-- It notes the header 'keyof' is of in lk.kh (nil when it did not read
+-- it: no lease is held). Returns true when 'keyof' holds values of
+-- another header (a per-key MaxRunning on another header holds slots):
+-- the fetch then takes nothing until those deliveries end, and their
+-- values never mix with its own. Three reads while leases are held, one
+-- (ZCARD) while none is.
+local function limit_keyed(lk)
+  limit_foreign = 0
+  local p, spec = lk.p, lk.spec
+  local total = redis.call('ZCARD', p .. 'run')
+  if total == 0 then return false end
+  local keyed = redis.call('HLEN', p .. 'keyof')
+  if keyed > 0 then
+    lk.kh = redis.call('HGET', lk.state, LIMIT_KEY_HEADER)
+    -- No header noted: a version that kept none wrote them, under the
+    -- same header, as it assumed.
+    if lk.kh and lk.kh ~= spec.header then return true end
+  end
+  if keyed < total and limit_heal(p, p .. 'run', lk.state, lk.now) > 0 then
+    total = redis.call('ZCARD', p .. 'run')
+    keyed = redis.call('HLEN', p .. 'keyof')
+  end
+  limit_foreign = math.max(0, total - keyed)
+  return false
 end
 -- limit_take notes in back at most n ids parked for key value v that are
 -- still ready (their state in HASH state says so: a parked job deleted,
@@ -524,6 +569,7 @@ local function limit_open(p, spec, readyk, state, want, flag)
     if room < want and not wait then redis.call('SET', p .. 'held', '1') end
     return math.max(0, math.min(want, room)), wait, lk
   end
+  local blocked = spec.max > 0 and limit_keyed(lk)
   if flag and flag ~= spec.raw then
     -- Parked per another header, their values name other partitions:
     -- they go back to the ready list, where this fetch reads their own.
@@ -540,6 +586,9 @@ local function limit_open(p, spec, readyk, state, want, flag)
       lk.flag = spec.raw
     end
   end
+  -- Held by another header's values: the sweep above goes on, nothing
+  -- is taken, and the consumer fetches again in LIMIT_POLL ms.
+  if blocked then return 0, LIMIT_POLL, lk end
   limit_unpark(p, spec, readyk, state, now, want, lk.room, lk.wait)
   return want, nil, lk
 end
@@ -605,6 +654,10 @@ local function limit_flush(lk)
       if spec.max > 0 then
         local kv = {}
         for i = 2, #t, 2 do kv[#kv + 1] = t[i]; kv[#kv + 1] = v end
+        if lk.kh ~= spec.header then
+          redis.call('HSET', lk.state, LIMIT_KEY_HEADER, spec.header)
+          lk.kh = spec.header
+        end
         redis.call('HSET', p .. 'keyof', unpack(kv))
         redis.call('ZADD', p .. 'krun:' .. v, unpack(t))
       end
