@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -58,8 +59,11 @@ func TestExampleServesMetricsAndPrintsSpans(t *testing.T) {
 	var metrics string
 	deadline := time.Now().Add(10 * time.Second)
 	// The counters exist at zero from the start; a lateness sample shows
-	// that a job ran.
-	for !strings.Contains(metrics, `redeq_job_lateness_seconds_count{first_attempt="true",prefix="observability",topic="order.close"}`) && time.Now().Before(deadline) {
+	// that a job started, a processed count that its outcome was applied
+	// (a job starts before its outcome lands, so the test waits for both).
+	processed := regexp.MustCompile(`redeq_jobs_processed_total\{outcome="[a-z]+",prefix="observability",topic="order.close"\} [1-9]`)
+	for !(strings.Contains(metrics, `redeq_job_lateness_seconds_count{first_attempt="true",prefix="observability",topic="order.close"}`) &&
+		processed.MatchString(metrics)) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 		resp, err := http.Get(url)
 		if err != nil {
