@@ -97,6 +97,39 @@ func TestFetchUnderLimits(t *testing.T) {
 				require.Equal(t, []string{"a", "b"}, ids(got.Items))
 				require.Equal(t, int64(2), c.ZCard(ctx, k.LimitRunning()).Val())
 			})
+			t.Run("StaleLeaseOfAnotherHeaderHoldsNothing", func(t *testing.T) {
+				// A lease counted per partner whose delivery is gone (its
+				// job's state names no delivery, its in-flight member is
+				// gone) does not hold a fetch per tenant back: the fetch
+				// frees it, takes the job, and notes its own header.
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				testutil.Seed(t, c, testutil.ZSet(k.LimitRunning(), "1@c\ngone=1"),
+					testutil.Hash(k.LimitPrefix()+"keyof", "1@c\ngone=P"),
+					testutil.ZSet(k.LimitKeyRunning("P"), "1@c\ngone=1"),
+					testutil.Hash(k.State(), keys.LimitKeyHeaderField+"=partner"))
+				limitJobs(t, c, k, [2]string{"a", "x"})
+				got := fetch(t, p, Limits{MaxRunning: 1, Key: "tenant"}.Spec(), 10)
+				require.Equal(t, []string{"a"}, ids(got.Items))
+				require.Equal(t, "tenant", c.HGet(ctx, k.State(), keys.LimitKeyHeaderField).Val())
+				require.Equal(t, int64(1), c.ZCard(ctx, k.LimitRunning()).Val(), "its own lease alone")
+			})
+			t.Run("LiveLeaseOfAnotherHeaderHoldsTheFetch", func(t *testing.T) {
+				// The same lease of a delivery still under way (its job's
+				// state names it) holds the fetch per tenant back: it takes
+				// nothing and tells the consumer to look again soon.
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				testutil.Seed(t, c, testutil.ZSet(k.LimitRunning(), "1@c\nrun=1"),
+					testutil.Hash(k.LimitPrefix()+"keyof", "1@c\nrun=P"),
+					testutil.ZSet(k.LimitKeyRunning("P"), "1@c\nrun=1"),
+					testutil.Hash(k.State(), keys.LimitKeyHeaderField+"=partner", "run=1@c"))
+				limitJobs(t, c, k, [2]string{"a", "x"})
+				got := fetch(t, p, Limits{MaxRunning: 1, Key: "tenant"}.Spec(), 10)
+				require.Empty(t, got.Items)
+				require.Positive(t, got.Wait, "%+v", got)
+				require.Equal(t, int64(1), c.LLen(ctx, k.Ready()).Val(), "the job stays ready")
+			})
 			t.Run("RateTellsWhenItAllowsMore", func(t *testing.T) {
 				p := testutil.Prefix(t)
 				k := keys.ForBucket(p, "t", 0)

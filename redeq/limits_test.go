@@ -209,7 +209,8 @@ func TestLimitChangedWhileJobsRun(t *testing.T) {
 // limits (topic-wide MaxRunning, a per-tenant rate alone, MaxRunning per
 // another header) starts no job of A until they end: their slots count
 // against every value of its header, whose values it cannot tell. Once
-// they end it runs A's jobs one at a time, and every job runs.
+// they end it runs A's jobs one at a time, and every job runs. Stats
+// counts the jobs it holds back as waiting.
 func TestLimitChangedToPerKeyCountsOtherLimitsSlots(t *testing.T) {
 	t.Parallel()
 	olds := []struct {
@@ -259,6 +260,8 @@ func TestLimitChangedToPerKeyCountsOtherLimitsSlots(t *testing.T) {
 					time.Sleep(30 * time.Millisecond)
 				}
 				require.Zero(t, newRuns.peak.Load(), "no job of A starts beside five running")
+				st := stats(t, e.c, "t")
+				require.Equal(t, int64(3), st.Waiting, "the three jobs of A wait for a slot: %+v", st)
 				// Its handlers are canceled and their jobs rolled back.
 				require.ErrorIs(t, oldC.Shutdown(ctx), context.DeadlineExceeded)
 				testutil.Eventually(t, 30*time.Second, "every job ran", func() bool { return done.Load() == 8 })

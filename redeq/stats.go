@@ -38,7 +38,9 @@ type Stats struct {
 	// those set aside for a value at its limit (not counted in Ready);
 	// topic-wide, the Ready jobs while Running is at MaxRunning or the
 	// rate's window is full (a fetch found it so; until its oldest start
-	// leaves it), counted in Ready too. Per key
+	// leaves it), counted in Ready too; under a per-key MaxRunning, the
+	// Ready jobs too while slots counted per another header's values
+	// hold every fetch back (a limit key being changed). Per key
 	// value it is exact, as List(ready) and Get: a job taken out of the
 	// topic while set aside (Delete, Reschedule, Put, Update, a bulk
 	// action) is no longer counted, though its reference stays in its
@@ -79,7 +81,10 @@ func (c *Client) Stats(ctx context.Context, topic string) (Stats, error) {
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats %s: %w", topic, err)
 	}
-	type row struct{ pool, sched, ready, unack, dead, running, rateFull *redis.IntCmd }
+	type row struct {
+		pool, sched, ready, unack, dead, running, rateFull, keyed *redis.IntCmd
+		keyHeader                                                 *redis.StringCmd
+	}
 	rows := make([]row, n)
 	var inflight []*redis.IntCmd
 	var parked []*redis.StringSliceCmd
@@ -89,7 +94,7 @@ func (c *Client) Stats(ctx context.Context, topic string) (Stats, error) {
 		k := keys.ForBucket(c.cfg.Prefix, topic, b)
 		rows[b] = row{pipe.HLen(ctx, k.Pool()), pipe.ZCard(ctx, k.Scheduled()), pipe.LLen(ctx, k.Ready()),
 			pipe.ZCard(ctx, k.UnAck()), pipe.ZCard(ctx, k.Dead()), pipe.ZCard(ctx, k.LimitRunning()),
-			pipe.Exists(ctx, k.LimitRateFull())}
+			pipe.Exists(ctx, k.LimitRateFull()), pipe.HLen(ctx, k.LimitKeyOf()), pipe.HGet(ctx, k.State(), keys.LimitKeyHeaderField)}
 		parked = append(parked, pipe.ZRange(ctx, k.LimitParked(), 0, maxParkedValues-1))
 		for _, cid := range cids {
 			inflight = append(inflight, pipe.ZCard(ctx, k.InFlight(cid)))
@@ -114,17 +119,22 @@ func (c *Client) Stats(ctx context.Context, topic string) (Stats, error) {
 	for _, l := range inflight {
 		st.InFlight += l.Val()
 	}
-	rateFull := false
+	rateFull, otherKey := false, false
 	for _, r := range rows {
 		st.Running += r.running.Val()
 		rateFull = rateFull || r.rateFull.Val() > 0
+		// Slots held per value of another header hold back every fetch
+		// of a per-key MaxRunning (limits.lua, limit_keyed).
+		otherKey = otherKey || r.keyed.Val() > 0 && r.keyHeader.Val() != "" && r.keyHeader.Val() != st.Limits.Key
 	}
 	waiting, err := c.parkedJobs(ctx, topic, parked)
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats %s: %w", topic, err)
 	}
 	st.Waiting = waiting
-	if st.Limits.Key == "" && (rateFull || st.Limits.MaxRunning > 0 && st.Running >= int64(st.Limits.MaxRunning)) {
+	switch {
+	case st.Limits.Key == "" && (rateFull || st.Limits.MaxRunning > 0 && st.Running >= int64(st.Limits.MaxRunning)),
+		st.Limits.Key != "" && st.Limits.MaxRunning > 0 && otherKey:
 		st.Waiting += st.Ready
 	}
 	return st, nil

@@ -429,6 +429,10 @@ const LimitsField = "limits"
 // limit (LimitPrefix "run").
 func (b Bucket) LimitRunning() string { return b.LimitPrefix() + "run" }
 
+// LimitKeyOf is a HASH: lease -> its key value, for the leases of a
+// per-key MaxRunning (LimitPrefix "keyof").
+func (b Bucket) LimitKeyOf() string { return b.LimitPrefix() + "keyof" }
+
 // LimitRateFull is a STRING set while the topic-wide rate's window is full,
 // expiring when its oldest start leaves it (LimitPrefix "rfull").
 func (b Bucket) LimitRateFull() string { return b.LimitPrefix() + "rfull" }

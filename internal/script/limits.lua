@@ -352,16 +352,22 @@ local function limit_keyed(lk)
   local total = redis.call('ZCARD', p .. 'run')
   if total == 0 then return false end
   local keyed = redis.call('HLEN', p .. 'keyof')
+  local other = false
   if keyed > 0 then
     lk.kh = redis.call('HGET', lk.state, LIMIT_KEY_HEADER)
     -- No header noted: a version that kept none wrote them, under the
     -- same header, as it assumed.
-    if lk.kh and lk.kh ~= spec.header then return true end
+    other = lk.kh and lk.kh ~= spec.header
   end
-  if keyed < total and limit_heal(p, p .. 'run', lk.state, lk.now) > 0 then
+  -- Leases this fetch cannot count per value: the stale ones among the
+  -- oldest go first, so that a lease no delivery will ever free (a
+  -- restart that kept it without its in-flight member) holds nothing up.
+  if (other or keyed < total) and limit_heal(p, p .. 'run', lk.state, lk.now) > 0 then
     total = redis.call('ZCARD', p .. 'run')
     keyed = redis.call('HLEN', p .. 'keyof')
+    other = other and keyed > 0
   end
+  if other then return true end
   limit_foreign = math.max(0, total - keyed)
   return false
 end
