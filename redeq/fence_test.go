@@ -37,6 +37,13 @@ func TestManyInFlightNotLost(t *testing.T) {
 			cfg := testutil.Config(t)
 			cfg.Workers = jobs
 			cfg.ShutdownTimeout = 200 * time.Millisecond
+			// 9,000 running handlers under the race detector can delay a
+			// lease renewal past the test settings' 600 ms, and the lease
+			// guard would then cancel them before Shutdown does: this
+			// test is about the settle and the rollback, so its leases
+			// are long.
+			cfg.ConsumerTimeout = 10 * time.Second
+			cfg.HeartbeatInterval = time.Second
 			e := setup(t, be, cfg)
 			ctx := context.Background()
 			batch := make([]*redeq.Job, jobs)
