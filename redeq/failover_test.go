@@ -164,10 +164,14 @@ func TestClusterFailover(t *testing.T) {
 	<-watchDone
 	mu.Lock()
 	if down.Load() {
-		// Only CLUSTERDOWN, while the cluster said it was down; the
-		// service adds those jobs again, and every job must run once.
+		// Only the cluster's own refusals, while it said it was down:
+		// CLUSTERDOWN, or a MOVED that go-redis still had after its
+		// redirects while the slots moved back and forth; the service
+		// adds those jobs again, and every job must run once.
 		for _, err := range addErrs {
-			require.ErrorContains(t, err, "CLUSTERDOWN", "the only Add errors while the cluster reported itself down")
+			if !strings.Contains(err.Error(), "MOVED") {
+				require.ErrorContains(t, err, "CLUSTERDOWN", "the only Add errors while the cluster reported itself down")
+			}
 		}
 		for _, i := range failed {
 			testutil.Eventually(t, 10*time.Second, "a failed Add succeeds again", func() bool {
@@ -175,7 +179,7 @@ func TestClusterFailover(t *testing.T) {
 				return err == nil || errors.Is(err, redeq.ErrJobExists)
 			})
 		}
-		t.Logf("the cluster reported cluster_state:fail during the failover; %d Adds failed with CLUSTERDOWN and were added again", len(failed))
+		t.Logf("the cluster reported cluster_state:fail during the failover; %d Adds failed with CLUSTERDOWN or MOVED and were added again", len(failed))
 	} else {
 		require.Empty(t, addErrs, "a coordinated failover pauses writes, it does not fail them")
 	}
