@@ -44,6 +44,25 @@ func ids(items []Item) []string {
 	return out
 }
 
+// partnerLease seeds, under a fresh prefix, a lease of job "held" counted
+// per value P of header partner (its delivery still under way when live)
+// and a ready job "a" of tenant x; it returns the prefix and the bucket.
+func partnerLease(t *testing.T, c redis.UniversalClient, live bool) (string, keys.Bucket) {
+	t.Helper()
+	p := testutil.Prefix(t)
+	k := keys.ForBucket(p, "t", 0)
+	state := []string{keys.LimitKeyHeaderField + "=partner"}
+	if live {
+		state = append(state, "held=1@c")
+	}
+	testutil.Seed(t, c, testutil.ZSet(k.LimitRunning(), "1@c\nheld=1"),
+		testutil.Hash(k.LimitKeyOf(), "1@c\nheld=P"),
+		testutil.ZSet(k.LimitKeyRunning("P"), "1@c\nheld=1"),
+		testutil.Hash(k.State(), state...))
+	limitJobs(t, c, k, [2]string{"a", "x"})
+	return p, k
+}
+
 // lease is the lease fetch.lua records for delivery it to consumer cid.
 func lease(it Item, cid string) string { return it.Token + "@" + cid + "\n" + it.ID }
 
@@ -102,13 +121,7 @@ func TestFetchUnderLimits(t *testing.T) {
 				// job's state names no delivery, its in-flight member is
 				// gone) does not hold a fetch per tenant back: the fetch
 				// frees it, takes the job, and notes its own header.
-				p := testutil.Prefix(t)
-				k := keys.ForBucket(p, "t", 0)
-				testutil.Seed(t, c, testutil.ZSet(k.LimitRunning(), "1@c\ngone=1"),
-					testutil.Hash(k.LimitPrefix()+"keyof", "1@c\ngone=P"),
-					testutil.ZSet(k.LimitKeyRunning("P"), "1@c\ngone=1"),
-					testutil.Hash(k.State(), keys.LimitKeyHeaderField+"=partner"))
-				limitJobs(t, c, k, [2]string{"a", "x"})
+				p, k := partnerLease(t, c, false)
 				got := fetch(t, p, Limits{MaxRunning: 1, Key: "tenant"}.Spec(), 10)
 				require.Equal(t, []string{"a"}, ids(got.Items))
 				require.Equal(t, "tenant", c.HGet(ctx, k.State(), keys.LimitKeyHeaderField).Val())
@@ -118,13 +131,7 @@ func TestFetchUnderLimits(t *testing.T) {
 				// The same lease of a delivery still under way (its job's
 				// state names it) holds the fetch per tenant back: it takes
 				// nothing and tells the consumer to look again soon.
-				p := testutil.Prefix(t)
-				k := keys.ForBucket(p, "t", 0)
-				testutil.Seed(t, c, testutil.ZSet(k.LimitRunning(), "1@c\nrun=1"),
-					testutil.Hash(k.LimitPrefix()+"keyof", "1@c\nrun=P"),
-					testutil.ZSet(k.LimitKeyRunning("P"), "1@c\nrun=1"),
-					testutil.Hash(k.State(), keys.LimitKeyHeaderField+"=partner", "run=1@c"))
-				limitJobs(t, c, k, [2]string{"a", "x"})
+				p, k := partnerLease(t, c, true)
 				got := fetch(t, p, Limits{MaxRunning: 1, Key: "tenant"}.Spec(), 10)
 				require.Empty(t, got.Items)
 				require.Positive(t, got.Wait, "%+v", got)
