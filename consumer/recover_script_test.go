@@ -45,7 +45,7 @@ func TestRecoverScript(t *testing.T) {
 		{"RecoverFreesTheDeadConsumersSlots", "recover", 0, func(k keys.Bucket) []testutil.Entry {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "j=1|5|2|0|x"), testutil.ZSet(k.InFlight("c"), "7:j=1"),
 				testutil.Hash(k.State(), "j=7@c"), testutil.ZSet(k.LimitRunning(), "7@c\nj=1", "3@d\nz=1"),
-				testutil.Hash(k.LimitPrefix()+"keyof", "7@c\nj=hot"), testutil.ZSet(k.LimitKeyRunning("hot"), "7@c\nj=1")}
+				testutil.Hash(k.LimitKeyOf(), "7@c\nj=hot"), testutil.ZSet(k.LimitKeyRunning("hot"), "7@c\nj=1")}
 		}, []int64{1, 0, 0, 0}, []int64{0, 0, 0, 0}, "", func(k keys.Bucket, _ string) []testutil.Entry {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "j=1|5|2|1|x"), testutil.Hash(k.State(), "j=r"),
 				testutil.List(k.Ready(), "j"), testutil.ZSet(k.LimitRunning(), "3@d\nz=1")}
