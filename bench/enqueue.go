@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // enqueueRound is what one round of the enqueue measurement found for one
@@ -59,16 +61,35 @@ func (b *bench) enqueue() {
 		b.flush()
 		b.enqueueRate(s, 1000, 16, false, "w")
 	}
-	var rounds []enqueueRound
+	// The same two libraries over clients with ContextTimeoutEnabled,
+	// with which go-redis ends a call at its ctx's deadline: redeq's lone
+	// Add then runs on the caller's goroutine (asynq passes the ctx to
+	// go-redis either way).
+	cut := *b
+	cut.newClient = func() redis.UniversalClient { return cutClient(b.newClient()) }
+	cutSystems := cut.systems(false)
+	defer func() {
+		for _, s := range cutSystems {
+			s.Close()
+		}
+	}()
+	for _, s := range cutSystems {
+		b.flush()
+		b.enqueueRate(s, 1000, 1, false, "w")
+	}
+	var rounds, cutRounds []enqueueRound
 	for r := range b.sz.Rounds {
-		for _, g := range []int{1, 16} {
+		for _, g := range []int{1, 16, -1} {
 			n := n1
 			if g == 16 {
 				n = n16
 			}
 			order := systems
+			if g < 0 {
+				order = cutSystems
+			}
 			if r%2 == 1 {
-				order = slices.Clone(systems)
+				order = slices.Clone(order)
 				slices.Reverse(order)
 			}
 			round := enqueueRound{Goroutines: g, Rate: map[string]float64{}, ScriptUS: map[string]float64{},
@@ -78,7 +99,7 @@ func (b *bench) enqueue() {
 				round.Order = append(round.Order, s.Name())
 				b.flush()
 				before := b.costs()
-				round.Rate[s.Name()] = b.enqueueRate(s, n, g, false, fmt.Sprintf("e%d", g))
+				round.Rate[s.Name()] = b.enqueueRate(s, n, max(g, 1), false, fmt.Sprintf("e%d", g))
 				c := b.costs().since(before)
 				round.ScriptUS[s.Name()] = c.scriptUS / float64(n)
 				if c.scriptCalls > 0 {
@@ -88,12 +109,18 @@ func (b *bench) enqueue() {
 				round.ClientUS[s.Name()] = c.clientS / float64(n) * 1e6
 				round.Idle[s.Name()] = c.idleShare()
 			}
+			if g < 0 {
+				round.Goroutines = 1
+				fmt.Printf("  round %d,  1 goroutine, ContextTimeoutEnabled: %s\n", r+1, round)
+				cutRounds = append(cutRounds, round)
+				continue
+			}
 			fmt.Printf("  round %d, %2d goroutine(s): %s\n", r+1, g, round)
 			rounds = append(rounds, round)
 		}
 	}
-	b.res.Enqueue = rounds
-	one, sixteen := medianRound(rounds, 1), medianRound(rounds, 16)
+	b.res.Enqueue, b.res.EnqueueCut = rounds, cutRounds
+	one, sixteen, oneCut := medianRound(rounds, 1), medianRound(rounds, 16), medianRound(cutRounds, 1)
 	batch := map[string]float64{"asynq": sixteen.Rate["asynq"]}
 	for _, s := range systems {
 		if s.Name() == "redeq" {
@@ -106,6 +133,10 @@ func (b *bench) enqueue() {
 	}
 	b.add("enqueue, 1 goroutine", "jobs/s", "higher", note(1), one.Rate)
 	b.add("enqueue, 16 goroutines", "jobs/s", "higher", note(16), sixteen.Rate)
+	b.add(enqueueCutRow, "jobs/s", "higher",
+		fmt.Sprintf("the round with the median ratio of %d; ratios %s", b.sz.Rounds, ratios(cutRounds, 1)), oneCut.Rate)
+	b.add("client CPU per enqueued job, 1 goroutine, ContextTimeoutEnabled", "µs", "lower", "the bench process's user + sys time, median of the rounds",
+		medianCost(cutRounds, 1, func(r enqueueRound) map[string]float64 { return r.ClientUS }))
 	b.add("enqueue, batch of 100 (redeq AddBatch)", "jobs/s", "higher", "asynq has no batch call: its 16-goroutine figure", batch)
 	b.add("Redis CPU per enqueued job, 16 goroutines", "µs", "lower", "INFO used_cpu_user + used_cpu_sys delta, median of the rounds",
 		medianCost(rounds, 16, func(r enqueueRound) map[string]float64 { return r.ServerUS }))
@@ -123,6 +154,19 @@ func (b *bench) enqueue() {
 		medianCost(rounds, 16, func(r enqueueRound) map[string]float64 {
 			return map[string]float64{"redeq": 100 * r.Idle["redeq"], "asynq": 100 * r.Idle["asynq"]}
 		}))
+}
+
+// enqueueCutRow is the row of enqueue from 1 goroutine over clients
+// with ContextTimeoutEnabled.
+const enqueueCutRow = "enqueue, 1 goroutine, ContextTimeoutEnabled"
+
+// cutClient returns a client with c's options and ContextTimeoutEnabled,
+// and closes c.
+func cutClient(c redis.UniversalClient) redis.UniversalClient {
+	o := *c.(*redis.Client).Options()
+	c.Close()
+	o.ContextTimeoutEnabled = true
+	return redis.NewClient(&o)
 }
 
 func (r enqueueRound) String() string {

@@ -108,6 +108,7 @@ type results struct {
 	Rows         []row                `json:"rows"`
 	Ceiling      []ceilingRow         `json:"ceiling,omitempty"`
 	Enqueue      []enqueueRound       `json:"enqueue_rounds,omitempty"`
+	EnqueueCut   []enqueueRound       `json:"enqueue_cut_rounds,omitempty"` // over clients with ContextTimeoutEnabled
 	Overhead     []overheadRound      `json:"overhead_rounds,omitempty"`
 	Lateness     map[string][]float64 `json:"lateness_ms"`
 }

@@ -46,6 +46,7 @@ type Store struct {
 		m map[string]*laneSet // by pool key
 	}
 	bounded bool // go-redis's timeouts bound every attempt (rdb.TimeoutsSet)
+	cuts    bool // go-redis ends every attempt at its ctx's deadline (rdb.CutsAtDeadline)
 
 	targets struct {
 		sync.RWMutex
@@ -63,7 +64,7 @@ func (s *Store) SetDurability(d rdb.Durability) {
 
 // NewStore returns a Store over c.
 func NewStore(c redis.UniversalClient, prefix string) *Store {
-	s := &Store{rdb: c, prefix: prefix, runs: uuid.NewString() + "-", opTTL: OpTTL(c).Milliseconds(), bounded: rdb.TimeoutsSet(c)}
+	s := &Store{rdb: c, prefix: prefix, runs: uuid.NewString() + "-", opTTL: OpTTL(c).Milliseconds(), bounded: rdb.TimeoutsSet(c), cuts: rdb.CutsAtDeadline(c)}
 	s.adds = rdb.NewJoiningCommitter(c, addScript, addShared, s.runKey)
 	return s
 }
@@ -259,14 +260,14 @@ func (s *Store) AddMany(ctx context.Context, jobs []*Job, at []Placement) (errs 
 		if !s.bounded {
 			wait = bctx
 		}
-		if wait.Done() != nil {
-			// Await may return while the pipeline is still being sent:
+		if _, cut := wait.Deadline(); wait.Done() != nil && !(s.cuts && cut) {
+			// AwaitOn may return while the pipeline is still being sent:
 			// it must not read the caller's bodies then.
 			for _, call := range calls {
 				rdb.Detach(call.Args)
 			}
 		}
-		err := rdb.Await(wait, func() (err error) {
+		err := rdb.AwaitOn(wait, s.cuts, func() (err error) {
 			vals, cerrs, err = rdb.RunJoined(bctx, s.rdb, addScript, calls, addShared, pipelineChunk, s.runKey, s.durable)
 			return err
 		})

@@ -333,6 +333,87 @@ func testAddReturnsAtCtxEndWhileServerHangs(t *testing.T) {
 	}
 }
 
+// TestAddOnDeadlineCuttingClientReturnsByDeadline: on a client with
+// ContextTimeoutEnabled, whose calls go-redis ends at their ctx's
+// deadline, Add and AddBatch with a deadline run on the caller's
+// goroutine; with the server hung they still return ctx's error by the
+// deadline (a cancel before it included: the call returns ctx.Canceled
+// at the deadline at the latest), whatever they were doing (the first Add
+// of a topic, a lone Add, a batch), and a job whose call gave up is stored
+// with its body as given, or not at all, though its caller reused the
+// buffer.
+func TestAddOnDeadlineCuttingClientReturnsByDeadline(t *testing.T) {
+	t.Parallel()
+	for _, be := range standaloneBackends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			p := startAddProxy(t, be.Addrs[0])
+			cfg := testutil.Config(t)
+			c := addClient(t, redisVia(t, p.Addr(), func(o *redis.Options) { o.ContextTimeoutEnabled = true }), cfg)
+			reader := addClient(t, be.New(t), cfg)
+			gave := map[string]string{}
+			// call runs f under a deadline d away, canceled at cancelAt
+			// when that is earlier, and checks it returns ctx's error by the
+			// deadline.
+			call := func(what string, d, cancelAt time.Duration, f func(ctx context.Context) error) {
+				t.Helper()
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				defer cancel()
+				want := context.DeadlineExceeded
+				if cancelAt < d {
+					time.AfterFunc(cancelAt, cancel)
+					want = context.Canceled
+				}
+				start := time.Now()
+				err := f(ctx)
+				took := time.Since(start)
+				require.ErrorIs(t, err, want, what)
+				require.LessOrEqual(t, took-d, addSlack, "%s returned %v after its deadline", what, took-d)
+			}
+			add := func(what, topic, id string, d, cancelAt time.Duration) {
+				t.Helper()
+				body := []byte("body of " + id)
+				call(what, d, cancelAt, func(ctx context.Context) error {
+					return c.Add(ctx, &redeq.Job{Topic: topic, ID: id, Body: body, Delay: time.Hour})
+				})
+				scribble(body)
+				gave[id] = "body of " + id
+			}
+
+			p.Stall.Store(true)
+			add("first Add of a topic", "t", "first", 40*time.Millisecond, time.Hour)
+			p.Stall.Store(false)
+			require.NoError(t, c.Add(context.Background(), &redeq.Job{Topic: "t", ID: "warm", Delay: time.Hour}))
+			p.Stall.Store(true)
+			add("lone Add", "t", "lone", 40*time.Millisecond, time.Hour)
+			add("lone Add, canceled before its deadline", "t", "lone2", 200*time.Millisecond, 20*time.Millisecond)
+			bodies := [][]byte{[]byte("body of b0"), []byte("body of b1")}
+			call("AddBatch", 40*time.Millisecond, time.Hour, func(ctx context.Context) error {
+				return c.AddBatch(ctx, []*redeq.Job{
+					{Topic: "t", ID: "b0", Body: bodies[0], Delay: time.Hour},
+					{Topic: "t", ID: "b1", Body: bodies[1], Delay: time.Hour},
+				})
+			})
+			for i, b := range bodies {
+				scribble(b)
+				gave[fmt.Sprint("b", i)] = fmt.Sprintf("body of b%d", i)
+			}
+			p.Stall.Store(false)
+
+			// The client works again once the server answers.
+			require.NoError(t, c.Add(context.Background(), &redeq.Job{Topic: "t", ID: "after", Delay: time.Hour}))
+			ctx := context.Background()
+			for id, body := range gave {
+				j, err := reader.Get(ctx, "t", id)
+				if errors.Is(err, redeq.ErrJobNotFound) {
+					continue
+				}
+				require.NoError(t, err, id)
+				require.Equal(t, body, string(j.Body), "%s: its Add returned ctx's error, then its caller reused the buffer", id)
+			}
+		})
+	}
+}
+
 // addOutcome is one job's Add (or AddBatch entry) and its answer.
 type addOutcome struct {
 	topic     string

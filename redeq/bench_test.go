@@ -75,6 +75,40 @@ func BenchmarkAddWithDeadline(b *testing.B) {
 	}
 }
 
+// BenchmarkAddWithDeadlineCut: BenchmarkAddWithDeadline on a client
+// whose ContextTimeoutEnabled makes go-redis end a call at its ctx's
+// deadline: the call then runs on the caller's goroutine.
+func BenchmarkAddWithDeadlineCut(b *testing.B) {
+	be := testutil.Backends(b)[0]
+	for _, x := range testutil.Backends(b) {
+		if x.Name == "redis" {
+			be = x
+		}
+	}
+	cfg := testutil.Config(b)
+	rdb := be.New(b)
+	o := rdb.(*redis.Client).Options()
+	o.ContextTimeoutEnabled = true
+	cut := redis.NewClient(o)
+	b.Cleanup(func() { cut.Close() })
+	c, err := redeq.New(cut, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cleanPrefix(b, rdb, cfg.Prefix) })
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := c.Add(rctx, &redeq.Job{Topic: "bench", ID: fmt.Sprint("c-", i), Body: body100, Delay: time.Hour})
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkAddParallel: Add from GOMAXPROCS x 8 goroutines.
 func BenchmarkAddParallel(b *testing.B) {
 	c := benchClient(b)

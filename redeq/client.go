@@ -113,7 +113,7 @@ func (c *Client) ensureTopic(ctx context.Context, topic string) error {
 	if c.reg.Recorded(topic, c.cfg.Concurrency) {
 		return nil // most Adds: no call to Redis, no goroutine
 	}
-	return rdb.Await(ctx, func() error {
+	return rdb.AwaitOn(ctx, rdb.CutsAtDeadline(c.rdb), func() error {
 		fresh, err := c.reg.Ensure(ctx, topic, c.cfg.Concurrency)
 		if err != nil {
 			return publicMismatch(err)
@@ -141,10 +141,14 @@ func (c *Client) ensureTopic(ctx context.Context, topic string) error {
 // min-replicas-to-write) fails Add with its error (docs/operations.md).
 //
 // To return when ctx ends, Add runs its call to Redis on another
-// goroutine, which costs the caller CPU. With a ctx that never ends
-// (context.Background, context.WithoutCancel) it runs the call on the
-// caller's goroutine when fewer than two of the client's Adds are under
-// way. AddBatch sends many jobs per round trip.
+// goroutine, which costs the caller CPU. It runs the call on the caller's
+// goroutine, when fewer than two of the client's Adds are under way, with
+// a ctx that never ends (context.Background, context.WithoutCancel), and
+// with a ctx that has a deadline on a client whose ContextTimeoutEnabled
+// makes go-redis end a call at its ctx's deadline: Add then returns by
+// the deadline, but a cancel before it ends the call only at the
+// deadline, as for any command of that client. AddBatch sends many jobs
+// per round trip, and runs on the caller's goroutine alike.
 //
 // opts set fields of job as for the typed producers (RunAt, WithHeader,
 // WithJobRetry; a codec has nothing to encode here), and ReplaceDead lets

@@ -37,8 +37,10 @@ const (
 // one pipeline. Every caller gets its own command's reply or error, and
 // returns when its ctx ends even if its call is still on the wire.
 //
-// A round trip runs on a goroutine of its own, except a lone call whose
-// ctx can never end, which its caller runs itself. The goroutine of a
+// A round trip runs on a goroutine of its own, except a lone call that
+// returns in time on its caller's goroutine, which its caller runs
+// itself: its ctx can never end, or the client ends the call at the ctx's
+// deadline (CutsAtDeadline) and the ctx has one. The goroutine of a
 // round trip that ended waits up to linger for the next one. Wait tells
 // when no round trip is left.
 type Committer struct {
@@ -49,6 +51,7 @@ type Committer struct {
 	shared  int        // Args the joined calls have in common
 	durable Durability // see durable.go; off by default
 	bounded bool       // go-redis's timeouts bound each attempt (TimeoutsSet)
+	cuts    bool       // go-redis ends each attempt at its ctx's deadline (CutsAtDeadline)
 
 	mu       sync.Mutex
 	queue    []*request
@@ -70,7 +73,7 @@ type request struct {
 
 // NewCommitter returns a Committer of script over c.
 func NewCommitter(c redis.UniversalClient, script *redis.Script) *Committer {
-	return &Committer{rdb: c, script: script, bounded: TimeoutsSet(c), handoff: make(chan []*request)}
+	return &Committer{rdb: c, script: script, bounded: TimeoutsSet(c), cuts: CutsAtDeadline(c), handoff: make(chan []*request)}
 }
 
 // runOne runs call alone: with a joining script, a run of one.
@@ -105,23 +108,33 @@ func (c *Committer) runOne(ctx context.Context, call Call) (any, error) {
 // reply for a rerun (runKey) fails with context.DeadlineExceeded after its
 // window (Durability.Window): go-redis starts no attempt after it, and a
 // read it began goes on for the client's ReadTimeout; on a client whose
-// reads may have no end (TimeoutsSet), Do returns at the window. A call
-// whose caller may so return early carries
+// reads may have no end (TimeoutsSet), Do returns at the window. On a
+// client that ends a call at its ctx's deadline (CutsAtDeadline), a lone
+// call with a deadline runs on the caller's goroutine and returns ctx's
+// error by the deadline, but a cancel before it waits for the call. A
+// call whose caller may return early carries
 // copies of the byte slices among call.Args (Do replaces them in place),
 // so that its caller may reuse them once Do returned.
 func (c *Committer) Do(ctx context.Context, call Call) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// A call that returns in time on this goroutine runs here when no
+	// round trip is under way or queued, without a goroutine: ctx cannot
+	// end and go-redis's timeouts end the call soon after its window, or
+	// go-redis ends it at ctx's deadline (and a cancel before the
+	// deadline then waits for it, as any command of that client does).
+	here := ctx.Done() == nil && c.bounded || c.cuts && hasDeadline(ctx)
 	c.mu.Lock()
-	if c.inFlight < maxInFlight && ctx.Done() == nil && c.bounded {
-		// The queue is empty (every round trip that ends takes it), ctx
-		// cannot end, and go-redis's timeouts end the call soon after its
-		// window: run it here, without a goroutine.
+	if here && c.inFlight < maxInFlight {
+		// The queue is empty: every round trip that ends takes it.
 		c.inFlight++
 		c.mu.Unlock()
 		val, err := c.runOne(ctx, call)
 		c.next()
+		if err != nil && ctx.Err() != nil {
+			err = ctx.Err() // go-redis's own error for the deadline it cut at
+		}
 		return val, err
 	}
 	c.mu.Unlock()

@@ -78,11 +78,24 @@ func TimeoutsSet(c any) bool {
 	return ok && o.ownNodes && o.read > 0 && o.write > 0
 }
 
+// CutsAtDeadline reports whether go-redis ends every read and write of c
+// at the deadline of the call's ctx: ContextTimeoutEnabled is set, and
+// ReadTimeout and WriteTimeout set a deadline (a -2 given, kept as -1,
+// sets none). A call with a deadline may then run on its caller's
+// goroutine and still return by the deadline (go-redis's pool wait and
+// retry backoff watch the ctx too); a cancel before the deadline ends it
+// only at the deadline, as for any command of that client.
+func CutsAtDeadline(c any) bool {
+	o, ok := timeoutsOf(c)
+	return ok && o.ownNodes && o.ctxTimeout && o.read >= 0 && o.write >= 0
+}
+
 // timeouts are the options of a go-redis client that bound its calls.
 type timeouts struct {
 	read, write, dial time.Duration
 	db                int  // a *redis.Client's DB: SELECT on each new connection
 	ownNodes          bool // a cluster's nodes take these options (go-redis's own NewClient)
+	ctxTimeout        bool // ContextTimeoutEnabled
 }
 
 // timeoutsOf returns c's timeouts, as go-redis keeps them; ok is false for
@@ -91,10 +104,10 @@ func timeoutsOf(c any) (t timeouts, ok bool) {
 	switch c := c.(type) {
 	case *redis.Client:
 		o := c.Options()
-		return timeouts{read: o.ReadTimeout, write: o.WriteTimeout, dial: o.DialTimeout, db: o.DB, ownNodes: true}, true
+		return timeouts{read: o.ReadTimeout, write: o.WriteTimeout, dial: o.DialTimeout, db: o.DB, ownNodes: true, ctxTimeout: o.ContextTimeoutEnabled}, true
 	case *redis.ClusterClient:
 		o := c.Options()
-		return timeouts{read: o.ReadTimeout, write: o.WriteTimeout, dial: o.DialTimeout, ownNodes: ownNewClient(o.NewClient)}, true
+		return timeouts{read: o.ReadTimeout, write: o.WriteTimeout, dial: o.DialTimeout, ownNodes: ownNewClient(o.NewClient), ctxTimeout: o.ContextTimeoutEnabled}, true
 	}
 	return timeouts{}, false
 }
@@ -134,9 +147,19 @@ func Bounded(ctx context.Context, w time.Duration) (context.Context, context.Can
 // caller's ctx ends runs f on a goroutine of its own, which goes on under
 // go-redis's timeouts. f must then not use what the caller may change
 // once Await returned (see Detach). A ctx that can never end runs f here.
-func Await(ctx context.Context, f func() error) error {
-	if ctx.Done() == nil {
-		return f()
+func Await(ctx context.Context, f func() error) error { return AwaitOn(ctx, false, f) }
+
+// AwaitOn is Await for a call on a client that cuts its calls at their
+// ctx's deadline or not (CutsAtDeadline): on one that does, a call whose
+// ctx has a deadline runs here, and returns by the deadline, but not at
+// a cancel before it.
+func AwaitOn(ctx context.Context, cuts bool, f func() error) error {
+	if ctx.Done() == nil || cuts && hasDeadline(ctx) {
+		err := f()
+		if err != nil && ctx.Err() != nil {
+			return ctx.Err() // go-redis's own error for the deadline it cut at
+		}
+		return err
 	}
 	done := make(chan error, 1)
 	go func() { done <- f() }()
@@ -150,3 +173,8 @@ func Await(ctx context.Context, f func() error) error {
 
 // Detach replaces each byte slice among args with a copy of its own.
 func Detach(args []any) { detach(args) }
+
+func hasDeadline(ctx context.Context) bool {
+	_, ok := ctx.Deadline()
+	return ok
+}

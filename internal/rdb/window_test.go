@@ -44,3 +44,33 @@ func TestTimeoutsSet(t *testing.T) {
 	require.False(t, rdb.TimeoutsSet(ring))
 	require.NoError(t, ring.Close())
 }
+
+// TestCutsAtDeadline: only a client whose every read and write go-redis
+// ends at the ctx's deadline (ContextTimeoutEnabled, and timeouts that set
+// a deadline: a -2 sets none) lets a call with a deadline run on its
+// caller's goroutine.
+func TestCutsAtDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		ctxTimeout  bool
+		read, write time.Duration
+		want        bool
+	}{
+		{false, 0, 0, false},
+		{true, 0, 0, true},
+		{true, -1, -1, true}, // no timeout: the ctx's deadline alone
+		{true, time.Second, 2 * time.Second, true},
+		{true, -2, 0, false},
+		{true, 0, -2, false},
+	} {
+		c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: tc.ctxTimeout, ReadTimeout: tc.read, WriteTimeout: tc.write})
+		require.Equal(t, tc.want, rdb.CutsAtDeadline(c), "client, %+v", tc)
+		require.NoError(t, c.Close())
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: tc.ctxTimeout, ReadTimeout: tc.read, WriteTimeout: tc.write})
+		require.Equal(t, tc.want, rdb.CutsAtDeadline(cc), "cluster client, %+v", tc)
+		require.NoError(t, cc.Close())
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true,
+		NewClient: func(o *redis.Options) *redis.Client { return redis.NewClient(o) }})
+	require.False(t, rdb.CutsAtDeadline(cc), "a cluster whose nodes NewClient makes")
+	require.NoError(t, cc.Close())
+}
