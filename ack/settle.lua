@@ -49,9 +49,14 @@
 -- (miniredis) records no history, never a failed settle.
 -- An ack reads no envelope: the state naming the delivery is the fence, and
 -- only a job that goes on (rejoin, failure, park, dead) must still be in
--- the pool (with retention on, an ack reads it for the done record). A typical call of acks costs seven commands, whatever the
--- number of outcomes: TIME, HMGET of the states, ZMSCORE and ZREM of the
--- in-flight members, HDEL of the states and of the pool, BITFIELD.
+-- the pool (with retention on, an ack reads it for the done record). A
+-- typical call of acks costs eight commands, whatever the number of
+-- outcomes: TIME, HMGET of the states, ZMSCORE, EXISTS of the limits'
+-- running set, ZREM of the in-flight members, HDEL of the states and of
+-- the pool, BITFIELD. Interpreted Lua costs the server more per outcome
+-- than these commands do: no work is done per outcome that a call can do
+-- once (a lease is built only in a bucket that ran under a limit, a
+-- minute's name once per fetch time).
 local W = 8
 local us = now_us()
 local now = ceil_ms(us) -- due times and the parked and died stamps alike
@@ -93,12 +98,17 @@ for i = 1, n do
     end
   end
 end
-if #members > 0 then redis.call('ZREM', KEYS[2], unpack(members)) end
-local leases = {}
-for i, m in ipairs(members) do
-  local token, id = string.match(m, '^(%d+):(.*)$')
-  leases[i] = limit_lease(token, ARGV[4], id)
+-- Leases exist only in a bucket that ran under a limit (limits.lua's
+-- 'run'): one EXISTS, and no lease built per delivery where none can be.
+local leases = nil
+if #members > 0 and redis.call('EXISTS', KEYS[12] .. 'run') == 1 then
+  leases = {}
+  for i, m in ipairs(members) do
+    local token, id = string.match(m, '^(%d+):(.*)$')
+    leases[i] = limit_lease(token, ARGV[4], id)
+  end
 end
+if #members > 0 then redis.call('ZREM', KEYS[2], unpack(members)) end
 -- A failure keeps the job's earlier failures (at most 9) after it in its
 -- trace, each with its time and consumer: one HMGET of the errors HASH
 -- per call that applies a failure. Retention (ARGV[5] > 0): an acked
@@ -198,7 +208,9 @@ end
 if dead then
   trim_dead(KEYS[5], tonumber(ARGV[3]), {KEYS[1], KEYS[6], KEYS[8]})
 end
-limit_release(KEYS[12], leases, KEYS[13], string.gsub(ARGV[1], 'wake$', 'ready'), ARGV[2])
+if leases then
+  limit_release(KEYS[12], leases, KEYS[13], string.gsub(ARGV[1], 'wake$', 'ready'), ARGV[2], floor_ms(us), true)
+end
 -- The history: per minute (server clock), the outcomes applied and the
 -- failures now, and the deliveries by lateness in the minute each was
 -- fetched (a delivery is counted once: its member left the set above).
@@ -206,7 +218,7 @@ local bounds = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 300
 -- Minutes are keyed by their text: a table keyed by numbers that large
 -- is an array of that size to some Lua interpreters (miniredis's).
 local minute = string.format('%d', math.floor(us / 60000000))
-local hist, order = {}, {}
+local hist, order, minutes = {}, {}, {}
 local function counters(m)
   local h = hist[m]
   if h == nil then
@@ -230,7 +242,15 @@ for i = 1, n do
     for j = 1, #bounds do
       if late <= bounds[j] then b = j break end
     end
-    local h = counters(string.format('%d', math.floor(tonumber(scores[i]) / 60000)))
+    -- The deliveries of a call were mostly fetched in the same ms: the
+    -- minute of a fetch time is worked out once.
+    local sc = scores[i]
+    local m = minutes[sc]
+    if m == nil then
+      m = string.format('%d', math.floor(tonumber(sc) / 60000))
+      minutes[sc] = m
+    end
+    local h = counters(m)
     h[2 + b] = (h[2 + b] or 0) + 1
   end
 end

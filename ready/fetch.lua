@@ -133,14 +133,26 @@ end
 local envs = redis.call('HMGET', KEYS[3], unpack(ids))
 local now = now_ms_floor()
 local quarantine, idle = tonumber(ARGV[3]), ARGV[4] == '1'
-local take, seen, gone = {}, {}, {}
-local consumed, stopped = #ids, 0
+-- One pattern per job reads its header's attempts (a job that never
+-- failed has no last error) and recoveries. Interpreted Lua costs the
+-- server more per job than the commands do, so the loops below do each
+-- job's work once.
+-- older is the first entry that may have a due time in the due HASH: one
+-- in the older format (a plain "r"), stale, without its job, or a second
+-- entry of an id.
+local take, seen, gone, failed = {}, {}, {}, {}
+local consumed, stopped, older = #ids, 0, nil
 for i, id in ipairs(ids) do
   if envs[i] and is_ready(states[i]) and not seen[id] then
-    local rec = tonumber(string.match(envs[i], '^1|%d+|%d+|(%d+)|') or '0')
+    if #states[i] < 2 then older = older or i end
+    local att, rec = string.match(envs[i], '^1|%d+|(%d+)|(%d+)|')
+    rec = tonumber(rec or '0')
     if rec >= quarantine then
       if #take == 0 and idle then
-        if limit_admit(lk, envs[i], id) then take[1] = i end
+        if not lk or limit_admit(lk, envs[i], id) then
+          take[1] = i
+          failed[1] = att ~= '0'
+        end
         consumed = i
       else
         consumed, stopped = i - 1, 1
@@ -148,9 +160,15 @@ for i, id in ipairs(ids) do
       break
     end
     seen[id] = true
-    if limit_admit(lk, envs[i], id) then take[#take + 1] = i end
-  elseif not envs[i] and states[i] then
-    gone[#gone + 1] = id -- a state left without its job: clear it
+    if not lk or limit_admit(lk, envs[i], id) then
+      take[#take + 1] = i
+      failed[#take] = att ~= '0'
+    end
+  else
+    older = older or i
+    if not envs[i] and states[i] then
+      gone[#gone + 1] = id -- a state left without its job: clear it
+    end
   end
 end
 -- Every read is done; now the writes, the ready list's trim last.
@@ -160,7 +178,7 @@ if #take > 0 then
   -- Only a job that failed before has a last error.
   local tids, pos = {}, {}
   for k, i in ipairs(take) do
-    if not string.find(envs[i], '^1|%d+|0|') then
+    if failed[k] then
       tids[#tids + 1] = ids[i]
       pos[#tids] = k
     end
@@ -188,15 +206,19 @@ if #take > 0 then
     end
   end
   local base = tonumber(ARGV[5])
+  -- The fetch time as text once: a number among a command's arguments is
+  -- formatted anew for each.
+  local nowtext = string.format('%d', now)
+  local cid = ARGV[2]
   local st, fl = {}, {}
   for k, i in ipairs(take) do
     local id = ids[i]
     local token = string.format('%d', base + k)
     st[#st + 1] = id
-    st[#st + 1] = token .. '@' .. ARGV[2]
-    fl[#fl + 1] = now
+    st[#st + 1] = token .. '@' .. cid
+    fl[#fl + 1] = nowtext
     fl[#fl + 1] = token .. ':' .. id
-    limit_record(lk, token, ARGV[2], id)
+    if lk then limit_record(lk, token, cid, id) end
     out[#out + 1] = id
     out[#out + 1] = token
     out[#out + 1] = envs[i]
@@ -220,16 +242,7 @@ if consumed > 0 then
   end
   -- An entry consumed in the older format, or stale, or a second entry
   -- of an id, may have a due time in the due HASH: it is used or void.
-  local olds = false
-  local dup = {}
-  for i = 1, consumed do
-    if not state_due(states[i]) or dup[ids[i]] then
-      olds = true
-      break
-    end
-    dup[ids[i]] = true
-  end
-  if olds then redis.call('HDEL', KEYS[6], unpack(ids, 1, consumed)) end
+  if older and older <= consumed then redis.call('HDEL', KEYS[6], unpack(ids, 1, consumed)) end
   redis.call('LTRIM', KEYS[1], consumed, -1)
 end
 if parked and not spec and limit_unlimit(KEYS[7], KEYS[1], KEYS[4], want) > 0 and out[1] == 0 then

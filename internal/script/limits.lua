@@ -101,9 +101,10 @@ local function limit_lease(token, cid, id) return token .. '@' .. cid .. '\n' ..
 -- counted, and makes the parked ids of each key value freed due now.
 -- Returns how many key values it freed that had parked ids, and how many
 -- leases it removed. A bucket that never ran under a limit has no 'run'
--- key: one EXISTS.
-local function limit_free(p, leases, now)
-  if #leases == 0 or redis.call('EXISTS', p .. 'run') == 0 then return 0, 0 end
+-- key: one EXISTS, unless the caller read it already (known).
+local function limit_free(p, leases, now, known)
+  if #leases == 0 then return 0, 0 end
+  if not known and redis.call('EXISTS', p .. 'run') == 0 then return 0, 0 end
   local freed = redis.call('ZREM', p .. 'run', unpack(leases))
   local vals = redis.call('HMGET', p .. 'keyof', unpack(leases))
   local order, by = {}, {}
@@ -130,9 +131,11 @@ end
 -- freed a slot while jobs wait for one (a fetch was held back by the
 -- topic's MaxRunning and the ready list readyk holds jobs, or a key value
 -- it freed has parked ids), it announces the bucket on the ready channel
--- (message msg), so that the consumers fetch again.
-local function limit_release(p, leases, readyk, channel, msg)
-  local woke, freed = limit_free(p, leases, now_ms_floor())
+-- (message msg), so that the consumers fetch again. now is the
+-- script's time, ms rounded down (nil: read it); known says the caller
+-- found the 'run' key.
+local function limit_release(p, leases, readyk, channel, msg, now, known)
+  local woke, freed = limit_free(p, leases, now or now_ms_floor(), known)
   if freed == 0 then return end
   if woke > 0 or (redis.call('DEL', p .. 'held') == 1 and redis.call('LLEN', readyk) > 0) then
     redis.call('PUBLISH', channel, msg)
