@@ -145,6 +145,7 @@ var measurements = []measurement{
 	{"overhead", (*bench).overhead},
 	{"limits", (*bench).limits},
 	{"limitcost", (*bench).limitCost},
+	{"scriptcost", (*bench).scriptCost},
 }
 
 func measurementNames() []string {
