@@ -131,7 +131,8 @@ while live < want and not ended and #ids < 256 do
   end
 end
 local envs = redis.call('HMGET', KEYS[3], unpack(ids))
-local now = now_ms_floor()
+-- Under limits, the time limit_open read (one TIME a fetch).
+local now = lk and lk.now or now_ms_floor()
 local quarantine, idle = tonumber(ARGV[3]), ARGV[4] == '1'
 -- One pattern per job reads its header's attempts (a job that never
 -- failed has no last error) and recoveries. Interpreted Lua costs the

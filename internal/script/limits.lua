@@ -570,7 +570,9 @@ end
 local function limit_open(p, spec, readyk, state, want, flag)
   if spec == nil then return want, nil, nil end
   local now = now_ms_floor()
-  local lk = {p = p, spec = spec, state = state, now = now, room = {}, wait = {}, took = {}, val = {}, park = {}, order = {}, flag = flag}
+  -- nowtext is the score of every lease the fetch records (a number among
+  -- a command's arguments is formatted anew for each).
+  local lk = {p = p, spec = spec, state = state, now = now, nowtext = string.format('%d', now), room = {}, wait = {}, took = {}, val = {}, park = {}, order = {}, flag = flag}
   if spec.header == '' then
     if flag then limit_unlimit(p, readyk, state, want) end
     local room, wait = limit_room(p, p .. 'run', p .. 'rlog', p .. 'rate', spec, state, now)
@@ -640,7 +642,7 @@ local function limit_record(lk, token, cid, id)
   if not lk.took_by then lk.took_by, lk.took_order = {}, {} end
   if not lk.took_by[v] then lk.took_by[v] = {}; lk.took_order[#lk.took_order + 1] = v end
   local t = lk.took_by[v]
-  t[#t + 1] = lk.now
+  t[#t + 1] = lk.nowtext
   t[#t + 1] = lease
 end
 -- limit_flush writes the leases limit_record noted, one command per key
