@@ -20,12 +20,19 @@ import (
 // sizes, so that a change to a script shows in its own figure: 100,000 jobs
 // due now in one bucket are moved to the ready list (move.lua, 1,000 a
 // call), then fetched 16 a call by one consumer (fetch.lua), then acked 16
-// a call (settle.lua), each phase alone; in Rounds rounds, medians of the
-// rounds. The figures are the server's time in EVALSHA per job
+// a call (settle.lua), each phase alone; then again 64 a call; in Rounds
+// rounds, medians of the rounds. The figures are the server's time in EVALSHA per job
 // (commandstats), and its CPU per job (used_cpu_user + used_cpu_sys, the
 // network's share included).
 func (b *bench) scriptCost() {
-	n, batch := 5*b.sz.Drain, 16
+	for _, batch := range []int{16, 64} {
+		b.scriptCostOf(batch)
+	}
+}
+
+// scriptCostOf is scriptCost with batch jobs fetched and acked a call.
+func (b *bench) scriptCostOf(batch int) {
+	n := 5 * b.sz.Drain
 	rounds := b.sz.Rounds
 	fmt.Printf("each hot-path script alone: %d jobs in one bucket, moved 1,000 a call, fetched and acked %d a call, %d rounds\n", n, batch, rounds)
 	phases := []string{"move", "fetch", "settle"}
@@ -106,8 +113,8 @@ func (b *bench) scriptCost() {
 	}
 	for _, p := range phases {
 		b.res.Rows = append(b.res.Rows,
-			row{Name: "script alone: " + p + ", Redis time in the script per job", Unit: "µs", Redeq: median(script[p]), Better: "lower", Solo: true, Comment: "median of the rounds: " + list2(script[p])},
-			row{Name: "script alone: " + p + ", Redis CPU per job", Unit: "µs", Redeq: median(cpu[p]), Better: "lower", Solo: true, Comment: "median of the rounds: " + list2(cpu[p])})
+			row{Name: fmt.Sprintf("script alone: %s, %d a call, Redis time in the script per job", p, batch), Unit: "µs", Redeq: median(script[p]), Better: "lower", Solo: true, Comment: "median of the rounds: " + list2(script[p])},
+			row{Name: fmt.Sprintf("script alone: %s, %d a call, Redis CPU per job", p, batch), Unit: "µs", Redeq: median(cpu[p]), Better: "lower", Solo: true, Comment: "median of the rounds: " + list2(cpu[p])})
 	}
 	for _, r := range b.res.Rows[len(b.res.Rows)-2*len(phases):] {
 		fmt.Printf("  %-60s %8.2f %s\n", r.Name, r.Redeq, r.Unit)
