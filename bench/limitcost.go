@@ -5,17 +5,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redeq-go/redeq/internal/script"
 	"github.com/redeq-go/redeq/ready"
 )
 
 // limitCostBody runs the limits' part of a fetch of 8 jobs, topic-wide:
 // the check (limit_open), a lease per job (limit_record) and their
-// writes (limit_flush), nothing else of the fetch.
-const limitCostBody = `
+// writes (limit_flush), nothing else of the fetch; its starts go to the
+// start log alone, as in a namespace at keys.FormatStartLog.
+const limitCostBody = script.UsesLimits + `
 local spec = limit_spec(ARGV[1])
+if spec then limit_set_mode('log') end
 local want, _, lk = limit_open(KEYS[1], spec, KEYS[2], KEYS[3], 8, false)
 local base = tonumber(ARGV[2])
 for i = 1, want do limit_record(lk, tostring(base + i), 'c', 'j' .. (base + i)) end
@@ -32,7 +32,7 @@ return want
 // Unlike the drain, no consumer shares the machine's cores with it.
 func (b *bench) limitCost() {
 	const calls, rounds = 20_000, 5
-	s := redis.NewScript(script.Prelude + script.Limits + limitCostBody)
+	s := script.New(limitCostBody)
 	specs := map[string]string{
 		"off":  "",
 		"max":  ready.Limits{MaxRunning: 1_000_000}.Spec(),
