@@ -401,7 +401,7 @@ func (g *Group) recoverList(ctx context.Context, topic string, b int, cid, mode,
 	for {
 		call := func(ctx context.Context) ([]int64, error) {
 			return recoverScript.Run(ctx, g.rdb,
-				[]string{k.InFlight(cid), k.Ready(), k.Pool(), k.Scheduled(), k.Dead(), k.Reasons(), k.State(), k.Errors(), k.LimitPrefix(), k.Lease(cid)},
+				[]string{k.InFlight(cid), k.Ready(), k.Pool(), k.Scheduled(), k.Dead(), k.Reasons(), k.State(), k.Errors(), k.LimitPrefix(), k.Lease(cid), k.Due()},
 				mode, recoverBatch, g.cfg.MaxRecoveries, g.cfg.DeadRetention,
 				keys.ReadyChannel(g.cfg.Prefix), keys.WakeChannel(g.cfg.Prefix), keys.Address(topic, b),
 				cid, quiet.Milliseconds(), declared).Int64Slice()

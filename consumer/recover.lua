@@ -27,6 +27,10 @@
 -- Uses limits.lua.
 -- KEYS[10] -> the consumer's lease on this bucket, STRING: when it ends,
 --   unix ms, by this node's clock (lease.lua; recover only)
+-- KEYS[11] -> due HASH (the older format's due times, fetch.lua): a job
+--   put back in the ready list loses its own, if the older format left
+--   one, so that the fetch that takes it again reports no lateness from
+--   an earlier job's due time
 -- ARGV[1] -> mode: recover or rollback
 -- ARGV[2] -> most deliveries to handle (at most 1000)
 -- ARGV[3] -> most recoveries of a job
@@ -112,6 +116,7 @@ for i = 1, #members do leases[i] = limit_lease(tokens[i], ARGV[8], ids[i]) end
 if #sdel > 0 then redis.call('HDEL', KEYS[7], unpack(sdel)) end
 if #ready > 0 then
   redis.call('HSET', KEYS[7], unpack(rst))
+  redis.call('HDEL', KEYS[11], unpack(ready))
   redis.call('RPUSH', KEYS[2], unpack(ready))
   redis.call('PUBLISH', ARGV[5], ARGV[7])
 end

@@ -42,6 +42,13 @@ func TestRecoverScript(t *testing.T) {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "j=1|5|2|1|x"), testutil.Hash(k.State(), "j=r"),
 				testutil.List(k.Ready(), "z", "j")}
 		}, ""},
+		{"RecoverClearsAnOlderDueTimeOfItsJob", "recover", 0, func(k keys.Bucket) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=1|5|2|0|x"), testutil.ZSet(k.InFlight("c"), "7:j=1"),
+				testutil.Hash(k.State(), "j=7@c"), testutil.Hash(k.Due(), "j=3", "z=4")}
+		}, []int64{1, 0, 0, 0}, []int64{0, 0, 0, 0}, "", func(k keys.Bucket, _ string) []testutil.Entry {
+			return []testutil.Entry{testutil.Hash(k.Pool(), "j=1|5|2|1|x"), testutil.Hash(k.State(), "j=r"),
+				testutil.List(k.Ready(), "j"), testutil.Hash(k.Due(), "z=4")}
+		}, ""},
 		{"RecoverFreesTheDeadConsumersSlots", "recover", 0, func(k keys.Bucket) []testutil.Entry {
 			return []testutil.Entry{testutil.Hash(k.Pool(), "j=1|5|2|0|x"), testutil.ZSet(k.InFlight("c"), "7:j=1"),
 				testutil.Hash(k.State(), "j=7@c"), testutil.ZSet(k.LimitRunning(), "7@c\nj=1", "3@d\nz=1"),
@@ -156,7 +163,7 @@ func TestRecoverScript(t *testing.T) {
 
 // recoverKeys are recover.lua's keys for consumer cid in bucket k.
 func recoverKeys(k keys.Bucket, cid string) []string {
-	return []string{k.InFlight(cid), k.Ready(), k.Pool(), k.Scheduled(), k.Dead(), k.Reasons(), k.State(), k.Errors(), k.LimitPrefix(), k.Lease(cid)}
+	return []string{k.InFlight(cid), k.Ready(), k.Pool(), k.Scheduled(), k.Dead(), k.Reasons(), k.State(), k.Errors(), k.LimitPrefix(), k.Lease(cid), k.Due()}
 }
 
 // seedLease writes the lease key as lease says, by the server's clock:

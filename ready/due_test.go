@@ -128,3 +128,47 @@ func TestFetchReadsBothFormats(t *testing.T) {
 		})
 	}
 }
+
+// A job put back in the ready list by a rollback has no known lateness,
+// even when the older format left a due time of an earlier job of its id
+// behind (the job was moved in that format, deleted and added again, and
+// moved in the current one): the rollback clears its due time.
+func TestRolledBackJobHasNoLatenessFromAnOlderDueTime(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := context.Background()
+			c := be.New(t)
+			prefix := testutil.Prefix(t)
+			s := pool.NewStore(c, prefix)
+			k := keys.ForBucket(prefix, "t", 0)
+			add := func() {
+				_, err := s.Add(ctx, &pool.Job{Topic: "t", ID: "x"}, pool.Placement{Limit: 100})
+				require.NoError(t, err)
+				time.Sleep(2 * time.Millisecond)
+			}
+			add()
+			_, err := bucket.MoveOlderFormat(ctx, c, prefix, "t", 0, 100)
+			require.NoError(t, err)
+			_, err = s.Delete(ctx, "t", "x", 0)
+			require.NoError(t, err)
+			time.Sleep(200 * time.Millisecond) // the older due time is that much before the next
+			add()
+			_, err = bucket.Move(ctx, c, prefix, "t", 0, 100)
+			require.NoError(t, err)
+			require.Equal(t, []string{"x", "x"}, c.LRange(ctx, k.Ready(), 0, -1).Val())
+			require.True(t, c.HExists(ctx, k.Due(), "x").Val(), "the scenario: an older due time left behind")
+
+			b, err := ready.FetchBatch(ctx, c, prefix, "t", 0, "me", 1, true)
+			require.NoError(t, err)
+			require.Len(t, b.Items, 1)
+			n, err := ready.ReleaseMembers(ctx, c, prefix, "t", 0, "me", []string{b.Items[0].Member()})
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+			require.False(t, c.HExists(ctx, k.Due(), "x").Val(), "the rollback clears the due time")
+			b, err = ready.FetchBatch(ctx, c, prefix, "t", 0, "me", 1, true)
+			require.NoError(t, err)
+			require.Len(t, b.Items, 1)
+			require.Equal(t, time.Duration(-1), b.Items[0].Late, "a job put back by a rollback has no known lateness")
+		})
+	}
+}

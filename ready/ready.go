@@ -193,7 +193,7 @@ func ReleaseMembers(ctx context.Context, c redis.UniversalClient, prefix, topic 
 	for _, m := range members {
 		args = append(args, m)
 	}
-	got, err := releaseScript.Run(ctx, c, []string{k.InFlight(cid), k.Ready(), k.State(), k.LimitPrefix()}, args...).Int()
+	got, err := releaseScript.Run(ctx, c, []string{k.InFlight(cid), k.Ready(), k.State(), k.LimitPrefix(), k.Due()}, args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("release %s: %w", keys.Address(topic, n), err)
 	}

@@ -8,6 +8,10 @@
 -- KEYS[3] -> state HASH (field "\0readyhead": see fetch.lua)
 -- KEYS[4] -> limit key prefix (limits.lua): the leases of the members
 --   removed are freed
+-- KEYS[5] -> due HASH (the older format's due times, fetch.lua): an id
+--   returned loses its own, if the older format left one, so that the
+--   fetch that takes it again reports no lateness from an earlier job's
+--   due time
 -- Uses limits.lua.
 -- ARGV[1] -> ready channel
 -- ARGV[2] -> bucket address
@@ -39,6 +43,7 @@ end
 limit_release(KEYS[4], leases, KEYS[2], ARGV[1], ARGV[2])
 if #back > 0 then
   redis.call('HSET', KEYS[3], unpack(st))
+  redis.call('HDEL', KEYS[5], unpack(back))
   -- LPUSH reverses, so push the oldest last: it is fetched first.
   local rev = {}
   for i = #back, 1, -1 do rev[#rev + 1] = back[i] end

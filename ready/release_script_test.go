@@ -60,7 +60,7 @@ func TestReleaseScript(t *testing.T) {
 					testutil.Seed(t, c, tc.want(kw)...)
 					run := func() int64 {
 						args := append([]any{keys.ReadyChannel(got), "t#0", "c"}, tc.members...)
-						v, err := releaseScript.Run(ctx, c, []string{k.InFlight("c"), k.Ready(), k.State(), k.LimitPrefix()}, args...).Int64()
+						v, err := releaseScript.Run(ctx, c, []string{k.InFlight("c"), k.Ready(), k.State(), k.LimitPrefix(), k.Due()}, args...).Int64()
 						require.NoError(t, err)
 						return v
 					}
