@@ -211,7 +211,7 @@ func (r *runner) flush(b int, outs []ack.Outcome, log *slog.Logger) {
 			signal(r.freed) // a runner waiting to be idle may go on
 			for i, ok := range applied {
 				if !ok && !unconfirmed {
-					log.Info("redeq: outcome dropped: job deleted or recovered by another consumer", "id", outs[i].ID, "op", string(outs[i].Op))
+					log.Info("redeq: outcome dropped: job deleted or recovered by another consumer, or the outcome applied by a resend of this settle whose first reply was lost", "id", outs[i].ID, "op", string(outs[i].Op))
 				}
 			}
 			return
