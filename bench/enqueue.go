@@ -160,13 +160,15 @@ func (b *bench) enqueue() {
 // with ContextTimeoutEnabled.
 const enqueueCutRow = "enqueue, 1 goroutine, ContextTimeoutEnabled"
 
-// cutClient returns a client with c's options and ContextTimeoutEnabled,
-// and closes c.
+// cutClient returns a client with c's address, database and pool size
+// and ContextTimeoutEnabled, and closes c. (A copy of c's whole options
+// would carry the state go-redis keeps in them, which it then refuses to
+// set up a second time.)
 func cutClient(c redis.UniversalClient) redis.UniversalClient {
-	o := *c.(*redis.Client).Options()
+	o := c.(*redis.Client).Options()
+	n := redis.NewClient(&redis.Options{Addr: o.Addr, DB: o.DB, PoolSize: o.PoolSize, ContextTimeoutEnabled: true})
 	c.Close()
-	o.ContextTimeoutEnabled = true
-	return redis.NewClient(&o)
+	return n
 }
 
 func (r enqueueRound) String() string {
