@@ -68,6 +68,12 @@
 -- (the flag comes with the states it reads; an empty list adds an HGET):
 -- no id waits for a slot no limit guards. A rerun after a lost reply
 -- gives back what is still parked, as the first run would have.
+-- The most ids a fetch may take bounds every list it reads and unpacks
+-- (the window, the parked ids it gives back): checked before any write.
+local most = tonumber(ARGV[1])
+if not most or most < 0 or most > 256 or most % 1 ~= 0 then
+  return redis.error_reply('fetch.lua: ' .. ARGV[1] .. ' ids asked, want a whole number from 0 to 256')
+end
 local spec = limit_spec(ARGV[6])
 local parked = false
 if spec then
@@ -76,7 +82,7 @@ if spec then
   if f[1] then return {0} end
   parked = f[2]
 end
-local want, lwait, lk = limit_open(KEYS[7], spec, KEYS[1], KEYS[4], tonumber(ARGV[1]), parked)
+local want, lwait, lk = limit_open(KEYS[7], spec, KEYS[1], KEYS[4], most, parked)
 if want == 0 then return {lwait and (-1 - lwait) or 0} end
 -- One entry more than it may take, to tell whether the list ends within
 -- the window (ended).

@@ -606,3 +606,32 @@ func TestRateLogHoldsOneEntryPerFetch(t *testing.T) {
 		})
 	}
 }
+
+// A fetch asked for more ids than it may take (256), or for no whole
+// number of them, fails before it reads or writes anything, with limits
+// of every kind or none: every list it reads and unpacks is bounded by
+// that number.
+func TestFetchRefusesMoreThanItMayTake(t *testing.T) {
+	ctx := context.Background()
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			for _, spec := range []string{"", Limits{MaxRunning: 2}.Spec(), Limits{Rate: 2, Per: time.Minute}.Spec(), Limits{MaxRunning: 1, Key: "tenant"}.Spec()} {
+				p := testutil.Prefix(t)
+				k := keys.ForBucket(p, "t", 0)
+				var seed [][2]string
+				for i := range 300 {
+					seed = append(seed, [2]string{fmt.Sprint("j", i), fmt.Sprint("t", i%3)})
+				}
+				limitJobs(t, c, k, seed...)
+				before := testutil.DumpUnder(t, c, p)
+				for _, asked := range []any{257, 100000, -1, "1.5", "x"} {
+					err := fetchScript.Run(ctx, c, []string{k.Ready(), k.InFlight("c"), k.Pool(), k.State(), k.Errors(), k.Due(), k.LimitPrefix()},
+						asked, "c", Quarantine, "0", 0, spec, "log").Err()
+					require.ErrorContains(t, err, "want a whole number from 0 to 256", "limits %q, %v ids asked", spec, asked)
+					require.Equal(t, before, testutil.DumpUnder(t, c, p), "limits %q, %v ids asked: nothing written", spec, asked)
+				}
+			}
+		})
+	}
+}
