@@ -260,7 +260,7 @@ func (s *Store) AddMany(ctx context.Context, jobs []*Job, at []Placement) (errs 
 		if !s.bounded {
 			wait = bctx
 		}
-		if _, cut := wait.Deadline(); wait.Done() != nil && !(s.cuts && cut) {
+		if !rdb.Here(wait, s.cuts) {
 			// AwaitOn may return while the pipeline is still being sent:
 			// it must not read the caller's bodies then.
 			for _, call := range calls {

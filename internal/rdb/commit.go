@@ -132,10 +132,7 @@ func (c *Committer) Do(ctx context.Context, call Call) (any, error) {
 		c.mu.Unlock()
 		val, err := c.runOne(ctx, call)
 		c.next()
-		if err != nil && ctx.Err() != nil {
-			err = ctx.Err() // go-redis's own error for the deadline it cut at
-		}
-		return val, err
+		return val, cutErr(ctx, err)
 	}
 	c.mu.Unlock()
 	if c.runKey != nil && !c.bounded {

@@ -154,12 +154,8 @@ func Await(ctx context.Context, f func() error) error { return AwaitOn(ctx, fals
 // ctx has a deadline runs here, and returns by the deadline, but not at
 // a cancel before it.
 func AwaitOn(ctx context.Context, cuts bool, f func() error) error {
-	if ctx.Done() == nil || cuts && hasDeadline(ctx) {
-		err := f()
-		if err != nil && ctx.Err() != nil {
-			return ctx.Err() // go-redis's own error for the deadline it cut at
-		}
-		return err
+	if Here(ctx, cuts) {
+		return cutErr(ctx, f())
 	}
 	done := make(chan error, 1)
 	go func() { done <- f() }()
@@ -174,7 +170,22 @@ func AwaitOn(ctx context.Context, cuts bool, f func() error) error {
 // Detach replaces each byte slice among args with a copy of its own.
 func Detach(args []any) { detach(args) }
 
+// Here reports whether AwaitOn runs a call under ctx on its caller's
+// goroutine: then the caller cannot return before the call is done, and
+// the call may read the caller's buffers.
+func Here(ctx context.Context, cuts bool) bool { return ctx.Done() == nil || cuts && hasDeadline(ctx) }
+
 func hasDeadline(ctx context.Context) bool {
 	_, ok := ctx.Deadline()
 	return ok
+}
+
+// cutErr is err of a call run on its caller's goroutine, ctx's own error
+// when ctx ended meanwhile (go-redis reports the deadline it cut at in
+// its own words).
+func cutErr(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
 }
