@@ -50,33 +50,18 @@ func (b *bench) enqueue() {
 	n1, n16 := b.sz.Enqueue/4, b.sz.Enqueue
 	fmt.Printf("enqueue of delayed jobs, 100-byte body, %d interleaved rounds of %d jobs from 1 goroutine and %d from 16\n",
 		b.sz.Rounds, n1, n16)
-	systems := b.systems(false)
-	defer func() {
-		for _, s := range systems {
-			s.Close()
-		}
-	}()
-	// Load the scripts and fill the connection pools before measuring.
-	for _, s := range systems {
-		b.flush()
-		b.enqueueRate(s, 1000, 16, false, "w")
-	}
 	// The same two libraries over clients with ContextTimeoutEnabled,
 	// with which go-redis ends a call at its ctx's deadline: redeq's lone
 	// Add then runs on the caller's goroutine (asynq passes the ctx to
 	// go-redis either way).
 	cut := *b
 	cut.newClient = func() redis.UniversalClient { return cutClient(b.newClient()) }
-	cutSystems := cut.systems(false)
+	systems, cutSystems := b.warmSystems(16), cut.warmSystems(1)
 	defer func() {
-		for _, s := range cutSystems {
+		for _, s := range append(systems, cutSystems...) {
 			s.Close()
 		}
 	}()
-	for _, s := range cutSystems {
-		b.flush()
-		b.enqueueRate(s, 1000, 1, false, "w")
-	}
 	var rounds, cutRounds []enqueueRound
 	for r := range b.sz.Rounds {
 		for _, g := range []int{1, 16, -1} {
@@ -154,6 +139,17 @@ func (b *bench) enqueue() {
 		medianCost(rounds, 16, func(r enqueueRound) map[string]float64 {
 			return map[string]float64{"redeq": 100 * r.Idle["redeq"], "asynq": 100 * r.Idle["asynq"]}
 		}))
+}
+
+// warmSystems returns the systems, each having loaded its scripts and
+// filled its connection pool by adding 1,000 jobs from g goroutines.
+func (b *bench) warmSystems(g int) []system {
+	systems := b.systems(false)
+	for _, s := range systems {
+		b.flush()
+		b.enqueueRate(s, 1000, g, false, "w")
+	}
+	return systems
 }
 
 // enqueueCutRow is the row of enqueue from 1 goroutine over clients

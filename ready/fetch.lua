@@ -213,9 +213,9 @@ if #take > 0 then
     end
   end
   local base = tonumber(ARGV[5])
-  -- The fetch time as text once: a number among a command's arguments is
-  -- formatted anew for each.
-  local nowtext = string.format('%d', now)
+  -- The fetch time as text once (limit_open's, under limits): a number
+  -- among a command's arguments is formatted anew for each.
+  local nowtext = lk and lk.nowtext or string.format('%d', now)
   local cid = ARGV[2]
   local st, fl = {}, {}
   for k, i in ipairs(take) do

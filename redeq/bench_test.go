@@ -17,20 +17,26 @@ import (
 // benchClient returns a client on the real server at REDIS_ADDR, else on
 // an embedded miniredis (whose figures say little about speed).
 func benchClient(b *testing.B) *redeq.Client {
-	be := testutil.Backends(b)[0]
-	for _, x := range testutil.Backends(b) {
-		if x.Name == "redis" {
-			be = x
-		}
-	}
 	cfg := testutil.Config(b)
-	rdb := be.New(b)
+	rdb := benchBackend(b).New(b)
 	c, err := redeq.New(rdb, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { cleanPrefix(b, rdb, cfg.Prefix) })
 	return c
+}
+
+// benchBackend is the real server at REDIS_ADDR, else an embedded
+// miniredis.
+func benchBackend(b *testing.B) testutil.Backend {
+	be := testutil.Backends(b)[0]
+	for _, x := range testutil.Backends(b) {
+		if x.Name == "redis" {
+			be = x
+		}
+	}
+	return be
 }
 
 func cleanPrefix(b *testing.B, rdb redis.UniversalClient, prefix string) {
@@ -79,17 +85,9 @@ func BenchmarkAddWithDeadline(b *testing.B) {
 // whose ContextTimeoutEnabled makes go-redis end a call at its ctx's
 // deadline: the call then runs on the caller's goroutine.
 func BenchmarkAddWithDeadlineCut(b *testing.B) {
-	be := testutil.Backends(b)[0]
-	for _, x := range testutil.Backends(b) {
-		if x.Name == "redis" {
-			be = x
-		}
-	}
 	cfg := testutil.Config(b)
-	rdb := be.New(b)
-	o := rdb.(*redis.Client).Options()
-	o.ContextTimeoutEnabled = true
-	cut := redis.NewClient(o)
+	rdb := benchBackend(b).New(b)
+	cut := redis.NewClient(&redis.Options{Addr: rdb.(*redis.Client).Options().Addr, ContextTimeoutEnabled: true})
 	b.Cleanup(func() { cut.Close() })
 	c, err := redeq.New(cut, cfg)
 	if err != nil {
