@@ -19,28 +19,13 @@ type limitedRedeq struct {
 }
 
 func (s limitedRedeq) Consume(workers int, handle func(ctx context.Context, id string, body []byte, attempt int)) func() {
-	rdb := s.newClient()
-	closeRDB := s.cleanup.add(func() { rdb.Close() })
-	c, err := redeq.New(rdb, s.cfg)
-	if err != nil {
-		fail("redeq.New: %v", err)
-	}
 	h := func(ctx context.Context, job *redeq.Job, ch *redeq.Channel) error {
 		handle(ctx, job.ID, job.Body, job.Attempt)
 		ch.Ack()
 		return nil
 	}
 	opts := append([]redeq.ListenerOption{redeq.WithWorkers(workers)}, s.opts...)
-	if err := c.Register(redeq.ListenerFunc(topic, h, opts...)); err != nil {
-		fail("redeq Register: %v", err)
-	}
-	if err := c.Start(context.Background()); err != nil {
-		fail("redeq Start: %v", err)
-	}
-	return s.cleanup.add(func() {
-		_ = c.Shutdown(context.Background())
-		closeRDB()
-	})
+	return s.consumeWith(redeq.ListenerFunc(topic, h, opts...), nil)
 }
 
 // limitModes are the limits measured against none: a MaxRunning above the

@@ -89,6 +89,13 @@ func (s *redeqSystem) Consume(workers int, handle func(ctx context.Context, id s
 // consume starts a consumer client, with setup (when not nil) run on it
 // before it starts.
 func (s *redeqSystem) consume(workers int, handle func(ctx context.Context, id string, body []byte, attempt int), setup func(*redeq.Client)) func() {
+	return s.consumeWith(redeqListener{workers: workers, handle: handle}, setup)
+}
+
+// consumeWith starts a consumer client listening with l, with setup (when
+// not nil) run on it before it starts. Every consumer the bench measures
+// starts here, so that each runs in the current job state format.
+func (s *redeqSystem) consumeWith(l redeq.Listener, setup func(*redeq.Client)) func() {
 	rdb := s.newClient()
 	closeRDB := s.cleanup.add(func() { rdb.Close() })
 	c, err := redeq.New(rdb, s.cfg)
@@ -103,7 +110,7 @@ func (s *redeqSystem) consume(workers int, handle func(ctx context.Context, id s
 	if err := c.UpgradeFormat(context.Background()); err != nil {
 		fail("redeq UpgradeFormat: %v", err)
 	}
-	if err := c.Register(redeqListener{workers: workers, handle: handle}); err != nil {
+	if err := c.Register(l); err != nil {
 		fail("redeq Register: %v", err)
 	}
 	if err := c.Start(context.Background()); err != nil {
