@@ -24,6 +24,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,6 +33,7 @@ import (
 	"os"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -727,16 +729,62 @@ func (b *bench) drainOnce(s system, n int) drainCost {
 	return drainCost{rate: float64(n) / elapsed.Seconds(), cmds: float64(cmds) / float64(n), cpuUS: cpu / float64(n) * 1e6}
 }
 
+// drain drains b.sz.Drain due jobs with each system in turn, in
+// b.sz.Rounds rounds whose order of the systems alternates (the machine
+// is shared and its noise comes and goes). The rate is that of the round
+// whose ratio is the median, with every round's ratio beside it; the
+// costs are each system's median over the rounds.
 func (b *bench) drain() {
-	fmt.Printf("drain of %d due jobs, no-op handler, 16 workers, one consumer\n", b.sz.Drain)
-	rate, cmds, cpu := map[string]float64{}, map[string]float64{}, map[string]float64{}
-	for _, s := range b.systems(false) {
-		b.flush()
-		c := b.drainOnce(s, b.sz.Drain)
-		rate[s.Name()], cmds[s.Name()], cpu[s.Name()] = c.rate, c.cmds, c.cpuUS
-		s.Close()
+	rounds := b.sz.Rounds
+	fmt.Printf("drain of %d due jobs, no-op handler, 16 workers, one consumer, %d interleaved rounds\n", b.sz.Drain, rounds)
+	var runs []map[string]drainCost
+	for r := range rounds {
+		got := map[string]drainCost{}
+		var order []string
+		for _, s := range b.systems(false) {
+			b.flush()
+			got[s.Name()] = b.drainOnce(s, b.sz.Drain)
+			order = append(order, s.Name())
+			s.Close()
+		}
+		runs = append(runs, got)
+		fmt.Printf("  round %d (%s): redeq %.0f/s  asynq %.0f/s  Redis CPU per job %.1f/%.1f µs\n", r+1, strings.Join(order, ","),
+			got["redeq"].rate, got["asynq"].rate, got["redeq"].cpuUS, got["asynq"].cpuUS)
 	}
-	b.add("drain", "jobs/s", "higher", "", rate)
-	b.add("redis commands per drained job", "cmds", "lower", "INFO commandstats, script-inner commands included", cmds)
-	b.add("Redis CPU per drained job", "µs", "lower", "INFO used_cpu_user + used_cpu_sys delta", cpu)
+	ratio := func(m map[string]drainCost, f func(drainCost) float64) float64 {
+		if f(m["asynq"]) == 0 {
+			return f(m["redeq"]) // one system only
+		}
+		return f(m["redeq"]) / f(m["asynq"])
+	}
+	rateOf := func(c drainCost) float64 { return c.rate }
+	sorted := slices.Clone(runs)
+	slices.SortStableFunc(sorted, func(x, y map[string]drainCost) int { return cmp.Compare(ratio(x, rateOf), ratio(y, rateOf)) })
+	mid := sorted[(len(sorted)-1)/2]
+	var rs []string
+	for _, m := range sorted {
+		rs = append(rs, fmt.Sprintf("%.2f", ratio(m, rateOf)))
+	}
+	medianOf := func(f func(drainCost) float64) map[string]float64 {
+		out := map[string]float64{}
+		for _, name := range []string{"redeq", "asynq"} {
+			var v []float64
+			for _, m := range runs {
+				if c, ok := m[name]; ok {
+					v = append(v, f(c))
+				}
+			}
+			if len(v) > 0 {
+				out[name] = median(v)
+			}
+		}
+		return out
+	}
+	rate := map[string]float64{}
+	for name, c := range mid {
+		rate[name] = c.rate
+	}
+	b.add("drain", "jobs/s", "higher", fmt.Sprintf("the round with the median ratio of %d; ratios %s", rounds, strings.Join(rs, ", ")), rate)
+	b.add("redis commands per drained job", "cmds", "lower", "INFO commandstats, script-inner commands included, median of the rounds", medianOf(func(c drainCost) float64 { return c.cmds }))
+	b.add("Redis CPU per drained job", "µs", "lower", "INFO used_cpu_user + used_cpu_sys delta, median of the rounds", medianOf(func(c drainCost) float64 { return c.cpuUS }))
 }
