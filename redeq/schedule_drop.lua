@@ -34,9 +34,11 @@ if due ~= false then
   redis.call('HDEL', KEYS[1], ARGV[1])
   return 1
 end
-if redis.call('HGET', KEYS[3], ARGV[1]) == 'r' and redis.call('HEXISTS', KEYS[5], ARGV[1]) == 0 then
-  -- Due and not fetched yet: the stale ready entry is dropped by the
-  -- next fetch, as for a deleted job.
+-- Due and not fetched yet: a ready state, in either format ("r<due ms>",
+-- or "r"; keys.Bucket.State), of a job that never failed (a retry's job
+-- has a last error). The stale ready entry is dropped by the next fetch,
+-- as for a deleted job.
+if is_ready(redis.call('HGET', KEYS[3], ARGV[1])) and redis.call('HEXISTS', KEYS[5], ARGV[1]) == 0 then
   redis.call('HDEL', KEYS[3], ARGV[1])
   redis.call('HDEL', KEYS[1], ARGV[1])
   return 1

@@ -89,15 +89,21 @@ func TestScheduleDropScript(t *testing.T) {
 				require.NotEqual(t, redis.Nil, rdb.ZScore(ctx, k.Ticks(), id+"#g1").Err(), "%s: the ended generation's claim is made", tc.name)
 			}
 
-			// Due and not fetched yet; in flight.
+			// Due and not fetched yet, its ready state in either format
+			// (the current one carries the due time); in flight.
 			ready, inflight := tickID("s", tick+3), tickID("s", tick+4)
-			require.NoError(t, rdb.HSet(ctx, k.Pool(), ready, "1|1|envelope", inflight, "1|1|envelope").Err())
-			require.NoError(t, rdb.HSet(ctx, k.State(), ready, "r", inflight, "token@consumer").Err())
-			n, err = run(ready, "g1", change, strconv.Itoa(tick+3), "")
-			require.NoError(t, err)
-			require.EqualValues(t, 1, n, "a due tick not fetched yet goes")
-			require.NotContains(t, rdb.HKeys(ctx, k.Pool()).Val(), ready)
-			require.NotContains(t, rdb.HKeys(ctx, k.State()).Val(), ready)
+			for _, state := range []string{"r", "r" + strconv.Itoa(tick+3)} {
+				require.NoError(t, rdb.HSet(ctx, k.Pool(), ready, "1|1|envelope").Err())
+				require.NoError(t, rdb.HSet(ctx, k.State(), ready, state).Err())
+				n, err = run(ready, "g1", change, strconv.Itoa(tick+3), "")
+				require.NoError(t, err)
+				require.EqualValues(t, 1, n, "a due tick not fetched yet goes, its state %q", state)
+				require.NotContains(t, rdb.HKeys(ctx, k.Pool()).Val(), ready)
+				require.NotContains(t, rdb.HKeys(ctx, k.State()).Val(), ready)
+				require.NoError(t, rdb.ZRem(ctx, k.Ticks(), ready+"#g1").Err())
+			}
+			require.NoError(t, rdb.HSet(ctx, k.Pool(), inflight, "1|1|envelope").Err())
+			require.NoError(t, rdb.HSet(ctx, k.State(), inflight, "token@consumer").Err())
 			n, err = run(inflight, "g1", change, strconv.Itoa(tick+4), "")
 			require.NoError(t, err)
 			require.EqualValues(t, 0, n, "a running tick's job is its delivery's")
