@@ -893,15 +893,22 @@ func runDeadPassChild() {
 
 // TestSchedulePauseOrDeleteStopsTickOfAKilledPass: a client SIGKILLed between the
 // two steps of a pass (its tick's job written, the cursor not yet moved),
-// then a pause or delete of the schedule: the rest of the fleet never
-// runs that tick.
+// then a pause or delete of the schedule before the tick's instant: the
+// rest of the fleet never runs that tick. (A tick whose instant came
+// before the change runs, as every job due before it does.)
 func TestSchedulePauseOrDeleteStopsTickOfAKilledPass(t *testing.T) {
 	testutil.FaultTier(t)
 	for _, change := range []string{"Pause", "Delete"} {
 		t.Run(change, func(t *testing.T) {
 			eachReal(t, func(t *testing.T, e *env) {
 				ctx := context.Background()
-				require.NoError(t, e.c.PutSchedule(ctx, redeq.Schedule{Name: "r", Topic: "rs", Spec: "@every 1s"}))
+				// One tick, some seconds on, so that the change comes
+				// before it however slow the machine is to start the
+				// child: a tick every second left the change after the
+				// tick's instant now and then, and that tick ran, rightly.
+				at := time.Now().UTC().Add(6 * time.Second).Truncate(time.Second)
+				spec := fmt.Sprintf("%d %d %d %d %d *", at.Second(), at.Minute(), at.Hour(), at.Day(), int(at.Month()))
+				require.NoError(t, e.c.PutSchedule(ctx, redeq.Schedule{Name: "r", Topic: "rs", Spec: spec}))
 				wrote := make(chan string, 1)
 				k := startChildKind(t, deadPassKind, e.be, e.cfg.Prefix, "rs", func(line string) {
 					if id, ok := strings.CutPrefix(line, "wrote "); ok {
@@ -922,6 +929,10 @@ func TestSchedulePauseOrDeleteStopsTickOfAKilledPass(t *testing.T) {
 				}
 				ms, err := strconv.ParseInt(strings.TrimPrefix(id, "r@"), 10, 64)
 				require.NoError(t, err)
+				require.Equal(t, at.UnixMilli(), ms, "the scenario: the killed pass wrote the one tick")
+				now, err := e.rdb.Time(ctx).Result()
+				require.NoError(t, err)
+				require.Less(t, now.UnixMilli(), ms, "the scenario: the %s came before the tick's instant", change)
 
 				l := newTickCounter("rs")
 				startSched(t, e.c, l)
