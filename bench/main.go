@@ -751,19 +751,19 @@ func (b *bench) drain() {
 		fmt.Printf("  round %d (%s): redeq %.0f/s  asynq %.0f/s  Redis CPU per job %.1f/%.1f µs\n", r+1, strings.Join(order, ","),
 			got["redeq"].rate, got["asynq"].rate, got["redeq"].cpuUS, got["asynq"].cpuUS)
 	}
-	ratio := func(m map[string]drainCost, f func(drainCost) float64) float64 {
-		if f(m["asynq"]) == 0 {
-			return f(m["redeq"]) // one system only
+	// A round's redeq/asynq ratio of rates; with one system, its rate.
+	ratio := func(m map[string]drainCost) float64 {
+		if m["asynq"].rate == 0 {
+			return m["redeq"].rate
 		}
-		return f(m["redeq"]) / f(m["asynq"])
+		return m["redeq"].rate / m["asynq"].rate
 	}
-	rateOf := func(c drainCost) float64 { return c.rate }
 	sorted := slices.Clone(runs)
-	slices.SortStableFunc(sorted, func(x, y map[string]drainCost) int { return cmp.Compare(ratio(x, rateOf), ratio(y, rateOf)) })
+	slices.SortStableFunc(sorted, func(x, y map[string]drainCost) int { return cmp.Compare(ratio(x), ratio(y)) })
 	mid := sorted[(len(sorted)-1)/2]
 	var rs []string
 	for _, m := range sorted {
-		rs = append(rs, fmt.Sprintf("%.2f", ratio(m, rateOf)))
+		rs = append(rs, fmt.Sprintf("%.2f", ratio(m)))
 	}
 	medianOf := func(f func(drainCost) float64) map[string]float64 {
 		out := map[string]float64{}

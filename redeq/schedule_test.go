@@ -902,10 +902,8 @@ func TestSchedulePauseOrDeleteStopsTickOfAKilledPass(t *testing.T) {
 		t.Run(change, func(t *testing.T) {
 			eachReal(t, func(t *testing.T, e *env) {
 				ctx := context.Background()
-				// One tick, some seconds on, so that the change comes
-				// before it however slow the machine is to start the
-				// child: a tick every second left the change after the
-				// tick's instant now and then, and that tick ran, rightly.
+				// One tick, some seconds on: the change comes before it
+				// however slow the machine is to start the child.
 				at := time.Now().UTC().Add(6 * time.Second).Truncate(time.Second)
 				spec := fmt.Sprintf("%d %d %d %d %d *", at.Second(), at.Minute(), at.Hour(), at.Day(), int(at.Month()))
 				require.NoError(t, e.c.PutSchedule(ctx, redeq.Schedule{Name: "r", Topic: "rs", Spec: spec}))
