@@ -53,17 +53,19 @@ func (e *executor) init(g *Group, l Listener, opts Options) {
 // work runs jobs until the dispatcher closes the channel. Once the group
 // is stopping, fetched jobs are left in flight for the rollback.
 func (r *runner) work() {
+	guard := newLeaseGuard(r)
+	defer guard.stop()
 	for d := range r.jobs {
 		if !r.g.stopping.Load() {
-			r.handle(d)
+			r.handle(d, guard)
 		}
 		r.busy.Add(-1)
 		signal(r.freed)
 	}
 }
 
-// handle runs one job and submits its outcome.
-func (r *runner) handle(d delivery) {
+// handle runs one job and submits its outcome; guard is its worker's.
+func (r *runner) handle(d delivery, guard *leaseGuard) {
 	g := r.g
 	h, rest, err := pool.Decode([]byte(d.item.Envelope)) // the one copy of the body
 	token := d.item.Token
@@ -83,7 +85,7 @@ func (r *runner) handle(d delivery) {
 	// The handler's ctx ends before another consumer may recover the job
 	// (leaseGuard), as well as at Shutdown's cancel and ConsumeTimeout.
 	leaseCtx, lapse := context.WithCancelCause(g.handlerCtx)
-	stopGuard := r.leaseGuard(d, lapse)
+	guard.arm(d, lapse)
 	ctx, cancel := leaseCtx, context.CancelFunc(func() {})
 	if r.consumeTimeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, r.consumeTimeout)
@@ -99,7 +101,7 @@ func (r *runner) handle(d delivery) {
 		// called. The job goes back to its bucket due now, unspent,
 		// fenced like any outcome (it lands nowhere when another consumer
 		// recovered it).
-		stopGuard()
+		guard.stop()
 		cancel()
 		lapse(nil)
 		r.conclude(d.bucket, member, &ack.Outcome{ID: job.ID, Token: token, Op: ack.OpRejoin, HadError: job.LastError != "", Late: d.item.Late})
@@ -120,7 +122,7 @@ func (r *runner) handle(d delivery) {
 	// (a child, with ConsumeTimeout) a moment after the client's: a
 	// failure returned meanwhile, its context still alive, is a failure.
 	interrupted := errors.Is(ctx.Err(), context.Canceled) && g.handlerCtx.Err() != nil
-	stopGuard()
+	guard.stop()
 	lapsed := errors.Is(context.Cause(leaseCtx), ErrLeaseLapsed)
 	cancel()
 	lapse(nil)

@@ -151,51 +151,79 @@ func leaseMargin(timeout time.Duration) time.Duration { return timeout / 10 }
 // ConsumerTimeout less leaseMargin.
 func leaseWindow(timeout time.Duration) time.Duration { return timeout - leaseMargin(timeout) }
 
-// leaseGuard cancels the handler of delivery d (cancel, with
-// ErrLeaseLapsed) once nothing this consumer sent in time protects it from
-// recovery any longer: recover.lua spares it while the lease on its bucket
-// lasts and while its fetch is younger than ConsumerTimeout, both by the
-// node's clock from when the node ran the call, which is after it was
-// sent. So the guard counts ConsumerTimeout less leaseMargin from the
+// leaseGuard cancels the handler of the delivery it is armed for (with
+// ErrLeaseLapsed) once nothing this consumer sent in time protects it
+// from recovery any longer: recover.lua spares it while the lease on its
+// bucket lasts and while its fetch is younger than ConsumerTimeout, both
+// by the node's clock from when the node ran the call, which is after it
+// was sent. So the guard counts ConsumerTimeout less leaseMargin from the
 // later of the fetch's send and the last good renewal's, on the local
-// clock; a renewal that succeeds meanwhile moves the end. The returned
-// stop ends the guard; after it returns the guard cancels nothing.
-func (r *runner) leaseGuard(d delivery, cancel context.CancelCauseFunc) (stop func()) {
-	g := r.g
-	window := leaseWindow(g.cfg.ConsumerTimeout)
-	var mu sync.Mutex
-	var t *time.Timer
-	stopped := false
-	var check func()
-	check = func() {
-		// A renewal counts when its run began before the fetch's own
-		// protection ran out: a renewal after a gap does not bring back a
-		// lease that may have lapsed meanwhile.
-		base := d.sent
-		if last, since := r.dl.renewedAt(d.bucket); last.After(base) && !since.After(base.Add(window)) {
-			base = last
-		}
-		left := window - g.env.Clock.Now().Sub(base)
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return
-		}
-		if left > 0 {
-			t = time.AfterFunc(left, check)
-			return
-		}
-		g.env.Failure("redeq: handler canceled: its lease may lapse, and another consumer may run the job",
-			"topic", r.topic, "bucket", d.bucket, "id", d.item.ID, "unrenewed_for", g.env.Clock.Now().Sub(base))
-		cancel(ErrLeaseLapsed)
+// clock; a renewal that succeeds meanwhile moves the end.
+//
+// A worker runs one handler at a time and keeps one guard, armed for
+// each job it runs and stopped when the handler returns: its timer and
+// callback are made once, not per job. After stop returns the guard
+// cancels nothing until it is armed again. A timer that fires late, for
+// a job run before, finds the guard stopped or armed for another job,
+// whose end it works out again from that job's own fetch.
+type leaseGuard struct {
+	r      *runner
+	window time.Duration
+	mu     sync.Mutex
+	t      *time.Timer
+	armed  bool
+	d      delivery
+	cancel context.CancelCauseFunc
+}
+
+func newLeaseGuard(r *runner) *leaseGuard {
+	g := &leaseGuard{r: r, window: leaseWindow(r.g.cfg.ConsumerTimeout)}
+	g.t = time.AfterFunc(time.Hour, g.check)
+	g.t.Stop()
+	return g
+}
+
+// arm guards the handler of d, canceled by cancel when its lease may
+// lapse (at once, when it may have lapsed already).
+func (g *leaseGuard) arm(d delivery, cancel context.CancelCauseFunc) {
+	g.mu.Lock()
+	g.armed, g.d, g.cancel = true, d, cancel
+	g.mu.Unlock()
+	g.check()
+}
+
+// stop ends the guard of the handler it was armed for.
+func (g *leaseGuard) stop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.armed, g.cancel = false, nil
+	g.d = delivery{}
+	g.t.Stop()
+}
+
+// check cancels the guarded handler when its lease may lapse, or sets the
+// timer for when it may.
+func (g *leaseGuard) check() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.armed {
+		return
 	}
-	check()
-	return func() {
-		mu.Lock()
-		defer mu.Unlock()
-		stopped = true
-		if t != nil {
-			t.Stop()
-		}
+	r, d := g.r, g.d
+	// A renewal counts when its run began before the fetch's own
+	// protection ran out: a renewal after a gap does not bring back a
+	// lease that may have lapsed meanwhile.
+	base := d.sent
+	if last, since := r.dl.renewedAt(d.bucket); last.After(base) && !since.After(base.Add(g.window)) {
+		base = last
 	}
+	left := g.window - r.g.env.Clock.Now().Sub(base)
+	if left > 0 {
+		g.t.Reset(left)
+		return
+	}
+	r.g.env.Failure("redeq: handler canceled: its lease may lapse, and another consumer may run the job",
+		"topic", r.topic, "bucket", d.bucket, "id", d.item.ID, "unrenewed_for", r.g.env.Clock.Now().Sub(base))
+	g.cancel(ErrLeaseLapsed)
+	g.armed, g.cancel = false, nil
 }
