@@ -156,8 +156,11 @@ func (r *runner) lane(b int, in chan ack.Outcome) {
 	log := r.g.env.Logger.With("topic", r.topic)
 	var linger *time.Timer
 	var settled time.Time // the end of the lane's latest settle
+	// One buffer for the lane's batches, grown as they need: a settle is
+	// done with its batch when flush returns.
+	buf := make([]ack.Outcome, 0, min(2*r.capacity, maxSettle))
 	for o := range in {
-		batch := []ack.Outcome{o}
+		batch := append(buf[:0], o)
 		open := true
 	more:
 		for len(batch) < maxSettle {
@@ -195,6 +198,8 @@ func (r *runner) lane(b int, in chan ack.Outcome) {
 		}
 		r.flush(b, batch, log)
 		settled = time.Now()
+		clear(batch) // what the outcomes hold is garbage now
+		buf = batch[:0]
 	}
 }
 

@@ -96,10 +96,20 @@ func decode(env []byte, whole bool) (Header, []byte, error) {
 	if nl < 0 || nl > maxHeader {
 		return Header{}, nil, fmt.Errorf("%w: no header line", ErrCorrupt)
 	}
-	fields := bytes.Split(env[:nl], []byte{'|'})
-	if len(fields) != 7 && len(fields) != 8 {
-		return Header{}, nil, fmt.Errorf("%w: %d header fields, want 7 or 8", ErrCorrupt, len(fields))
+	// The fields in an array of the most there may be: a consumer reads
+	// a header per job, and the split is then no allocation.
+	line := env[:nl]
+	count := bytes.Count(line, []byte{'|'}) + 1
+	if count != 7 && count != 8 {
+		return Header{}, nil, fmt.Errorf("%w: %d header fields, want 7 or 8", ErrCorrupt, count)
 	}
+	var array [8][]byte
+	fields := array[:count]
+	for i := range count - 1 {
+		bar := bytes.IndexByte(line, '|')
+		fields[i], line = line[:bar], line[bar+1:]
+	}
+	fields[count-1] = line
 	if string(fields[0]) != envelopeVersion {
 		return Header{}, nil, fmt.Errorf("%w: version %q", ErrCorrupt, fields[0])
 	}
@@ -109,8 +119,8 @@ func decode(env []byte, whole bool) (Header, []byte, error) {
 		if err != nil {
 			return 0
 		}
-		n, perr := strconv.ParseInt(string(b), 10, 64)
-		if perr != nil || n < lo || n > hi {
+		n, ok := parseInt(b)
+		if !ok || n < lo || n > hi {
 			err = fmt.Errorf("%w: %s %q", ErrCorrupt, name, b)
 		}
 		return n
@@ -149,6 +159,36 @@ func decode(env []byte, whole bool) (Header, []byte, error) {
 		return Header{}, nil, fmt.Errorf("%w: headers length %d past the end", ErrCorrupt, h.HeadersLen)
 	}
 	return h, env[nl+1:], nil
+}
+
+// parseInt reads a decimal integer as strconv.ParseInt does (an optional
+// sign, then digits; no spaces, no other base), without making a string of
+// b: ok is false for anything else or past the range of an int64.
+func parseInt(b []byte) (n int64, ok bool) {
+	neg := false
+	if len(b) > 0 && (b[0] == '-' || b[0] == '+') {
+		neg, b = b[0] == '-', b[1:]
+	}
+	if len(b) == 0 {
+		return 0, false
+	}
+	var u uint64
+	for _, c := range b {
+		if c < '0' || c > '9' || u > 1<<63/10 {
+			return 0, false // past the range already, or soon
+		}
+		u = u*10 + uint64(c-'0')
+	}
+	if neg {
+		if u > 1<<63 {
+			return 0, false
+		}
+		return -int64(u), true
+	}
+	if u > 1<<63-1 {
+		return 0, false
+	}
+	return int64(u), true
 }
 
 // AppendHeaders appends the headers block of hs, sorted by key, to dst.

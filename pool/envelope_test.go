@@ -1,6 +1,7 @@
 package pool_test
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -71,6 +72,25 @@ func FuzzDecode(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, h, h2)
 		require.Equal(t, body, body2)
+	})
+}
+
+// FuzzParseIntAgreesWithStrconv: the header's numbers are read as
+// strconv.ParseInt reads them in base 10: the same values, the same
+// inputs refused.
+func FuzzParseIntAgreesWithStrconv(f *testing.F) {
+	for _, s := range []string{"0", "7", "-1", "+3", "007", "", "-", "+", " 1", "1 ", "1e3", "0x10",
+		"9223372036854775807", "9223372036854775808", "-9223372036854775808", "-9223372036854775809",
+		"18446744073709551615", "99999999999999999999", "00000000000000000000", "12a"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, err := strconv.ParseInt(s, 10, 64)
+		got, ok := pool.ParseInt([]byte(s))
+		require.Equal(t, err == nil, ok, "accepted %q", s)
+		if ok {
+			require.Equal(t, want, got, "value of %q", s)
+		}
 	})
 }
 

@@ -10,3 +10,6 @@ var PutSource = script.Source(putSource)
 
 // DeleteSource is delete.lua with the prelude, as it runs.
 var DeleteSource = script.Source(deleteSource)
+
+// ParseInt is parseInt, for the header's numbers.
+func ParseInt(b []byte) (int64, bool) { return parseInt(b) }
