@@ -144,9 +144,22 @@ func (s *Settler) SettleKept(ctx context.Context, topic string, n int, keep Rete
 	if keep.For > 0 {
 		keepMs, most = pool.DurationMs(keep.For), max(keep.Max, 1)
 	}
-	args = append(args, keys.WakeChannel(s.prefix), keys.Address(topic, n), s.deadRetention, s.cid, keepMs, most)
-	for _, o := range outs {
-		args = append(args, o.ID, o.Token, string(o.Op), pool.DurationMs(o.Delay), o.Header, Cut(o.Reason), errArg(o), lateArg(o))
+	args = append(args, keys.WakeChannel(s.prefix), keys.Address(topic, n), s.deadRetention, s.cid, keepMs, most, 0)
+	// The plain acks first, in three values each (settle.lua); order maps
+	// the script's replies back to outs.
+	order := make([]int, 0, len(outs))
+	for i, o := range outs {
+		if plainAck(o) {
+			args = append(args, o.ID, o.Token, lateArg(o))
+			order = append(order, i)
+		}
+	}
+	args[6] = len(order)
+	for i, o := range outs {
+		if !plainAck(o) {
+			args = append(args, o.ID, o.Token, string(o.Op), pool.DurationMs(o.Delay), o.Header, Cut(o.Reason), errArg(o), lateArg(o))
+			order = append(order, i)
+		}
 	}
 	v, err := rdb.Run(ctx, s.rdb, s.durable, settleScript,
 		[]string{k.Pool(), k.InFlight(s.cid), k.Scheduled(), k.UnAck(), k.Dead(), k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix(), k.Done(), k.DoneJobs(), k.LimitPrefix(), k.Ready()}, args...).Result()
@@ -160,7 +173,13 @@ func (s *Settler) SettleKept(ctx context.Context, topic string, n int, keep Rete
 	applied = make([]bool, len(r))
 	for i, x := range r {
 		one, _ := rdb.Int(x)
-		applied[i] = one == 1
+		applied[order[i]] = one == 1
 	}
 	return applied, nil
+}
+
+// plainAck reports whether o is an ack of a job with no last error stored,
+// which settle.lua takes in three values.
+func plainAck(o Outcome) bool {
+	return o.Op == OpAck && o.Delay == 0 && len(o.Header) == 0 && o.Reason == "" && o.Err == "" && !o.HadError
 }

@@ -29,16 +29,22 @@
 -- ARGV[4] -> consumer id
 -- ARGV[5] -> retention of acked jobs, ms; 0 for none
 -- ARGV[6] -> most acked jobs the done set keeps (retention on)
--- ARGV[7..] -> per outcome (at most 256), eight values: id, delivery
---   token, op, delay ms, new header ('' keeps the stored one), for op d the
---   reason it died, the handler's error ('' for none; '-' for none
---   when the job has a last error stored, to be cleared by a or n), and how
---   late the fetch took the job, ms after its due time ('' when unknown).
+-- ARGV[7] -> how many of the outcomes are plain acks (k), sent first
+-- ARGV[8..] -> per outcome (at most 256 in all): a plain ack (an ack of a
+--   job with no last error stored) in three values: id, delivery token,
+--   and how late the fetch took the job, ms after its due time ('' when
+--   unknown); then every other outcome in eight values: id, delivery
+--   token, op, delay ms, new header ('' keeps the stored one), for op d
+--   the reason it died, the handler's error ('' for none; '-' for none
+--   when the job has a last error stored, to be cleared by a or n), and
+--   how late. A plain ack is an outcome like the others, in fewer
+--   arguments: each argument costs the server more than the work it
+--   stands for.
 --   Ops: a ack: remove; r rejoin: to the bucket at
 --   now+delay; f failure: like rejoin with the new header; n ack and
 --   rejoin: to the bucket fresh, the header after the created time given;
 --   u: park in unack; d: to the dead set.
--- Returns one value per outcome: 1 applied, 0 dropped.
+-- Returns one value per outcome, in the order sent: 1 applied, 0 dropped.
 -- History costs one command per call that applies an outcome (a BITFIELD
 -- adding to this minute's processed and failed counters, and to the
 -- lateness counters of the minute each delivery was fetched in, the score
@@ -57,20 +63,38 @@
 -- than these commands do: no work is done per outcome that a call can do
 -- once (a lease is built only in a bucket that ran under a limit, a
 -- minute's name once per fetch time).
-local W = 8
+-- The outcomes as columns, checked before any write: ids, tokens, ops,
+-- delays, headers, reasons, errors, lateness.
+-- (Ifs, not and chains: miniredis's Lua has evaluated such chains wrong.)
+local acks, rest = nil, -1
+if ARGV[7] then
+  if string.find(ARGV[7], '^%d+$') then acks = tonumber(ARGV[7]) end
+end
+if acks then rest = #ARGV - 7 - 3 * acks end
+if rest < 0 or rest % 8 ~= 0 or acks + rest / 8 > 256 then
+  return redis.error_reply('settle.lua: ' .. #ARGV .. ' arguments and ' .. tostring(ARGV[7]) .. ' plain acks, want 7 + 3 per plain ack + 8 per other outcome, at most 256 outcomes')
+end
+local n = acks + rest / 8
+if n < 1 then return {} end
+local ids, TOK, OP, DELAY, HDR, REASON, ERR, LATE = {}, {}, {}, {}, {}, {}, {}, {}
+for i = 1, acks do
+  local base = 5 + 3 * i
+  ids[i], TOK[i], LATE[i] = ARGV[base], ARGV[base + 1], ARGV[base + 2]
+  OP[i], DELAY[i], HDR[i], REASON[i], ERR[i] = 'a', '0', '', '', ''
+end
+for i = acks + 1, n do
+  local base = 8 + 3 * acks + 8 * (i - acks - 1)
+  ids[i], TOK[i], OP[i], DELAY[i] = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
+  HDR[i], REASON[i], ERR[i], LATE[i] = ARGV[base + 4], ARGV[base + 5], ARGV[base + 6], ARGV[base + 7]
+end
 local us = now_us()
 local now = ceil_ms(us) -- due times and the parked and died stamps alike
-local first = 7
 local keep = tonumber(ARGV[5])
-local n = (#ARGV - first + 1) / W
-if n < 1 then return {} end
-local ids, need, nids = {}, {}, {}
-for i = 0, n - 1 do
-  local base = first + i * W
-  ids[i + 1] = ARGV[base]
-  if keep > 0 or ARGV[base + 2] ~= 'a' or ARGV[base + 4] ~= '' then
-    nids[#nids + 1] = ARGV[base]
-    need[#nids] = i + 1
+local need, nids = {}, {}
+for i = 1, n do
+  if keep > 0 or OP[i] ~= 'a' or HDR[i] ~= '' then
+    nids[#nids + 1] = ids[i]
+    need[#nids] = i
   end
 end
 -- Reads first: nothing below can fail after a write.
@@ -81,16 +105,15 @@ if #nids > 0 then
 end
 local states = redis.call('HMGET', KEYS[7], unpack(ids))
 local all = {}
-for i = 1, n do all[i] = ARGV[first + (i - 1) * W + 1] .. ':' .. ids[i] end
+for i = 1, n do all[i] = TOK[i] .. ':' .. ids[i] end
 local scores = redis.call('ZMSCORE', KEYS[2], unpack(all))
 local members, ok = {}, {}
 for i = 1, n do
   if scores[i] then
     members[#members + 1] = all[i]
-    local base = first + (i - 1) * W
-    if states[i] == ARGV[base + 1] .. '@' .. ARGV[4] then
+    if states[i] == TOK[i] .. '@' .. ARGV[4] then
       -- A job that goes on must still be in the pool; an ack needs not.
-      if keep <= 0 and ARGV[base + 2] == 'a' and ARGV[base + 4] == '' then
+      if keep <= 0 and OP[i] == 'a' and HDR[i] == '' then
         ok[i] = true
       else
         ok[i] = envs[i] ~= nil and envs[i] ~= false
@@ -118,7 +141,7 @@ if #members > 0 then redis.call('ZREM', KEYS[2], unpack(members)) end
 -- and writes nothing. Off, retention costs nothing.
 local trail, failing = {}, false
 for i = 1, n do
-  local lasterr = ARGV[first + (i - 1) * W + 6]
+  local lasterr = ERR[i]
   if ok[i] and lasterr ~= '' and lasterr ~= '-' then failing = true end
 end
 if keep > 0 or failing then
@@ -137,8 +160,7 @@ if keep > 0 or failing then
   end
   local acked = false
   for i = 1, n do
-    local base = first + (i - 1) * W
-    local op, lasterr, old = ARGV[base + 2], ARGV[base + 6], olds[i] or ''
+    local op, lasterr, old = OP[i], ERR[i], olds[i] or ''
     if ok[i] and lasterr ~= '' and lasterr ~= '-' then
       trail[i] = head(old, 9)
     elseif keep > 0 and ok[i] and op == 'a' then
@@ -164,9 +186,8 @@ end
 local out, hdel, sdel, edel = {}, {}, {}, {}
 local earliest, dead = nil, false
 for i = 1, n do
-  local base = first + (i - 1) * W
-  local id, op = ids[i], ARGV[base + 2]
-  local delay, header = tonumber(ARGV[base + 3]), ARGV[base + 4]
+  local id, op = ids[i], OP[i]
+  local delay, header = tonumber(DELAY[i]), HDR[i]
   out[i] = 0
   if ok[i] then
     out[i] = 1
@@ -177,7 +198,7 @@ for i = 1, n do
       if op == 'n' then header = '1|' .. string.format('%d', floor_ms(us)) .. header end
       if nl then redis.call('HSET', KEYS[1], id, header .. string.sub(env, nl + 1)) end
     end
-    local lasterr = ARGV[base + 6]
+    local lasterr = ERR[i]
     if lasterr ~= '' and lasterr ~= '-' then
       redis.call('HSET', KEYS[8], id, string.format('\31%d@%s,%d:', now, ARGV[4], #lasterr) .. lasterr .. (trail[i] or ''))
     elseif lasterr == '-' and (op == 'a' or op == 'n') then
@@ -193,7 +214,7 @@ for i = 1, n do
       redis.call('ZADD', KEYS[4], now, id)
     elseif op == 'd' then
       redis.call('ZADD', KEYS[5], now, id)
-      if ARGV[base + 5] ~= '' then redis.call('HSET', KEYS[6], id, ARGV[base + 5]) end
+      if REASON[i] ~= '' then redis.call('HSET', KEYS[6], id, REASON[i]) end
       dead = true
     end
   end
@@ -229,14 +250,13 @@ local function counters(m)
   return h
 end
 for i = 1, n do
-  local base = first + (i - 1) * W
   if out[i] == 1 then
     local h = counters(minute)
     h[1] = (h[1] or 0) + 1
-    local op = ARGV[base + 2]
+    local op = OP[i]
     if op == 'f' or op == 'd' then h[2] = (h[2] or 0) + 1 end
   end
-  local late = scores[i] and tonumber(ARGV[base + 7])
+  local late = scores[i] and tonumber(LATE[i])
   if late then
     local b = #bounds + 1
     for j = 1, #bounds do

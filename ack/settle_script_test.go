@@ -157,7 +157,7 @@ func TestSettleScript(t *testing.T) {
 							keep = []any{0, 1}
 						}
 						args := append([]any{keys.WakeChannel(got), "t#0", 1, "c"}, keep...)
-						args = append(append(args, tc.outcome...), "")
+						args = append(append(append(args, 0), tc.outcome...), "")
 						v, err := settleScript.Run(ctx, c, []string{k.Pool(), k.InFlight("c"), k.Scheduled(), k.UnAck(), k.Dead(),
 							k.Reasons(), k.State(), k.Errors(), hist, k.Done(), k.DoneJobs(), k.LimitPrefix(), k.Ready()}, args...).Slice()
 						require.NoError(t, err)
@@ -236,17 +236,19 @@ func TestSettleRecordsHistory(t *testing.T) {
 				testutil.ZSet(k.InFlight("c"), fmt.Sprintf("1:a=%d", now), fmt.Sprintf("2:f=%d", earlier),
 					fmt.Sprintf("3:g=%d", now), fmt.Sprintf("4:x=%d", now)),
 				testutil.Hash(k.State(), "a=1@c", "f=2@c", "g=3@c", "x=9@d"))
-			args := []any{keys.WakeChannel(prefix), "t#0", 10, "c", 0, 1,
-				"a", "1", "a", 0, "", "", "", 3000, // 3 s late: the 2..5 s counter, this minute
+			// Three plain acks in three values each, then two outcomes in
+			// eight (an ack among them): the replies come in that order.
+			args := []any{keys.WakeChannel(prefix), "t#0", 10, "c", 0, 1, 3,
+				"a", "1", 3000, // 3 s late: the 2..5 s counter, this minute
+				"g", "3", "", // not in the pool, lateness unknown
+				"x", "4", 1, // the reaper gave it to d: dropped
 				"f", "2", "f", 60000, "1|1|1|0||||\n", "", "boom", 120000, // over every bound, two minutes ago
-				"g", "3", "a", 0, "", "", "", "", // not in the pool, lateness unknown
-				"x", "4", "a", 0, "", "", "", 1, // the reaper gave it to d: dropped
 				"y", "5", "a", 0, "", "", "", 1, // settled before: not counted
 			}
 			v, err := settleScript.Run(ctx, c, []string{k.Pool(), k.InFlight("c"), k.Scheduled(), k.UnAck(), k.Dead(),
 				k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix(), k.Done(), k.DoneJobs(), k.LimitPrefix(), k.Ready()}, args...).Slice()
 			require.NoError(t, err)
-			require.Equal(t, []any{int64(1), int64(1), int64(1), int64(0), int64(0)}, v)
+			require.Equal(t, []any{int64(1), int64(1), int64(0), int64(1), int64(0)}, v)
 			require.Zero(t, c.Exists(ctx, k.InFlight("c")).Val(), "every member of this consumer left")
 			require.Equal(t, map[string]string{"x": "9@d"}, c.HGetAll(ctx, k.State()).Val())
 
@@ -316,7 +318,7 @@ func TestSettleTrimsBoundedRecords(t *testing.T) {
 				testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.InFlight("c"), "7:j=1"), testutil.Hash(k.State(), "j=7@c"))
 			v, err := settleScript.Run(ctx, c, []string{k.Pool(), k.InFlight("c"), k.Scheduled(), k.UnAck(), k.Dead(),
 				k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix(), k.Done(), k.DoneJobs(), k.LimitPrefix(), k.Ready()},
-				keys.WakeChannel("x"), "t#0", 1, "c", 60000, 10000, "j", "7", "a", 0, "", "", "", "").Slice()
+				keys.WakeChannel("x"), "t#0", 1, "c", 60000, 10000, 0, "j", "7", "a", 0, "", "", "", "").Slice()
 			require.NoError(t, err)
 			require.Equal(t, []any{int64(1)}, v)
 			left, err := c.ZRange(ctx, k.Done(), 0, -1).Result()
@@ -326,6 +328,77 @@ func TestSettleTrimsBoundedRecords(t *testing.T) {
 			require.Equal(t, "j", left[len(left)-1])
 			require.EqualValues(t, 600-512+1, c.HLen(ctx, k.DoneJobs()).Val())
 			require.Greater(t, c.PTTL(ctx, k.Done()).Val(), time.Duration(0), "the set expires when idle")
+		})
+	}
+}
+
+// Settle sends plain acks (acks of jobs with no last error stored) in
+// fewer arguments than the other outcomes, and still answers each outcome
+// in the order given: a plain ack and an outcome of another kind each
+// apply for the delivery that owns its job and only for it.
+func TestSettleAnswersMixedOutcomesInTheirOrder(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			prefix := testutil.Prefix(t)
+			k := keys.ForBucket(prefix, "t", 0)
+			testutil.Seed(t, c,
+				testutil.Hash(k.Pool(), "p=1|1|0|0||||\nb", "q=1|1|0|0||||\nb", "r=1|1|0|0||||\nb", "s=1|1|1|0||||\nb"),
+				testutil.ZSet(k.InFlight("c"), "1:p=1", "2:q=1", "3:r=1", "4:s=1"),
+				testutil.Hash(k.State(), "p=1@c", "q=2@c", "r=9@d", "s=4@c"),
+				testutil.Hash(k.Errors(), "s=\x1f1@c,4:boom"))
+			s := NewSettler(c, prefix, "c", 10)
+			applied, err := s.Settle(ctx, "t", 0, []Outcome{
+				{ID: "q", Token: "2", Op: OpRejoin, Delay: time.Hour, Late: -1}, // goes on: eight values
+				{ID: "r", Token: "3", Op: OpAck},                                // plain, another consumer's now
+				{ID: "p", Token: "1", Op: OpAck, Late: 5 * time.Millisecond},    // plain
+				{ID: "s", Token: "4", Op: OpAck, HadError: true},                // clears its last error: eight values
+			})
+			require.NoError(t, err)
+			require.Equal(t, []bool{true, false, true, true}, applied)
+			pool, err := c.HKeys(ctx, k.Pool()).Result()
+			require.NoError(t, err)
+			require.ElementsMatch(t, []string{"q", "r"}, pool, "p and s acked, q rejoined, r left to its owner")
+			require.Equal(t, []string{"q"}, c.ZRange(ctx, k.Scheduled(), 0, -1).Val())
+			require.Equal(t, map[string]string{"r": "9@d"}, c.HGetAll(ctx, k.State()).Val())
+			require.Zero(t, c.Exists(ctx, k.Errors()).Val(), "the ack of s cleared its last error")
+			require.Zero(t, c.Exists(ctx, k.InFlight("c")).Val(), "every member of this consumer left")
+		})
+	}
+}
+
+// settle.lua refuses arguments that are not 7 values, then 3 per plain ack
+// and 8 per other outcome (at most 256 outcomes), before any write.
+func TestSettleScriptRefusesMiscountedArguments(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			c := be.New(t)
+			ctx := context.Background()
+			k := keys.ForBucket(testutil.Prefix(t), "t", 0)
+			testutil.Seed(t, c, testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.InFlight("c"), "7:j=1"), testutil.Hash(k.State(), "j=7@c"))
+			ks := []string{k.Pool(), k.InFlight("c"), k.Scheduled(), k.UnAck(), k.Dead(),
+				k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix(), k.Done(), k.DoneJobs(), k.LimitPrefix(), k.Ready()}
+			fixed := []any{keys.WakeChannel("x"), "t#0", 1, "c", 0, 1}
+			many := []any{300}
+			for i := range 300 {
+				many = append(many, fmt.Sprintf("m%d", i), "1", "")
+			}
+			for name, rest := range map[string][]any{
+				"no count":             {},
+				"count not a number":   {"x", "j", "7", ""},
+				"negative count":       {"-1", "j", "7", ""},
+				"one plain ack short":  {1, "j", "7"},
+				"plain ack and a tail": {1, "j", "7", "", "extra"},
+				"outcome short":        {0, "j", "7", "a", 0, "", "", ""},
+				"more than 256":        many,
+			} {
+				_, err := settleScript.Run(ctx, c, ks, append(append([]any{}, fixed...), rest...)...).Result()
+				require.ErrorContains(t, err, "settle.lua", name)
+			}
+			require.Equal(t, map[string]string{"j": "7@c"}, c.HGetAll(ctx, k.State()).Val(), "nothing written")
+			require.Equal(t, []string{"7:j"}, c.ZRange(ctx, k.InFlight("c"), 0, -1).Val())
+			require.Equal(t, []string{"j"}, c.HKeys(ctx, k.Pool()).Val())
 		})
 	}
 }
