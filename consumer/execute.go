@@ -54,7 +54,7 @@ func (e *executor) init(g *Group, l Listener, opts Options) {
 // is stopping, fetched jobs are left in flight for the rollback.
 func (r *runner) work() {
 	guard := newLeaseGuard(r)
-	defer guard.stop()
+	defer guard.close()
 	for d := range r.jobs {
 		if !r.g.stopping.Load() {
 			r.handle(d, guard)

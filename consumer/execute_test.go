@@ -19,7 +19,7 @@ func runOne(t *testing.T, rg *rig, item ready.Item) *ack.Outcome {
 	t.Helper()
 	r := rg.r
 	members := r.dl.hold(0, []ready.Item{item})
-	r.handle(delivery{bucket: 0, item: item, member: members[0], sent: time.Now()}, newLeaseGuard(r))
+	r.handle(delivery{bucket: 0, item: item, member: members[0], sent: time.Now()}, workerGuard(t, r))
 	if r.dl.isRunning(0, members[0]) {
 		t.Fatal("the delivery still counts as running after its handler returned")
 	}
@@ -120,7 +120,7 @@ func TestExecute(t *testing.T) {
 		// The fetch was sent a ConsumerTimeout ago and no renewal got
 		// through since: its reply came late, and another consumer may
 		// run the job by now.
-		r.handle(delivery{bucket: 0, item: item, member: members[0], sent: time.Now().Add(-rg.g.cfg.ConsumerTimeout)}, newLeaseGuard(r))
+		r.handle(delivery{bucket: 0, item: item, member: members[0], sent: time.Now().Add(-rg.g.cfg.ConsumerTimeout)}, workerGuard(t, r))
 		if r.dl.isRunning(0, members[0]) {
 			t.Fatal("the delivery still counts as running")
 		}

@@ -162,15 +162,20 @@ func leaseWindow(timeout time.Duration) time.Duration { return timeout - leaseMa
 //
 // A worker runs one handler at a time and keeps one guard, armed for
 // each job it runs and stopped when the handler returns: its timer and
-// callback are made once, not per job. After stop returns the guard
-// cancels nothing until it is armed again. A timer that fires late, for
-// a job run before, finds the guard stopped or armed for another job,
-// whose end it works out again from that job's own fetch.
+// callback are made once, not per job. The timer is set again only when
+// the job's end comes before the time it is set for: the jobs of a
+// worker are fetched one after the other, so it mostly is not, and a job
+// costs the timer nothing. When the timer fires it works out the end of
+// the job the guard is armed for then, if any, and sets itself for that
+// end, or cancels the handler when it has come. After stop returns the
+// guard cancels nothing until it is armed again.
 type leaseGuard struct {
 	r      *runner
 	window time.Duration
 	mu     sync.Mutex
 	t      *time.Timer
+	set    bool      // the timer is set, for at
+	at     time.Time // local clock
 	armed  bool
 	d      delivery
 	cancel context.CancelCauseFunc
@@ -178,7 +183,7 @@ type leaseGuard struct {
 
 func newLeaseGuard(r *runner) *leaseGuard {
 	g := &leaseGuard{r: r, window: leaseWindow(r.g.cfg.ConsumerTimeout)}
-	g.t = time.AfterFunc(time.Hour, g.check)
+	g.t = time.AfterFunc(time.Hour, g.fire)
 	g.t.Stop()
 	return g
 }
@@ -187,8 +192,8 @@ func newLeaseGuard(r *runner) *leaseGuard {
 // lapse (at once, when it may have lapsed already).
 func (g *leaseGuard) arm(d delivery, cancel context.CancelCauseFunc) {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	g.armed, g.d, g.cancel = true, d, cancel
-	g.mu.Unlock()
 	g.check()
 }
 
@@ -198,17 +203,29 @@ func (g *leaseGuard) stop() {
 	defer g.mu.Unlock()
 	g.armed, g.cancel = false, nil
 	g.d = delivery{}
-	g.t.Stop()
 }
 
-// check cancels the guarded handler when its lease may lapse, or sets the
-// timer for when it may.
-func (g *leaseGuard) check() {
+// close stops the guard and its timer, for good.
+func (g *leaseGuard) close() {
+	g.stop()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.armed {
-		return
+	g.t.Stop()
+	g.set = false
+}
+
+func (g *leaseGuard) fire() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.set = false
+	if g.armed {
+		g.check()
 	}
+}
+
+// check cancels the guarded handler when its lease may lapse, or makes
+// sure the timer fires by then. g.mu is held.
+func (g *leaseGuard) check() {
 	r, d := g.r, g.d
 	// A renewal counts when its run began before the fetch's own
 	// protection ran out: a renewal after a gap does not bring back a
@@ -217,13 +234,17 @@ func (g *leaseGuard) check() {
 	if last, since := r.dl.renewedAt(d.bucket); last.After(base) && !since.After(base.Add(g.window)) {
 		base = last
 	}
-	left := g.window - r.g.env.Clock.Now().Sub(base)
+	now := r.g.env.Clock.Now()
+	left := g.window - now.Sub(base)
 	if left > 0 {
-		g.t.Reset(left)
+		if end := now.Add(left); !g.set || end.Before(g.at) {
+			g.t.Reset(left)
+			g.set, g.at = true, end
+		}
 		return
 	}
 	r.g.env.Failure("redeq: handler canceled: its lease may lapse, and another consumer may run the job",
-		"topic", r.topic, "bucket", d.bucket, "id", d.item.ID, "unrenewed_for", r.g.env.Clock.Now().Sub(base))
+		"topic", r.topic, "bucket", d.bucket, "id", d.item.ID, "unrenewed_for", now.Sub(base))
 	g.cancel(ErrLeaseLapsed)
 	g.armed, g.cancel = false, nil
 }

@@ -17,8 +17,7 @@ import (
 func TestLeaseGuardCancelsOnlyTheJobItIsArmedFor(t *testing.T) {
 	rg := newRig(t, &listener{topic: "t", workers: 1, on: func(context.Context, *pool.Job, *ack.Channel) error { return nil }}, rigOptions{})
 	r := rg.r
-	guard := newLeaseGuard(r)
-	defer guard.stop()
+	guard := workerGuard(t, r)
 	window := leaseWindow(rg.g.cfg.ConsumerTimeout)
 	const soon = 50 * time.Millisecond
 
@@ -55,4 +54,11 @@ func TestLeaseGuardCancelsOnlyTheJobItIsArmedFor(t *testing.T) {
 	if err := context.Cause(second); err != nil {
 		t.Fatalf("the second job's handler was canceled (%v) after it ended", err)
 	}
+}
+
+// workerGuard is a worker's lease guard of r, closed at the end of the test.
+func workerGuard(t *testing.T, r *runner) *leaseGuard {
+	g := newLeaseGuard(r)
+	t.Cleanup(g.close)
+	return g
 }
