@@ -14,6 +14,16 @@ import (
 	"github.com/redeq-go/redeq/ready"
 )
 
+// heldPerWorker bounds the deliveries of one bucket a runner holds at
+// once, running or with their outcomes on their way to Redis, per worker.
+// A lane under load settles two fetches' outcomes at once (2 per
+// worker); while that settle is under way the workers run a third
+// fetch's jobs and hand in their outcomes, and the next fetch must not
+// wait for the settle's round trip: 4 per worker. A consumer killed then
+// leaves up to that many jobs run and not yet settled, which run again
+// (at least once).
+const heldPerWorker = 4
+
 // lingerTime is how long free workers wait for more to free up before a
 // fetch for fewer than batchFor of them.
 const lingerTime = 2 * time.Millisecond
@@ -353,14 +363,15 @@ func (r *runner) dispatch(ctx context.Context, tasks *sync.WaitGroup) {
 				continue
 			}
 			// room bounds the deliveries of a bucket held at once (running,
-			// or their outcomes waiting to be applied) to twice the
-			// workers: a bucket whose outcomes cannot be applied (its node
-			// refuses writes, or its replica lags behind WaitReplicas)
-			// stops being fetched from, so its settle lane never fills and
-			// never holds up the workers, nor so the other buckets.
+			// or their outcomes waiting to be applied) to heldPerWorker
+			// times the workers: a bucket whose outcomes cannot be applied
+			// (its node refuses writes, or its replica lags behind
+			// WaitReplicas) stops being fetched from, so its settle lane
+			// never fills and never holds up the workers, nor so the other
+			// buckets.
 			want := 0
 			if !r.soloFetch && r.maybe[b].Load() {
-				switch room := 2*r.capacity - r.dl.heldLen(b); {
+				switch room := heldPerWorker*r.capacity - r.dl.heldLen(b); {
 				case room <= 0:
 					// Its outcomes first: a settle lane signals freed.
 				case ripe && free > 0 && r.maybe[b].CompareAndSwap(true, false):

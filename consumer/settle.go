@@ -104,10 +104,11 @@ func (r *runner) settle() {
 		ch := lanes[s.bucket]
 		if ch == nil {
 			// A lane holds at most the bucket's deliveries this runner
-			// holds, which dispatch bounds to twice the capacity: the
-			// send never blocks, and the settler never waits for one
-			// bucket while the others' outcomes queue behind it.
-			ch = make(chan ack.Outcome, 2*r.capacity)
+			// holds, which dispatch bounds to heldPerWorker times the
+			// capacity: the send never blocks, and the settler never
+			// waits for one bucket while the others' outcomes queue
+			// behind it.
+			ch = make(chan ack.Outcome, heldPerWorker*r.capacity)
 			lanes[s.bucket] = ch
 			wg.Go(func() { r.lane(s.bucket, ch) })
 		}
@@ -149,9 +150,8 @@ const settleLinger = time.Millisecond
 // fetches for every worker at once: batchFor): the settles, each some
 // eight commands whatever its size, then cost the server less per job.
 // No job's start waits for it (a worker is free once it handed its outcome
-// on), and a bucket holds at most twice capacity deliveries (dispatch's
-// room), so a lane that holds that many settles them at once. An outcome
-// that comes alone is settled at once.
+// on), and while a settle is under way the next fetches go on (dispatch's
+// room, heldPerWorker). An outcome that comes alone is settled at once.
 func (r *runner) lane(b int, in chan ack.Outcome) {
 	log := r.g.env.Logger.With("topic", r.topic)
 	var linger *time.Timer

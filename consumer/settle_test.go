@@ -15,7 +15,7 @@ import (
 
 // TestSettle proves what the settler promises: a bucket whose outcomes
 // cannot be applied holds up no other bucket's, and stops being fetched
-// from at twice the workers; its outcomes are applied once it can; a lane
+// from at heldPerWorker times the workers; its outcomes are applied once it can; a lane
 // under load settles two fetches' outcomes at once; and a delivery
 // Shutdown kept in flight is concluded by its own worker.
 func TestSettle(t *testing.T) {
@@ -76,11 +76,11 @@ func TestSettle(t *testing.T) {
 		for i := range jobs {
 			eventually(t, fmt.Sprintf("b%d is settled", i), settled(log, "t", fmt.Sprintf("b%d", i)))
 		}
-		if n := fetchedFrom(log, 0); n > 2*workers {
-			t.Fatalf("%d jobs fetched from bucket 0 whose outcomes cannot be applied, want at most %d", n, 2*workers)
+		if n := fetchedFrom(log, 0); n > heldPerWorker*workers {
+			t.Fatalf("%d jobs fetched from bucket 0 whose outcomes cannot be applied, want at most %d", n, heldPerWorker*workers)
 		}
-		if n := rg.r.dl.heldLen(0); n > 2*workers {
-			t.Fatalf("bucket 0 holds %d deliveries, want at most %d", n, 2*workers)
+		if n := rg.r.dl.heldLen(0); n > heldPerWorker*workers {
+			t.Fatalf("bucket 0 holds %d deliveries, want at most %d", n, heldPerWorker*workers)
 		}
 		refusing.Store(false)
 		for i := range jobs {
