@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -398,6 +399,11 @@ func (r *runner) dispatch(ctx context.Context, tasks *sync.WaitGroup) {
 			linger.Reset(r.lingerAfter)
 		}
 		wake.Reset(max(next.Sub(now), time.Millisecond))
+		// Workers that free up wake the loop only when it may do
+		// something about it. Since the loop last woke, every worker
+		// that freed up signaled (the level was the highest), and the
+		// loop read busy after that.
+		r.wakeAt.Store(r.wakeLevel(lingering, lingered))
 		select {
 		case <-ctx.Done():
 			return
@@ -409,7 +415,26 @@ func (r *runner) dispatch(ctx context.Context, tasks *sync.WaitGroup) {
 		case <-r.freed:
 		case <-wake.C:
 		}
+		// Until the next level is set, every worker that frees up signals.
+		r.wakeAt.Store(math.MaxInt64)
 	}
+}
+
+// wakeLevel is the most jobs left running at which a worker that frees
+// up wakes the dispatcher (none running always does): once batchFor
+// workers are free, a fetch is ripe; before a linger started, the first
+// free worker starts it; after it ended, or while the runner waits to run
+// a quarantined job alone, any free worker matters. A runner under a
+// backlog so wakes twice per fetch for its workers, not once per job.
+func (r *runner) wakeLevel(lingering, lingered bool) int64 {
+	if lingered || r.alone || r.soloFetch {
+		return math.MaxInt64
+	}
+	held := r.capacity - r.reserved // running jobs at which none is free
+	if !lingering {
+		return int64(held - 1)
+	}
+	return int64(held - r.batchFor())
 }
 
 // batchFor is how many workers must be free for a fetch that does not

@@ -59,8 +59,9 @@ func (r *runner) work() {
 		if !r.g.stopping.Load() {
 			r.handle(d, guard)
 		}
-		r.busy.Add(-1)
-		signal(r.freed)
+		if n := r.busy.Add(-1); n <= r.wakeAt.Load() || n == 0 {
+			signal(r.freed)
+		}
 	}
 }
 

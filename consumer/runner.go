@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,9 +44,12 @@ type runner struct {
 	dl         *deliveries
 
 	// busy counts the jobs handed to the workers and not yet done; freed
-	// is signaled when a worker frees up or an outcome is settled, notify
-	// when a bucket may have ready work or the quarantine slot was let go.
+	// is signaled when an outcome is settled, and when a worker frees up
+	// leaving at most wakeAt jobs running (the dispatcher sets it to
+	// what may let it fetch; see wakeLevel) or none; notify when a bucket
+	// may have ready work or the quarantine slot was let go.
 	busy   atomic.Int64
+	wakeAt atomic.Int64
 	notify chan struct{}
 	freed  chan struct{}
 	jobs   chan delivery
@@ -93,6 +97,7 @@ func newRunner(g *Group, l Listener, buckets int) *runner {
 		freed:      make(chan struct{}, 1),
 		jobs:       make(chan delivery, 2*w),
 	}
+	r.wakeAt.Store(math.MaxInt64) // until the dispatcher sets a level
 	r.dispatchState = newDispatchState(buckets)
 	r.executor.init(g, l, opts)
 	r.settleState.init(w)
