@@ -60,6 +60,33 @@ func TestDispatch(t *testing.T) {
 		eventually(t, "h is settled", settled(log, "t", "h"))
 	})
 
+	t.Run("BacklogFetchesForFewerWorkersAfterALinger", func(t *testing.T) {
+		// Four workers, eight jobs, under load: two jobs ending free half
+		// the workers, and once they have been free for a linger they are
+		// fetched for, the other two still running. Workers that end wake
+		// the dispatcher only when it may fetch: the first one's wake
+		// starts the linger, and the linger's end brings the fetch.
+		gt := newGate()
+		log := &journal{}
+		rg := newRig(t, &listener{topic: "t", workers: 4, on: gt.handler}, rigOptions{log: log})
+		rg.r.lingerAfter = 50 * time.Millisecond
+		for _, id := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+			rg.f.push(0, job(id, 0))
+		}
+		rg.start()
+		for range 4 {
+			gt.wait(t)
+		}
+		gt.let("a")
+		gt.let("b")
+		eventually(t, "a second fetch", func() bool { return len(fetchesOf(log)) == 2 })
+		if got := fetchesOf(log); got[1] != 2 {
+			t.Fatalf("fetches %v, want the second for the 2 free workers", got)
+		}
+		gt.pass("c", "d", "e", "f", "g", "h")
+		eventually(t, "h is settled", settled(log, "t", "h"))
+	})
+
 	t.Run("NoBacklogFetchesForHalfTheWorkers", func(t *testing.T) {
 		// Four workers, four jobs: the first fetch takes them all and
 		// leaves none, so the runner is not under load. Two more jobs come;
