@@ -57,38 +57,15 @@ local limit = tonumber(ARGV[1])
 if not string.find(ARGV[1], '^%d+$') then
   return redis.error_reply('add.lua: pool limit ' .. ARGV[1] .. ' is no whole number')
 end
-local us = now_us()
-local created = '1|' .. string.format('%d', floor_ms(us))
-local soon = ceil_ms(us)
+-- The server's time, stamped and rounded as the prelude's now_us,
+-- floor_ms and ceil_ms do it, written out: every function a script
+-- defines is a closure made anew at each run, which cost a lone Add more
+-- than a command (the one-job path below makes one, first_reply).
+local t = redis.call('TIME')
+local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local created = '1|' .. string.format('%d', math.floor(us / 1000))
+local soon = math.ceil(us / 1000)
 local n = (#ARGV - 5) / 6
--- Every due time first: an argument that is no due time fails the run
--- before it wrote anything, not after the jobs before it. A delay and an
--- absolute due time are whole ms in plain digits, as Go sends them, and
--- the due time is at most MaxDueMs: what tonumber makes of other strings
--- differs between servers (exponents, hex, spaces), a fraction would be
--- cut to the ms before it (due early), a due time past int64 formats as
--- its least value (due at once), and one before the epoch could read as
--- -1 or -2 in the reply. due_of returns the due time of the job whose
--- arguments start at ARGV[i] as a number, for the reply and the wake-up, and
--- as the string ZADD and the op record take (the absolute due time as
--- sent, else formatted once), or nil. Interpreted Lua costs more here than
--- the commands (a string.format or a table insertion per job counts), so
--- the run does no per-job work twice.
-local function due_of(i)
-  local due, s = nil, ARGV[i + 5]
-  if s ~= '' then
-    if string.find(s, '^%d+$') then due = tonumber(s) end
-  else
-    s = ARGV[i + 4]
-    if string.find(s, '^%d+$') then due = soon + tonumber(s) end
-    s = nil
-  end
-  if due == nil or due > MAX_DUE_MS then return nil end
-  return due, s or string.format('%d', due)
-end
-local function bad_due(i)
-  return redis.error_reply('add.lua: job ' .. ARGV[i] .. ': due time is no whole number of ms from 0 to ' .. MAX_DUE_MS_TEXT)
-end
 -- first_reply returns the reply kept in the lane's record rec for a
 -- rerun of this run, nil for a run like any other, or an error reply for
 -- a copy of a run older than the lane's latest. A lane whose latest run
@@ -132,8 +109,18 @@ if n == 1 then
   -- cannot fail: once a script wrote, the server no longer refuses its
   -- writes for maxmemory, and HSETNX and ZADD of a due time in plain
   -- digits fail only on keys of the wrong type, which Go never makes.
-  local due, s = due_of(6)
-  if due == nil then return bad_due(6) end
+  -- Its due time, as due_of below works it out (see there), written out.
+  local due, s = nil, ARGV[11]
+  if s ~= '' then
+    if string.find(s, '^%d+$') then due = tonumber(s) end
+  else
+    if string.find(ARGV[10], '^%d+$') then due = soon + tonumber(ARGV[10]) end
+    s = nil
+  end
+  if due == nil or due > MAX_DUE_MS then
+    return redis.error_reply('add.lua: job ' .. ARGV[6] .. ': due time is no whole number of ms from 0 to ' .. MAX_DUE_MS_TEXT)
+  end
+  s = s or string.format('%d', due)
   local id = ARGV[6]
   if limit <= redis.call('HLEN', KEYS[1]) then
     local first = first_reply(redis.call('GET', KEYS[3]))
@@ -151,28 +138,53 @@ if n == 1 then
     if first then return first end
     return rec
   end
-  local function put_back()
-    if not rec then
-      redis.call('DEL', KEYS[3])
-    elseif rec ~= mine then
-      redis.call('SET', KEYS[3], rec, 'PX', ttl)
+  local first = first_reply(rec) -- a rerun, or a stale copy
+  if not first then
+    if redis.call('HSETNX', KEYS[1], id, created .. ARGV[8] .. ARGV[9]) == 1 then
+      local wake = redis.call('ZCOUNT', KEYS[2], '-inf', s) == 0
+      redis.call('ZADD', KEYS[2], s, ARGV[7])
+      if wake then
+        redis.call('PUBLISH', ARGV[2], ARGV[3])
+      end
+      return {due}
     end
+    first = {-1}
   end
-  local first = first_reply(rec)
-  if first then
-    put_back() -- a rerun, or a stale copy
-    return first
+  -- Added nothing: the lane's record as it was.
+  if not rec then
+    redis.call('DEL', KEYS[3])
+  elseif rec ~= mine then
+    redis.call('SET', KEYS[3], rec, 'PX', ttl)
   end
-  if redis.call('HSETNX', KEYS[1], id, created .. ARGV[8] .. ARGV[9]) == 0 then
-    put_back()
-    return {-1}
+  return first
+end
+-- Every due time first: an argument that is no due time fails the run
+-- before it wrote anything, not after the jobs before it. A delay and an
+-- absolute due time are whole ms in plain digits, as Go sends them, and
+-- the due time is at most MaxDueMs: what tonumber makes of other strings
+-- differs between servers (exponents, hex, spaces), a fraction would be
+-- cut to the ms before it (due early), a due time past int64 formats as
+-- its least value (due at once), and one before the epoch could read as
+-- -1 or -2 in the reply. due_of returns the due time of the job whose
+-- arguments start at ARGV[i] as a number, for the reply and the wake-up, and
+-- as the string ZADD and the op record take (the absolute due time as
+-- sent, else formatted once), or nil. Interpreted Lua costs more here than
+-- the commands (a string.format or a table insertion per job counts), so
+-- the run does no per-job work twice.
+local function due_of(i)
+  local due, s = nil, ARGV[i + 5]
+  if s ~= '' then
+    if string.find(s, '^%d+$') then due = tonumber(s) end
+  else
+    s = ARGV[i + 4]
+    if string.find(s, '^%d+$') then due = soon + tonumber(s) end
+    s = nil
   end
-  local wake = redis.call('ZCOUNT', KEYS[2], '-inf', s) == 0
-  redis.call('ZADD', KEYS[2], s, ARGV[7])
-  if wake then
-    redis.call('PUBLISH', ARGV[2], ARGV[3])
-  end
-  return {due}
+  if due == nil or due > MAX_DUE_MS then return nil end
+  return due, s or string.format('%d', due)
+end
+local function bad_due(i)
+  return redis.error_reply('add.lua: job ' .. ARGV[i] .. ': due time is no whole number of ms from 0 to ' .. MAX_DUE_MS_TEXT)
 end
 -- A joined run reads the lane's record first (GET is a read: a server
 -- that refuses writes still answers it) and writes it last, only when
