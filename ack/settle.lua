@@ -86,6 +86,9 @@ for i = acks + 1, n do
   local base = 8 + 3 * acks + 8 * (i - acks - 1)
   ids[i], TOK[i], OP[i], DELAY[i] = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3]
   HDR[i], REASON[i], ERR[i], LATE[i] = ARGV[base + 4], ARGV[base + 5], ARGV[base + 6], ARGV[base + 7]
+  if not string.find(DELAY[i], '^%d+$') then
+    return redis.error_reply('settle.lua: outcome ' .. i .. ': delay ' .. DELAY[i] .. ' is no whole number of ms')
+  end
 end
 local us = now_us()
 local now = ceil_ms(us) -- due times and the parked and died stamps alike

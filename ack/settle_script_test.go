@@ -369,7 +369,8 @@ func TestSettleAnswersMixedOutcomesInTheirOrder(t *testing.T) {
 }
 
 // settle.lua refuses arguments that are not 7 values, then 3 per plain ack
-// and 8 per other outcome (at most 256 outcomes), before any write.
+// and 8 per other outcome (at most 256 outcomes), or a delay that is no
+// whole number, before any write.
 func TestSettleScriptRefusesMiscountedArguments(t *testing.T) {
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
@@ -391,6 +392,7 @@ func TestSettleScriptRefusesMiscountedArguments(t *testing.T) {
 				"one plain ack short":  {1, "j", "7"},
 				"plain ack and a tail": {1, "j", "7", "", "extra"},
 				"outcome short":        {0, "j", "7", "a", 0, "", "", ""},
+				"delay no number":      {1, "j", "7", "", "j", "7", "r", "soon", "", "", "", ""},
 				"more than 256":        many,
 			} {
 				_, err := settleScript.Run(ctx, c, ks, append(append([]any{}, fixed...), rest...)...).Result()
