@@ -158,8 +158,7 @@ func TestSettleScript(t *testing.T) {
 						}
 						args := append([]any{keys.WakeChannel(got), "t#0", 1, "c"}, keep...)
 						args = append(append(append(args, 0), tc.outcome...), "")
-						v, err := settleScript.Run(ctx, c, []string{k.Pool(), k.InFlight("c"), k.Scheduled(), k.UnAck(), k.Dead(),
-							k.Reasons(), k.State(), k.Errors(), hist, k.Done(), k.DoneJobs(), k.LimitPrefix(), k.Ready()}, args...).Slice()
+						v, err := settleScript.Run(ctx, c, settleKeys(k, hist), args...).Slice()
 						require.NoError(t, err)
 						return v
 					}
@@ -245,8 +244,7 @@ func TestSettleRecordsHistory(t *testing.T) {
 				"f", "2", "f", 60000, "1|1|1|0||||\n", "", "boom", 120000, // over every bound, two minutes ago
 				"y", "5", "a", 0, "", "", "", 1, // settled before: not counted
 			}
-			v, err := settleScript.Run(ctx, c, []string{k.Pool(), k.InFlight("c"), k.Scheduled(), k.UnAck(), k.Dead(),
-				k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix(), k.Done(), k.DoneJobs(), k.LimitPrefix(), k.Ready()}, args...).Slice()
+			v, err := settleScript.Run(ctx, c, settleKeys(k, k.HistoryPrefix()), args...).Slice()
 			require.NoError(t, err)
 			require.Equal(t, []any{int64(1), int64(1), int64(0), int64(1), int64(0)}, v)
 			require.Zero(t, c.Exists(ctx, k.InFlight("c")).Val(), "every member of this consumer left")
@@ -316,8 +314,7 @@ func TestSettleTrimsBoundedRecords(t *testing.T) {
 			}
 			testutil.Seed(t, c, testutil.ZSet(k.Done(), old...), testutil.Hash(k.DoneJobs(), recs...),
 				testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.InFlight("c"), "7:j=1"), testutil.Hash(k.State(), "j=7@c"))
-			v, err := settleScript.Run(ctx, c, []string{k.Pool(), k.InFlight("c"), k.Scheduled(), k.UnAck(), k.Dead(),
-				k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix(), k.Done(), k.DoneJobs(), k.LimitPrefix(), k.Ready()},
+			v, err := settleScript.Run(ctx, c, settleKeys(k, k.HistoryPrefix()),
 				keys.WakeChannel("x"), "t#0", 1, "c", 60000, 10000, 0, "j", "7", "a", 0, "", "", "", "").Slice()
 			require.NoError(t, err)
 			require.Equal(t, []any{int64(1)}, v)
@@ -378,8 +375,7 @@ func TestSettleScriptRefusesMiscountedArguments(t *testing.T) {
 			ctx := context.Background()
 			k := keys.ForBucket(testutil.Prefix(t), "t", 0)
 			testutil.Seed(t, c, testutil.Hash(k.Pool(), "j=h\nb"), testutil.ZSet(k.InFlight("c"), "7:j=1"), testutil.Hash(k.State(), "j=7@c"))
-			ks := []string{k.Pool(), k.InFlight("c"), k.Scheduled(), k.UnAck(), k.Dead(),
-				k.Reasons(), k.State(), k.Errors(), k.HistoryPrefix(), k.Done(), k.DoneJobs(), k.LimitPrefix(), k.Ready()}
+			ks := settleKeys(k, k.HistoryPrefix())
 			fixed := []any{keys.WakeChannel("x"), "t#0", 1, "c", 0, 1}
 			many := []any{300}
 			for i := range 300 {
@@ -403,4 +399,11 @@ func TestSettleScriptRefusesMiscountedArguments(t *testing.T) {
 			require.Equal(t, []string{"j"}, c.HKeys(ctx, k.Pool()).Val())
 		})
 	}
+}
+
+// settleKeys are settle.lua's keys for consumer c in bucket k, with the
+// history prefix hist.
+func settleKeys(k keys.Bucket, hist string) []string {
+	return []string{k.Pool(), k.InFlight("c"), k.Scheduled(), k.UnAck(), k.Dead(),
+		k.Reasons(), k.State(), k.Errors(), hist, k.Done(), k.DoneJobs(), k.LimitPrefix(), k.Ready()}
 }

@@ -32,17 +32,8 @@ func TestDispatch(t *testing.T) {
 		// more, so the runner is under load. Two jobs ending free half the
 		// workers, which fetches nothing yet (the linger is lengthened out
 		// of the way); the other two ending make one fetch for all four.
-		gt := newGate()
-		log := &journal{}
-		rg := newRig(t, &listener{topic: "t", workers: 4, on: gt.handler}, rigOptions{log: log})
-		rg.r.lingerAfter = time.Minute
-		for _, id := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
-			rg.f.push(0, job(id, 0))
-		}
-		rg.start()
-		for range 4 {
-			gt.wait(t)
-		}
+		gt, log := newGate(), &journal{}
+		backlog(t, gt, log, time.Minute)
 		gt.let("a")
 		gt.let("b")
 		eventually(t, "a and b are settled", func() bool { return settled(log, "t", "a")() && settled(log, "t", "b")() })
@@ -66,17 +57,8 @@ func TestDispatch(t *testing.T) {
 		// fetched for, the other two still running. Workers that end wake
 		// the dispatcher only when it may fetch: the first one's wake
 		// starts the linger, and the linger's end brings the fetch.
-		gt := newGate()
-		log := &journal{}
-		rg := newRig(t, &listener{topic: "t", workers: 4, on: gt.handler}, rigOptions{log: log})
-		rg.r.lingerAfter = 50 * time.Millisecond
-		for _, id := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
-			rg.f.push(0, job(id, 0))
-		}
-		rg.start()
-		for range 4 {
-			gt.wait(t)
-		}
+		gt, log := newGate(), &journal{}
+		backlog(t, gt, log, 50*time.Millisecond)
 		gt.let("a")
 		gt.let("b")
 		eventually(t, "a second fetch", func() bool { return len(fetchesOf(log)) == 2 })
@@ -361,4 +343,20 @@ func TestDispatch(t *testing.T) {
 		rg.g.heardAt.Store(int64(time.Since(rg.g.base)))
 		eventually(t, "a is settled", settled(log, "t", "a"))
 	})
+}
+
+// backlog starts a runner of four workers gated by gt, logging to log,
+// whose free workers linger for linger, on eight jobs a to h, and waits
+// until its first fetch's four (a to d) run: it is under load.
+func backlog(t *testing.T, gt *gate, log *journal, linger time.Duration) {
+	t.Helper()
+	rg := newRig(t, &listener{topic: "t", workers: 4, on: gt.handler}, rigOptions{log: log})
+	rg.r.lingerAfter = linger
+	for _, id := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		rg.f.push(0, job(id, 0))
+	}
+	rg.start()
+	for range 4 {
+		gt.wait(t)
+	}
 }

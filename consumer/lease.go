@@ -207,9 +207,9 @@ func (g *leaseGuard) stop() {
 
 // close stops the guard and its timer, for good.
 func (g *leaseGuard) close() {
-	g.stop()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.armed, g.cancel, g.d = false, nil, delivery{}
 	g.t.Stop()
 	g.set = false
 }
