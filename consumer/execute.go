@@ -144,7 +144,7 @@ func (r *runner) handle(d delivery, guard *leaseGuard) {
 		err = ErrConsumeTimeout
 	}
 	if err != nil {
-		r.observeDone(took, job, r.fail(d.bucket, member, job, h, token, d.item.Late, err), err)
+		r.observeDone(took, job, r.fail(d, member, job, h, guard, err), err)
 		return
 	}
 	acked, rejoined, delay := ch.State()
@@ -215,9 +215,11 @@ func (r *runner) warnUnAck(id string) {
 	r.unackLogged, r.unackQuiet = now, 0
 }
 
-// fail applies the retry policy to a failed delivery and tells which.
-func (r *runner) fail(bucket int, member string, job *pool.Job, h pool.Header, token string, late time.Duration, cause error) Outcome {
+// fail applies the retry policy to a failed delivery and tells which;
+// guard is its worker's, for FinalRetry.
+func (r *runner) fail(d delivery, member string, job *pool.Job, h pool.Header, guard *leaseGuard, cause error) Outcome {
 	g := r.g
+	bucket, token, late := d.bucket, d.item.Token, d.item.Late
 	h.Attempt++
 	policy := retry.For(h.MaxRetries, job.RetryIntervals, r.retries, r.intervals)
 	delay, again := policy.Next(h.Attempt)
@@ -237,7 +239,13 @@ func (r *runner) fail(bucket int, member string, job *pool.Job, h pool.Header, t
 		final := *job // the handler may still hold job
 		final.Attempt = h.Attempt
 		final.LastError = ack.Cut(cause.Error())
-		r.final(fr, &final)
+		if !r.final(fr, &final, d, guard) {
+			// The lease may have lapsed before FinalRetry began: another
+			// consumer may run the job by now, and its last failure there
+			// calls FinalRetry. The job goes back unspent, fenced.
+			r.conclude(bucket, member, &ack.Outcome{ID: job.ID, Token: token, Op: ack.OpRejoin, HadError: job.LastError != "", Late: late})
+			return OutcomeInterrupted
+		}
 	}
 	r.conclude(bucket, member, &ack.Outcome{ID: job.ID, Token: token, Op: ack.OpDead, Header: ack.HeaderFor(ack.OpDead, h),
 		Reason: fmt.Sprintf("failed %d times; last: %v", h.Attempt, cause), Err: cause.Error(), Late: late})
@@ -255,8 +263,22 @@ func (r *runner) call(ctx context.Context, job *pool.Job, ch *ack.Channel) (err 
 	return r.handler(ctx, job, ch)
 }
 
-func (r *runner) final(fr FinalRetryListener, job *pool.Job) {
-	ctx, cancel := r.g.handlerCtx, context.CancelFunc(func() {})
+// final calls FinalRetry for job, the last failure of delivery d, under
+// the handler's bounds: its ctx ends at Shutdown's cancel, after
+// ConsumeTimeout, and (with ErrLeaseLapsed) when the lease on the job's
+// bucket may lapse, guarded by guard as the handler was. It returns false,
+// calling nothing, when the lease may have lapsed already.
+func (r *runner) final(fr FinalRetryListener, job *pool.Job, d delivery, guard *leaseGuard) (called bool) {
+	leaseCtx, lapse := context.WithCancelCause(r.g.handlerCtx)
+	guard.arm(d, lapse)
+	defer func() {
+		guard.stop()
+		lapse(nil)
+	}()
+	if errors.Is(context.Cause(leaseCtx), ErrLeaseLapsed) {
+		return false
+	}
+	ctx, cancel := leaseCtx, context.CancelFunc(func() {})
 	if r.consumeTimeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, r.consumeTimeout)
 	}
@@ -266,5 +288,7 @@ func (r *runner) final(fr FinalRetryListener, job *pool.Job) {
 			r.g.env.Logger.Error("redeq: FinalRetry panicked", "topic", r.topic, "id", job.ID, "panic", p, "stack", string(debug.Stack()))
 		}
 	}()
+	called = true // a panic in FinalRetry counts as its call
 	fr.FinalRetry(ctx, job)
+	return true
 }

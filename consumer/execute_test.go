@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,6 +112,59 @@ func TestExecute(t *testing.T) {
 		}
 	})
 
+	t.Run("FinalRetryCtxEndsWhenTheLeaseMayLapse", func(t *testing.T) {
+		var cause error
+		l := &listener{topic: "t", workers: 1,
+			on: func(context.Context, *pool.Job, *ack.Channel) error { return boom },
+			final: func(ctx context.Context, job *pool.Job) {
+				select {
+				case <-ctx.Done():
+					cause = context.Cause(ctx)
+				case <-time.After(10 * time.Second):
+				}
+			},
+		}
+		rg := newRig(t, finalListener{l}, rigOptions{cfg: func(cfg *config.Config) { cfg.Retry = 1 }})
+		r := rg.r
+		item := lastTry("j")
+		members := r.dl.hold(0, []ready.Item{item})
+		// The fetch's protection runs out 300 ms from now, and no
+		// renewal gets through: FinalRetry is still running then.
+		sent := time.Now().Add(-leaseWindow(rg.g.cfg.ConsumerTimeout) + 300*time.Millisecond)
+		r.handle(delivery{bucket: 0, item: item, member: members[0], sent: sent}, workerGuard(t, r))
+		if !errors.Is(cause, ErrLeaseLapsed) {
+			t.Fatalf("FinalRetry's ctx ended with %v, want ErrLeaseLapsed", cause)
+		}
+		s := <-r.outs
+		r.submits.Wait()
+		if s.out.Op != ack.OpDead || s.out.Token != "tok-j" {
+			t.Fatalf("outcome %+v, want j's delivery dead (fenced: it lands only while the job is still this delivery's)", s.out)
+		}
+	})
+
+	t.Run("LeaseLapsedBeforeFinalRetryCallsNone", func(t *testing.T) {
+		called := false
+		clock := &shiftedClock{}
+		l := &listener{topic: "t", workers: 1,
+			final: func(context.Context, *pool.Job) { called = true },
+		}
+		rg := newRig(t, finalListener{l}, rigOptions{cfg: func(cfg *config.Config) { cfg.Retry = 1 }})
+		rg.g.env.Clock = clock
+		// The handler fails as its lease may lapse, by the consumer's
+		// clock, before the guard's timer fires.
+		l.on = func(context.Context, *pool.Job, *ack.Channel) error {
+			clock.shift.Store(int64(rg.g.cfg.ConsumerTimeout))
+			return boom
+		}
+		out := runOne(t, rg, lastTry("j"))
+		if called {
+			t.Fatal("FinalRetry was called for a delivery whose lease may have lapsed")
+		}
+		if out == nil || out.Op != ack.OpRejoin || out.Delay != 0 || out.Err != "" || out.Token != "tok-j" {
+			t.Fatalf("outcome %+v, want j's delivery given back due now, unspent", out)
+		}
+	})
+
 	t.Run("LeaseLapsedBeforeTheHandlerCallsNone", func(t *testing.T) {
 		ran := false
 		rg := newRig(t, &listener{topic: "t", workers: 1, on: func(context.Context, *pool.Job, *ack.Channel) error { ran = true; return nil }}, rigOptions{})
@@ -173,4 +227,16 @@ func TestExecute(t *testing.T) {
 			t.Fatalf("outcome %+v, want a retry after the listener's 7s", out)
 		}
 	})
+}
+
+// shiftedClock is the local clock moved on by shift.
+type shiftedClock struct{ shift atomic.Int64 }
+
+func (c *shiftedClock) Now() time.Time { return time.Now().Add(time.Duration(c.shift.Load())) }
+
+// lastTry is a job whose next failure is its last under Retry = 1.
+func lastTry(id string) ready.Item {
+	item := job(id, 0)
+	item.Envelope = string(pool.Encode(pool.Header{CreatedMs: 1, Attempt: 1}, []byte("x")))
+	return item
 }

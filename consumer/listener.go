@@ -30,7 +30,10 @@ type Listener interface {
 
 // FinalRetryListener is a Listener told when a job's retries run out. It
 // runs once, while the job is still in flight; the job moves to the dead
-// set when it returns.
+// set when it returns. Its ctx ends as the handler's does: at Shutdown's
+// cancel, after ConsumeTimeout, and with ErrLeaseLapsed when the lease
+// on the job may lapse (another consumer may then run the job, and call
+// FinalRetry after its last failure there).
 type FinalRetryListener interface {
 	FinalRetry(ctx context.Context, job *pool.Job)
 }

@@ -139,7 +139,8 @@ func WithMiddleware(mw ...Middleware) ListenerOption {
 
 // WithFinalRetry is called once when a job's retries run out, with
 // job.LastError set, while the job is still in flight; the job moves to
-// the dead set when it returns.
+// the dead set when it returns. Its ctx ends as the handler's does (see
+// FinalRetryListener).
 func WithFinalRetry(f func(ctx context.Context, job *Job)) ListenerOption {
 	return func(s *listenerSettings) { s.final = f }
 }
