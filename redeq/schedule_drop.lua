@@ -1,8 +1,9 @@
 -- Stops one tick of a generation a change of its schedule ended: it
 -- claims the tick for that generation (so a pass of it that writes later,
 -- one whose process hung or died, finds the claim and writes nothing),
--- and removes the tick's job while it waits, when its instant came after
--- the change and the job is not one the current generation claimed.
+-- and removes the tick's job while it waits (wherever it was moved to, in
+-- the bucket or in the ready list), when its instant came after the change
+-- and the job is not one the current generation claimed.
 -- KEYS[1] -> pool HASH
 -- KEYS[2] -> bucket ZSET
 -- KEYS[3] -> state HASH
@@ -14,12 +15,14 @@
 -- ARGV[4] -> tick instant, unix ms
 -- ARGV[5] -> the schedule's current generation, or "" when deleted
 -- Returns 1 when it removed the job, 0 otherwise (nothing waiting, a tick
--- due before the change, a job of the current generation, one running).
+-- due before the change, a job of the current generation, one running, a
+-- retry of one that failed).
 -- O(log n); a rerun, or a second client stopping the same tick, finds the
 -- claim made and the job gone and writes nothing.
+if #ARGV ~= 5 then return redis.error_reply('schedule_drop.lua: ' .. #ARGV .. ' arguments, want 5') end
 for i, what in pairs({[3] = 'change', [4] = 'tick'}) do
-  if not string.find(ARGV[i], '^%d+$') then
-    return redis.error_reply('schedule_drop.lua: ' .. what .. ' ' .. ARGV[i] .. ' is no whole number')
+  if not string.find(ARGV[i], '^%d+$') or #ARGV[i] > #MAX_DUE_MS_TEXT or tonumber(ARGV[i]) > MAX_DUE_MS then
+    return redis.error_reply('schedule_drop.lua: ' .. what .. ' ' .. ARGV[i] .. ' is no whole number of ms from 0 to ' .. MAX_DUE_MS_TEXT)
   end
 end
 if ARGV[2] == '' then return redis.error_reply('schedule_drop.lua: no generation') end
@@ -27,9 +30,14 @@ local tick, change = tonumber(ARGV[4]), tonumber(ARGV[3])
 redis.call('ZADD', KEYS[4], 'NX', string.format('%d', math.max(tick, change)), ARGV[1] .. '#' .. ARGV[2])
 if tick <= change then return 0 end
 if ARGV[5] ~= '' and redis.call('ZSCORE', KEYS[4], ARGV[1] .. '#' .. ARGV[5]) ~= false then return 0 end
+-- A job of the tick's id that failed before (it has a last error) is a
+-- retry of a run the tick already had: it stays. Any other is the tick's
+-- job still waiting, at its instant or moved since (rescheduled by an
+-- operator, or given back by a handler's Rejoin): it goes.
+local failed = redis.call('HEXISTS', KEYS[5], ARGV[1]) == 1
 local due = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if due ~= false then
-  if tonumber(due) ~= tick then return 0 end -- a retry of the job, no waiting tick
+  if failed then return 0 end
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('HDEL', KEYS[1], ARGV[1])
   return 1
@@ -38,7 +46,7 @@ end
 -- or "r"; keys.Bucket.State), of a job that never failed (a retry's job
 -- has a last error). The stale ready entry is dropped by the next fetch,
 -- as for a deleted job.
-if is_ready(redis.call('HGET', KEYS[3], ARGV[1])) and redis.call('HEXISTS', KEYS[5], ARGV[1]) == 0 then
+if not failed and is_ready(redis.call('HGET', KEYS[3], ARGV[1])) then
   redis.call('HDEL', KEYS[3], ARGV[1])
   redis.call('HDEL', KEYS[1], ARGV[1])
   return 1

@@ -14,7 +14,8 @@ import (
 
 // TestScheduleDropScript: schedule_drop.lua claims a tick for the
 // generation a change ended and removes the tick's job while it waits
-// (scheduled at the tick, or due and not fetched), only when the tick came
+// (scheduled at the tick or moved to another time without a failure, or
+// due and not fetched), only when the tick came
 // after the change and the current generation did not claim it; a rerun,
 // or a second client stopping the same tick, writes nothing more; a bad
 // argument writes nothing; among 100,000 other claims and jobs it touches
@@ -60,11 +61,17 @@ func TestScheduleDropScript(t *testing.T) {
 				{"a change instant that is no number", "g1", "x", tick, "no whole number"},
 				{"a tick that is no number", "g1", change, "5s", "no whole number"},
 				{"no generation", "", change, tick, "no generation"},
+				{"a tick past the year 9999", "g1", change, "99999999999999999999999", "no whole number"},
 			} {
 				_, err := run(id, tc.gen, tc.change, tc.tick, "g2")
 				require.ErrorContains(t, err, tc.want, tc.name)
 				require.Equal(t, after, testutil.Dump(t, rdb, prefix), "%s writes nothing", tc.name)
 			}
+
+			_, err = scheduleDropScript.Run(ctx, rdb, []string{k.Pool(), k.Scheduled(), k.State(), k.Ticks(), k.Errors()},
+				id, "g1", change, tick).Result()
+			require.ErrorContains(t, err, "4 arguments, want 5")
+			require.Equal(t, after, testutil.Dump(t, rdb, prefix), "a miscounted call writes nothing")
 
 			// What stays.
 			for _, tc := range []struct {
@@ -79,6 +86,9 @@ func TestScheduleDropScript(t *testing.T) {
 			} {
 				id := tickID("s", tc.at)
 				waiting(id, tc.due)
+				if tc.due != tc.at {
+					require.NoError(t, rdb.HSet(ctx, k.Errors(), id, "boom").Err())
+				}
 				if tc.cur != "" {
 					require.NoError(t, rdb.ZAdd(ctx, k.Ticks(), redis.Z{Score: float64(tc.at), Member: id + "#" + tc.cur}).Err())
 				}
@@ -88,6 +98,16 @@ func TestScheduleDropScript(t *testing.T) {
 				require.Contains(t, rdb.HKeys(ctx, k.Pool()).Val(), id, "%s stays", tc.name)
 				require.NotEqual(t, redis.Nil, rdb.ZScore(ctx, k.Ticks(), id+"#g1").Err(), "%s: the ended generation's claim is made", tc.name)
 			}
+
+			// Moved to another due time without a failure (rescheduled by
+			// an operator, or rejoined): still the tick's waiting job.
+			moved := tickID("s", tick+5)
+			waiting(moved, tick+90_000)
+			n, err = run(moved, "g1", change, strconv.Itoa(tick+5), "")
+			require.NoError(t, err)
+			require.EqualValues(t, 1, n, "a tick's job moved to another time goes")
+			require.NotContains(t, rdb.HKeys(ctx, k.Pool()).Val(), moved)
+			require.Equal(t, redis.Nil, rdb.ZScore(ctx, k.Scheduled(), moved).Err())
 
 			// Due and not fetched yet, its ready state in either format
 			// (the current one carries the due time); in flight.
