@@ -551,16 +551,35 @@ func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
 	if err := checkScheduleName(ctx, name); err != nil {
 		return err
 	}
-	if _, err := c.scheduleState(ctx, name, "delete"); err != nil {
-		return err
+	_, gone := c.scheduleState(ctx, name, "delete")
+	if gone != nil && !errors.Is(gone, ErrScheduleNotFound) {
+		return gone
 	}
+	// Also when there is none: a delete retried after its first call
+	// failed past the record's removal finishes that call's work.
 	if err := c.stopStaleTicks(ctx, name); err != nil {
 		return fmt.Errorf("delete schedule %q: %w", name, err)
 	}
-	if err := c.rdb.ZRem(ctx, keys.Schedules(c.cfg.Prefix), name).Err(); err != nil {
+	if err := c.forgetDeleted(ctx, name); err != nil {
 		return fmt.Errorf("delete schedule %q: %w", name, err)
 	}
-	return nil
+	return gone
+}
+
+// forgetDeleted removes schedule name, whose record is gone, from the
+// index. A put that wrote the record again meanwhile adds its index entry
+// after the record, so the entry comes back when the record is there
+// after the removal.
+func (c *Client) forgetDeleted(ctx context.Context, name string) error {
+	index := keys.Schedules(c.cfg.Prefix)
+	if err := c.rdb.ZRem(ctx, index, name).Err(); err != nil {
+		return err
+	}
+	n, err := c.rdb.Exists(ctx, keys.ForSchedule(c.cfg.Prefix, name).Record()).Result()
+	if err != nil || n == 0 {
+		return err
+	}
+	return c.rdb.ZAddNX(ctx, index, redis.Z{Score: 0, Member: name}).Err()
 }
 
 // PauseSchedule stops the ticks of schedule name, for every client, and
@@ -572,14 +591,31 @@ func (c *Client) PauseSchedule(ctx context.Context, name string) error {
 		return err
 	}
 	r, err := c.scheduleState(ctx, name, "pause")
-	if err != nil || r.code == "0" {
+	if err != nil {
 		return err
 	}
+	// Also when it was paused already: a pause retried after its first
+	// call failed past the record's change finishes that call's work.
 	if err := c.stopStaleTicks(ctx, name); err != nil {
 		return fmt.Errorf("pause schedule %q: %w", name, err)
 	}
-	if err := c.rdb.ZAdd(ctx, keys.Schedules(c.cfg.Prefix), redis.Z{Score: pausedScore, Member: name}).Err(); err != nil {
+	if r.code == "0" {
+		return nil
+	}
+	index := keys.Schedules(c.cfg.Prefix)
+	if err := c.rdb.ZAdd(ctx, index, redis.Z{Score: pausedScore, Member: name}).Err(); err != nil {
 		return fmt.Errorf("pause schedule %q: %w", name, err)
+	}
+	// A resume between the pause and the line above set the entry due;
+	// it is due again, so that a pass sees the schedule tick.
+	rec, err := c.readRecord(ctx, name)
+	if err != nil {
+		return fmt.Errorf("pause schedule %q: %w", name, err)
+	}
+	if rec != nil && !rec.paused {
+		if err := c.rdb.ZAdd(ctx, index, redis.Z{Score: 0, Member: name}).Err(); err != nil {
+			return fmt.Errorf("pause schedule %q: %w", name, err)
+		}
 	}
 	return nil
 }

@@ -271,7 +271,12 @@ func (s *scheduler) tickSchedule(ctx context.Context, name string, score, now in
 			return pool.MaxDueMs, err
 		}
 		if rec == nil {
-			return pool.MaxDueMs, nil // deleted meanwhile
+			// Deleted meanwhile, or its deleter died before it removed
+			// the index entry, which every pass would read again.
+			if err := c.forgetDeleted(ctx, name); err != nil {
+				return pool.MaxDueMs, fmt.Errorf("schedule %q: %w", name, err)
+			}
+			return pool.MaxDueMs, nil
 		}
 	}
 	setScore := func(to float64) error {

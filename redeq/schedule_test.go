@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -947,7 +948,7 @@ func TestSchedulePauseOrDeleteStopsTickOfAKilledPass(t *testing.T) {
 // before it stopped the waiting tick of the generation it ended, is
 // finished by the next pass of any client: the old tick's job goes (a
 // changed schedule's tick at that instant comes back with the new
-// content), so it never runs.
+// content), so it never runs, and a deleted schedule leaves the index.
 func TestScheduleChangeWhoseCallerDiesIsFinishedByAPass(t *testing.T) {
 	t.Parallel()
 	for _, change := range []string{"Change", "Pause", "Delete"} {
@@ -990,6 +991,55 @@ func TestScheduleChangeWhoseCallerDiesIsFinishedByAPass(t *testing.T) {
 				require.Eventually(t, func() bool {
 					return e.rdb.Exists(ctx, e.cfg.Prefix+":{sched:y}:stale").Val() == 0
 				}, 10*time.Second, 10*time.Millisecond, "and forgets the generation")
+				if change == "Delete" {
+					require.Eventually(t, func() bool {
+						return !slices.Contains(e.rdb.ZRange(ctx, e.cfg.Prefix+":schedules", 0, -1).Val(), "y")
+					}, 10*time.Second, 10*time.Millisecond, "and the deleted schedule's index entry")
+				}
+			})
+		})
+	}
+}
+
+// TestScheduleChangeRetriedAfterAFailureFinishesIt: a pause or a delete
+// whose first call failed after its record write, before it stopped the
+// waiting tick, is finished by the caller's retry, with no pass running:
+// when the retry returns, the tick's job is gone (and a deleted
+// schedule's index entry with it), whatever the retry answers (nil for a
+// schedule paused already, ErrScheduleNotFound for one deleted already).
+func TestScheduleChangeRetriedAfterAFailureFinishesIt(t *testing.T) {
+	t.Parallel()
+	for _, change := range []string{"Pause", "Delete"} {
+		t.Run(change, func(t *testing.T) {
+			each(t, func(t *testing.T, e *env) {
+				ctx := context.Background()
+				s := redeq.Schedule{Name: "q", Topic: "qs", Spec: "0 0 1 1 *"}
+				require.NoError(t, e.c.PutSchedule(ctx, s))
+				next, err := redeq.NextTicks(s, time.Now(), 1)
+				require.NoError(t, err)
+				// Another client adds the tick, then stops: no pass runs
+				// from here on.
+				adder := e.another(t, nil)
+				startSched(t, adder, nil)
+				require.Eventually(t, func() bool { return hasTick(t, e.c, "qs", "q", next[0]) }, 10*time.Second, 10*time.Millisecond)
+				require.NoError(t, adder.Shutdown(ctx))
+
+				drop := newScriptHook(t, "redeq/schedule_drop.lua")
+				drop.set(func(context.Context, redis.Cmder, func() error) error { return errors.New("i/o timeout") })
+				failing := e.hooked(t, drop)
+				index := e.cfg.Prefix + ":schedules"
+				if change == "Pause" {
+					require.Error(t, failing.PauseSchedule(ctx, "q"))
+					require.True(t, hasTick(t, e.c, "qs", "q", next[0]), "the scenario: the first call left the tick")
+					require.NoError(t, e.c.PauseSchedule(ctx, "q"), "a retry of a pause succeeds")
+				} else {
+					require.Error(t, failing.DeleteSchedule(ctx, "q"))
+					require.True(t, hasTick(t, e.c, "qs", "q", next[0]), "the scenario: the first call left the tick")
+					require.ErrorIs(t, e.c.DeleteSchedule(ctx, "q"), redeq.ErrScheduleNotFound)
+					require.NotContains(t, e.rdb.ZRange(ctx, index, 0, -1).Val(), "q", "the deleted schedule leaves the index")
+				}
+				require.False(t, hasTick(t, e.c, "qs", "q", next[0]), "the retry stopped the waiting tick")
+				require.Zero(t, e.rdb.Exists(ctx, e.cfg.Prefix+":{sched:q}:stale").Val(), "and forgot the generation")
 			})
 		})
 	}
