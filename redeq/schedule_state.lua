@@ -18,7 +18,11 @@
 -- nothing there. A rerun after a lost reply returns the first run's
 -- reply.
 if #ARGV ~= 6 then return redis.error_reply('schedule_state.lua: ' .. #ARGV .. ' arguments, want 6') end
-if not string.find(ARGV[1], '^%d+$') then return redis.error_reply('schedule_state.lua: op TTL ' .. ARGV[1] .. ' is no whole number') end
+-- SET ... PX refuses 0 and what is past a day here would be no answer
+-- to a rerun: checked before any write.
+if not string.find(ARGV[1], '^%d+$') or #ARGV[1] > 8 or tonumber(ARGV[1]) < 1 or tonumber(ARGV[1]) > 86400000 then
+  return redis.error_reply('schedule_state.lua: op TTL ' .. ARGV[1] .. ' is no whole number of ms from 1 to a day')
+end
 local done = redis.call('GET', KEYS[2])
 if done then return done end
 local r = redis.call('HMGET', KEYS[1], 'topic', 'tick', 'paused', 'gen', 'cursor', 'version', 'prevtick')

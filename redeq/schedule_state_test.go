@@ -79,6 +79,12 @@ func TestScheduleChangeEndsItsGenerationOnce(t *testing.T) {
 			require.ErrorContains(t, err, "no whole number")
 			_, err = state("s4", "jump", "g5")
 			require.ErrorContains(t, err, "unknown action")
+			_, err = scheduleStateScript.Run(ctx, rdb, []string{k.Record(), k.Op("s8"), k.Stale()}, 0, "delete", "", "", "", "").Text()
+			require.ErrorContains(t, err, "op TTL 0")
+			cs, err := compile(Schedule{Name: "s", Topic: "rs", Spec: "@every 2s"}, 1<<20)
+			require.NoError(t, err)
+			_, err = schedulePutScript.Run(ctx, rdb, []string{k.Record(), k.Op("p9"), k.Stale()}, append(append([]any{0}, cs.content()...), "g8")...).Text()
+			require.ErrorContains(t, err, "op TTL 0")
 			require.Equal(t, before, testutil.Dump(t, rdb, prefix), "a refused call writes nothing")
 
 			now := rdb.Time(ctx).Val().UnixMilli()
