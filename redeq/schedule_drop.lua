@@ -14,11 +14,13 @@
 -- ARGV[3] -> the change's instant, unix ms
 -- ARGV[4] -> tick instant, unix ms
 -- ARGV[5] -> the schedule's current generation, or "" when deleted
--- Returns 1 when it removed the job, 0 otherwise (nothing waiting, a tick
--- due before the change, a job of the current generation, one running, a
--- retry of one that failed).
--- O(log n); a rerun, or a second client stopping the same tick, finds the
--- claim made and the job gone and writes nothing.
+-- Returns 1 when it removed the job, 0 otherwise (a tick due before the
+-- change, one the ended generation never added, a job of the current
+-- generation, one running or acked, a retry of one that failed).
+-- O(log n); a rerun, or a second client stopping the same tick, finds its
+-- mark ("<claim>!") and writes nothing. Members of the ticks ZSET it
+-- writes: the claim, the mark, and "<job id>#*" for a tick that had its
+-- run; all scored as the claim, so they expire with it.
 if #ARGV ~= 5 then return redis.error_reply('schedule_drop.lua: ' .. #ARGV .. ' arguments, want 5') end
 for i, what in pairs({[3] = 'change', [4] = 'tick'}) do
   if not string.find(ARGV[i], '^%d+$') or #ARGV[i] > #MAX_DUE_MS_TEXT or tonumber(ARGV[i]) > MAX_DUE_MS then
@@ -27,8 +29,19 @@ for i, what in pairs({[3] = 'change', [4] = 'tick'}) do
 end
 if ARGV[2] == '' then return redis.error_reply('schedule_drop.lua: no generation') end
 local tick, change = tonumber(ARGV[4]), tonumber(ARGV[3])
-redis.call('ZADD', KEYS[4], 'NX', string.format('%d', math.max(tick, change)), ARGV[1] .. '#' .. ARGV[2])
-if tick <= change then return 0 end
+local claim = ARGV[1] .. '#' .. ARGV[2]
+-- The mark of this stop: a rerun, or a second client stopping the same
+-- tick, finds it and writes nothing; a job of the tick's id waiting by
+-- then is another generation's (added after this stop removed the
+-- ended one's), and stays.
+local stopped = claim .. '!'
+if redis.call('ZSCORE', KEYS[4], stopped) ~= false then return 0 end
+local score = string.format('%d', math.max(tick, change))
+-- The claim existed: the ended generation added the tick's job (or found
+-- one of its id waiting). Else it never did, and what waits is not its.
+local wrote = redis.call('ZADD', KEYS[4], 'NX', score, claim) == 0
+redis.call('ZADD', KEYS[4], score, stopped)
+if tick <= change or not wrote then return 0 end
 if ARGV[5] ~= '' and redis.call('ZSCORE', KEYS[4], ARGV[1] .. '#' .. ARGV[5]) ~= false then return 0 end
 -- A job of the tick's id that failed before (it has a last error) is a
 -- retry of a run the tick already had: it stays. Any other is the tick's
@@ -37,7 +50,10 @@ if ARGV[5] ~= '' and redis.call('ZSCORE', KEYS[4], ARGV[1] .. '#' .. ARGV[5]) ~=
 local failed = redis.call('HEXISTS', KEYS[5], ARGV[1]) == 1
 local due = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if due ~= false then
-  if failed then return 0 end
+  if failed then
+    redis.call('ZADD', KEYS[4], score, ARGV[1] .. '#*') -- see below
+    return 0
+  end
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('HDEL', KEYS[1], ARGV[1])
   return 1
@@ -51,4 +67,8 @@ if not failed and is_ready(redis.call('HGET', KEYS[3], ARGV[1])) then
   redis.call('HDEL', KEYS[1], ARGV[1])
   return 1
 end
+-- The ended generation's job of the tick runs, ran or is retried: its
+-- tick had its run, and no later generation adds it again
+-- (schedule_tick.lua reads this mark).
+redis.call('ZADD', KEYS[4], score, ARGV[1] .. '#*')
 return 0

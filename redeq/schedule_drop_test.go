@@ -13,13 +13,14 @@ import (
 )
 
 // TestScheduleDropScript: schedule_drop.lua claims a tick for the
-// generation a change ended and removes the tick's job while it waits
-// (scheduled at the tick or moved to another time without a failure, or
-// due and not fetched), only when the tick came
-// after the change and the current generation did not claim it; a rerun,
-// or a second client stopping the same tick, writes nothing more; a bad
-// argument writes nothing; among 100,000 other claims and jobs it touches
-// only its own.
+// generation a change ended and removes the job that generation added for
+// the tick while it waits (scheduled at the tick or moved to another time
+// without a failure, or due and not fetched), only when the tick came after
+// the change and the current generation did not claim it; a job of the
+// tick a newer generation added after the removal stays, and a tick whose
+// job ran is not added again; a rerun, or a second client stopping the
+// same tick, writes nothing more; a bad argument writes nothing; among
+// 100,000 other claims and jobs it touches only its own.
 func TestScheduleDropScript(t *testing.T) {
 	for _, b := range testutil.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
@@ -33,12 +34,18 @@ func TestScheduleDropScript(t *testing.T) {
 				return scheduleDropScript.Run(ctx, rdb, []string{k.Pool(), k.Scheduled(), k.State(), k.Ticks(), k.Errors()},
 					id, gen, change, tick, cur).Int64()
 			}
+			// claimed writes the claim of tick job id by generation gen,
+			// as schedule_tick.lua does when it adds the job.
+			claimed := func(id, gen string, at int64) {
+				require.NoError(t, rdb.ZAdd(ctx, k.Ticks(), redis.Z{Score: float64(at), Member: id + "#" + gen}).Err())
+			}
 			waiting := func(id string, at int64) {
 				require.NoError(t, rdb.HSet(ctx, k.Pool(), id, "1|1|envelope").Err())
 				require.NoError(t, rdb.ZAdd(ctx, k.Scheduled(), redis.Z{Score: float64(at), Member: id}).Err())
 			}
 
 			waiting(id, tick)
+			claimed(id, "g1", tick)
 			n, err := run(id, "g1", change, tick, "g2")
 			require.NoError(t, err)
 			require.EqualValues(t, 1, n, "a waiting tick of the ended generation goes")
@@ -73,19 +80,36 @@ func TestScheduleDropScript(t *testing.T) {
 			require.ErrorContains(t, err, "4 arguments, want 5")
 			require.Equal(t, after, testutil.Dump(t, rdb, prefix), "a miscounted call writes nothing")
 
+			// A newer generation adds the tick again once it was stopped
+			// (its claim made after the removal); a stopper that read the
+			// schedule's generation before that change (stale: "g2", no
+			// claim) leaves the newer job.
+			waiting(id, tick)
+			claimed(id, "g3", tick)
+			n, err = run(id, "g1", change, tick, "g2")
+			require.NoError(t, err)
+			require.EqualValues(t, 0, n)
+			require.Contains(t, rdb.HKeys(ctx, k.Pool()).Val(), id, "a stale stopper leaves a newer generation's job")
+			require.NoError(t, rdb.Del(ctx, k.Pool(), k.Scheduled(), k.Ticks()).Err())
+
 			// What stays.
 			for _, tc := range []struct {
-				name string
-				at   int64 // tick instant
-				due  int64 // the job's due time
-				cur  string
+				name  string
+				at    int64 // tick instant
+				due   int64 // the job's due time
+				cur   string
+				wrote bool // the ended generation added the job
 			}{
-				{"a tick due before the change", change - 1, change - 1, ""},
-				{"a job the current generation claimed", tick + 1, tick + 1, "g2"},
-				{"a retry of the tick's job, due later", tick + 2, tick + 60_000, ""},
+				{"a tick due before the change", change - 1, change - 1, "", true},
+				{"a job the current generation claimed", tick + 1, tick + 1, "g2", true},
+				{"a retry of the tick's job, due later", tick + 2, tick + 60_000, "", true},
+				{"a job the ended generation never added", tick + 6, tick + 6, "", false},
 			} {
 				id := tickID("s", tc.at)
 				waiting(id, tc.due)
+				if tc.wrote {
+					claimed(id, "g1", tc.at)
+				}
 				if tc.due != tc.at {
 					require.NoError(t, rdb.HSet(ctx, k.Errors(), id, "boom").Err())
 				}
@@ -103,6 +127,7 @@ func TestScheduleDropScript(t *testing.T) {
 			// an operator, or rejoined): still the tick's waiting job.
 			moved := tickID("s", tick+5)
 			waiting(moved, tick+90_000)
+			claimed(moved, "g1", tick+5)
 			n, err = run(moved, "g1", change, strconv.Itoa(tick+5), "")
 			require.NoError(t, err)
 			require.EqualValues(t, 1, n, "a tick's job moved to another time goes")
@@ -115,19 +140,30 @@ func TestScheduleDropScript(t *testing.T) {
 			for _, state := range []string{"r", "r" + strconv.Itoa(tick+3)} {
 				require.NoError(t, rdb.HSet(ctx, k.Pool(), ready, "1|1|envelope").Err())
 				require.NoError(t, rdb.HSet(ctx, k.State(), ready, state).Err())
+				claimed(ready, "g1", tick+3)
 				n, err = run(ready, "g1", change, strconv.Itoa(tick+3), "")
 				require.NoError(t, err)
 				require.EqualValues(t, 1, n, "a due tick not fetched yet goes, its state %q", state)
 				require.NotContains(t, rdb.HKeys(ctx, k.Pool()).Val(), ready)
 				require.NotContains(t, rdb.HKeys(ctx, k.State()).Val(), ready)
-				require.NoError(t, rdb.ZRem(ctx, k.Ticks(), ready+"#g1").Err())
+				require.NoError(t, rdb.ZRem(ctx, k.Ticks(), ready+"#g1", ready+"#g1!").Err())
 			}
 			require.NoError(t, rdb.HSet(ctx, k.Pool(), inflight, "1|1|envelope").Err())
 			require.NoError(t, rdb.HSet(ctx, k.State(), inflight, "token@consumer").Err())
+			claimed(inflight, "g1", tick+4)
 			n, err = run(inflight, "g1", change, strconv.Itoa(tick+4), "")
 			require.NoError(t, err)
 			require.EqualValues(t, 0, n, "a running tick's job is its delivery's")
 			require.Contains(t, rdb.HKeys(ctx, k.Pool()).Val(), inflight)
+			// That tick had its run: a newer generation does not add it
+			// again once the job is acked.
+			require.NoError(t, rdb.HDel(ctx, k.Pool(), inflight).Err())
+			require.NoError(t, rdb.HDel(ctx, k.State(), inflight).Err())
+			added, err := scheduleTickScript.Run(ctx, rdb, []string{k.Pool(), k.Scheduled(), k.Ticks()},
+				inflight, inflight+"#g3", tick+4, "|0|0|0||\n", "body", 1000, "wake", "rs#0", 60_000).Int64()
+			require.NoError(t, err)
+			require.EqualValues(t, 1, added, "the tick stands claimed")
+			require.NotContains(t, rdb.HKeys(ctx, k.Pool()).Val(), inflight, "a tick that had its run is not added again")
 			// Among 100,000 other claims and jobs: only its own change.
 			require.NoError(t, rdb.Del(ctx, k.Pool(), k.Scheduled(), k.State(), k.Ticks()).Err())
 			others := make([]redis.Z, 0, 100_000)
@@ -144,10 +180,11 @@ func TestScheduleDropScript(t *testing.T) {
 			}
 
 			waiting(id, tick)
+			claimed(id, "g1", tick)
 			n, err = run(id, "g1", change, tick, "g2")
 			require.NoError(t, err)
 			require.EqualValues(t, 1, n)
-			require.Equal(t, int64(100_001), rdb.ZCard(ctx, k.Ticks()).Val(), "the others' claims stay, its own is made")
+			require.Equal(t, int64(100_002), rdb.ZCard(ctx, k.Ticks()).Val(), "the others' claims stay, its own and its mark are there")
 			require.Equal(t, int64(100_000), rdb.HLen(ctx, k.Pool()).Val(), "the others' jobs stay, its own goes")
 			require.Equal(t, int64(100_000), rdb.ZCard(ctx, k.Scheduled()).Val())
 		})

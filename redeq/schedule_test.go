@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1043,4 +1044,46 @@ func TestScheduleChangeRetriedAfterAFailureFinishesIt(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestScheduleTickRunsOnceWhenItsStopIsLate: a change of a schedule's body
+// keeps its tick instants; when the stop of the ended generation's waiting
+// tick comes late (its caller failed in it, and the pass that finishes it
+// takes seconds), so that the old tick's job may run first, the tick still
+// runs once: with the old body when its job ran before the stop, else with
+// the new one.
+func TestScheduleTickRunsOnceWhenItsStopIsLate(t *testing.T) {
+	testutil.FaultTier(t) // it waits for ticks seconds apart
+	eachRealBeside(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		var slowOn atomic.Bool
+		slow := newScriptHook(t, "redeq/schedule_drop.lua")
+		slow.set(func(ctx context.Context, cmd redis.Cmder, run func() error) error {
+			if slowOn.Load() {
+				time.Sleep(2 * time.Second)
+			}
+			return run()
+		})
+		runner := e.hooked(t, slow)
+		s := redeq.Schedule{Name: "late", Topic: "lates", Spec: "@every 4s", Body: []byte("old")}
+		require.NoError(t, runner.PutSchedule(ctx, s))
+		l := newTickCounter("lates")
+		startSched(t, runner, l)
+		var next time.Time
+		require.Eventually(t, func() bool {
+			n, err := redeq.NextTicks(s, time.Now(), 1)
+			require.NoError(t, err)
+			next = n[0]
+			return time.Until(next) > time.Second && time.Until(next) < 1700*time.Millisecond && hasTick(t, runner, "lates", "late", next)
+		}, 20*time.Second, 5*time.Millisecond)
+		slowOn.Store(true)
+		dead := newScriptHook(t, "redeq/schedule_drop.lua")
+		dead.set(func(context.Context, redis.Cmder, func() error) error { return errors.New("connection reset") })
+		changed := s
+		changed.Body = []byte("new")
+		require.Error(t, e.hooked(t, dead).PutSchedule(ctx, changed))
+		require.Eventually(t, func() bool { return time.Now().After(next.Add(4 * time.Second)) }, 20*time.Second, 50*time.Millisecond)
+		_, counts := l.ticks()
+		require.Equal(t, 1, counts[next.UnixMilli()], "tick %d runs once", next.UnixMilli())
+	})
 }

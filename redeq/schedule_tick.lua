@@ -27,10 +27,16 @@ end
 if redis.call('ZSCORE', KEYS[3], ARGV[2]) ~= false then return 1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local claimed = string.format('%d', math.max(tonumber(ARGV[3]), now))
+-- A tick whose job an ended generation of the schedule ran (or runs) had
+-- its run: schedule_drop.lua marked it, and it is not added again.
+if redis.call('ZSCORE', KEYS[3], ARGV[1] .. '#*') ~= false then
+  redis.call('ZADD', KEYS[3], claimed, ARGV[2])
+  return 1
+end
 -- Old claims leave a few at a time: bounded whatever the backlog.
 -- A claim is kept for a while after its tick, or after it was made when
 -- the tick had passed then (a missed tick run late).
-local claimed = string.format('%d', math.max(tonumber(ARGV[3]), now))
 local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', string.format('%d', now - tonumber(ARGV[9])), 'LIMIT', 0, 16)
 if #old > 0 then redis.call('ZREM', KEYS[3], unpack(old)) end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
