@@ -20,7 +20,8 @@
 -- O(log n); a rerun, or a second client stopping the same tick, finds its
 -- mark ("<claim>!") and writes nothing. Members of the ticks ZSET it
 -- writes: the claim, the mark, and "<job id>#*" for a tick that had its
--- run; all scored as the claim, so they expire with it.
+-- run; scored max(tick, change, the claim's score), so none is pruned
+-- before the claim, and a "#*" mark is never lowered.
 if #ARGV ~= 5 then return redis.error_reply('schedule_drop.lua: ' .. #ARGV .. ' arguments, want 5') end
 for i, what in pairs({[3] = 'change', [4] = 'tick'}) do
   if not string.find(ARGV[i], '^%d+$') or #ARGV[i] > #MAX_DUE_MS_TEXT or tonumber(ARGV[i]) > MAX_DUE_MS then
@@ -29,6 +30,11 @@ for i, what in pairs({[3] = 'change', [4] = 'tick'}) do
 end
 if ARGV[2] == '' then return redis.error_reply('schedule_drop.lua: no generation') end
 local tick, change = tonumber(ARGV[4]), tonumber(ARGV[3])
+-- Marks job id's tick as run, never shortening a mark another stop left.
+local function mark_ran(ticks, id, score)
+  local was = redis.call('ZSCORE', ticks, id .. '#*')
+  if was == false or tonumber(was) < tonumber(score) then redis.call('ZADD', ticks, score, id .. '#*') end
+end
 local claim = ARGV[1] .. '#' .. ARGV[2]
 -- The mark of this stop: a rerun, or a second client stopping the same
 -- tick, finds it and writes nothing; a job of the tick's id waiting by
@@ -36,10 +42,16 @@ local claim = ARGV[1] .. '#' .. ARGV[2]
 -- ended one's), and stays.
 local stopped = claim .. '!'
 if redis.call('ZSCORE', KEYS[4], stopped) ~= false then return 0 end
-local score = string.format('%d', math.max(tick, change))
+-- The marks live as long as the claim: a claim made late (a missed tick
+-- added after its instant) is scored by when it was made, and a mark
+-- scored by the tick alone would be pruned before it, letting a stale
+-- rerun of this stop remove a newer generation's job of the tick.
+local held = redis.call('ZSCORE', KEYS[4], claim)
 -- The claim existed: the ended generation added the tick's job (or found
 -- one of its id waiting). Else it never did, and what waits is not its.
-local wrote = redis.call('ZADD', KEYS[4], 'NX', score, claim) == 0
+local wrote = held ~= false
+local score = string.format('%d', math.max(tick, change, wrote and tonumber(held) or 0))
+if not wrote then redis.call('ZADD', KEYS[4], score, claim) end
 redis.call('ZADD', KEYS[4], score, stopped)
 if tick <= change or not wrote then return 0 end
 if ARGV[5] ~= '' and redis.call('ZSCORE', KEYS[4], ARGV[1] .. '#' .. ARGV[5]) ~= false then return 0 end
@@ -51,7 +63,7 @@ local failed = redis.call('HEXISTS', KEYS[5], ARGV[1]) == 1
 local due = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if due ~= false then
   if failed then
-    redis.call('ZADD', KEYS[4], score, ARGV[1] .. '#*') -- see below
+    mark_ran(KEYS[4], ARGV[1], score) -- see below
     return 0
   end
   redis.call('ZREM', KEYS[2], ARGV[1])
@@ -70,5 +82,5 @@ end
 -- The ended generation's job of the tick runs, ran or is retried: its
 -- tick had its run, and no later generation adds it again
 -- (schedule_tick.lua reads this mark).
-redis.call('ZADD', KEYS[4], score, ARGV[1] .. '#*')
+mark_ran(KEYS[4], ARGV[1], score)
 return 0

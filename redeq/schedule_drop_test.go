@@ -17,7 +17,8 @@ import (
 // the tick while it waits (scheduled at the tick or moved to another time
 // without a failure, or due and not fetched), only when the tick came after
 // the change and the current generation did not claim it; a job of the
-// tick a newer generation added after the removal stays, and a tick whose
+// tick a newer generation added after the removal stays (however late the
+// ended generation added its own), and a tick whose
 // job ran is not added again; a rerun, or a second client stopping the
 // same tick, writes nothing more; a bad argument writes nothing; among
 // 100,000 other claims and jobs it touches only its own.
@@ -90,6 +91,26 @@ func TestScheduleDropScript(t *testing.T) {
 			require.NoError(t, err)
 			require.EqualValues(t, 0, n)
 			require.Contains(t, rdb.HKeys(ctx, k.Pool()).Val(), id, "a stale stopper leaves a newer generation's job")
+			require.NoError(t, rdb.Del(ctx, k.Pool(), k.Scheduled(), k.Ticks()).Err())
+
+			// A missed tick added late: its claim is scored by when it
+			// was made, hours after the tick. The stop's mark lives as
+			// long as that claim, so once pruning took everything older
+			// than the claim, a stale rerun of the stop still finds its
+			// mark and leaves the job a newer generation added.
+			const late = tick + 3*3600_000
+			waiting(id, tick)
+			claimed(id, "g1", late)
+			n, err = run(id, "g1", change, tick, "g2")
+			require.NoError(t, err)
+			require.EqualValues(t, 1, n)
+			require.NoError(t, rdb.ZRemRangeByScore(ctx, k.Ticks(), "-inf", strconv.Itoa(late-1)).Err())
+			waiting(id, tick)
+			claimed(id, "g3", late+1)
+			n, err = run(id, "g1", change, tick, "g2")
+			require.NoError(t, err)
+			require.EqualValues(t, 0, n)
+			require.Contains(t, rdb.HKeys(ctx, k.Pool()).Val(), id, "a stale stop of a late-added tick leaves a newer generation's job")
 			require.NoError(t, rdb.Del(ctx, k.Pool(), k.Scheduled(), k.Ticks()).Err())
 
 			// What stays.
