@@ -60,6 +60,11 @@ func browser(t *testing.T) context.Context {
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.UserDataDir(t.TempDir()),
+		// Chromium makes its singleton socket's directory under TMPDIR
+		// and leaves it when it is stopped: a directory of the test's
+		// own goes with the test (a short one: a socket's path has at
+		// most 107 bytes).
+		chromedp.Env("TMPDIR=" + shortTempDir(t)),
 		chromedp.WindowSize(1280, 720),
 	}
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
@@ -288,4 +293,14 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
 	testutil.EventuallyEvery(t, 20*time.Second, 20*time.Millisecond, what, ok)
+}
+
+// shortTempDir is a fresh directory under the system's temporary one,
+// with a name short enough for Chromium's socket paths, removed after t.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "cr")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
