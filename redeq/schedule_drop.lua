@@ -30,11 +30,6 @@ for i, what in pairs({[3] = 'change', [4] = 'tick'}) do
 end
 if ARGV[2] == '' then return redis.error_reply('schedule_drop.lua: no generation') end
 local tick, change = tonumber(ARGV[4]), tonumber(ARGV[3])
--- Marks job id's tick as run, never shortening a mark another stop left.
-local function mark_ran(ticks, id, score)
-  local was = redis.call('ZSCORE', ticks, id .. '#*')
-  if was == false or tonumber(was) < tonumber(score) then redis.call('ZADD', ticks, score, id .. '#*') end
-end
 local claim = ARGV[1] .. '#' .. ARGV[2]
 -- The mark of this stop: a rerun, or a second client stopping the same
 -- tick, finds it and writes nothing; a job of the tick's id waiting by
@@ -63,7 +58,7 @@ local failed = redis.call('HEXISTS', KEYS[5], ARGV[1]) == 1
 local due = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if due ~= false then
   if failed then
-    mark_ran(KEYS[4], ARGV[1], score) -- see below
+    redis.call('ZADD', KEYS[4], 'GT', score, ARGV[1] .. '#*') -- see below
     return 0
   end
   redis.call('ZREM', KEYS[2], ARGV[1])
@@ -81,6 +76,7 @@ if not failed and is_ready(redis.call('HGET', KEYS[3], ARGV[1])) then
 end
 -- The ended generation's job of the tick runs, ran or is retried: its
 -- tick had its run, and no later generation adds it again
--- (schedule_tick.lua reads this mark).
-mark_ran(KEYS[4], ARGV[1], score)
+-- (schedule_tick.lua reads this mark). GT: a mark another stop left is
+-- never shortened.
+redis.call('ZADD', KEYS[4], 'GT', score, ARGV[1] .. '#*')
 return 0
