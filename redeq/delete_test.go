@@ -96,10 +96,11 @@ func TestPutSettledWaitsForTheRunningHandler(t *testing.T) {
 		require.NoError(t, e.c.Add(ctx, &redeq.Job{Topic: "settle", ID: "r", Body: []byte("old")}))
 		require.Equal(t, "old", <-running)
 
-		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		err := e.c.Put(ctx, &redeq.Job{Topic: "settle", ID: "r", Body: []byte("never"), Delay: time.Hour})
+		require.ErrorIs(t, err, redeq.ErrJobNotWaiting, "a plain Put refuses the running job")
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		defer cancel()
-		err := e.c.PutSettled(short, &redeq.Job{Topic: "settle", ID: "r", Body: []byte("never"), Delay: time.Hour})
-		require.ErrorIs(t, err, redeq.ErrJobNotWaiting)
+		err = e.c.PutSettled(short, &redeq.Job{Topic: "settle", ID: "r", Body: []byte("never"), Delay: time.Hour})
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 
 		done := make(chan error, 1)
