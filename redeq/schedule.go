@@ -48,7 +48,8 @@ type Schedule struct {
 	RetryIntervals []time.Duration
 	// CatchUp says what runs of the ticks missed while no client ran.
 	CatchUp CatchUp
-	// CatchUpWindow is how far back CatchUpAll looks. Defaults to
+	// CatchUpWindow is how far back CatchUpAll looks, rounded up to a
+	// whole millisecond (as RetryIntervals). Defaults to
 	// DefaultCatchUpWindow; at most MaxCatchUpWindow.
 	CatchUpWindow time.Duration
 }
@@ -311,7 +312,7 @@ func (cs *compiled) content() []any {
 		hs = pool.AppendHeaders(nil, s.Headers)
 	}
 	vals := []string{s.Spec, s.TimeZone, s.Topic, string(s.Body), string(hs),
-		strconv.Itoa(s.MaxRetries), intervals, strconv.Itoa(int(s.CatchUp)), strconv.FormatInt(s.CatchUpWindow.Milliseconds(), 10)}
+		strconv.Itoa(s.MaxRetries), intervals, strconv.Itoa(int(s.CatchUp)), strconv.FormatInt(pool.DurationMs(s.CatchUpWindow), 10)}
 	out := make([]any, 0, 2*len(vals))
 	for i, v := range vals {
 		out = append(out, contentFields[i], v)
@@ -479,8 +480,18 @@ func (c *Client) stopGeneration(ctx context.Context, name string, k keys.Schedul
 // The same schedule put again changes nothing, so every instance of a
 // service may put its schedules when it starts. A change takes effect from
 // the next tick on: the waiting tick of the old schedule, if any, is
-// removed, and the next tick follows the new one. A paused schedule stays
-// paused. A bad schedule is ErrInvalidSchedule, and nothing is written.
+// removed, and the next tick follows the new one; ticks due before the
+// change whose jobs were not added yet (no client ran, or its pass was
+// late) are added with the new content, missed ones by the catch-up
+// policy. A paused schedule stays paused. A bad schedule is
+// ErrInvalidSchedule, and nothing is written.
+//
+// A change holds for every tick due after the call returns nil; a tick
+// falling due while the call runs may still run as before. A call that
+// returns an error may have made the change in part: the old schedule's
+// waiting tick may still run until the call, retried, returns nil, or the
+// next pass of any started client (within a ScanInterval) finishes it.
+// The same holds for PauseSchedule and DeleteSchedule.
 func (c *Client) PutSchedule(ctx context.Context, s Schedule) error {
 	if ctx == nil {
 		return pool.ErrNilContext
@@ -492,29 +503,44 @@ func (c *Client) PutSchedule(ctx context.Context, s Schedule) error {
 	if err := c.ensureTopic(ctx, s.Topic); err != nil {
 		return fmt.Errorf("put schedule %q: %w", s.Name, err)
 	}
+	if err := c.lookNow(ctx, s.Name, false); err != nil {
+		return fmt.Errorf("put schedule %q: %w", s.Name, err)
+	}
 	k := keys.ForSchedule(c.cfg.Prefix, s.Name)
 	args := append(append([]any{c.opTTLms()}, cs.content()...), uuid.NewString())
 	out, err := schedulePutScript.Run(ctx, c.rdb, []string{k.Record(), k.Op(uuid.NewString()), k.Stale()}, args...).Text()
 	if err != nil {
 		return fmt.Errorf("put schedule %q: %w", s.Name, err)
 	}
-	r := parseStateReply(out)
-	index := keys.Schedules(c.cfg.Prefix)
-	if r.code == "0" {
-		// No change; the index entry comes back if a crash lost it.
-		if err := c.rdb.ZAddNX(ctx, index, redis.Z{Score: 0, Member: s.Name}).Err(); err != nil {
-			return fmt.Errorf("put schedule %q: %w", s.Name, err)
-		}
-		return nil
-	}
+	// Also when nothing changed: a put retried after its first call
+	// failed past the record's change finishes that call's work.
 	if err := c.stopStaleTicks(ctx, s.Name); err != nil {
 		return fmt.Errorf("put schedule %q: %w", s.Name, err)
 	}
-	if err := c.rdb.ZAdd(ctx, index, redis.Z{Score: 0, Member: s.Name}).Err(); err != nil {
-		return fmt.Errorf("put schedule %q: %w", s.Name, err)
+	if parseStateReply(out).code != "0" {
+		// Due again, should a pass have read the old record meanwhile and
+		// set the entry to its waiting tick.
+		if err := c.lookNow(ctx, s.Name, false); err != nil {
+			return fmt.Errorf("put schedule %q: %w", s.Name, err)
+		}
+		c.pokeSchedules()
 	}
-	c.pokeSchedules()
 	return nil
+}
+
+// lookNow sets the index entry of schedule name due at once, before a
+// change of its record: should the caller fail before it stops the ticks
+// of the generation the change ends, the next pass of every client reads
+// the record and stops them (within a scan interval), rather than the
+// owner's pass at the waiting tick. existing: only an entry there already
+// (pause, delete); else the entry is made (put).
+func (c *Client) lookNow(ctx context.Context, name string, existing bool) error {
+	z := redis.Z{Score: 0, Member: name}
+	index := keys.Schedules(c.cfg.Prefix)
+	if existing {
+		return c.rdb.ZAddXX(ctx, index, z).Err()
+	}
+	return c.rdb.ZAdd(ctx, index, z).Err()
 }
 
 func checkScheduleName(ctx context.Context, name string) error {
@@ -527,13 +553,20 @@ func checkScheduleName(ctx context.Context, name string) error {
 	return nil
 }
 
-func (c *Client) scheduleState(ctx context.Context, name, action string, extra ...any) (stateReply, error) {
+// resumeArgs are what a resume tells schedule_state.lua: the generation
+// it read, the new cursor, the ticks skipped up to it, and the first tick
+// after it.
+type resumeArgs struct {
+	gen                   string
+	cursor, skipped, next int64
+}
+
+func (c *Client) scheduleState(ctx context.Context, name, action string, resume *resumeArgs) (stateReply, error) {
 	k := keys.ForSchedule(c.cfg.Prefix, name)
-	args := append([]any{c.opTTLms(), action}, extra...)
-	for len(args) < 5 {
-		args = append(args, "")
+	args := []any{c.opTTLms(), action, "", "", "", uuid.NewString(), ""} // [5]: the new generation
+	if resume != nil {
+		args[2], args[3], args[4], args[6] = resume.gen, resume.cursor, resume.skipped, resume.next
 	}
-	args = append(args, uuid.NewString()) // the new generation
 	out, err := scheduleStateScript.Run(ctx, c.rdb, []string{k.Record(), k.Op(uuid.NewString()), k.Stale()}, args...).Text()
 	if err != nil {
 		return stateReply{}, fmt.Errorf("%s schedule %q: %w", action, name, err)
@@ -551,7 +584,10 @@ func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
 	if err := checkScheduleName(ctx, name); err != nil {
 		return err
 	}
-	_, gone := c.scheduleState(ctx, name, "delete")
+	if err := c.lookNow(ctx, name, true); err != nil {
+		return fmt.Errorf("delete schedule %q: %w", name, err)
+	}
+	_, gone := c.scheduleState(ctx, name, "delete", nil)
 	if gone != nil && !errors.Is(gone, ErrScheduleNotFound) {
 		return gone
 	}
@@ -590,7 +626,10 @@ func (c *Client) PauseSchedule(ctx context.Context, name string) error {
 	if err := checkScheduleName(ctx, name); err != nil {
 		return err
 	}
-	r, err := c.scheduleState(ctx, name, "pause")
+	if err := c.lookNow(ctx, name, true); err != nil {
+		return fmt.Errorf("pause schedule %q: %w", name, err)
+	}
+	r, err := c.scheduleState(ctx, name, "pause", nil)
 	if err != nil {
 		return err
 	}
@@ -625,7 +664,9 @@ func (c *Client) PauseSchedule(ctx context.Context, name string) error {
 const resumeTries = 5
 
 // ResumeSchedule lets schedule name tick again, from the first tick after
-// now; the ticks that passed while it was paused are skipped and counted.
+// now, by the server's clock when the change is made (a call that reaches
+// Redis late counts the ticks that passed meanwhile, and runs none of them);
+// the ticks that passed while it was paused are skipped and counted.
 // Resuming a schedule that is not paused does nothing.
 // ErrScheduleNotFound when there is none.
 func (c *Client) ResumeSchedule(ctx context.Context, name string) error {
@@ -647,8 +688,16 @@ func (c *Client) ResumeSchedule(ctx context.Context, name string) error {
 		if err != nil {
 			return fmt.Errorf("resume schedule %q: %w", name, err)
 		}
-		skipped := countTicks(rec.cs, rec.cursor, now.UnixMilli())
-		r, err := c.scheduleState(ctx, name, "resume", rec.gen, now.UnixMilli(), skipped)
+		// The script refuses ("retry") when it runs after the first tick
+		// past now: that tick passed while paused, and is counted, not
+		// run, by the next try.
+		ms := now.UnixMilli()
+		next := int64(pool.MaxDueMs)
+		if t, ok := rec.cs.spec.Next(now, rec.cs.loc); ok {
+			next = t.UnixMilli()
+		}
+		r, err := c.scheduleState(ctx, name, "resume", &resumeArgs{
+			gen: rec.gen, cursor: ms, skipped: countTicks(rec.cs, rec.cursor, ms), next: next})
 		if err != nil {
 			return err
 		}
@@ -661,7 +710,7 @@ func (c *Client) ResumeSchedule(ctx context.Context, name string) error {
 		c.pokeSchedules()
 		return nil
 	}
-	return fmt.Errorf("resume schedule %q: changed by others %d times meanwhile; try again", name, resumeTries)
+	return fmt.Errorf("resume schedule %q: %d tries each raced another change or a tick; try again", name, resumeTries)
 }
 
 // maxWalk bounds the ticks one pass or count walks through.

@@ -48,7 +48,16 @@ local wrote = held ~= false
 local score = string.format('%d', math.max(tick, change, wrote and tonumber(held) or 0))
 if not wrote then redis.call('ZADD', KEYS[4], score, claim) end
 redis.call('ZADD', KEYS[4], score, stopped)
-if tick <= change or not wrote then return 0 end
+if not wrote then return 0 end
+-- A tick due before the change is the ended generation's to run: its job
+-- stays, and the tick had its run (a newer generation whose cursor was
+-- left before it adds no second job). One the ended generation never
+-- added (its pass is late or died) is claimed above, so that pass writes
+-- nothing, and a newer generation adds it.
+if tick <= change then
+  redis.call('ZADD', KEYS[4], 'GT', score, ARGV[1] .. '#*')
+  return 0
+end
 if ARGV[5] ~= '' and redis.call('ZSCORE', KEYS[4], ARGV[1] .. '#' .. ARGV[5]) ~= false then return 0 end
 -- A job of the tick's id that failed before (it has a last error) is a
 -- retry of a run the tick already had: it stays. Any other is the tick's

@@ -18,8 +18,10 @@ import (
 // without a failure, or due and not fetched), only when the tick came after
 // the change and the current generation did not claim it; a job of the
 // tick a newer generation added after the removal stays (however late the
-// ended generation added its own), and a tick whose
-// job ran is not added again; a rerun, or a second client stopping the
+// ended generation added its own), and a tick whose job ran (or, due
+// before the change, was added) is not added again, while one due before
+// the change that the ended generation never added is a newer
+// generation's to add; a rerun, or a second client stopping the
 // same tick, writes nothing more; a bad argument writes nothing; among
 // 100,000 other claims and jobs it touches only its own.
 func TestScheduleDropScript(t *testing.T) {
@@ -143,6 +145,33 @@ func TestScheduleDropScript(t *testing.T) {
 				require.Contains(t, rdb.HKeys(ctx, k.Pool()).Val(), id, "%s stays", tc.name)
 				require.NotEqual(t, redis.Nil, rdb.ZScore(ctx, k.Ticks(), id+"#g1").Err(), "%s: the ended generation's claim is made", tc.name)
 			}
+
+			// tickRun runs schedule_tick.lua for tick at's job, claimed
+			// by generation gen: it returns whether the job was added.
+			tickRun := func(at int64, gen string) bool {
+				id := tickID("s", at)
+				had := rdb.HExists(ctx, k.Pool(), id).Val()
+				v, err := scheduleTickScript.Run(ctx, rdb, []string{k.Pool(), k.Scheduled(), k.Ticks()},
+					id, id+"#"+gen, at, "|0|0|0||\n", "body", 1000, "wake", "rs#0", 60_000).Int64()
+				require.NoError(t, err)
+				require.EqualValues(t, 1, v, "the tick stands claimed")
+				return !had && rdb.HExists(ctx, k.Pool(), id).Val()
+			}
+			// The tick due before the change had its run by the ended
+			// generation: once its job is acked, a newer generation whose
+			// cursor was left before the tick does not add it again.
+			early := tickID("s", change-1)
+			require.NoError(t, rdb.HDel(ctx, k.Pool(), early).Err())
+			require.False(t, tickRun(change-1, "g3"), "a tick due before the change, run by the ended generation, is not added again")
+			// A tick due before the change that the ended generation never
+			// added (its pass is late, or died): its late write adds
+			// nothing, and a newer generation adds it, once.
+			unwritten := int64(change - 2)
+			n, err = run(tickID("s", unwritten), "g1", change, unwritten, "g3")
+			require.NoError(t, err)
+			require.EqualValues(t, 0, n)
+			require.False(t, tickRun(unwritten, "g1"), "the ended generation's late write adds nothing")
+			require.True(t, tickRun(unwritten, "g3"), "a newer generation adds the tick due before the change")
 
 			// Moved to another due time without a failure (rescheduled by
 			// an operator, or rejoined): still the tick's waiting job.

@@ -264,9 +264,10 @@ func (s *scheduler) tickSchedule(ctx context.Context, name string, score, now in
 	if err != nil {
 		return pool.MaxDueMs, err
 	}
-	if rec == nil || rec.paused {
-		// A delete or pause whose caller died before it stopped the ticks
-		// of the generation it ended: they are stopped here.
+	if rec == nil || rec.paused || score == 0 {
+		// A change whose caller died before it stopped the ticks of the
+		// generation it ended (it set the index entry due at once first):
+		// they are stopped here.
 		if err := s.stopLeftTicks(ctx, name); err != nil {
 			return pool.MaxDueMs, err
 		}

@@ -10,9 +10,10 @@
 -- Returns "0" when the record already held this content; else
 -- "<1 created | 2 replaced>|<now ms>|<old topic>|<old tick ms>": the
 -- caller removes the old tick's job when it is still waiting. A change
--- gives the schedule a new generation and moves its cursor to now, so the
--- next tick follows the new content; the generation it ends goes to the
--- stale set, whose ticks the caller (or, when it dies, a pass) stops. A
+-- gives the schedule a new generation and moves its cursor to now (unless
+-- ticks before now are still to be added: below), so the next tick
+-- follows the new content; the generation it ends goes to the stale set,
+-- whose ticks the caller (or, when it dies, a pass) stops. A
 -- rerun after a lost reply returns the first run's reply.
 if #ARGV ~= 20 then return redis.error_reply('schedule_put.lua: ' .. #ARGV .. ' arguments, want 20') end
 -- SET ... PX refuses 0 and what is past a day here would be no answer
@@ -35,7 +36,7 @@ end
 if same then return '0' end
 local t = redis.call('TIME')
 local now = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-local old = redis.call('HMGET', KEYS[1], 'topic', 'tick', 'prevtick', 'gen')
+local old = redis.call('HMGET', KEYS[1], 'topic', 'tick', 'prevtick', 'gen', 'cursor')
 local existed = old[1] ~= false
 -- The waiting tick goes (the caller removes its job): the latest tick
 -- added is then the one before it.
@@ -47,7 +48,15 @@ if existed and old[4] then
 end
 redis.call('HINCRBY', KEYS[1], 'version', 1)
 redis.call('HSET', KEYS[1], unpack(pairs_))
-redis.call('HSET', KEYS[1], 'gen', ARGV[20], 'cursor', now)
+-- The cursor stays where it is when ticks up to now are still to be added
+-- (a pass of the ended generation is late, or no client ran): the new
+-- generation adds them, with the new content, and the ticks missed while
+-- no client ran follow the catch-up policy and are counted. Else it moves
+-- to now: the ended generation's waiting tick goes, and the next tick
+-- follows the new content.
+local cursor = now
+if existed and old[5] and tonumber(old[5]) <= tonumber(now) then cursor = old[5] end
+redis.call('HSET', KEYS[1], 'gen', ARGV[20], 'cursor', cursor)
 local code = '2'
 if not existed then
   code = '1'

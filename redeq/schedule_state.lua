@@ -6,18 +6,20 @@
 -- ARGV[2] -> "pause", "resume" or "delete"
 -- ARGV[3] -> resume: the generation the caller read
 -- ARGV[4] -> resume: the new cursor, unix ms (the server's now it read)
--- ARGV[5] -> resume: ticks skipped while paused
+-- ARGV[5] -> resume: ticks skipped while paused, up to that cursor
 -- ARGV[6] -> the new generation (pause, resume): unique per call
+-- ARGV[7] -> resume: the first tick after that cursor, unix ms
 -- Returns "nf" when there is no record; "0" when the schedule already is
 -- in that state; "retry" when a resume read a generation that changed
--- since; else "1|<now ms>|<topic>|<tick ms>": the caller removes the tick's
+-- since, or reached the server after the first tick past its cursor (that
+-- tick passed while paused: the caller counts again); else "1|<now ms>|<topic>|<tick ms>": the caller removes the tick's
 -- job when it is still waiting (pause, delete). A pause or a resume gives
 -- the schedule a new generation; a pause or a delete puts the generation
 -- it ends in the stale set, whose ticks the caller (or, when it dies, a
 -- pass) stops. A paused generation writes no tick, so a resume leaves
 -- nothing there. A rerun after a lost reply returns the first run's
 -- reply.
-if #ARGV ~= 6 then return redis.error_reply('schedule_state.lua: ' .. #ARGV .. ' arguments, want 6') end
+if #ARGV ~= 7 then return redis.error_reply('schedule_state.lua: ' .. #ARGV .. ' arguments, want 7') end
 -- SET ... PX refuses 0 and what is past a day here would be no answer
 -- to a rerun: checked before any write.
 if not string.find(ARGV[1], '^%d+$') or #ARGV[1] > 8 or tonumber(ARGV[1]) < 1 or tonumber(ARGV[1]) > 86400000 then
@@ -47,9 +49,10 @@ if ARGV[2] == 'pause' then
 elseif ARGV[2] == 'resume' then
   if r[3] ~= '1' then return '0' end
   if r[4] ~= ARGV[3] then return 'retry' end
-  if not string.find(ARGV[4], '^%d+$') or not string.find(ARGV[5], '^%d+$') then
-    return redis.error_reply('schedule_state.lua: cursor or skipped is no whole number')
+  if not string.find(ARGV[4], '^%d+$') or not string.find(ARGV[5], '^%d+$') or not string.find(ARGV[7], '^%d+$') then
+    return redis.error_reply('schedule_state.lua: cursor, skipped or next tick is no whole number')
   end
+  if now >= tonumber(ARGV[7]) then return 'retry' end
   redis.call('HSET', KEYS[1], 'paused', '0', 'gen', gen, 'cursor', ARGV[4])
   redis.call('HINCRBY', KEYS[1], 'skipped', ARGV[5])
   -- The next pass that moves the cursor reports them to its observer.

@@ -15,7 +15,9 @@ import (
 // a pause and a delete leave the generation they end in the stale set,
 // once however often go-redis reruns them after a lost reply; a put that
 // changes nothing, a create, a pause of a paused schedule and a resume
-// leave nothing there, and a refused call writes nothing.
+// leave nothing there, and a refused call writes nothing (a resume
+// that reaches the server after the first tick past its cursor is
+// refused with "retry": that tick passed while paused).
 func TestScheduleChangeEndsItsGenerationOnce(t *testing.T) {
 	t.Parallel()
 	for _, b := range testutil.Backends(t) {
@@ -34,12 +36,14 @@ func TestScheduleChangeEndsItsGenerationOnce(t *testing.T) {
 				require.NoError(t, err)
 				return out
 			}
+			// extra, for a resume: the generation read, the cursor, the
+			// ticks skipped and the first tick after the cursor.
 			state := func(op, action, newGen string, extra ...any) (string, error) {
-				args := append([]any{60_000, action}, extra...)
-				for len(args) < 5 {
-					args = append(args, "")
+				args := []any{60_000, action, "", "", "", newGen, ""}
+				for i, v := range extra {
+					args[[]int{2, 3, 4, 6}[i]] = v
 				}
-				return scheduleStateScript.Run(ctx, rdb, []string{k.Record(), k.Op(op), k.Stale()}, append(args, newGen)...).Text()
+				return scheduleStateScript.Run(ctx, rdb, []string{k.Record(), k.Op(op), k.Stale()}, args...).Text()
 			}
 			ended := func(g, topic string) {
 				t.Helper()
@@ -75,11 +79,15 @@ func TestScheduleChangeEndsItsGenerationOnce(t *testing.T) {
 			require.Len(t, stale(), 2)
 
 			before := testutil.Dump(t, rdb, prefix)
-			_, err = state("s3", "resume", "g5", "g3", "x", 0)
+			_, err = state("s3", "resume", "g5", "g3", "x", 0, 1)
 			require.ErrorContains(t, err, "no whole number")
+			now := rdb.Time(ctx).Val().UnixMilli()
+			out, err = state("s3", "resume", "g5", "g3", now-1000, 0, now-1)
+			require.NoError(t, err)
+			require.Equal(t, "retry", out, "a resume that reaches the server after the first tick past its cursor")
 			_, err = state("s4", "jump", "g5")
 			require.ErrorContains(t, err, "unknown action")
-			_, err = scheduleStateScript.Run(ctx, rdb, []string{k.Record(), k.Op("s8"), k.Stale()}, 0, "delete", "", "", "", "").Text()
+			_, err = scheduleStateScript.Run(ctx, rdb, []string{k.Record(), k.Op("s8"), k.Stale()}, 0, "delete", "", "", "", "", "").Text()
 			require.ErrorContains(t, err, "op TTL 0")
 			cs, err := compile(Schedule{Name: "s", Topic: "rs", Spec: "@every 2s"}, 1<<20)
 			require.NoError(t, err)
@@ -87,8 +95,8 @@ func TestScheduleChangeEndsItsGenerationOnce(t *testing.T) {
 			require.ErrorContains(t, err, "op TTL 0")
 			require.Equal(t, before, testutil.Dump(t, rdb, prefix), "a refused call writes nothing")
 
-			now := rdb.Time(ctx).Val().UnixMilli()
-			_, err = state("s5", "resume", "g5", "g3", now, 0)
+			now = rdb.Time(ctx).Val().UnixMilli()
+			_, err = state("s5", "resume", "g5", "g3", now, 0, now+60_000)
 			require.NoError(t, err)
 			require.Len(t, stale(), 2, "a paused generation wrote no tick: a resume ends nothing to stop")
 

@@ -198,7 +198,8 @@ func waitSchedule(t *testing.T, c *redeq.Client, name string, ok func(redeq.Sche
 // TestScheduleCatchUp: after the whole fleet was down, the missed ticks
 // follow the schedule's policy (the latest runs; none runs; each within
 // the window runs), the others are counted as skipped, and the tick added
-// before the fleet went down still runs.
+// before the fleet went down still runs; a changed schedule put by the
+// first client back catches up the same way, with its new content.
 func TestScheduleCatchUp(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 3, 1, 12, 0, 10, 0, time.UTC)
@@ -208,13 +209,20 @@ func TestScheduleCatchUp(t *testing.T) {
 		window  time.Duration
 		run     []int // missed ticks (minutes after t0's) whose jobs exist
 		skipped int64
+		changed bool // the first client back puts a new body first
 	}{
-		{redeq.CatchUpLatest, 0, []int{10}, 8},
-		{redeq.CatchUpNone, 0, nil, 9},
-		{redeq.CatchUpAll, 0, []int{2, 3, 4, 5, 6, 7, 8, 9, 10}, 0},
-		{redeq.CatchUpAll, 5 * time.Minute, []int{6, 7, 8, 9, 10}, 4},
+		{redeq.CatchUpLatest, 0, []int{10}, 8, false},
+		{redeq.CatchUpNone, 0, nil, 9, false},
+		{redeq.CatchUpAll, 0, []int{2, 3, 4, 5, 6, 7, 8, 9, 10}, 0, false},
+		{redeq.CatchUpAll, 5 * time.Minute, []int{6, 7, 8, 9, 10}, 4, false},
+		{redeq.CatchUpLatest, 0, []int{10}, 8, true},
+		{redeq.CatchUpAll, 5 * time.Minute, []int{6, 7, 8, 9, 10}, 4, true},
 	} {
-		t.Run(tc.policy.String()+"-"+tc.window.String(), func(t *testing.T) {
+		name := tc.policy.String() + "-" + tc.window.String()
+		if tc.changed {
+			name += "-changed"
+		}
+		t.Run(name, func(t *testing.T) {
 			be := testutil.Backends(t)[0] // the clock moves on miniredis only
 			e := setup(t, be, testutil.Config(t))
 			ctx := context.Background()
@@ -230,6 +238,10 @@ func TestScheduleCatchUp(t *testing.T) {
 			// (added before) to 12:10 pass meanwhile.
 			frozen(e, minute(10).Add(30*time.Second))
 			back := e.another(t, nil)
+			if tc.changed {
+				s.Body = []byte("new")
+				require.NoError(t, back.PutSchedule(ctx, s))
+			}
 			startSched(t, back, nil)
 			require.Eventually(t, func() bool { return hasTick(t, back, "digests", "digest", minute(11)) }, 5*time.Second, 10*time.Millisecond, "the next tick waits ahead")
 			in := waitSchedule(t, back, "digest", func(in redeq.ScheduleInfo) bool { return in.Skipped == tc.skipped })
@@ -241,6 +253,11 @@ func TestScheduleCatchUp(t *testing.T) {
 			}
 			for m := 2; m <= 10; m++ {
 				require.Equal(t, want[m], hasTick(t, back, "digests", "digest", minute(m)), "job of missed tick %d", m)
+				if want[m] {
+					job, err := back.Get(ctx, "digests", "digest@"+strconv.FormatInt(minute(m).UnixMilli(), 10))
+					require.NoError(t, err)
+					require.Equal(t, string(s.Body), string(job.Body), "a missed tick runs as the schedule is now")
+				}
 			}
 		})
 	}
@@ -1002,15 +1019,16 @@ func TestScheduleChangeWhoseCallerDiesIsFinishedByAPass(t *testing.T) {
 	}
 }
 
-// TestScheduleChangeRetriedAfterAFailureFinishesIt: a pause or a delete
-// whose first call failed after its record write, before it stopped the
-// waiting tick, is finished by the caller's retry, with no pass running:
-// when the retry returns, the tick's job is gone (and a deleted
-// schedule's index entry with it), whatever the retry answers (nil for a
-// schedule paused already, ErrScheduleNotFound for one deleted already).
+// TestScheduleChangeRetriedAfterAFailureFinishesIt: a put that changes a
+// schedule, a pause or a delete whose first call failed after its record
+// write, before it stopped the waiting tick, is finished by the caller's
+// retry, with no pass running: when the retry returns, the tick's job is
+// gone (and a deleted schedule's index entry with it), whatever the retry
+// answers (nil for a put of the content stored already or a schedule
+// paused already, ErrScheduleNotFound for one deleted already).
 func TestScheduleChangeRetriedAfterAFailureFinishesIt(t *testing.T) {
 	t.Parallel()
-	for _, change := range []string{"Pause", "Delete"} {
+	for _, change := range []string{"Change", "Pause", "Delete"} {
 		t.Run(change, func(t *testing.T) {
 			each(t, func(t *testing.T, e *env) {
 				ctx := context.Background()
@@ -1029,11 +1047,18 @@ func TestScheduleChangeRetriedAfterAFailureFinishesIt(t *testing.T) {
 				drop.set(func(context.Context, redis.Cmder, func() error) error { return errors.New("i/o timeout") })
 				failing := e.hooked(t, drop)
 				index := e.cfg.Prefix + ":schedules"
-				if change == "Pause" {
+				switch change {
+				case "Change":
+					changed := s
+					changed.Body = []byte("new")
+					require.Error(t, failing.PutSchedule(ctx, changed))
+					require.True(t, hasTick(t, e.c, "qs", "q", next[0]), "the scenario: the first call left the tick")
+					require.NoError(t, e.c.PutSchedule(ctx, changed), "a retry of a put succeeds")
+				case "Pause":
 					require.Error(t, failing.PauseSchedule(ctx, "q"))
 					require.True(t, hasTick(t, e.c, "qs", "q", next[0]), "the scenario: the first call left the tick")
 					require.NoError(t, e.c.PauseSchedule(ctx, "q"), "a retry of a pause succeeds")
-				} else {
+				case "Delete":
 					require.Error(t, failing.DeleteSchedule(ctx, "q"))
 					require.True(t, hasTick(t, e.c, "qs", "q", next[0]), "the scenario: the first call left the tick")
 					require.ErrorIs(t, e.c.DeleteSchedule(ctx, "q"), redeq.ErrScheduleNotFound)
@@ -1086,4 +1111,104 @@ func TestScheduleTickRunsOnceWhenItsStopIsLate(t *testing.T) {
 		_, counts := l.ticks()
 		require.Equal(t, 1, counts[next.UnixMilli()], "tick %d runs once", next.UnixMilli())
 	})
+}
+
+// TestResumeThatReachesRedisLateRunsNoPausedTick: a ResumeSchedule whose
+// call reaches Redis after ticks that passed while the schedule was still
+// paused runs none of them: they are counted in Skipped, and the schedule
+// ticks from the first tick after the resume took effect.
+func TestResumeThatReachesRedisLateRunsNoPausedTick(t *testing.T) {
+	t.Parallel()
+	be := testutil.Backends(t)[0] // the clock moves on miniredis only
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	at := func(m, s int) time.Time { return time.Date(2026, 3, 1, 12, m, s, 0, time.UTC) }
+	frozen(e, at(0, 10))
+	s := redeq.Schedule{Name: "late", Topic: "lates", Spec: "@every 1m"}
+	require.NoError(t, e.c.PutSchedule(ctx, s))
+	startSched(t, e.c, nil)
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "lates", "late", at(1, 0)) }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, e.c.PauseSchedule(ctx, "late"))
+	frozen(e, at(5, 40))
+
+	// The first resume call is on the wire until 12:08:40.
+	var once sync.Once
+	hook := newScriptHook(t, "redeq/schedule_state.lua")
+	hook.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+		if fmt.Sprint(cmd.Args()[7]) == "resume" {
+			once.Do(func() { frozen(e, at(8, 40)) })
+		}
+		return next()
+	})
+	require.NoError(t, e.hooked(t, hook).ResumeSchedule(ctx, "late"))
+	in := waitSchedule(t, e.c, "late", func(in redeq.ScheduleInfo) bool { return in.Next.Equal(at(9, 0)) })
+	require.False(t, in.Paused)
+	require.Equal(t, int64(8), in.Skipped, "ticks 12:01 to 12:08 passed while paused")
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "lates", "late", at(9, 0)) }, 5*time.Second, 10*time.Millisecond)
+	for m := 1; m <= 8; m++ {
+		require.False(t, hasTick(t, e.c, "lates", "late", at(m, 0)), "tick 12:%02d passed while paused", m)
+	}
+}
+
+// TestTickWrittenLateAcrossAChangeRunsOnce: a tick due before a change of
+// its schedule, whose job the ended generation's pass had not written yet
+// when the change came (its call was held on the wire), runs once: the
+// held write adds nothing, and the new generation adds the tick, with the
+// new content.
+func TestTickWrittenLateAcrossAChangeRunsOnce(t *testing.T) {
+	t.Parallel()
+	be := testutil.Backends(t)[0] // the clock moves on miniredis only
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	at := func(m, s int) time.Time { return time.Date(2026, 3, 1, 12, m, s, 0, time.UTC) }
+	id := func(m int) string { return "held@" + strconv.FormatInt(at(m, 0).UnixMilli(), 10) }
+	frozen(e, at(0, 10))
+	s := redeq.Schedule{Name: "held", Topic: "helds", Spec: "@every 1m", Body: []byte("old")}
+	require.NoError(t, e.c.PutSchedule(ctx, s))
+
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := newScriptHook(t, "redeq/schedule_tick.lua")
+	hook.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+		if fmt.Sprint(cmd.Args()[6]) == id(2) {
+			once.Do(func() {
+				close(held)
+				<-release
+			})
+		}
+		return next()
+	})
+	runner := e.hooked(t, hook)
+	startSched(t, runner, nil)
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "helds", "held", at(1, 0)) }, 5*time.Second, 10*time.Millisecond)
+	frozen(e, at(1, 0)) // the next pass adds tick 12:02 ahead; its write is held
+	<-held
+
+	frozen(e, at(2, 30))
+	s.Body = []byte("new")
+	require.NoError(t, e.c.PutSchedule(ctx, s))
+	close(release)
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "helds", "held", at(3, 0)) }, 5*time.Second, 10*time.Millisecond)
+	job, err := e.c.Get(ctx, "helds", id(2))
+	require.NoError(t, err, "the tick due before the change is added")
+	require.Equal(t, "new", string(job.Body), "by the new generation: the held write added nothing")
+	in := waitSchedule(t, e.c, "held", func(in redeq.ScheduleInfo) bool { return in.Next.Equal(at(3, 0)) })
+	require.Zero(t, in.Skipped)
+}
+
+// TestScheduleWindowRoundsUpToAMillisecond: a CatchUpWindow is kept in
+// whole milliseconds, rounded up as retry intervals are, so a window under
+// a millisecond is one millisecond, never the 24 h default.
+func TestScheduleWindowRoundsUpToAMillisecond(t *testing.T) {
+	t.Parallel()
+	e := setup(t, testutil.Backends(t)[0], testutil.Config(t))
+	ctx := context.Background()
+	s := redeq.Schedule{Name: "w", Topic: "ws", Spec: "@hourly", CatchUp: redeq.CatchUpAll, CatchUpWindow: 500 * time.Microsecond}
+	require.NoError(t, e.c.PutSchedule(ctx, s))
+	in := waitSchedule(t, e.c, "w", func(redeq.ScheduleInfo) bool { return true })
+	require.Equal(t, time.Millisecond, in.CatchUpWindow)
+	s.CatchUpWindow = 1500 * time.Microsecond
+	require.NoError(t, e.c.PutSchedule(ctx, s))
+	in = waitSchedule(t, e.c, "w", func(redeq.ScheduleInfo) bool { return true })
+	require.Equal(t, 2*time.Millisecond, in.CatchUpWindow)
 }
