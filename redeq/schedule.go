@@ -503,11 +503,22 @@ func (c *Client) PutSchedule(ctx context.Context, s Schedule) error {
 	if err := c.ensureTopic(ctx, s.Topic); err != nil {
 		return fmt.Errorf("put schedule %q: %w", s.Name, err)
 	}
-	if err := c.lookNow(ctx, s.Name, false); err != nil {
+	k := keys.ForSchedule(c.cfg.Prefix, s.Name)
+	content := cs.content()
+	// Every instance puts its schedules when it starts: the index entry
+	// is set due at once before a change only, not for the same content
+	// again, which would make every client read the record.
+	same, err := c.holdsContent(ctx, k, content)
+	if err != nil {
 		return fmt.Errorf("put schedule %q: %w", s.Name, err)
 	}
-	k := keys.ForSchedule(c.cfg.Prefix, s.Name)
-	args := append(append([]any{c.opTTLms()}, cs.content()...), uuid.NewString())
+	index := keys.Schedules(c.cfg.Prefix)
+	if !same {
+		if err := c.lookNow(ctx, s.Name, false); err != nil {
+			return fmt.Errorf("put schedule %q: %w", s.Name, err)
+		}
+	}
+	args := append(append([]any{c.opTTLms()}, content...), uuid.NewString())
 	out, err := schedulePutScript.Run(ctx, c.rdb, []string{k.Record(), k.Op(uuid.NewString()), k.Stale()}, args...).Text()
 	if err != nil {
 		return fmt.Errorf("put schedule %q: %w", s.Name, err)
@@ -517,7 +528,12 @@ func (c *Client) PutSchedule(ctx context.Context, s Schedule) error {
 	if err := c.stopStaleTicks(ctx, s.Name); err != nil {
 		return fmt.Errorf("put schedule %q: %w", s.Name, err)
 	}
-	if parseStateReply(out).code != "0" {
+	if parseStateReply(out).code == "0" {
+		// The index entry comes back if a crash lost it.
+		if err := c.rdb.ZAddNX(ctx, index, redis.Z{Score: 0, Member: s.Name}).Err(); err != nil {
+			return fmt.Errorf("put schedule %q: %w", s.Name, err)
+		}
+	} else {
 		// Due again, should a pass have read the old record meanwhile and
 		// set the entry to its waiting tick.
 		if err := c.lookNow(ctx, s.Name, false); err != nil {
@@ -526,6 +542,25 @@ func (c *Client) PutSchedule(ctx context.Context, s Schedule) error {
 		c.pokeSchedules()
 	}
 	return nil
+}
+
+// holdsContent reports whether the record at k holds content, the
+// field/value pairs of compiled.content.
+func (c *Client) holdsContent(ctx context.Context, k keys.Schedule, content []any) (bool, error) {
+	fields := make([]string, 0, len(content)/2)
+	for i := 0; i < len(content); i += 2 {
+		fields = append(fields, content[i].(string))
+	}
+	have, err := c.rdb.HMGet(ctx, k.Record(), fields...).Result()
+	if err != nil {
+		return false, err
+	}
+	for i, v := range have {
+		if s, ok := v.(string); !ok || s != content[2*i+1].(string) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // lookNow sets the index entry of schedule name due at once, before a
