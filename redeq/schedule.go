@@ -58,7 +58,11 @@ type Schedule struct {
 // ran: a tick is missed when no started client ran from before its
 // instant until after it. A tick whose instant passed while clients ran is
 // on time and runs (late at worst, never twice). Ticks not run are
-// skipped and counted in ScheduleInfo.Skipped.
+// skipped and counted in ScheduleInfo.Skipped. Clients tell that they run
+// by the passes of their schedule loops, recorded in Redis: a span of more
+// than five ScanIntervals with no pass recorded counts as one when no
+// client ran, also when clients ran but Redis did not answer them (a
+// server stalled or unreachable that long).
 type CatchUp int
 
 const (
@@ -156,6 +160,8 @@ var (
 	scheduleIntentSource string
 	//go:embed schedule_drop.lua
 	scheduleDropSource string
+	//go:embed schedule_ran.lua
+	scheduleRanSource string
 
 	schedulePutScript     = script.New(schedulePutSource)
 	scheduleStateScript   = script.New(scheduleStateSource)
@@ -164,6 +170,7 @@ var (
 	scheduleClockScript   = script.New(scheduleClockSource)
 	scheduleIntentScript  = script.New(scheduleIntentSource)
 	scheduleDropScript    = script.New(scheduleDropSource)
+	scheduleRanScript     = script.New(scheduleRanSource)
 )
 
 // compiled is a validated schedule with its parsed spec and zone.
@@ -278,7 +285,13 @@ func NextTicks(s Schedule, after time.Time, n int) ([]time.Time, error) {
 }
 
 // TickOf returns the schedule and tick instant a periodic job was added
-// for; ok is false for any other job.
+// for; ok is false for any other job. It reads the job's headers and id,
+// which Add does not reserve: a job a service adds with HeaderSchedule and
+// HeaderTick and the matching id (a tick's job copied, say) reads as that
+// tick. A tick's job id is "<schedule>@<tick unix ms>": a job of that id
+// the service adds to the schedule's topic before the tick stands for the
+// tick, which then adds no job of its own (as when a tick's job is
+// rescheduled).
 func TickOf(job *Job) (name string, tick time.Time, ok bool) {
 	if job == nil {
 		return "", time.Time{}, false
@@ -454,6 +467,7 @@ func (c *Client) stopGeneration(ctx context.Context, name string, k keys.Schedul
 			return nil
 		}
 		done := make([]any, 0, len(ticks))
+		var ran int64 // the latest tick that had its run
 		for _, tick := range ticks {
 			ms, err := strconv.ParseInt(tick, 10, 64)
 			if err == nil && topic != "" {
@@ -463,12 +477,23 @@ func (c *Client) stopGeneration(ctx context.Context, name string, k keys.Schedul
 					return fmt.Errorf("schedule %q: stop tick %d: %w", name, ms, err)
 				}
 				bk := keys.ForBucket(c.cfg.Prefix, topic, b)
-				if err := scheduleDropScript.Run(ctx, c.rdb, []string{bk.Pool(), bk.Scheduled(), bk.State(), bk.Ticks(), bk.Errors()},
-					id, gen, change, tick, cur).Err(); err != nil {
+				v, err := scheduleDropScript.Run(ctx, c.rdb, []string{bk.Pool(), bk.Scheduled(), bk.State(), bk.Ticks(), bk.Errors()},
+					id, gen, change, tick, cur).Int64()
+				if err != nil {
 					return fmt.Errorf("schedule %q: stop tick %d: %w", name, ms, err)
+				}
+				if v == 2 {
+					ran = max(ran, ms)
 				}
 			}
 			done = append(done, tick)
+		}
+		// Before the ticks leave the set: a caller that dies here leaves
+		// them to the next stopper, whose drop answers 2 again.
+		if ran > 0 && cur != "" {
+			if err := scheduleRanScript.Run(ctx, c.rdb, []string{k.Record()}, cur, ran).Err(); err != nil {
+				return fmt.Errorf("schedule %q: stop stale ticks: %w", name, err)
+			}
 		}
 		if err := c.rdb.ZRem(ctx, ticksKey, done...).Err(); err != nil {
 			return fmt.Errorf("schedule %q: stop stale ticks: %w", name, err)
@@ -484,7 +509,9 @@ func (c *Client) stopGeneration(ctx context.Context, name string, k keys.Schedul
 // change whose jobs were not added yet (no client ran, or its pass was
 // late) are added with the new content, missed ones by the catch-up
 // policy. A paused schedule stays paused. A bad schedule is
-// ErrInvalidSchedule, and nothing is written.
+// ErrInvalidSchedule, and nothing is written. A change of Topic starts
+// from now: ticks before it whose jobs were not added yet are not added,
+// nor counted.
 //
 // A change holds for every tick due after the call returns nil; a tick
 // falling due while the call runs may still run as before. A call that

@@ -14,9 +14,11 @@
 -- ARGV[3] -> the change's instant, unix ms
 -- ARGV[4] -> tick instant, unix ms
 -- ARGV[5] -> the schedule's current generation, or "" when deleted
--- Returns 1 when it removed the job, 0 otherwise (a tick due before the
--- change, one the ended generation never added, a job of the current
--- generation, one running or acked, a retry of one that failed).
+-- Returns 1 when it removed the job; 2 when the tick had its run (its job
+-- was due before the change and stays, or runs, ran or is retried): the
+-- caller moves a cursor left before it; 0 otherwise (one the ended
+-- generation never added, a job of the current generation). A rerun
+-- answers 2 again for a tick marked as run.
 -- O(log n); a rerun, or a second client stopping the same tick, finds its
 -- mark ("<claim>!") and writes nothing. Members of the ticks ZSET it
 -- writes: the claim, the mark, and "<job id>#*" for a tick that had its
@@ -36,7 +38,10 @@ local claim = ARGV[1] .. '#' .. ARGV[2]
 -- then is another generation's (added after this stop removed the
 -- ended one's), and stays.
 local stopped = claim .. '!'
-if redis.call('ZSCORE', KEYS[4], stopped) ~= false then return 0 end
+if redis.call('ZSCORE', KEYS[4], stopped) ~= false then
+  if redis.call('ZSCORE', KEYS[4], ARGV[1] .. '#*') ~= false then return 2 end
+  return 0
+end
 -- The marks live as long as the claim: a claim made late (a missed tick
 -- added after its instant) is scored by when it was made, and a mark
 -- scored by the tick alone would be pruned before it, letting a stale
@@ -56,7 +61,7 @@ if not wrote then return 0 end
 -- nothing, and a newer generation adds it.
 if tick <= change then
   redis.call('ZADD', KEYS[4], 'GT', score, ARGV[1] .. '#*')
-  return 0
+  return 2
 end
 if ARGV[5] ~= '' and redis.call('ZSCORE', KEYS[4], ARGV[1] .. '#' .. ARGV[5]) ~= false then return 0 end
 -- A job of the tick's id that failed before (it has a last error) is a
@@ -68,7 +73,7 @@ local due = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if due ~= false then
   if failed then
     redis.call('ZADD', KEYS[4], 'GT', score, ARGV[1] .. '#*') -- see below
-    return 0
+    return 2
   end
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('HDEL', KEYS[1], ARGV[1])
@@ -88,4 +93,4 @@ end
 -- (schedule_tick.lua reads this mark). GT: a mark another stop left is
 -- never shortened.
 redis.call('ZADD', KEYS[4], 'GT', score, ARGV[1] .. '#*')
-return 0
+return 2

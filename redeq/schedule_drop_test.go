@@ -21,7 +21,9 @@ import (
 // ended generation added its own), and a tick whose job ran (or, due
 // before the change, was added) is not added again, while one due before
 // the change that the ended generation never added is a newer
-// generation's to add; a rerun, or a second client stopping the
+// generation's to add; it answers 2 for a tick that had its run (so the
+// caller moves a cursor left before it), also on a rerun; a rerun, or a
+// second client stopping the
 // same tick, writes nothing more; a bad argument writes nothing; among
 // 100,000 other claims and jobs it touches only its own.
 func TestScheduleDropScript(t *testing.T) {
@@ -121,12 +123,13 @@ func TestScheduleDropScript(t *testing.T) {
 				at    int64 // tick instant
 				due   int64 // the job's due time
 				cur   string
-				wrote bool // the ended generation added the job
+				wrote bool  // the ended generation added the job
+				ran   int64 // 2: the tick had its run
 			}{
-				{"a tick due before the change", change - 1, change - 1, "", true},
-				{"a job the current generation claimed", tick + 1, tick + 1, "g2", true},
-				{"a retry of the tick's job, due later", tick + 2, tick + 60_000, "", true},
-				{"a job the ended generation never added", tick + 6, tick + 6, "", false},
+				{"a tick due before the change", change - 1, change - 1, "", true, 2},
+				{"a job the current generation claimed", tick + 1, tick + 1, "g2", true, 0},
+				{"a retry of the tick's job, due later", tick + 2, tick + 60_000, "", true, 2},
+				{"a job the ended generation never added", tick + 6, tick + 6, "", false, 0},
 			} {
 				id := tickID("s", tc.at)
 				waiting(id, tc.due)
@@ -141,7 +144,10 @@ func TestScheduleDropScript(t *testing.T) {
 				}
 				n, err := run(id, "g1", change, tc.at, tc.cur)
 				require.NoError(t, err)
-				require.EqualValues(t, 0, n, tc.name)
+				require.Equal(t, tc.ran, n, tc.name)
+				n, err = run(id, "g1", change, tc.at, tc.cur)
+				require.NoError(t, err)
+				require.Equal(t, tc.ran, n, "%s: a rerun answers the same", tc.name)
 				require.Contains(t, rdb.HKeys(ctx, k.Pool()).Val(), id, "%s stays", tc.name)
 				require.NotEqual(t, redis.Nil, rdb.ZScore(ctx, k.Ticks(), id+"#g1").Err(), "%s: the ended generation's claim is made", tc.name)
 			}
@@ -203,7 +209,7 @@ func TestScheduleDropScript(t *testing.T) {
 			claimed(inflight, "g1", tick+4)
 			n, err = run(inflight, "g1", change, strconv.Itoa(tick+4), "")
 			require.NoError(t, err)
-			require.EqualValues(t, 0, n, "a running tick's job is its delivery's")
+			require.EqualValues(t, 2, n, "a running tick's job is its delivery's: the tick had its run")
 			require.Contains(t, rdb.HKeys(ctx, k.Pool()).Val(), inflight)
 			// That tick had its run: a newer generation does not add it
 			// again once the job is acked.
@@ -237,6 +243,51 @@ func TestScheduleDropScript(t *testing.T) {
 			require.Equal(t, int64(100_002), rdb.ZCard(ctx, k.Ticks()).Val(), "the others' claims stay, its own and its mark are there")
 			require.Equal(t, int64(100_000), rdb.HLen(ctx, k.Pool()).Val(), "the others' jobs stay, its own goes")
 			require.Equal(t, int64(100_000), rdb.ZCard(ctx, k.Scheduled()).Val())
+		})
+	}
+}
+
+// TestScheduleRanScript: schedule_ran.lua moves a record's cursor and
+// latest tick up to a tick that had its run, never back, only while the
+// record has the generation the caller read; a rerun writes nothing more,
+// and a bad tick writes nothing.
+func TestScheduleRanScript(t *testing.T) {
+	for _, b := range testutil.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := b.New(t)
+			prefix := testutil.Config(t).Prefix
+			k := keys.ForSchedule(prefix, "s")
+			run := func(gen string, tick any) (int64, error) {
+				return scheduleRanScript.Run(ctx, rdb, []string{k.Record()}, gen, tick).Int64()
+			}
+			require.NoError(t, rdb.HSet(ctx, k.Record(), "gen", "g1", "cursor", "1000", "tick", "900", "prevtick", "800").Err())
+			n, err := run("g1", 2000)
+			require.NoError(t, err)
+			require.EqualValues(t, 1, n)
+			after := testutil.Dump(t, rdb, prefix)
+			require.Equal(t, []any{"2000", "2000", "900"}, rdb.HMGet(ctx, k.Record(), "cursor", "tick", "prevtick").Val())
+			for _, tc := range []struct {
+				name string
+				gen  string
+				tick any
+			}{
+				{"a rerun", "g1", 2000},
+				{"an earlier tick", "g1", 1500},
+				{"another generation", "g2", 5000},
+			} {
+				_, err := run(tc.gen, tc.tick)
+				require.NoError(t, err)
+				require.Equal(t, after, testutil.Dump(t, rdb, prefix), "%s writes nothing", tc.name)
+			}
+			_, err = run("g1", "5s")
+			require.ErrorContains(t, err, "no whole number")
+			require.Equal(t, after, testutil.Dump(t, rdb, prefix), "a bad tick writes nothing")
+			require.NoError(t, rdb.Del(ctx, k.Record()).Err())
+			n, err = run("g1", 3000)
+			require.NoError(t, err)
+			require.EqualValues(t, 0, n)
+			require.Zero(t, rdb.Exists(ctx, k.Record()).Val(), "a deleted record is not written again")
 		})
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -184,8 +186,11 @@ type plan struct {
 
 // planTicks plans the ticks after cursor up to now, and the first tick
 // after now (added ahead). Ticks in the span when no client ran are missed
-// and follow the catch-up policy; the others are on time and run.
-func planTicks(cs *compiled, cursor, now int64, down span) plan {
+// and follow the catch-up policy; the others are on time and run, and so
+// do the intended ones: a pass of the schedule's generation recorded them
+// before it wrote their jobs (so their jobs may exist already, added ahead
+// before the span) and did not move the cursor past them.
+func planTicks(cs *compiled, cursor, now int64, down span, intended map[int64]bool) plan {
 	var before, after, missed []int64
 	var p plan
 	every := cs.spec.Every().Milliseconds()
@@ -237,13 +242,27 @@ func planTicks(cs *compiled, cursor, now int64, down span) plan {
 				last := floorDiv(min(down.to, now), every) * every
 				from := max(ms, last-(MaxCatchUpTicks+1)*every)
 				p.skipped += (from - ms) / every
+				for x := range intended {
+					if x >= ms && x < from && (x-ms)%every == 0 {
+						p.skipped--
+						before = append(before, x)
+					}
+				}
 				for x := from; x <= last; x += every {
-					keep(x)
+					if intended[x] {
+						before = append(before, x)
+					} else {
+						keep(x)
+					}
 				}
 				t = last
 				continue
 			}
-			keep(ms)
+			if intended[ms] {
+				before = append(before, ms)
+			} else {
+				keep(ms)
+			}
 		} else if ms <= down.from {
 			before = append(before, ms)
 		} else {
@@ -252,6 +271,7 @@ func planTicks(cs *compiled, cursor, now int64, down span) plan {
 		t = ms
 	}
 	p.run = append(append(before, missed...), after...)
+	slices.Sort(p.run)
 	return p
 }
 
@@ -267,9 +287,16 @@ func (s *scheduler) tickSchedule(ctx context.Context, name string, score, now in
 	if rec == nil || rec.paused || score == 0 {
 		// A change whose caller died before it stopped the ticks of the
 		// generation it ended (it set the index entry due at once first):
-		// they are stopped here.
-		if err := s.stopLeftTicks(ctx, name); err != nil {
+		// they are stopped here, and the record read again (a stop moves
+		// the cursor past a tick that had its run).
+		stopped, err := s.stopLeftTicks(ctx, name)
+		if err != nil {
 			return pool.MaxDueMs, err
+		}
+		if stopped && rec != nil {
+			if rec, err = c.readRecord(ctx, name); err != nil {
+				return pool.MaxDueMs, err
+			}
 		}
 		if rec == nil {
 			// Deleted meanwhile, or its deleter died before it removed
@@ -296,7 +323,22 @@ func (s *scheduler) tickSchedule(ctx context.Context, name string, score, now in
 	if rec.cursor > now {
 		return rec.cursor, setScore(float64(rec.cursor))
 	}
-	p := planTicks(rec.cs, rec.cursor, now, down)
+	// After a span when no client ran, the ticks a pass recorded before it
+	// (one whose cursor move was lost) are on time, not missed.
+	var intended map[int64]bool
+	if down.to > rec.cursor {
+		ms, err := c.rdb.ZRange(ctx, keys.ForSchedule(c.cfg.Prefix, name).TicksOf(rec.gen), 0, maxIntentTicks-1).Result()
+		if err != nil {
+			return 0, fmt.Errorf("schedule %q: %w", name, err)
+		}
+		intended = make(map[int64]bool, len(ms))
+		for _, m := range ms {
+			if n, err := strconv.ParseInt(m, 10, 64); err == nil {
+				intended[n] = true
+			}
+		}
+	}
+	p := planTicks(rec.cs, rec.cursor, now, down, intended)
 	if len(p.run) > 0 {
 		ok, err := s.recordTicks(ctx, rec, p.run)
 		if err != nil {
@@ -357,16 +399,17 @@ func (s *scheduler) tickSchedule(ctx context.Context, name string, score, now in
 
 // stopLeftTicks stops the ticks of the generations a change of schedule
 // name ended whose caller did not stop them: one ZCARD when there are none.
-func (s *scheduler) stopLeftTicks(ctx context.Context, name string) error {
+// True when there were some.
+func (s *scheduler) stopLeftTicks(ctx context.Context, name string) (bool, error) {
 	c := s.c
 	n, err := c.rdb.ZCard(ctx, keys.ForSchedule(c.cfg.Prefix, name).Stale()).Result()
 	if err != nil {
-		return fmt.Errorf("schedule %q: %w", name, err)
+		return false, fmt.Errorf("schedule %q: %w", name, err)
 	}
 	if n == 0 {
-		return nil
+		return false, nil
 	}
-	return c.stopStaleTicks(ctx, name)
+	return true, c.stopStaleTicks(ctx, name)
 }
 
 // maxIntentTicks bounds the ticks schedule_intent.lua records at once: more

@@ -54,8 +54,15 @@ redis.call('HSET', KEYS[1], unpack(pairs_))
 -- no client ran follow the catch-up policy and are counted. Else it moves
 -- to now: the ended generation's waiting tick goes, and the next tick
 -- follows the new content.
+-- Only within one topic: a tick the ended generation ran is marked so in
+-- its topic's bucket (schedule_drop.lua), and the new generation's tick
+-- in another topic would not see the mark.
+local topic
+for i = 1, 9 do
+  if fields[i] == 'topic' then topic = ARGV[2 * i + 1] end
+end
 local cursor = now
-if existed and old[5] and tonumber(old[5]) <= tonumber(now) then cursor = old[5] end
+if existed and old[1] == topic and old[5] and tonumber(old[5]) <= tonumber(now) then cursor = old[5] end
 redis.call('HSET', KEYS[1], 'gen', ARGV[20], 'cursor', cursor)
 local code = '2'
 if not existed then

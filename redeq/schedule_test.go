@@ -1212,3 +1212,98 @@ func TestScheduleWindowRoundsUpToAMillisecond(t *testing.T) {
 	in = waitSchedule(t, e.c, "w", func(redeq.ScheduleInfo) bool { return true })
 	require.Equal(t, 2*time.Millisecond, in.CatchUpWindow)
 }
+
+// lostAdvances returns a client whose every schedule_advance.lua call is
+// lost before it reaches Redis: its passes add their ticks' jobs, and the
+// schedule's cursor stays where it was.
+func lostAdvances(t *testing.T, e *env) *redeq.Client {
+	hook := newScriptHook(t, "redeq/schedule_advance.lua")
+	hook.set(func(context.Context, redis.Cmder, func() error) error { return testutil.ErrUnsent })
+	return e.hooked(t, hook)
+}
+
+// TestTickAddedBeforeAnOutageWithItsCursorBehindRunsOnce: a tick whose job
+// was added ahead before the whole fleet went down, by a pass whose cursor
+// move was lost, is on time, not missed: it runs, the latest missed tick
+// runs too, and only the others are counted as skipped.
+func TestTickAddedBeforeAnOutageWithItsCursorBehindRunsOnce(t *testing.T) {
+	t.Parallel()
+	be := testutil.Backends(t)[0] // the clock moves on miniredis only
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	at := func(m int) time.Time { return time.Date(2026, 3, 1, 12, m, 0, 0, time.UTC) }
+	frozen(e, at(0).Add(10*time.Second))
+	s := redeq.Schedule{Name: "out", Topic: "outs", Spec: "@every 1m"}
+	require.NoError(t, e.c.PutSchedule(ctx, s))
+	runner := lostAdvances(t, e)
+	startSched(t, runner, nil)
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "outs", "out", at(1)) }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, runner.Shutdown(ctx))
+
+	frozen(e, at(10).Add(30*time.Second))
+	back := e.another(t, nil)
+	startSched(t, back, nil)
+	require.Eventually(t, func() bool { return hasTick(t, back, "outs", "out", at(11)) }, 5*time.Second, 10*time.Millisecond, "the next tick waits ahead")
+	in := waitSchedule(t, back, "out", func(in redeq.ScheduleInfo) bool { return in.Skipped != 0 })
+	require.Equal(t, int64(8), in.Skipped, "missed ticks 12:02 to 12:09 are skipped")
+	require.True(t, hasTick(t, back, "outs", "out", at(1)), "the tick added before the outage runs")
+	require.True(t, hasTick(t, back, "outs", "out", at(10)), "the latest missed tick runs")
+	for m := 2; m <= 9; m++ {
+		require.False(t, hasTick(t, back, "outs", "out", at(m)), "missed tick 12:%02d", m)
+	}
+}
+
+// TestPauseCountsNoTickThatRanAsSkipped: a pause that stops a generation
+// whose pass added a tick's job, due before the pause, without moving the
+// cursor past it: that tick runs, and the resume counts only the ticks
+// after it as skipped.
+func TestPauseCountsNoTickThatRanAsSkipped(t *testing.T) {
+	t.Parallel()
+	be := testutil.Backends(t)[0] // the clock moves on miniredis only
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	at := func(m, s int) time.Time { return time.Date(2026, 3, 1, 12, m, s, 0, time.UTC) }
+	frozen(e, at(0, 10))
+	s := redeq.Schedule{Name: "pz", Topic: "pzs", Spec: "@every 1m"}
+	require.NoError(t, e.c.PutSchedule(ctx, s))
+	startSched(t, lostAdvances(t, e), nil)
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "pzs", "pz", at(1, 0)) }, 5*time.Second, 10*time.Millisecond)
+	frozen(e, at(1, 30))
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "pzs", "pz", at(2, 0)) }, 5*time.Second, 10*time.Millisecond)
+
+	require.NoError(t, e.c.PauseSchedule(ctx, "pz"))
+	require.True(t, hasTick(t, e.c, "pzs", "pz", at(1, 0)), "the tick due before the pause stays")
+	require.False(t, hasTick(t, e.c, "pzs", "pz", at(2, 0)), "the waiting tick goes")
+	frozen(e, at(5, 40))
+	require.NoError(t, e.c.ResumeSchedule(ctx, "pz"))
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "pzs", "pz", at(6, 0)) }, 5*time.Second, 10*time.Millisecond)
+	in := waitSchedule(t, e.c, "pz", func(redeq.ScheduleInfo) bool { return true })
+	require.Equal(t, int64(4), in.Skipped, "ticks 12:02 to 12:05 passed while paused; 12:01 ran")
+}
+
+// TestTopicChangeAddsNoTickThatRanAgain: a put that moves a schedule to
+// another topic, while a tick due before it had its job added by a pass
+// that did not move the cursor past it, does not add that tick again in
+// the new topic; the next tick goes to the new topic.
+func TestTopicChangeAddsNoTickThatRanAgain(t *testing.T) {
+	t.Parallel()
+	be := testutil.Backends(t)[0] // the clock moves on miniredis only
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	at := func(m, s int) time.Time { return time.Date(2026, 3, 1, 12, m, s, 0, time.UTC) }
+	frozen(e, at(0, 10))
+	s := redeq.Schedule{Name: "tz", Topic: "tza", Spec: "@every 1m"}
+	require.NoError(t, e.c.PutSchedule(ctx, s))
+	startSched(t, lostAdvances(t, e), nil)
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "tza", "tz", at(1, 0)) }, 5*time.Second, 10*time.Millisecond)
+	frozen(e, at(1, 20))
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "tza", "tz", at(2, 0)) }, 5*time.Second, 10*time.Millisecond)
+
+	s.Topic = "tzb"
+	require.NoError(t, e.c.PutSchedule(ctx, s))
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "tzb", "tz", at(2, 0)) }, 5*time.Second, 10*time.Millisecond,
+		"the next tick goes to the new topic")
+	require.True(t, hasTick(t, e.c, "tza", "tz", at(1, 0)), "the tick due before the change runs in its topic")
+	require.False(t, hasTick(t, e.c, "tzb", "tz", at(1, 0)), "and is not added again in the new one")
+	require.False(t, hasTick(t, e.c, "tza", "tz", at(2, 0)), "the old topic's waiting tick goes")
+}
