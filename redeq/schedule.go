@@ -736,6 +736,13 @@ func (c *Client) ResumeSchedule(ctx context.Context, name string) error {
 		return err
 	}
 	for range resumeTries {
+		// The ticks of the generation the pause ended are stopped first
+		// (its caller may have failed, or be stopping them now): a stop
+		// moves the cursor past a tick that had its run, which the count
+		// below must not take for one skipped.
+		if err := c.stopStaleTicks(ctx, name); err != nil {
+			return fmt.Errorf("resume schedule %q: %w", name, err)
+		}
 		rec, err := c.readRecord(ctx, name)
 		if err != nil {
 			return err

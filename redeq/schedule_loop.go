@@ -232,6 +232,12 @@ func planTicks(cs *compiled, cursor, now int64, down span, intended map[int64]bo
 			break
 		}
 		if walked >= maxWalk || len(before)+len(after) >= maxRunPerPass {
+			if down.holds(ms) {
+				// The span goes on past this pass: the missed ticks kept
+				// so far are not the latest, which the policy runs.
+				p.skipped += int64(len(missed))
+				missed = nil
+			}
 			p.cursor = t // the next pass goes on
 			break
 		}

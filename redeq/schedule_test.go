@@ -1256,29 +1256,42 @@ func TestTickAddedBeforeAnOutageWithItsCursorBehindRunsOnce(t *testing.T) {
 // TestPauseCountsNoTickThatRanAsSkipped: a pause that stops a generation
 // whose pass added a tick's job, due before the pause, without moving the
 // cursor past it: that tick runs, and the resume counts only the ticks
-// after it as skipped.
+// after it as skipped, also when the pause failed before it stopped the
+// ticks and its caller resumes instead of retrying.
 func TestPauseCountsNoTickThatRanAsSkipped(t *testing.T) {
 	t.Parallel()
-	be := testutil.Backends(t)[0] // the clock moves on miniredis only
-	e := setup(t, be, testutil.Config(t))
-	ctx := context.Background()
-	at := func(m, s int) time.Time { return time.Date(2026, 3, 1, 12, m, s, 0, time.UTC) }
-	frozen(e, at(0, 10))
-	s := redeq.Schedule{Name: "pz", Topic: "pzs", Spec: "@every 1m"}
-	require.NoError(t, e.c.PutSchedule(ctx, s))
-	startSched(t, lostAdvances(t, e), nil)
-	require.Eventually(t, func() bool { return hasTick(t, e.c, "pzs", "pz", at(1, 0)) }, 5*time.Second, 10*time.Millisecond)
-	frozen(e, at(1, 30))
-	require.Eventually(t, func() bool { return hasTick(t, e.c, "pzs", "pz", at(2, 0)) }, 5*time.Second, 10*time.Millisecond)
+	for _, failed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Paused", true: "PauseFailed"}[failed], func(t *testing.T) {
+			be := testutil.Backends(t)[0] // the clock moves on miniredis only
+			e := setup(t, be, testutil.Config(t))
+			ctx := context.Background()
+			at := func(m, s int) time.Time { return time.Date(2026, 3, 1, 12, m, s, 0, time.UTC) }
+			frozen(e, at(0, 10))
+			s := redeq.Schedule{Name: "pz", Topic: "pzs", Spec: "@every 1m"}
+			require.NoError(t, e.c.PutSchedule(ctx, s))
+			runner := lostAdvances(t, e)
+			startSched(t, runner, nil)
+			require.Eventually(t, func() bool { return hasTick(t, e.c, "pzs", "pz", at(1, 0)) }, 5*time.Second, 10*time.Millisecond)
+			frozen(e, at(1, 30))
+			require.Eventually(t, func() bool { return hasTick(t, e.c, "pzs", "pz", at(2, 0)) }, 5*time.Second, 10*time.Millisecond)
 
-	require.NoError(t, e.c.PauseSchedule(ctx, "pz"))
-	require.True(t, hasTick(t, e.c, "pzs", "pz", at(1, 0)), "the tick due before the pause stays")
-	require.False(t, hasTick(t, e.c, "pzs", "pz", at(2, 0)), "the waiting tick goes")
-	frozen(e, at(5, 40))
-	require.NoError(t, e.c.ResumeSchedule(ctx, "pz"))
-	require.Eventually(t, func() bool { return hasTick(t, e.c, "pzs", "pz", at(6, 0)) }, 5*time.Second, 10*time.Millisecond)
-	in := waitSchedule(t, e.c, "pz", func(redeq.ScheduleInfo) bool { return true })
-	require.Equal(t, int64(4), in.Skipped, "ticks 12:02 to 12:05 passed while paused; 12:01 ran")
+			if failed {
+				require.NoError(t, runner.Shutdown(ctx)) // no pass finishes the pause
+				drop := newScriptHook(t, "redeq/schedule_drop.lua")
+				drop.set(func(context.Context, redis.Cmder, func() error) error { return testutil.ErrUnsent })
+				require.Error(t, e.hooked(t, drop).PauseSchedule(ctx, "pz"))
+			} else {
+				require.NoError(t, e.c.PauseSchedule(ctx, "pz"))
+				require.False(t, hasTick(t, e.c, "pzs", "pz", at(2, 0)), "the waiting tick goes")
+			}
+			require.True(t, hasTick(t, e.c, "pzs", "pz", at(1, 0)), "the tick due before the pause stays")
+			frozen(e, at(5, 40))
+			require.NoError(t, e.c.ResumeSchedule(ctx, "pz"))
+			require.False(t, hasTick(t, e.c, "pzs", "pz", at(2, 0)), "the resume finished the pause's stop")
+			in := waitSchedule(t, e.c, "pz", func(redeq.ScheduleInfo) bool { return true })
+			require.Equal(t, int64(4), in.Skipped, "ticks 12:02 to 12:05 passed while paused; 12:01 ran")
+		})
+	}
 }
 
 // TestTopicChangeAddsNoTickThatRanAgain: a put that moves a schedule to
