@@ -118,10 +118,13 @@ func (s *scheduler) pass(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("schedule clock: %w", err)
 	}
-	if len(v) != 3 {
-		return 0, fmt.Errorf("schedule clock: %d values, want 3", len(v))
+	if len(v)%2 != 1 {
+		return 0, fmt.Errorf("schedule clock: %d values, want now and pairs", len(v))
 	}
-	now, down := v[0], span{v[1], v[2]}
+	now, down := v[0], make(spans, 0, len(v)/2)
+	for i := 1; i < len(v); i += 2 {
+		down = append(down, span{v[i], v[i+1]})
+	}
 	zs, err := c.rdb.ZRangeWithScores(ctx, keys.Schedules(c.cfg.Prefix), 0, maxSchedules-1).Result()
 	if err != nil {
 		return 0, fmt.Errorf("schedules: %w", err)
@@ -170,11 +173,32 @@ func (s *scheduler) pass(ctx context.Context) (time.Duration, error) {
 	return wait, errors.Join(append(errs, ctx.Err())...)
 }
 
-// span is the latest span when no client ran (unix ms, from exclusive, to
-// inclusive); from = to = -1 when none is known.
+// span is a span when no client ran (unix ms, from exclusive, to
+// inclusive).
 type span struct{ from, to int64 }
 
-func (d span) holds(ms int64) bool { return d.from < ms && ms <= d.to }
+// spans are the latest spans when no client ran, oldest first.
+type spans []span
+
+// holding returns the span that holds ms.
+func (ds spans) holding(ms int64) (span, bool) {
+	for _, d := range ds {
+		if d.from < ms && ms <= d.to {
+			return d, true
+		}
+	}
+	return span{}, false
+}
+
+// endAfter reports whether a span ends after ms.
+func (ds spans) endAfter(ms int64) bool {
+	for _, d := range ds {
+		if d.to > ms {
+			return true
+		}
+	}
+	return false
+}
 
 // plan is what one pass does for one schedule: the ticks whose jobs it
 // adds, in order, the ticks it skips, and the new cursor.
@@ -185,12 +209,12 @@ type plan struct {
 }
 
 // planTicks plans the ticks after cursor up to now, and the first tick
-// after now (added ahead). Ticks in the span when no client ran are missed
+// after now (added ahead). Ticks in a span when no client ran are missed
 // and follow the catch-up policy; the others are on time and run, and so
 // do the intended ones: a pass of the schedule's generation recorded them
 // before it wrote their jobs (so their jobs may exist already, added ahead
 // before the span) and did not move the cursor past them.
-func planTicks(cs *compiled, cursor, now int64, down span, intended map[int64]bool) plan {
+func planTicks(cs *compiled, cursor, now int64, down spans, intended map[int64]bool) plan {
 	var before, after, missed []int64
 	var p plan
 	every := cs.spec.Every().Milliseconds()
@@ -232,7 +256,7 @@ func planTicks(cs *compiled, cursor, now int64, down span, intended map[int64]bo
 			break
 		}
 		if walked >= maxWalk || len(before)+len(after) >= maxRunPerPass {
-			if down.holds(ms) {
+			if _, in := down.holding(ms); in {
 				// The span goes on past this pass: the missed ticks kept
 				// so far are not the latest, which the policy runs.
 				p.skipped += int64(len(missed))
@@ -241,11 +265,11 @@ func planTicks(cs *compiled, cursor, now int64, down span, intended map[int64]bo
 			p.cursor = t // the next pass goes on
 			break
 		}
-		if down.holds(ms) {
+		if d, in := down.holding(ms); in {
 			if every > 0 {
 				// Jump over the missed span: the policy needs the count
 				// and the latest few.
-				last := floorDiv(min(down.to, now), every) * every
+				last := floorDiv(min(d.to, now), every) * every
 				from := max(ms, last-(MaxCatchUpTicks+1)*every)
 				p.skipped += (from - ms) / every
 				for x := range intended {
@@ -269,10 +293,8 @@ func planTicks(cs *compiled, cursor, now int64, down span, intended map[int64]bo
 			} else {
 				keep(ms)
 			}
-		} else if ms <= down.from {
-			before = append(before, ms)
 		} else {
-			after = append(after, ms)
+			before = append(before, ms) // on time
 		}
 		t = ms
 	}
@@ -283,7 +305,7 @@ func planTicks(cs *compiled, cursor, now int64, down span, intended map[int64]bo
 
 // tickSchedule adds the ticks due of schedule name and moves its cursor;
 // it returns the instant of its waiting tick, when the owner looks again.
-func (s *scheduler) tickSchedule(ctx context.Context, name string, score, now int64, down span) (int64, error) {
+func (s *scheduler) tickSchedule(ctx context.Context, name string, score, now int64, down spans) (int64, error) {
 	c := s.c
 	index := keys.Schedules(c.cfg.Prefix)
 	rec, err := c.readRecord(ctx, name)
@@ -332,7 +354,7 @@ func (s *scheduler) tickSchedule(ctx context.Context, name string, score, now in
 	// After a span when no client ran, the ticks a pass recorded before it
 	// (one whose cursor move was lost) are on time, not missed.
 	var intended map[int64]bool
-	if down.to > rec.cursor {
+	if down.endAfter(rec.cursor) {
 		ms, err := c.rdb.ZRange(ctx, keys.ForSchedule(c.cfg.Prefix, name).TicksOf(rec.gen), 0, maxIntentTicks-1).Result()
 		if err != nil {
 			return 0, fmt.Errorf("schedule %q: %w", name, err)

@@ -1320,3 +1320,48 @@ func TestTopicChangeAddsNoTickThatRanAgain(t *testing.T) {
 	require.False(t, hasTick(t, e.c, "tzb", "tz", at(1, 0)), "and is not added again in the new one")
 	require.False(t, hasTick(t, e.c, "tza", "tz", at(2, 0)), "the old topic's waiting tick goes")
 }
+
+// TestOutageStaysMissedWhenASecondFollows: the ticks missed in an outage
+// of the whole fleet follow the catch-up policy also when a second span
+// with no pass follows before any pass handled the schedule (Redis
+// unreachable again right after the fleet came back).
+func TestOutageStaysMissedWhenASecondFollows(t *testing.T) {
+	t.Parallel()
+	be := testutil.Backends(t)[0] // the clock moves on miniredis only
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	at := func(m, s int) time.Time { return time.Date(2026, 3, 1, 12, m, s, 0, time.UTC) }
+	frozen(e, at(0, 10))
+	s := redeq.Schedule{Name: "ss", Topic: "sss", Spec: "@every 1m", CatchUp: redeq.CatchUpNone}
+	require.NoError(t, e.c.PutSchedule(ctx, s))
+	startSched(t, e.c, nil)
+	require.Eventually(t, func() bool { return hasTick(t, e.c, "sss", "ss", at(1, 0)) }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, e.c.Shutdown(ctx))
+
+	// The fleet comes back at 12:10:30; its passes record themselves but
+	// fail on the schedule, then a second span with no pass follows.
+	frozen(e, at(10, 30))
+	var failing atomic.Bool
+	var tries atomic.Int32
+	failing.Store(true)
+	intent := newScriptHook(t, "redeq/schedule_intent.lua")
+	intent.set(func(ctx context.Context, cmd redis.Cmder, next func() error) error {
+		tries.Add(1)
+		if failing.Load() {
+			return testutil.ErrUnsent
+		}
+		return next()
+	})
+	back := e.hooked(t, intent)
+	startSched(t, back, nil)
+	require.Eventually(t, func() bool { return tries.Load() >= 3 }, 5*time.Second, 10*time.Millisecond)
+	frozen(e, at(10, 40))
+	time.Sleep(100 * time.Millisecond)
+	failing.Store(false)
+	require.Eventually(t, func() bool { return hasTick(t, back, "sss", "ss", at(11, 0)) }, 5*time.Second, 10*time.Millisecond)
+	in := waitSchedule(t, back, "ss", func(in redeq.ScheduleInfo) bool { return in.Skipped != 0 })
+	require.Equal(t, int64(9), in.Skipped, "ticks 12:02 to 12:10 were missed")
+	for m := 2; m <= 10; m++ {
+		require.False(t, hasTick(t, back, "sss", "ss", at(m, 0)), "CatchUpNone: missed tick 12:%02d does not run", m)
+	}
+}
