@@ -397,8 +397,10 @@ func (s Schedule) Op(op string) string { return s.tag + "op:" + op }
 func Schedules(prefix string) string { return prefix + ":schedules" }
 
 // ScheduleClock is a HASH with fields seen (the last pass of any client's
-// schedule loop, unix ms, server clock) and down_from, down_to: the latest
-// span during which no client ran a pass, whose ticks were missed.
+// schedule loop, unix ms, server clock), spans ("<from>:<to>,...", the
+// latest 8 spans during which no client ran a pass, whose ticks were
+// missed, oldest first) and down_from, down_to (the latest of them, as
+// earlier versions read it).
 func ScheduleClock(prefix string) string { return prefix + ":schedules:clock" }
 
 // LimitPrefix starts the names of the bucket's limit keys (see
