@@ -216,6 +216,7 @@ type plan struct {
 // before the span) and did not move the cursor past them.
 func planTicks(cs *compiled, cursor, now int64, down spans, intended map[int64]bool) plan {
 	var before, after, missed []int64
+	var recorded []int64 // intended ticks in a span when no client ran
 	var p plan
 	every := cs.spec.Every().Milliseconds()
 	window := cs.window().Milliseconds()
@@ -273,30 +274,33 @@ func planTicks(cs *compiled, cursor, now int64, down spans, intended map[int64]b
 				from := max(ms, last-(MaxCatchUpTicks+1)*every)
 				p.skipped += (from - ms) / every
 				for x := range intended {
-					if x >= ms && x < from && (x-ms)%every == 0 {
-						p.skipped--
-						before = append(before, x)
+					if x >= ms && x <= last && (x-ms)%every == 0 {
+						recorded = append(recorded, x)
 					}
 				}
 				for x := from; x <= last; x += every {
-					if intended[x] {
-						before = append(before, x)
-					} else {
-						keep(x)
-					}
+					keep(x)
 				}
 				t = last
 				continue
 			}
 			if intended[ms] {
-				before = append(before, ms)
-			} else {
-				keep(ms)
+				recorded = append(recorded, ms)
 			}
+			keep(ms)
 		} else {
 			before = append(before, ms) // on time
 		}
 		t = ms
+	}
+	// The policy chose among all the missed ticks, the recorded ones
+	// too (a pass that planned them as the policy's choice recorded
+	// them); a recorded one it did not choose runs all the same.
+	for _, x := range recorded {
+		if !slices.Contains(missed, x) {
+			before = append(before, x)
+			p.skipped--
+		}
 	}
 	p.run = append(append(before, missed...), after...)
 	slices.Sort(p.run)

@@ -50,6 +50,32 @@ func TestPlanAppliesCatchUpOncePerOutage(t *testing.T) {
 	}
 }
 
+// TestPlanAgainAfterALostCursorMovePlansTheSame: a pass whose cursor move
+// was lost is planned again from the same cursor, with the ticks it
+// recorded: the plan runs the same ticks and skips as many, so no policy
+// runs more missed ticks than it allows.
+func TestPlanAgainAfterALostCursorMovePlansTheSame(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 10, 0, time.UTC).UnixMilli()
+	now := t0 + (10 * time.Minute).Milliseconds()
+	down := spans{{t0, now}}
+	for _, spec := range []string{"@every 1m", "0 * * * * *", "@every 1s"} {
+		for _, policy := range []CatchUp{CatchUpLatest, CatchUpNone, CatchUpAll} {
+			t.Run(spec+"/"+policy.String(), func(t *testing.T) {
+				cs, err := compile(Schedule{Name: "s", Topic: "t", Spec: spec, CatchUp: policy}, 1<<20)
+				require.NoError(t, err)
+				first := planTicks(cs, t0, now, down, nil)
+				recorded := map[int64]bool{}
+				for _, ms := range first.run {
+					recorded[ms] = true
+				}
+				again := planTicks(cs, t0, now, down, recorded)
+				require.Equal(t, first.run, again.run)
+				require.Equal(t, first.skipped, again.skipped)
+			})
+		}
+	}
+}
+
 // TestScheduleClockScript: schedule_clock.lua records each pass and
 // answers the latest spans with no pass longer than the gap, oldest
 // first, at most 8 of them, the first pass ever making the span from 0;
