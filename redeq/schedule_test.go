@@ -166,6 +166,17 @@ func waitTicks(t *testing.T, l *tickCounter, n int) {
 // the next call.
 func frozen(e *env, at time.Time) { e.be.Mini.SetTime(at) }
 
+// noonAt is 12:m:s on the day the miniredis schedule tests freeze their
+// clock on.
+func noonAt(m, s int) time.Time { return time.Date(2026, 3, 1, 12, m, s, 0, time.UTC) }
+
+// waitTick waits until the job of schedule name's tick at is stored.
+func waitTick(t *testing.T, c *redeq.Client, topic, name string, at time.Time) {
+	t.Helper()
+	require.Eventually(t, func() bool { return hasTick(t, c, topic, name, at) }, 5*time.Second, 10*time.Millisecond,
+		"tick %s of %q", at.Format("15:04:05"), name)
+}
+
 // hasTick reports whether the job of schedule name's tick at is stored.
 func hasTick(t *testing.T, c *redeq.Client, topic, name string, at time.Time) bool {
 	t.Helper()
@@ -1122,12 +1133,12 @@ func TestResumeThatReachesRedisLateRunsNoPausedTick(t *testing.T) {
 	be := testutil.Backends(t)[0] // the clock moves on miniredis only
 	e := setup(t, be, testutil.Config(t))
 	ctx := context.Background()
-	at := func(m, s int) time.Time { return time.Date(2026, 3, 1, 12, m, s, 0, time.UTC) }
+	at := noonAt
 	frozen(e, at(0, 10))
 	s := redeq.Schedule{Name: "late", Topic: "lates", Spec: "@every 1m"}
 	require.NoError(t, e.c.PutSchedule(ctx, s))
 	startSched(t, e.c, nil)
-	require.Eventually(t, func() bool { return hasTick(t, e.c, "lates", "late", at(1, 0)) }, 5*time.Second, 10*time.Millisecond)
+	waitTick(t, e.c, "lates", "late", at(1, 0))
 	require.NoError(t, e.c.PauseSchedule(ctx, "late"))
 	frozen(e, at(5, 40))
 
@@ -1144,7 +1155,7 @@ func TestResumeThatReachesRedisLateRunsNoPausedTick(t *testing.T) {
 	in := waitSchedule(t, e.c, "late", func(in redeq.ScheduleInfo) bool { return in.Next.Equal(at(9, 0)) })
 	require.False(t, in.Paused)
 	require.Equal(t, int64(8), in.Skipped, "ticks 12:01 to 12:08 passed while paused")
-	require.Eventually(t, func() bool { return hasTick(t, e.c, "lates", "late", at(9, 0)) }, 5*time.Second, 10*time.Millisecond)
+	waitTick(t, e.c, "lates", "late", at(9, 0))
 	for m := 1; m <= 8; m++ {
 		require.False(t, hasTick(t, e.c, "lates", "late", at(m, 0)), "tick 12:%02d passed while paused", m)
 	}
@@ -1160,7 +1171,7 @@ func TestTickWrittenLateAcrossAChangeRunsOnce(t *testing.T) {
 	be := testutil.Backends(t)[0] // the clock moves on miniredis only
 	e := setup(t, be, testutil.Config(t))
 	ctx := context.Background()
-	at := func(m, s int) time.Time { return time.Date(2026, 3, 1, 12, m, s, 0, time.UTC) }
+	at := noonAt
 	id := func(m int) string { return "held@" + strconv.FormatInt(at(m, 0).UnixMilli(), 10) }
 	frozen(e, at(0, 10))
 	s := redeq.Schedule{Name: "held", Topic: "helds", Spec: "@every 1m", Body: []byte("old")}
@@ -1180,7 +1191,7 @@ func TestTickWrittenLateAcrossAChangeRunsOnce(t *testing.T) {
 	})
 	runner := e.hooked(t, hook)
 	startSched(t, runner, nil)
-	require.Eventually(t, func() bool { return hasTick(t, e.c, "helds", "held", at(1, 0)) }, 5*time.Second, 10*time.Millisecond)
+	waitTick(t, e.c, "helds", "held", at(1, 0))
 	frozen(e, at(1, 0)) // the next pass adds tick 12:02 ahead; its write is held
 	<-held
 
@@ -1188,7 +1199,7 @@ func TestTickWrittenLateAcrossAChangeRunsOnce(t *testing.T) {
 	s.Body = []byte("new")
 	require.NoError(t, e.c.PutSchedule(ctx, s))
 	close(release)
-	require.Eventually(t, func() bool { return hasTick(t, e.c, "helds", "held", at(3, 0)) }, 5*time.Second, 10*time.Millisecond)
+	waitTick(t, e.c, "helds", "held", at(3, 0))
 	job, err := e.c.Get(ctx, "helds", id(2))
 	require.NoError(t, err, "the tick due before the change is added")
 	require.Equal(t, "new", string(job.Body), "by the new generation: the held write added nothing")
@@ -1222,6 +1233,22 @@ func lostAdvances(t *testing.T, e *env) *redeq.Client {
 	return e.hooked(t, hook)
 }
 
+// aheadWithCursorBehind puts s, an "@every 1m" schedule, at 12:00:10 and
+// starts a client whose cursor moves are lost: with the clock then at
+// 12:01:30, the jobs of ticks 12:01 and 12:02 exist and the cursor is
+// still at 12:00:10. It returns that client.
+func aheadWithCursorBehind(t *testing.T, e *env, s redeq.Schedule) *redeq.Client {
+	t.Helper()
+	frozen(e, noonAt(0, 10))
+	require.NoError(t, e.c.PutSchedule(context.Background(), s))
+	runner := lostAdvances(t, e)
+	startSched(t, runner, nil)
+	waitTick(t, e.c, s.Topic, s.Name, noonAt(1, 0))
+	frozen(e, noonAt(1, 30))
+	waitTick(t, e.c, s.Topic, s.Name, noonAt(2, 0))
+	return runner
+}
+
 // TestTickAddedBeforeAnOutageWithItsCursorBehindRunsOnce: a tick whose job
 // was added ahead before the whole fleet went down, by a pass whose cursor
 // move was lost, is on time, not missed: it runs, the latest missed tick
@@ -1231,13 +1258,13 @@ func TestTickAddedBeforeAnOutageWithItsCursorBehindRunsOnce(t *testing.T) {
 	be := testutil.Backends(t)[0] // the clock moves on miniredis only
 	e := setup(t, be, testutil.Config(t))
 	ctx := context.Background()
-	at := func(m int) time.Time { return time.Date(2026, 3, 1, 12, m, 0, 0, time.UTC) }
+	at := func(m int) time.Time { return noonAt(m, 0) }
 	frozen(e, at(0).Add(10*time.Second))
 	s := redeq.Schedule{Name: "out", Topic: "outs", Spec: "@every 1m"}
 	require.NoError(t, e.c.PutSchedule(ctx, s))
 	runner := lostAdvances(t, e)
 	startSched(t, runner, nil)
-	require.Eventually(t, func() bool { return hasTick(t, e.c, "outs", "out", at(1)) }, 5*time.Second, 10*time.Millisecond)
+	waitTick(t, e.c, "outs", "out", at(1))
 	require.NoError(t, runner.Shutdown(ctx))
 
 	frozen(e, at(10).Add(30*time.Second))
@@ -1265,15 +1292,8 @@ func TestPauseCountsNoTickThatRanAsSkipped(t *testing.T) {
 			be := testutil.Backends(t)[0] // the clock moves on miniredis only
 			e := setup(t, be, testutil.Config(t))
 			ctx := context.Background()
-			at := func(m, s int) time.Time { return time.Date(2026, 3, 1, 12, m, s, 0, time.UTC) }
-			frozen(e, at(0, 10))
-			s := redeq.Schedule{Name: "pz", Topic: "pzs", Spec: "@every 1m"}
-			require.NoError(t, e.c.PutSchedule(ctx, s))
-			runner := lostAdvances(t, e)
-			startSched(t, runner, nil)
-			require.Eventually(t, func() bool { return hasTick(t, e.c, "pzs", "pz", at(1, 0)) }, 5*time.Second, 10*time.Millisecond)
-			frozen(e, at(1, 30))
-			require.Eventually(t, func() bool { return hasTick(t, e.c, "pzs", "pz", at(2, 0)) }, 5*time.Second, 10*time.Millisecond)
+			at := noonAt
+			runner := aheadWithCursorBehind(t, e, redeq.Schedule{Name: "pz", Topic: "pzs", Spec: "@every 1m"})
 
 			if failed {
 				require.NoError(t, runner.Shutdown(ctx)) // no pass finishes the pause
@@ -1303,14 +1323,9 @@ func TestTopicChangeAddsNoTickThatRanAgain(t *testing.T) {
 	be := testutil.Backends(t)[0] // the clock moves on miniredis only
 	e := setup(t, be, testutil.Config(t))
 	ctx := context.Background()
-	at := func(m, s int) time.Time { return time.Date(2026, 3, 1, 12, m, s, 0, time.UTC) }
-	frozen(e, at(0, 10))
+	at := noonAt
 	s := redeq.Schedule{Name: "tz", Topic: "tza", Spec: "@every 1m"}
-	require.NoError(t, e.c.PutSchedule(ctx, s))
-	startSched(t, lostAdvances(t, e), nil)
-	require.Eventually(t, func() bool { return hasTick(t, e.c, "tza", "tz", at(1, 0)) }, 5*time.Second, 10*time.Millisecond)
-	frozen(e, at(1, 20))
-	require.Eventually(t, func() bool { return hasTick(t, e.c, "tza", "tz", at(2, 0)) }, 5*time.Second, 10*time.Millisecond)
+	aheadWithCursorBehind(t, e, s)
 
 	s.Topic = "tzb"
 	require.NoError(t, e.c.PutSchedule(ctx, s))
@@ -1330,12 +1345,12 @@ func TestOutageStaysMissedWhenASecondFollows(t *testing.T) {
 	be := testutil.Backends(t)[0] // the clock moves on miniredis only
 	e := setup(t, be, testutil.Config(t))
 	ctx := context.Background()
-	at := func(m, s int) time.Time { return time.Date(2026, 3, 1, 12, m, s, 0, time.UTC) }
+	at := noonAt
 	frozen(e, at(0, 10))
 	s := redeq.Schedule{Name: "ss", Topic: "sss", Spec: "@every 1m", CatchUp: redeq.CatchUpNone}
 	require.NoError(t, e.c.PutSchedule(ctx, s))
 	startSched(t, e.c, nil)
-	require.Eventually(t, func() bool { return hasTick(t, e.c, "sss", "ss", at(1, 0)) }, 5*time.Second, 10*time.Millisecond)
+	waitTick(t, e.c, "sss", "ss", at(1, 0))
 	require.NoError(t, e.c.Shutdown(ctx))
 
 	// The fleet comes back at 12:10:30; its passes record themselves but
@@ -1358,7 +1373,7 @@ func TestOutageStaysMissedWhenASecondFollows(t *testing.T) {
 	frozen(e, at(10, 40))
 	time.Sleep(100 * time.Millisecond)
 	failing.Store(false)
-	require.Eventually(t, func() bool { return hasTick(t, back, "sss", "ss", at(11, 0)) }, 5*time.Second, 10*time.Millisecond)
+	waitTick(t, back, "sss", "ss", at(11, 0))
 	in := waitSchedule(t, back, "ss", func(in redeq.ScheduleInfo) bool { return in.Skipped != 0 })
 	require.Equal(t, int64(9), in.Skipped, "ticks 12:02 to 12:10 were missed")
 	for m := 2; m <= 10; m++ {
