@@ -76,6 +76,9 @@ type sizes struct {
 	Spread                                         time.Duration
 	// Rounds is how many interleaved rounds the enqueue measurement runs.
 	Rounds int
+	// LatenessRounds is how many rounds the lateness measurement ran (0:
+	// a run from before it had rounds, which ran one).
+	LatenessRounds int `json:",omitempty"`
 }
 
 func sizesFor(quick bool) sizes {

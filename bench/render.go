@@ -171,7 +171,7 @@ func (d docs) goals() map[string]goal {
 		"recovery after kill -9":                                {"< 20 s", func(r row) bool { return r.Redeq < 20 }},
 		"lateness min":                                          {"never early", func(r row) bool { return r.Redeq >= 0 }},
 		"lateness p50":                                          {"<= 5 ms", func(r row) bool { return r.Redeq <= 5 }},
-		"lateness p99":                                          {"<= 25 ms", func(r row) bool { return r.Redeq <= 25 }},
+		"lateness p99":                                          {"<= 5 ms", func(r row) bool { return r.Redeq <= 5 }},
 		"jobs run early":                                        {"0", func(r row) bool { return r.Redeq == 0 }},
 		overheadRatio:                                           {">= 0.9", func(r row) bool { return r.Redeq >= 0.9 }},
 	}
@@ -208,7 +208,7 @@ func (d docs) label(r row) string {
 		"drain " + p + " / none":                     "drain with " + p + " / with none",
 		"recovery after kill -9":                     "recovery after `kill -9` of a consumer holding jobs",
 		"retries spent by recovered jobs":            "retries spent by the recovered jobs",
-		"jobs run early":                             fmt.Sprintf("jobs run early (of %s)", num(float64(d.res.Sizes.Lateness))),
+		"jobs run early":                             fmt.Sprintf("jobs run early (of %s)", num(float64(d.res.Sizes.Lateness*max(1, d.res.Sizes.LatenessRounds)))),
 	}
 	l, ok := labels[r.Name]
 	if !ok {
@@ -341,7 +341,14 @@ func (d docs) lateness() string {
 		num(float64(d.res.Sizes.Lateness)), d.res.Sizes.Spread)
 	b.WriteString("the handler's start minus the job's due time. asynq runs twice: with its\n")
 	b.WriteString("defaults (`DelayedTaskCheckInterval` 5 s, `TaskCheckInterval` 1 s) and\n")
-	b.WriteString("tuned for low latency, both at 100 ms.\n\n")
+	b.WriteString("tuned for low latency, both at 100 ms.")
+	if k := d.res.Sizes.LatenessRounds; k > 1 {
+		fmt.Fprintf(&b, " It runs %d rounds, the three taking\n", k)
+		b.WriteString("turns within each and rotating which goes first: p50, p99, max and the\n")
+		b.WriteString("chart are each one's median round by p99; the earliest start and the\n")
+		b.WriteString("jobs run early count every round.")
+	}
+	b.WriteString("\n\n")
 	b.WriteString("| | redeq | asynq, defaults | asynq, 100 ms checks | goal (redeq) |\n|---|---:|---:|---:|---|\n")
 	for _, r := range d.res.Rows {
 		if r.Failed != "" || section(r) != "lateness" {
@@ -352,6 +359,13 @@ func (d docs) lateness() string {
 			tuned = num(*r.AsynqTuned)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", d.label(r), num(r.Redeq), num(r.Asynq), tuned, d.goalCell(r))
+	}
+	for _, r := range d.res.Rows {
+		if r.Name == "lateness p99" && r.Failed == "" {
+			if _, rounds, ok := strings.Cut(r.Comment, "the median round; "); ok {
+				fmt.Fprintf(&b, "\nThe p99 of every round (%s).\n", rounds)
+			}
+		}
 	}
 	b.WriteString(d.failures("lateness"))
 	if len(d.res.Lateness) > 0 {
