@@ -13,6 +13,7 @@ import (
 	"github.com/redeq-go/redeq/config"
 	"github.com/redeq-go/redeq/ready"
 	"github.com/redeq-go/redeq/redeq"
+	"github.com/redis/go-redis/v9"
 )
 
 // scriptCost measures what the server spends per job in each script of a
@@ -110,13 +111,26 @@ func (b *bench) scriptCostOf(batch int) {
 		})
 		fmt.Printf("  round %d: script µs per job move/fetch/settle %.2f/%.2f/%.2f, Redis CPU µs per job %.2f/%.2f/%.2f\n", r+1,
 			script["move"][r], script["fetch"][r], script["settle"][r], cpu["move"][r], cpu["fetch"][r], cpu["settle"][r])
+		b.floorRound(n, batch, phase)
+		fmt.Printf("  round %d, the floor: Redis CPU µs per job move/fetch/settle %.2f/%.2f/%.2f\n", r+1,
+			cpu["floor move"][r], cpu["floor fetch"][r], cpu["floor settle"][r])
 	}
+	sum := func(prefix string) []float64 {
+		var out []float64
+		for r := range rounds {
+			out = append(out, cpu[prefix+"move"][r]+cpu[prefix+"fetch"][r]+cpu[prefix+"settle"][r])
+		}
+		return out
+	}
+	b.res.Rows = append(b.res.Rows,
+		row{Name: fmt.Sprintf("script alone: move + fetch + settle, %d a call, Redis CPU per job", batch), Unit: "µs", Redeq: median(sum("")), Better: "lower", Solo: true, Comment: "median of the rounds: " + list2(sum(""))},
+		row{Name: fmt.Sprintf("the floor: move + fetch + settle, %d a call, Redis CPU per job", batch), Unit: "µs", Redeq: median(sum("floor ")), Better: "lower", Solo: true, Comment: "bare scripts, no promise kept; median of the rounds: " + list2(sum("floor "))})
 	for _, p := range phases {
 		b.res.Rows = append(b.res.Rows,
 			row{Name: fmt.Sprintf("script alone: %s, %d a call, Redis time in the script per job", p, batch), Unit: "µs", Redeq: median(script[p]), Better: "lower", Solo: true, Comment: "median of the rounds: " + list2(script[p])},
 			row{Name: fmt.Sprintf("script alone: %s, %d a call, Redis CPU per job", p, batch), Unit: "µs", Redeq: median(cpu[p]), Better: "lower", Solo: true, Comment: "median of the rounds: " + list2(cpu[p])})
 	}
-	for _, r := range b.res.Rows[len(b.res.Rows)-2*len(phases):] {
+	for _, r := range b.res.Rows[len(b.res.Rows)-2*len(phases)-2:] {
 		fmt.Printf("  %-60s %8.2f %s\n", r.Name, r.Redeq, r.Unit)
 	}
 }
@@ -127,4 +141,135 @@ func list2(v []float64) string {
 		s = append(s, fmt.Sprintf("%.2f", x))
 	}
 	return strings.Join(s, ", ")
+}
+
+// The floor: what the server spends per job to carry it from the bucket
+// to a handler and out of the pool in a design with a delivery state per
+// job, measured by bare scripts that do that data movement and nothing
+// else. The move takes due ids from the bucket to the ready list and
+// marks them ready; the fetch reads the window, the states and the
+// envelopes, marks each id taken by a token and trims the list; the
+// settle reads the states and removes each job whose state names its
+// delivery, with its state. No fence against the reaper or a rerun (no
+// in-flight set), no limits, no history, no due time kept, no check of
+// an argument: each is a promise redeq keeps that the floor does not, so
+// the gap between the two rows is what those promises cost.
+const (
+	floorMove = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local got = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
+if #got == 0 then return 0 end
+local ids, st = {}, {}
+for i = 1, #got, 2 do
+  ids[#ids + 1] = got[i]
+  st[#st + 1] = got[i]
+  st[#st + 1] = 'r' .. got[i + 1]
+end
+redis.call('RPUSH', KEYS[2], unpack(ids))
+redis.call('HSET', KEYS[3], unpack(st))
+redis.call('ZREM', KEYS[1], unpack(ids))
+return #ids`
+	floorFetch = `
+local ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+if #ids == 0 then return {} end
+local states = redis.call('HMGET', KEYS[2], unpack(ids))
+local envs = redis.call('HMGET', KEYS[3], unpack(ids))
+local base = tonumber(ARGV[2])
+local st, out = {}, {}
+for i, id in ipairs(ids) do
+  if states[i] and envs[i] then
+    local tok = string.format('%d', base + i)
+    st[#st + 1] = id
+    st[#st + 1] = tok .. '@' .. ARGV[3]
+    out[#out + 1] = id
+    out[#out + 1] = tok
+    out[#out + 1] = envs[i]
+  end
+end
+if #st > 0 then redis.call('HSET', KEYS[2], unpack(st)) end
+redis.call('LTRIM', KEYS[1], #ids, -1)
+return out`
+	floorSettle = `
+local n = (#ARGV - 1) / 2
+local ids, want = {}, {}
+for i = 1, n do
+  ids[i] = ARGV[2 * i]
+  want[i] = ARGV[2 * i + 1] .. '@' .. ARGV[1]
+end
+local states = redis.call('HMGET', KEYS[1], unpack(ids))
+local out, del = {}, {}
+for i = 1, n do
+  out[i] = 0
+  if states[i] == want[i] then
+    out[i] = 1
+    del[#del + 1] = ids[i]
+  end
+end
+if #del > 0 then
+  redis.call('HDEL', KEYS[1], unpack(del))
+  redis.call('HDEL', KEYS[2], unpack(del))
+end
+return out`
+)
+
+// floorRound runs the floor's three phases on n jobs of a 100-byte body,
+// batch a fetch and a settle, through phase (which records each one's
+// costs under its name).
+func (b *bench) floorRound(n, batch int, phase func(string, func())) {
+	b.flush()
+	bucketK, readyK, stateK, poolK := "{floor}:bucket", "{floor}:ready", "{floor}:state", "{floor}:pool"
+	move, fetch, settle := redis.NewScript(floorMove), redis.NewScript(floorFetch), redis.NewScript(floorSettle)
+	for _, sc := range []*redis.Script{move, fetch, settle} {
+		if err := sc.Load(b.ctx, b.admin).Err(); err != nil {
+			fail("the floor's scripts: %v", err)
+		}
+	}
+	due := float64(time.Now().Add(-time.Second).UnixMilli())
+	list := ids("f", n)
+	for i := 0; i < n; i += 1000 {
+		pipe := b.admin.Pipeline()
+		for _, id := range list[i:min(i+1000, n)] {
+			pipe.HSet(b.ctx, poolK, id, "1|1764950000000|0|0|\n"+string(body100))
+			pipe.ZAdd(b.ctx, bucketK, redis.Z{Score: due, Member: id})
+		}
+		if _, err := pipe.Exec(b.ctx); err != nil {
+			fail("the floor's jobs: %v", err)
+		}
+	}
+	phase("floor move", func() {
+		for moved := 0; moved < n; {
+			got, err := move.EvalSha(b.ctx, b.admin, []string{bucketK, readyK, stateK}, 1000).Int()
+			if err != nil || got == 0 {
+				fail("the floor's move: %d of %d moved: %v", moved, n, err)
+			}
+			moved += got
+		}
+	})
+	var taken []any
+	phase("floor fetch", func() {
+		for len(taken) < 2*n {
+			got, err := fetch.EvalSha(b.ctx, b.admin, []string{readyK, stateK, poolK}, batch, len(taken), "c1").Slice()
+			if err != nil || len(got) == 0 {
+				fail("the floor's fetch: %d of %d fetched: %v", len(taken)/2, n, err)
+			}
+			for k := 0; k < len(got); k += 3 {
+				taken = append(taken, got[k], got[k+1])
+			}
+		}
+	})
+	phase("floor settle", func() {
+		for i := 0; i < 2*n; i += 2 * batch {
+			args := append([]any{"c1"}, taken[i:min(i+2*batch, 2*n)]...)
+			got, err := settle.EvalSha(b.ctx, b.admin, []string{stateK, poolK}, args...).Int64Slice()
+			if err != nil {
+				fail("the floor's settle: %v", err)
+			}
+			for _, ok := range got {
+				if ok != 1 {
+					fail("the floor's settle dropped an ack")
+				}
+			}
+		}
+	})
 }
