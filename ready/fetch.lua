@@ -51,11 +51,12 @@
 -- (state field "\0paused", keys.PausedField, is set).
 -- It reads both formats of a ready state (keys.Bucket.State), whatever the
 -- format the namespace writes: jobs moved before a switch run after it.
--- A typical fetch of jobs in the current format costs seven commands,
+-- A typical fetch of jobs in the current format costs eight commands,
 -- whatever the number of jobs it takes: LRANGE, one HMGET of the states
 -- (the pause flag and the trimmed count read with them), one HMGET of the
 -- envelopes, TIME, one HSET of the states (the trimmed count written with
--- them), ZADD and LTRIM; an HMGET of last errors only when a job taken
+-- them), OBJECT ENCODING (the in-flight set's, see there), ZADD and
+-- LTRIM; an HMGET of last errors only when a job taken
 -- failed before; an HMGET and an HDEL of the due HASH only when it
 -- consumes an entry in the older format (or a stale one, whose id's due
 -- time that format may have left there). The lateness of the jobs it takes
@@ -70,6 +71,7 @@
 -- gives back what is still parked, as the first run would have.
 -- The most ids a fetch may take bounds every list it reads and unpacks
 -- (the window, the parked ids it gives back): checked before any write.
+local SKIPLIST_MARK = string.rep('\0', 80) -- see the ZADD below
 local most = tonumber(ARGV[1])
 if not most or most < 0 or most > 256 or most % 1 ~= 0 then
   return redis.error_reply('fetch.lua: ' .. ARGV[1] .. ' ids asked, want a whole number from 0 to 256')
@@ -238,7 +240,29 @@ if #take > 0 then
     st[#st + 1] = string.format('%d', head + consumed)
   end
   redis.call('HSET', KEYS[4], unpack(st))
+  -- A consumer under load holds some 50 deliveries in its in-flight set
+  -- (for 16 workers: those running and those whose acks wait for the next
+  -- settle). Redis keeps a small ZSET as a listpack, where each member
+  -- added scans and moves the whole set: that made this ZADD the costliest
+  -- command of a drain. A set about to hold more than 16 members in that
+  -- encoding is turned into a skiplist, which Redis keeps until the set is
+  -- deleted: a member longer than zset-max-listpack-value (64 bytes by
+  -- default; no "<token>:<id>" starts with a NUL) is added with the
+  -- deliveries and removed at once, so no other command ever sees it. A
+  -- server that does not tell the encoding (OBJECT fails) is left as it is.
+  local enc = redis.pcall('OBJECT', 'ENCODING', KEYS[2])
+  local mark = false
+  if enc == 'listpack' or enc == 'ziplist' then
+    mark = redis.call('ZCARD', KEYS[2]) + #take > 16
+  elseif not enc then
+    mark = #take > 16
+  end
+  if mark then
+    fl[#fl + 1] = '0'
+    fl[#fl + 1] = SKIPLIST_MARK
+  end
   redis.call('ZADD', KEYS[2], unpack(fl))
+  if mark then redis.call('ZREM', KEYS[2], SKIPLIST_MARK) end
   limit_flush(lk)
 end
 if #gone > 0 then redis.call('HDEL', KEYS[4], unpack(gone)) end

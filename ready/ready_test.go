@@ -57,6 +57,53 @@ func TestFetchMovesIntoInFlight(t *testing.T) {
 	}
 }
 
+// A fetch leaves in the consumer's in-flight set exactly one member per
+// delivery, scored with its fetch time, however large the set grows: the
+// fetch that takes a set past 16 members turns it into a skiplist (on a
+// server that says its encoding), and nothing else of that shows. That
+// holds for a set created by a fetch of more than 16 jobs and for one a
+// later fetch takes past 16.
+func TestFetchLeavesOneMemberPerDeliveryInALargeInFlightSet(t *testing.T) {
+	for _, be := range testutil.Backends(t) {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := be.New(t)
+			prefix := testutil.Prefix(t)
+			s := pool.NewStore(rdb, prefix)
+			for i := range 60 {
+				_, err := s.Add(ctx, &pool.Job{Topic: "t", ID: fmt.Sprintf("j%02d", i), Body: []byte{byte(i)}}, pool.Placement{Limit: 100})
+				require.NoError(t, err)
+			}
+			time.Sleep(2 * time.Millisecond)
+			_, err := bucket.Move(ctx, rdb, prefix, "t", 0, 100)
+			require.NoError(t, err)
+			k := keys.ForBucket(prefix, "t", 0)
+			for consumer, batches := range map[string][]int{"at-once": {20}, "later": {10, 20}} {
+				var want []string
+				for _, n := range batches {
+					items, _, err := ready.Fetch(ctx, rdb, prefix, "t", 0, consumer, n, true)
+					require.NoError(t, err)
+					require.Len(t, items, n)
+					for _, it := range items {
+						want = append(want, it.Member())
+					}
+				}
+				got, err := rdb.ZRangeWithScores(ctx, k.InFlight(consumer), 0, -1).Result()
+				require.NoError(t, err)
+				var members []string
+				for _, z := range got {
+					members = append(members, z.Member.(string))
+					require.Greater(t, z.Score, float64(time.Now().Add(-time.Minute).UnixMilli()), "member %q", z.Member)
+				}
+				require.ElementsMatch(t, want, members, consumer)
+				if be.Name != "miniredis" {
+					require.Equal(t, "skiplist", rdb.ObjectEncoding(ctx, k.InFlight(consumer)).Val(), consumer)
+				}
+			}
+		})
+	}
+}
+
 // A consumer with one free worker drops a run of stale entries (jobs
 // deleted while ready) in few fetches, not one fetch an entry, and each
 // fetch says whether the list may hold more.
