@@ -55,13 +55,14 @@
 -- whatever the number of jobs it takes: LRANGE, one HMGET of the states
 -- (the pause flag and the trimmed count read with them), one HMGET of the
 -- envelopes, TIME, one HSET of the states (the trimmed count written with
--- them), OBJECT ENCODING (the in-flight set's, see there), ZADD and
--- LTRIM; an HMGET of last errors only when a job taken
--- failed before; an HMGET and an HDEL of the due HASH only when it
--- consumes an entry in the older format (or a stale one, whose id's due
--- time that format may have left there). The lateness of the jobs it takes
--- goes back to the consumer, whose settle counts it in this minute's
--- history (ack/settle.lua): a fetch writes no history of its own.
+-- them), ZCARD and ZADD of the in-flight set (and a ZREM when the fetch
+-- takes the set past 16 members, see there), and LTRIM; an HMGET of last
+-- errors only when a job taken failed before; an HMGET and an HDEL of the
+-- due HASH only when it consumes an entry in the older format (or a stale
+-- one, whose id's due time that format may have left there). The
+-- lateness of the jobs it takes goes back to the consumer, whose settle
+-- counts it in this minute's history (ack/settle.lua): a fetch writes no
+-- history of its own.
 -- Under limits, the pause flag is read first, so that a paused topic's
 -- fetch reads and writes none of them (the parked flag with it).
 -- Ids parked under limits per key value are sorted again by a fetch under
@@ -180,6 +181,9 @@ for i, id in ipairs(ids) do
     end
   end
 end
+-- The in-flight set's size, for its encoding (see the ZADD below).
+local held = 0
+if #take > 0 then held = redis.call('ZCARD', KEYS[2]) end
 -- Every read is done; now the writes, the ready list's trim last.
 local out = {stopped == 1 and 1 or ((consumed < #ids or not ended) and 2 or 0)}
 out[1] = limit_close(lk, out[1])
@@ -244,19 +248,14 @@ if #take > 0 then
   -- (for 16 workers: those running and those whose acks wait for the next
   -- settle). Redis keeps a small ZSET as a listpack, where each member
   -- added scans and moves the whole set: that made this ZADD the costliest
-  -- command of a drain. A set about to hold more than 16 members in that
-  -- encoding is turned into a skiplist, which Redis keeps until the set is
-  -- deleted: a member longer than zset-max-listpack-value (64 bytes by
+  -- command of a drain. The fetch that takes the set past 16 members turns
+  -- it into a skiplist, which Redis keeps while the set exists (a restart
+  -- or a RESTORE may load it as a listpack again, until it next passes
+  -- 16): a member longer than zset-max-listpack-value (64 bytes by
   -- default; no "<token>:<id>" starts with a NUL) is added with the
-  -- deliveries and removed at once, so no other command ever sees it. A
-  -- server that does not tell the encoding (OBJECT fails) is left as it is.
-  local enc = redis.pcall('OBJECT', 'ENCODING', KEYS[2])
+  -- deliveries and removed at once, so no other command ever sees it.
   local mark = false
-  if enc == 'listpack' or enc == 'ziplist' then
-    mark = redis.call('ZCARD', KEYS[2]) + #take > 16
-  elseif not enc then
-    mark = #take > 16
-  end
+  if held <= 16 then mark = held + #take > 16 end
   if mark then
     fl[#fl + 1] = '0'
     fl[#fl + 1] = SKIPLIST_MARK

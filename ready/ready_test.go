@@ -59,10 +59,10 @@ func TestFetchMovesIntoInFlight(t *testing.T) {
 
 // A fetch leaves in the consumer's in-flight set exactly one member per
 // delivery, scored with its fetch time, however large the set grows: the
-// fetch that takes a set past 16 members turns it into a skiplist (on a
-// server that says its encoding), and nothing else of that shows. That
-// holds for a set created by a fetch of more than 16 jobs and for one a
-// later fetch takes past 16.
+// fetch that takes a set past 16 members turns it into a skiplist on a
+// real server, and nothing else of that shows. That holds for a set
+// created by a fetch of more than 16 jobs and for one a later fetch takes
+// past 16.
 func TestFetchLeavesOneMemberPerDeliveryInALargeInFlightSet(t *testing.T) {
 	for _, be := range testutil.Backends(t) {
 		t.Run(be.Name, func(t *testing.T) {
