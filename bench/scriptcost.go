@@ -158,8 +158,9 @@ func list2(v []float64) string {
 // the gap between the two rows is what those promises cost. With ARGV
 // "1" after the others, the fetch and the settle also keep an in-flight
 // ZSET as redeq does (a member "<token>:<id>" per delivery, scored with
-// the fetch time; the settle reads and removes the members): the floor
-// with the in-flight set, which the drain-shaped rows set apart.
+// the fetch time; the settle reads and removes the members), left in the
+// encoding Redis gives it (a listpack while small): the floor with the
+// in-flight set, which the drain-shaped rows set apart.
 const (
 	floorMove = `
 local t = redis.call('TIME')
@@ -340,12 +341,15 @@ func (b *bench) floorRound(n, batch int, phase func(string, func())) {
 	})
 }
 
-// cycleRound drains n ready jobs in a drain's shape, each fetch of batch
-// jobs followed by their acks, so that the in-flight set stays as small
-// as a drain keeps it: with redeq's scripts, with the floor's and the
-// in-flight set, and with the floor's alone. phase records each one's
-// costs: the moves before are not counted.
+// cycleRound drains n ready jobs in a drain's shape: each fetch of batch
+// jobs is acked lag fetches later, so that the in-flight set holds some 48
+// deliveries, as a drain's consumer of 16 workers holds its running jobs
+// and the acks waiting for the next settle (at 16 a call the acks of a
+// fetch go two fetches later; at 64, at once). It runs with redeq's
+// scripts, with the floor's and an in-flight set, and with the floor's
+// alone. phase records each one's costs: the moves before are not counted.
 func (b *bench) cycleRound(n, batch int, phase func(string, func())) {
+	lag := max(48/batch-1, 0)
 	cfg := config.Default()
 	b.flush()
 	c, err := redeq.New(b.admin, cfg)
@@ -362,7 +366,19 @@ func (b *bench) cycleRound(n, batch int, phase func(string, func())) {
 		moved += res.Moved
 	}
 	s := ack.NewSettler(b.admin, cfg.Prefix, "c1", cfg.DeadRetention)
+	settle := func(outs []ack.Outcome) {
+		applied, err := s.Settle(b.ctx, topic, 0, outs)
+		if err != nil {
+			fail("settle: %v", err)
+		}
+		for i, ok := range applied {
+			if !ok {
+				fail("settle: the ack of %s was dropped", outs[i].ID)
+			}
+		}
+	}
 	phase("cycle", func() {
+		var queue [][]ack.Outcome
 		for done := 0; done < n; {
 			got, err := ready.FetchBatch(b.ctx, b.admin, cfg.Prefix, topic, 0, "c1", batch, false)
 			if err != nil || len(got.Items) == 0 {
@@ -372,16 +388,15 @@ func (b *bench) cycleRound(n, batch int, phase func(string, func())) {
 			for _, it := range got.Items {
 				outs = append(outs, ack.Outcome{ID: it.ID, Token: it.Token, Op: ack.OpAck, Late: it.Late})
 			}
-			applied, err := s.Settle(b.ctx, topic, 0, outs)
-			if err != nil {
-				fail("settle: %v", err)
-			}
-			for i, ok := range applied {
-				if !ok {
-					fail("settle: the ack of %s was dropped", outs[i].ID)
-				}
+			queue = append(queue, outs)
+			if len(queue) > lag {
+				settle(queue[0])
+				queue = queue[1:]
 			}
 			done += len(outs)
+		}
+		for _, outs := range queue {
+			settle(outs)
 		}
 	})
 	for _, inflight := range []bool{true, false} {
@@ -392,10 +407,18 @@ func (b *bench) cycleRound(n, batch int, phase func(string, func())) {
 			name = "cycle floor in-flight"
 		}
 		phase(name, func() {
+			var queue [][]any
 			for done, base := 0, 0; done < n; base += batch {
 				taken := k.take(batch, base, inflight)
-				k.ack(taken, inflight)
+				queue = append(queue, taken)
+				if len(queue) > lag {
+					k.ack(queue[0], inflight)
+					queue = queue[1:]
+				}
 				done += len(taken) / 2
+			}
+			for _, taken := range queue {
+				k.ack(taken, inflight)
 			}
 		})
 	}
