@@ -350,7 +350,28 @@ func (s *scheduler) tickSchedule(ctx context.Context, name string, score, now in
 		return nil
 	}
 	if rec.paused {
-		return pool.MaxDueMs, setScore(pausedScore)
+		if float64(score) == pausedScore {
+			return pool.MaxDueMs, nil
+		}
+		if err := setScore(pausedScore); err != nil {
+			return pool.MaxDueMs, err
+		}
+		// A resume between the read above and that write set the entry
+		// due before it: no pass looks at an entry marked paused, so the
+		// mark would stop the resumed schedule for good. The record is
+		// read again, and a schedule no longer paused is due at once (a
+		// resume after this read sets it due itself).
+		again, err := c.readRecord(ctx, name)
+		if err != nil {
+			return pool.MaxDueMs, err
+		}
+		if again != nil && !again.paused {
+			if err := c.rdb.ZAddXX(ctx, index, redis.Z{Score: 0, Member: name}).Err(); err != nil {
+				return now, fmt.Errorf("schedule %q: %w", name, err)
+			}
+			return now, nil
+		}
+		return pool.MaxDueMs, nil
 	}
 	if rec.cursor > now {
 		return rec.cursor, setScore(float64(rec.cursor))

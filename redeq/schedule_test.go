@@ -19,8 +19,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redeq-go/redeq/bucket"
+	"github.com/redeq-go/redeq/internal/keys"
 	"github.com/redeq-go/redeq/internal/script"
 	"github.com/redeq-go/redeq/internal/testutil"
+	"github.com/redeq-go/redeq/pool"
 	"github.com/redeq-go/redeq/redeq"
 )
 
@@ -1158,6 +1160,86 @@ func TestResumeThatReachesRedisLateRunsNoPausedTick(t *testing.T) {
 	waitTick(t, e.c, "lates", "late", at(9, 0))
 	for m := 1; m <= 8; m++ {
 		require.False(t, hasTick(t, e.c, "lates", "late", at(m, 0)), "tick 12:%02d passed while paused", m)
+	}
+}
+
+// TestScheduleResumedWhileItsOwnerMarksItPausedTicks: a resume that lands
+// while the owner's pass, which read the schedule paused, is writing the
+// paused mark into the schedule index still ticks: the pass finds the
+// schedule resumed and leaves its index entry due. (No pass looks at an
+// entry marked paused, so a mark left over a resumed schedule would stop
+// it for good.)
+func TestScheduleResumedWhileItsOwnerMarksItPausedTicks(t *testing.T) {
+	t.Parallel()
+	be := testutil.Backends(t)[0] // the clock moves on miniredis only
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	frozen(e, noonAt(0, 10))
+	s := redeq.Schedule{Name: "held", Topic: "helds", Spec: "@every 1m"}
+	require.NoError(t, e.c.PutSchedule(ctx, s))
+	hook := &beforePausedMark{index: keys.Schedules(e.cfg.Prefix), name: "held"}
+	owner := e.hooked(t, hook)
+	startSched(t, owner, nil)
+	waitTick(t, e.c, "helds", "held", noonAt(1, 0))
+
+	require.NoError(t, e.c.PauseSchedule(ctx, "held"))
+	frozen(e, noonAt(1, 30))
+	// The owner's next pass reads the schedule paused and marks its entry
+	// so; the resume lands between the two.
+	hook.arm(func() { require.NoError(t, e.c.ResumeSchedule(ctx, "held")) })
+	require.NoError(t, e.rdb.ZAdd(ctx, keys.Schedules(e.cfg.Prefix), redis.Z{Score: 0, Member: "held"}).Err())
+	require.Eventually(t, hook.fired, 5*time.Second, 10*time.Millisecond, "the owner's pass never marked the schedule paused")
+	waitTick(t, e.c, "helds", "held", noonAt(2, 0))
+	in := waitSchedule(t, e.c, "held", func(in redeq.ScheduleInfo) bool { return in.Next.Equal(noonAt(2, 0)) })
+	require.False(t, in.Paused)
+}
+
+// beforePausedMark runs its armed function once, before the client's
+// first ZADD XX that marks schedule name paused in the schedule index.
+type beforePausedMark struct {
+	index, name string
+	mu          sync.Mutex
+	f           func()
+	done        bool
+}
+
+func (h *beforePausedMark) arm(f func()) {
+	h.mu.Lock()
+	h.f = f
+	h.mu.Unlock()
+}
+
+func (h *beforePausedMark) fired() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.done
+}
+
+func (h *beforePausedMark) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *beforePausedMark) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *beforePausedMark) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) == 5 && fmt.Sprint(args[0]) == "zadd" && fmt.Sprint(args[1]) == h.index &&
+			strings.EqualFold(fmt.Sprint(args[2]), "xx") && fmt.Sprint(args[4]) == h.name {
+			if score, ok := args[3].(float64); ok && score >= float64(pool.MaxDueMs) {
+				h.mu.Lock()
+				f := h.f
+				h.f = nil
+				h.mu.Unlock()
+				if f != nil {
+					f()
+					h.mu.Lock()
+					h.done = true
+					h.mu.Unlock()
+				}
+			}
+		}
+		return next(ctx, cmd)
 	}
 }
 
