@@ -389,7 +389,9 @@ func (c *Client) readRecord(ctx context.Context, name string) (*record, error) {
 	return parseRecord(name, m)
 }
 
-// pausedScore is the index score of a paused schedule: no pass looks at it.
+// pausedScore is the index score of a paused schedule: only the full pass
+// (every fullPassEvery passes) looks at it, so that an entry a writer left
+// over a schedule resumed meanwhile does not stop it for good.
 const pausedScore = float64(pool.MaxDueMs)
 
 // opTTLms is how long a schedule admin call's reply is kept for a rerun.
@@ -751,6 +753,13 @@ func (c *Client) ResumeSchedule(ctx context.Context, name string) error {
 			return fmt.Errorf("resume schedule %q: %w", name, ErrScheduleNotFound)
 		}
 		if !rec.paused {
+			// Also when it was resumed already: a resume retried after its
+			// first call failed past the record's change finishes that
+			// call's work, the index entry set due.
+			if err := c.rdb.ZAddXX(ctx, keys.Schedules(c.cfg.Prefix), redis.Z{Score: 0, Member: name}).Err(); err != nil {
+				return fmt.Errorf("resume schedule %q: %w", name, err)
+			}
+			c.pokeSchedules()
 			return nil
 		}
 		now, err := c.timeOn(ctx, keys.ForSchedule(c.cfg.Prefix, name).Record())

@@ -62,8 +62,9 @@ func scheduleAddress(name string) string { return "sched:" + name }
 func scheduleGrace(scan time.Duration) time.Duration { return 5 * scan }
 
 // fullPassEvery: every so many passes a client reads the records of all
-// the schedules it owns, whatever the index says (a change racing a pass
-// may leave a stale score there).
+// the schedules it owns, whatever the index says, paused ones included (a
+// change racing a pass, or a writer that died between a record's change
+// and its index write, may leave a stale score there).
 const fullPassEvery = 5
 
 // maxRunPerPass bounds the on-time ticks one pass adds for one schedule;
@@ -146,7 +147,7 @@ func (s *scheduler) pass(ctx context.Context) (time.Duration, error) {
 		score := int64(z.Score)
 		owned := s.fleet.Owns(scheduleAddress(name))
 		due := score <= now && (owned || score <= now-grace)
-		if !due && !(owned && full && z.Score < pausedScore) {
+		if !due && !(owned && full) {
 			if owned {
 				soon(score)
 			}
@@ -363,7 +364,12 @@ func (s *scheduler) tickSchedule(ctx context.Context, name string, score, now in
 		// resume after this read sets it due itself).
 		again, err := c.readRecord(ctx, name)
 		if err != nil {
-			return pool.MaxDueMs, err
+			// Whether a resume came is unknown: the entry is left due, so
+			// that the next pass reads the record again.
+			if zerr := c.rdb.ZAddXX(ctx, index, redis.Z{Score: 0, Member: name}).Err(); zerr != nil {
+				err = errors.Join(err, fmt.Errorf("schedule %q: %w", name, zerr))
+			}
+			return now, err
 		}
 		if again != nil && !again.paused {
 			if err := c.rdb.ZAddXX(ctx, index, redis.Z{Score: 0, Member: name}).Err(); err != nil {

@@ -1194,6 +1194,125 @@ func TestScheduleResumedWhileItsOwnerMarksItPausedTicks(t *testing.T) {
 	require.False(t, in.Paused)
 }
 
+// TestScheduleResumedWhileItsOwnerMarksItPausedTicksDespiteAFailedReread:
+// as above, with the owner's read of the record after its paused mark
+// failing once: the resume returned nil, and the schedule ticks again.
+func TestScheduleResumedWhileItsOwnerMarksItPausedTicksDespiteAFailedReread(t *testing.T) {
+	t.Parallel()
+	be := testutil.Backends(t)[0] // the clock moves on miniredis only
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	frozen(e, noonAt(0, 10))
+	require.NoError(t, e.c.PutSchedule(ctx, redeq.Schedule{Name: "held", Topic: "helds", Spec: "@every 1m"}))
+	hook := &beforePausedMark{index: keys.Schedules(e.cfg.Prefix), name: "held"}
+	record := keys.ForSchedule(e.cfg.Prefix, "held").Record()
+	fail := &failOnce{match: func(args []any) bool {
+		return len(args) == 2 && fmt.Sprint(args[0]) == "hgetall" && fmt.Sprint(args[1]) == record
+	}}
+	owner := e.hooked(t, hook, fail)
+	startSched(t, owner, nil)
+	waitTick(t, e.c, "helds", "held", noonAt(1, 0))
+
+	require.NoError(t, e.c.PauseSchedule(ctx, "held"))
+	frozen(e, noonAt(1, 30))
+	hook.arm(func() {
+		require.NoError(t, e.c.ResumeSchedule(ctx, "held"))
+		fail.arm() // the owner's next read of the record, after its mark
+	})
+	require.NoError(t, e.rdb.ZAdd(ctx, keys.Schedules(e.cfg.Prefix), redis.Z{Score: 0, Member: "held"}).Err())
+	require.Eventually(t, hook.fired, 5*time.Second, 10*time.Millisecond, "the owner's pass never marked the schedule paused")
+	require.Eventually(t, fail.fired, 5*time.Second, 10*time.Millisecond, "the read after the mark never failed")
+	waitTick(t, e.c, "helds", "held", noonAt(2, 0))
+}
+
+// TestResumeRetriedAfterItsIndexWriteFailedTicks: a resume whose record
+// write landed and whose index write failed returns an error; retried, it
+// returns nil, and the schedule ticks again.
+func TestResumeRetriedAfterItsIndexWriteFailedTicks(t *testing.T) {
+	t.Parallel()
+	be := testutil.Backends(t)[0] // the clock moves on miniredis only
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	frozen(e, noonAt(0, 10))
+	require.NoError(t, e.c.PutSchedule(ctx, redeq.Schedule{Name: "held", Topic: "helds", Spec: "@every 1m"}))
+	startSched(t, e.c, nil)
+	waitTick(t, e.c, "helds", "held", noonAt(1, 0))
+	require.NoError(t, e.c.PauseSchedule(ctx, "held"))
+	frozen(e, noonAt(1, 30))
+
+	index := keys.Schedules(e.cfg.Prefix)
+	fail := &failOnce{match: func(args []any) bool {
+		return len(args) == 4 && fmt.Sprint(args[0]) == "zadd" && fmt.Sprint(args[1]) == index && fmt.Sprint(args[3]) == "held"
+	}}
+	fail.arm()
+	resumer := e.hooked(t, fail)
+	require.Error(t, resumer.ResumeSchedule(ctx, "held"), "the index write fails")
+	require.True(t, fail.fired())
+	require.NoError(t, resumer.ResumeSchedule(ctx, "held"), "retried")
+	waitTick(t, e.c, "helds", "held", noonAt(2, 0))
+}
+
+// TestScheduleWhoseIndexEntrySaysPausedWhileItIsActiveTicks: an active
+// schedule whose index entry a writer left marked paused (one that died
+// between a record's change and its index write) ticks again: the owner's
+// full pass reads the records of paused entries too.
+func TestScheduleWhoseIndexEntrySaysPausedWhileItIsActiveTicks(t *testing.T) {
+	t.Parallel()
+	be := testutil.Backends(t)[0] // the clock moves on miniredis only
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	frozen(e, noonAt(0, 10))
+	require.NoError(t, e.c.PutSchedule(ctx, redeq.Schedule{Name: "held", Topic: "helds", Spec: "@every 1m"}))
+	startSched(t, e.c, nil)
+	waitTick(t, e.c, "helds", "held", noonAt(1, 0))
+	require.NoError(t, e.rdb.ZAdd(ctx, keys.Schedules(e.cfg.Prefix), redis.Z{Score: float64(pool.MaxDueMs), Member: "held"}).Err())
+	frozen(e, noonAt(1, 30))
+	waitTick(t, e.c, "helds", "held", noonAt(2, 0))
+}
+
+// failOnce fails, once armed, the client's next command that match
+// accepts, before it is sent.
+type failOnce struct {
+	match      func(args []any) bool
+	mu         sync.Mutex
+	armed, did bool
+}
+
+func (h *failOnce) arm() {
+	h.mu.Lock()
+	h.armed = true
+	h.mu.Unlock()
+}
+
+func (h *failOnce) fired() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.did
+}
+
+func (h *failOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *failOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *failOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.match(cmd.Args()) {
+			h.mu.Lock()
+			fire := h.armed
+			h.armed = false
+			h.did = h.did || fire
+			h.mu.Unlock()
+			if fire {
+				cmd.SetErr(testutil.ErrUnsent)
+				return testutil.ErrUnsent
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
 // beforePausedMark runs its armed function once, before the client's
 // first ZADD XX that marks schedule name paused in the schedule index.
 type beforePausedMark struct {
