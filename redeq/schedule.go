@@ -731,7 +731,9 @@ const resumeTries = 5
 // now, by the server's clock when the change is made (a call that reaches
 // Redis late counts the ticks that passed meanwhile, and runs none of them);
 // the ticks that passed while it was paused are skipped and counted.
-// Resuming a schedule that is not paused does nothing.
+// Resuming a schedule that is not paused changes nothing of it; it only
+// has the clients look at it again (a resume retried after a call that
+// failed past its record's change finishes that call).
 // ErrScheduleNotFound when there is none.
 func (c *Client) ResumeSchedule(ctx context.Context, name string) error {
 	if err := checkScheduleName(ctx, name); err != nil {

@@ -1252,6 +1252,32 @@ func TestResumeRetriedAfterItsIndexWriteFailedTicks(t *testing.T) {
 	waitTick(t, e.c, "helds", "held", noonAt(2, 0))
 }
 
+// TestResumeRetriedAfterItsIndexWriteFailedSetsItsEntryDue: a resume
+// retried after its index write failed (its record write landed) sets the
+// schedule's index entry due itself, with no pass of any client to heal
+// it.
+func TestResumeRetriedAfterItsIndexWriteFailedSetsItsEntryDue(t *testing.T) {
+	t.Parallel()
+	be := testutil.Backends(t)[0] // the clock moves on miniredis only
+	e := setup(t, be, testutil.Config(t))
+	ctx := context.Background()
+	frozen(e, noonAt(0, 10))
+	require.NoError(t, e.c.PutSchedule(ctx, redeq.Schedule{Name: "held", Topic: "helds", Spec: "@every 1m"}))
+	require.NoError(t, e.c.PauseSchedule(ctx, "held"))
+	index := keys.Schedules(e.cfg.Prefix)
+	require.Equal(t, float64(pool.MaxDueMs), e.rdb.ZScore(ctx, index, "held").Val())
+	frozen(e, noonAt(1, 30))
+	fail := &failOnce{match: func(args []any) bool {
+		return len(args) == 4 && fmt.Sprint(args[0]) == "zadd" && fmt.Sprint(args[1]) == index && fmt.Sprint(args[3]) == "held"
+	}}
+	fail.arm()
+	resumer := e.hooked(t, fail)
+	require.Error(t, resumer.ResumeSchedule(ctx, "held"))
+	require.Equal(t, float64(pool.MaxDueMs), e.rdb.ZScore(ctx, index, "held").Val(), "the failed resume left the paused mark")
+	require.NoError(t, resumer.ResumeSchedule(ctx, "held"))
+	require.Equal(t, float64(0), e.rdb.ZScore(ctx, index, "held").Val(), "the retried resume sets the entry due")
+}
+
 // TestScheduleWhoseIndexEntrySaysPausedWhileItIsActiveTicks: an active
 // schedule whose index entry a writer left marked paused (one that died
 // between a record's change and its index write) ticks again: the owner's
