@@ -1166,29 +1166,23 @@ func TestResumeThatReachesRedisLateRunsNoPausedTick(t *testing.T) {
 // TestScheduleResumedWhileItsOwnerMarksItPausedTicks: a resume that lands
 // while the owner's pass, which read the schedule paused, is writing the
 // paused mark into the schedule index still ticks: the pass finds the
-// schedule resumed and leaves its index entry due. (No pass looks at an
-// entry marked paused, so a mark left over a resumed schedule would stop
-// it for good.)
+// schedule resumed and leaves its index entry due. (No pass but the full
+// one looks at an entry marked paused, so a mark left over a resumed
+// schedule would stop it until then.)
 func TestScheduleResumedWhileItsOwnerMarksItPausedTicks(t *testing.T) {
 	t.Parallel()
-	be := testutil.Backends(t)[0] // the clock moves on miniredis only
-	e := setup(t, be, testutil.Config(t))
-	ctx := context.Background()
-	frozen(e, noonAt(0, 10))
-	s := redeq.Schedule{Name: "held", Topic: "helds", Spec: "@every 1m"}
-	require.NoError(t, e.c.PutSchedule(ctx, s))
-	hook := &beforePausedMark{index: keys.Schedules(e.cfg.Prefix), name: "held"}
-	owner := e.hooked(t, hook)
-	startSched(t, owner, nil)
-	waitTick(t, e.c, "helds", "held", noonAt(1, 0))
-
-	require.NoError(t, e.c.PauseSchedule(ctx, "held"))
-	frozen(e, noonAt(1, 30))
+	e, ctx := heldSchedule(t)
+	mark := &cmdOnce{match: pausedMarkOf(e, "held")}
+	owner := e.hooked(t, mark)
+	pausedAfterATick(t, e, owner)
 	// The owner's next pass reads the schedule paused and marks its entry
 	// so; the resume lands between the two.
-	hook.arm(func() { require.NoError(t, e.c.ResumeSchedule(ctx, "held")) })
+	mark.arm(func() error {
+		require.NoError(t, e.c.ResumeSchedule(ctx, "held"))
+		return nil
+	})
 	require.NoError(t, e.rdb.ZAdd(ctx, keys.Schedules(e.cfg.Prefix), redis.Z{Score: 0, Member: "held"}).Err())
-	require.Eventually(t, hook.fired, 5*time.Second, 10*time.Millisecond, "the owner's pass never marked the schedule paused")
+	require.Eventually(t, mark.fired, 5*time.Second, 10*time.Millisecond, "the owner's pass never marked the schedule paused")
 	waitTick(t, e.c, "helds", "held", noonAt(2, 0))
 	in := waitSchedule(t, e.c, "held", func(in redeq.ScheduleInfo) bool { return in.Next.Equal(noonAt(2, 0)) })
 	require.False(t, in.Paused)
@@ -1199,29 +1193,22 @@ func TestScheduleResumedWhileItsOwnerMarksItPausedTicks(t *testing.T) {
 // failing once: the resume returned nil, and the schedule ticks again.
 func TestScheduleResumedWhileItsOwnerMarksItPausedTicksDespiteAFailedReread(t *testing.T) {
 	t.Parallel()
-	be := testutil.Backends(t)[0] // the clock moves on miniredis only
-	e := setup(t, be, testutil.Config(t))
-	ctx := context.Background()
-	frozen(e, noonAt(0, 10))
-	require.NoError(t, e.c.PutSchedule(ctx, redeq.Schedule{Name: "held", Topic: "helds", Spec: "@every 1m"}))
-	hook := &beforePausedMark{index: keys.Schedules(e.cfg.Prefix), name: "held"}
+	e, ctx := heldSchedule(t)
+	mark := &cmdOnce{match: pausedMarkOf(e, "held")}
 	record := keys.ForSchedule(e.cfg.Prefix, "held").Record()
-	fail := &failOnce{match: func(args []any) bool {
+	read := &cmdOnce{match: func(args []any) bool {
 		return len(args) == 2 && fmt.Sprint(args[0]) == "hgetall" && fmt.Sprint(args[1]) == record
 	}}
-	owner := e.hooked(t, hook, fail)
-	startSched(t, owner, nil)
-	waitTick(t, e.c, "helds", "held", noonAt(1, 0))
-
-	require.NoError(t, e.c.PauseSchedule(ctx, "held"))
-	frozen(e, noonAt(1, 30))
-	hook.arm(func() {
+	owner := e.hooked(t, mark, read)
+	pausedAfterATick(t, e, owner)
+	mark.arm(func() error {
 		require.NoError(t, e.c.ResumeSchedule(ctx, "held"))
-		fail.arm() // the owner's next read of the record, after its mark
+		read.arm(unsent) // the owner's next read of the record, after its mark
+		return nil
 	})
 	require.NoError(t, e.rdb.ZAdd(ctx, keys.Schedules(e.cfg.Prefix), redis.Z{Score: 0, Member: "held"}).Err())
-	require.Eventually(t, hook.fired, 5*time.Second, 10*time.Millisecond, "the owner's pass never marked the schedule paused")
-	require.Eventually(t, fail.fired, 5*time.Second, 10*time.Millisecond, "the read after the mark never failed")
+	require.Eventually(t, mark.fired, 5*time.Second, 10*time.Millisecond, "the owner's pass never marked the schedule paused")
+	require.Eventually(t, read.fired, 5*time.Second, 10*time.Millisecond, "the read after the mark never failed")
 	waitTick(t, e.c, "helds", "held", noonAt(2, 0))
 }
 
@@ -1230,24 +1217,13 @@ func TestScheduleResumedWhileItsOwnerMarksItPausedTicksDespiteAFailedReread(t *t
 // returns nil, and the schedule ticks again.
 func TestResumeRetriedAfterItsIndexWriteFailedTicks(t *testing.T) {
 	t.Parallel()
-	be := testutil.Backends(t)[0] // the clock moves on miniredis only
-	e := setup(t, be, testutil.Config(t))
-	ctx := context.Background()
-	frozen(e, noonAt(0, 10))
-	require.NoError(t, e.c.PutSchedule(ctx, redeq.Schedule{Name: "held", Topic: "helds", Spec: "@every 1m"}))
-	startSched(t, e.c, nil)
-	waitTick(t, e.c, "helds", "held", noonAt(1, 0))
-	require.NoError(t, e.c.PauseSchedule(ctx, "held"))
-	frozen(e, noonAt(1, 30))
-
-	index := keys.Schedules(e.cfg.Prefix)
-	fail := &failOnce{match: func(args []any) bool {
-		return len(args) == 4 && fmt.Sprint(args[0]) == "zadd" && fmt.Sprint(args[1]) == index && fmt.Sprint(args[3]) == "held"
-	}}
-	fail.arm()
-	resumer := e.hooked(t, fail)
+	e, ctx := heldSchedule(t)
+	pausedAfterATick(t, e, e.c)
+	write := &cmdOnce{match: dueMarkOf(e, "held")}
+	write.arm(unsent)
+	resumer := e.hooked(t, write)
 	require.Error(t, resumer.ResumeSchedule(ctx, "held"), "the index write fails")
-	require.True(t, fail.fired())
+	require.True(t, write.fired())
 	require.NoError(t, resumer.ResumeSchedule(ctx, "held"), "retried")
 	waitTick(t, e.c, "helds", "held", noonAt(2, 0))
 }
@@ -1258,20 +1234,14 @@ func TestResumeRetriedAfterItsIndexWriteFailedTicks(t *testing.T) {
 // it.
 func TestResumeRetriedAfterItsIndexWriteFailedSetsItsEntryDue(t *testing.T) {
 	t.Parallel()
-	be := testutil.Backends(t)[0] // the clock moves on miniredis only
-	e := setup(t, be, testutil.Config(t))
-	ctx := context.Background()
-	frozen(e, noonAt(0, 10))
-	require.NoError(t, e.c.PutSchedule(ctx, redeq.Schedule{Name: "held", Topic: "helds", Spec: "@every 1m"}))
+	e, ctx := heldSchedule(t)
 	require.NoError(t, e.c.PauseSchedule(ctx, "held"))
 	index := keys.Schedules(e.cfg.Prefix)
 	require.Equal(t, float64(pool.MaxDueMs), e.rdb.ZScore(ctx, index, "held").Val())
 	frozen(e, noonAt(1, 30))
-	fail := &failOnce{match: func(args []any) bool {
-		return len(args) == 4 && fmt.Sprint(args[0]) == "zadd" && fmt.Sprint(args[1]) == index && fmt.Sprint(args[3]) == "held"
-	}}
-	fail.arm()
-	resumer := e.hooked(t, fail)
+	write := &cmdOnce{match: dueMarkOf(e, "held")}
+	write.arm(unsent)
+	resumer := e.hooked(t, write)
 	require.Error(t, resumer.ResumeSchedule(ctx, "held"))
 	require.Equal(t, float64(pool.MaxDueMs), e.rdb.ZScore(ctx, index, "held").Val(), "the failed resume left the paused mark")
 	require.NoError(t, resumer.ResumeSchedule(ctx, "held"))
@@ -1284,11 +1254,7 @@ func TestResumeRetriedAfterItsIndexWriteFailedSetsItsEntryDue(t *testing.T) {
 // full pass reads the records of paused entries too.
 func TestScheduleWhoseIndexEntrySaysPausedWhileItIsActiveTicks(t *testing.T) {
 	t.Parallel()
-	be := testutil.Backends(t)[0] // the clock moves on miniredis only
-	e := setup(t, be, testutil.Config(t))
-	ctx := context.Background()
-	frozen(e, noonAt(0, 10))
-	require.NoError(t, e.c.PutSchedule(ctx, redeq.Schedule{Name: "held", Topic: "helds", Spec: "@every 1m"}))
+	e, ctx := heldSchedule(t)
 	startSched(t, e.c, nil)
 	waitTick(t, e.c, "helds", "held", noonAt(1, 0))
 	require.NoError(t, e.rdb.ZAdd(ctx, keys.Schedules(e.cfg.Prefix), redis.Z{Score: float64(pool.MaxDueMs), Member: "held"}).Err())
@@ -1296,93 +1262,101 @@ func TestScheduleWhoseIndexEntrySaysPausedWhileItIsActiveTicks(t *testing.T) {
 	waitTick(t, e.c, "helds", "held", noonAt(2, 0))
 }
 
-// failOnce fails, once armed, the client's next command that match
-// accepts, before it is sent.
-type failOnce struct {
-	match      func(args []any) bool
-	mu         sync.Mutex
-	armed, did bool
+// heldSchedule is a miniredis setup (its clock moves) whose clock stands
+// at 12:00:10, with schedule "held" ("@every 1m" on topic "helds") put.
+func heldSchedule(t *testing.T) (*env, context.Context) {
+	t.Helper()
+	e := setup(t, testutil.Backends(t)[0], testutil.Config(t))
+	ctx := context.Background()
+	frozen(e, noonAt(0, 10))
+	require.NoError(t, e.c.PutSchedule(ctx, redeq.Schedule{Name: "held", Topic: "helds", Spec: "@every 1m"}))
+	return e, ctx
 }
 
-func (h *failOnce) arm() {
-	h.mu.Lock()
-	h.armed = true
-	h.mu.Unlock()
+// pausedAfterATick starts owner, waits for the job of held's 12:01 tick,
+// pauses held and moves the clock to 12:01:30.
+func pausedAfterATick(t *testing.T, e *env, owner *redeq.Client) {
+	t.Helper()
+	startSched(t, owner, nil)
+	waitTick(t, e.c, "helds", "held", noonAt(1, 0))
+	require.NoError(t, e.c.PauseSchedule(context.Background(), "held"))
+	frozen(e, noonAt(1, 30))
 }
 
-func (h *failOnce) fired() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.did
-}
-
-func (h *failOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *failOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *failOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.match(cmd.Args()) {
-			h.mu.Lock()
-			fire := h.armed
-			h.armed = false
-			h.did = h.did || fire
-			h.mu.Unlock()
-			if fire {
-				cmd.SetErr(testutil.ErrUnsent)
-				return testutil.ErrUnsent
-			}
+// pausedMarkOf matches a pass's ZADD XX that marks schedule name paused in
+// e's schedule index.
+func pausedMarkOf(e *env, name string) func([]any) bool {
+	index := keys.Schedules(e.cfg.Prefix)
+	return func(args []any) bool {
+		if len(args) != 5 || fmt.Sprint(args[0]) != "zadd" || fmt.Sprint(args[1]) != index ||
+			!strings.EqualFold(fmt.Sprint(args[2]), "xx") || fmt.Sprint(args[4]) != name {
+			return false
 		}
-		return next(ctx, cmd)
+		score, ok := args[3].(float64)
+		return ok && score >= float64(pool.MaxDueMs)
 	}
 }
 
-// beforePausedMark runs its armed function once, before the client's
-// first ZADD XX that marks schedule name paused in the schedule index.
-type beforePausedMark struct {
-	index, name string
-	mu          sync.Mutex
-	f           func()
-	done        bool
+// dueMarkOf matches a plain ZADD of schedule name into e's schedule index
+// (a resume's).
+func dueMarkOf(e *env, name string) func([]any) bool {
+	index := keys.Schedules(e.cfg.Prefix)
+	return func(args []any) bool {
+		return len(args) == 4 && fmt.Sprint(args[0]) == "zadd" && fmt.Sprint(args[1]) == index && fmt.Sprint(args[3]) == name
+	}
 }
 
-func (h *beforePausedMark) arm(f func()) {
+// unsent fails a command as if it never reached Redis.
+func unsent() error { return testutil.ErrUnsent }
+
+// cmdOnce runs its armed function once, before the client's next command
+// that match accepts: the command fails with the function's error, or is
+// sent when it returns nil.
+type cmdOnce struct {
+	match func(args []any) bool
+	mu    sync.Mutex
+	f     func() error
+	did   bool
+}
+
+func (h *cmdOnce) arm(f func() error) {
 	h.mu.Lock()
 	h.f = f
 	h.mu.Unlock()
 }
 
-func (h *beforePausedMark) fired() bool {
+// fired reports whether the armed function has run and returned.
+func (h *cmdOnce) fired() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.done
+	return h.did
 }
 
-func (h *beforePausedMark) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *cmdOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (h *beforePausedMark) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *cmdOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
 
-func (h *beforePausedMark) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *cmdOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if len(args) == 5 && fmt.Sprint(args[0]) == "zadd" && fmt.Sprint(args[1]) == h.index &&
-			strings.EqualFold(fmt.Sprint(args[2]), "xx") && fmt.Sprint(args[4]) == h.name {
-			if score, ok := args[3].(float64); ok && score >= float64(pool.MaxDueMs) {
-				h.mu.Lock()
-				f := h.f
-				h.f = nil
-				h.mu.Unlock()
-				if f != nil {
-					f()
-					h.mu.Lock()
-					h.done = true
-					h.mu.Unlock()
-				}
-			}
+		if !h.match(cmd.Args()) {
+			return next(ctx, cmd)
+		}
+		h.mu.Lock()
+		f := h.f
+		h.f = nil
+		h.mu.Unlock()
+		if f == nil {
+			return next(ctx, cmd)
+		}
+		err := f()
+		h.mu.Lock()
+		h.did = true
+		h.mu.Unlock()
+		if err != nil {
+			cmd.SetErr(err)
+			return err
 		}
 		return next(ctx, cmd)
 	}
