@@ -151,6 +151,7 @@ var measurements = []measurement{
 	{"limits", (*bench).limits},
 	{"limitcost", (*bench).limitCost},
 	{"scriptcost", (*bench).scriptCost},
+	{"loneadd", (*bench).loneAdd},
 }
 
 func measurementNames() []string {
