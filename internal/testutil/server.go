@@ -101,7 +101,9 @@ func (s *Server) start() error {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
 	pid := strconv.Itoa(s.cmd.Process.Pid)
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, DialTimeout: 100 * time.Millisecond, MaxRetries: -1})
+	// The server's own password, when its arguments set one: its process
+	// id is read after AUTH like any other's.
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.password(), DialTimeout: 100 * time.Millisecond, MaxRetries: -1})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
@@ -114,15 +116,27 @@ func (s *Server) start() error {
 		case err == nil:
 			return nil
 		case errors.As(err, &reply) && !strings.HasPrefix(err.Error(), "LOADING"):
-			// A server that wants a password answers before AUTH
-			// without its process id: taken as this one, up.
-			return nil
+			// Refused (NOAUTH, WRONGPASS): a server that wants a password
+			// this one was not given, so another process's.
+			s.Kill()
+			return fmt.Errorf("redis-server on %s (%v): %w", s.Addr, err, errPortTaken)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
 	s.Kill()
 	return fmt.Errorf("redis-server on %s did not start:\n%s", s.Addr, log)
+}
+
+// password is the value of a --requirepass among the server's arguments,
+// or "".
+func (s *Server) password() string {
+	for i, a := range s.args {
+		if a == "--requirepass" && i+1 < len(s.args) {
+			return s.args[i+1]
+		}
+	}
+	return ""
 }
 
 // startOnFreePort starts s on a port from pick, and on another one when a
