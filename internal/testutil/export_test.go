@@ -15,3 +15,10 @@ func StartServerPicking(t testing.TB, pick func(testing.TB) int, args ...string)
 
 // Pid is the server process's id.
 func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// BeforeCreate sets what runs before each redis-cli --cluster create of
+// StartCluster, until the test ends.
+func BeforeCreate(t testing.TB, f func(*ReplCluster)) {
+	beforeCreate = f
+	t.Cleanup(func() { beforeCreate = nil })
+}

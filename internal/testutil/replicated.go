@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -134,6 +135,10 @@ type ReplCluster struct {
 	Addrs []string
 }
 
+// beforeCreate, when set, runs before each redis-cli --cluster create of
+// StartCluster (tests of StartCluster set it).
+var beforeCreate func(*ReplCluster)
+
 // StartCluster starts a cluster of masters masters with one replica each
 // (redis-cli --cluster create --cluster-replicas 1), with the given
 // cluster-node-timeout, and returns once every node sees the cluster ok
@@ -142,18 +147,36 @@ type ReplCluster struct {
 func StartCluster(t testing.TB, masters int, nodeTimeout time.Duration) *ReplCluster {
 	t.Helper()
 	needBinaries(t, "redis-server", "redis-cli")
-	c := &ReplCluster{}
-	for range 2 * masters {
-		// The bus port is named: port+10000 may be taken or above 45000.
-		n := startLow(t, "--repl-diskless-sync-delay", "0", "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(LowPort(t)),
-			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", strconv.Itoa(int(nodeTimeout.Milliseconds())))
-		c.Nodes = append(c.Nodes, n)
-		c.Addrs = append(c.Addrs, n.Addr)
-	}
-	args := append([]string{"--cluster", "create"}, c.Addrs...)
-	out, err := exec.Command("redis-cli", append(args, "--cluster-replicas", "1", "--cluster-yes")...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	var c *ReplCluster
+	for attempt := 1; ; attempt++ {
+		c = &ReplCluster{}
+		for range 2 * masters {
+			// The bus port is named: port+10000 may be taken or above 45000.
+			n := startLow(t, "--repl-diskless-sync-delay", "0", "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(LowPort(t)),
+				"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", strconv.Itoa(int(nodeTimeout.Milliseconds())))
+			c.Nodes = append(c.Nodes, n)
+			c.Addrs = append(c.Addrs, n.Addr)
+		}
+		if beforeCreate != nil {
+			beforeCreate(c)
+		}
+		args := append([]string{"--cluster", "create"}, c.Addrs...)
+		out, err := exec.Command("redis-cli", append(args, "--cluster-replicas", "1", "--cluster-yes")...).CombinedOutput()
+		if err == nil {
+			break
+		}
+		// Test binaries run side by side and start servers of their own:
+		// a node may have lost its port, or its process, since it started.
+		// Such a cluster is started again on other ports; any other
+		// failure is the test's.
+		lost := c.lost()
+		if len(lost) == 0 || attempt == 3 {
+			t.Fatalf("redis-cli --cluster create: %v\n%s\nnodes no longer the process started there: %v\n%s", err, out, lost, c.logs())
+		}
+		t.Logf("redis-cli --cluster create: %v: %v no longer the process started there; the cluster starts again on other ports\n%s", err, lost, out)
+		for _, n := range c.Nodes {
+			n.Kill()
+		}
 	}
 	EventuallyEvery(t, 60*time.Second, 50*time.Millisecond, "cluster ok, every replica in sync", func() bool {
 		replicas := 0
@@ -177,6 +200,27 @@ func StartCluster(t testing.TB, masters int, nodeTimeout time.Duration) *ReplClu
 		return replicas == masters
 	})
 	return c
+}
+
+// lost lists the nodes whose address no longer answers as the
+// cluster-enabled process started there.
+func (c *ReplCluster) lost() []string {
+	var out []string
+	for _, n := range c.Nodes {
+		if !n.clusterNode() {
+			out = append(out, n.Addr)
+		}
+	}
+	return out
+}
+
+// logs is the tail of every node's log.
+func (c *ReplCluster) logs() string {
+	var b strings.Builder
+	for _, n := range c.Nodes {
+		fmt.Fprintf(&b, "%s's log:\n%s\n", n.Addr, n.logTail())
+	}
+	return b.String()
 }
 
 // state returns the role of the node at addr and whether it sees the

@@ -128,6 +128,19 @@ func (s *Server) start() error {
 	return fmt.Errorf("redis-server on %s did not start:\n%s", s.Addr, log)
 }
 
+// clusterNode reports whether the server at s.Addr is s's own process,
+// running with cluster mode on.
+func (s *Server) clusterNode() bool {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return false
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.password(), DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1})
+	defer c.Close()
+	info, err := c.Info(context.Background(), "server", "cluster").Result()
+	return err == nil && strings.Contains(info, "process_id:"+strconv.Itoa(s.cmd.Process.Pid)+"\r\n") &&
+		strings.Contains(info, "cluster_enabled:1\r\n")
+}
+
 // password is the value of a --requirepass among the server's arguments,
 // or "".
 func (s *Server) password() string {
